@@ -1,0 +1,936 @@
+//! One redb write transaction shared by every operation of a group commit.
+//!
+//! Each operation first validates (reads only), then mutates. `mutations` counts writes, so the
+//! pipeline can tell an operation that failed cleanly (its error goes to its caller alone) from
+//! one that failed half way (the whole batch is aborted).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use super::codec::{self, DeadLetter, QueueKind, QueueRecord};
+use super::tables::*;
+use crate::error::{Error, Result};
+use crate::message::{
+    Envelope, Expiry, Message, MessageId, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, Visibility,
+};
+use crate::queue::QueueOptions;
+
+/// At most this many entries are moved by one sweep of an index, so that a large backlog of
+/// expired entries is worked off over several batches instead of stalling one.
+const SWEEP_LIMIT: usize = 256;
+
+/// The message a receive locked, with its lock.
+#[derive(Debug)]
+pub struct Locked {
+    pub envelope: Envelope,
+    pub token: u64,
+    pub locked_until: u64,
+}
+
+/// How a settle call ends a lock.
+#[derive(Debug, Clone)]
+pub enum Settle {
+    Complete,
+    Abandon { delay_ms: u64 },
+    DeadLetter { reason: String, description: String },
+    Resubmit,
+}
+
+pub struct Batch<'t> {
+    pub now: u64,
+    pub mutations: u64,
+    /// Queues that gained receivable messages; their waiters are woken after the commit.
+    pub woken: HashSet<u32>,
+    meta: Table<'t, &'static str, u64>,
+    queues: Table<'t, &'static str, &'static [u8]>,
+    queue_ids: Table<'t, u32, &'static str>,
+    counters: Table<'t, u32, [u8; COUNTERS_LEN]>,
+    state: Table<'t, u64, [u8; STATE_LEN]>,
+    data: Table<'t, u64, &'static [u8]>,
+    ready: Table<'t, (u32, u8, u64), ()>,
+    scheduled: Table<'t, (u64, u64), ()>,
+    expiring: Table<'t, (u64, u64), ()>,
+    lock_expiry: Table<'t, (u64, u64), ()>,
+    owners: Table<'t, u64, (u32, u64)>,
+    dedup: Table<'t, (u32, &'static str), (u64, u64)>,
+    dedup_expiry: Table<'t, (u64, u32, &'static str), ()>,
+    seqs: HashMap<&'static str, u64>,
+    counter_cache: HashMap<u32, Counters>,
+    queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
+}
+
+fn corrupted(what: &str, e: String) -> Error {
+    Error::Corrupted(format!("{what}: {e}"))
+}
+
+impl<'t> Batch<'t> {
+    pub fn open(txn: &'t WriteTransaction, now: u64) -> Result<Batch<'t>> {
+        Ok(Batch {
+            now,
+            mutations: 0,
+            woken: HashSet::new(),
+            meta: txn.open_table(META)?,
+            queues: txn.open_table(QUEUES)?,
+            queue_ids: txn.open_table(QUEUE_IDS)?,
+            counters: txn.open_table(COUNTERS)?,
+            state: txn.open_table(STATE)?,
+            data: txn.open_table(DATA)?,
+            ready: txn.open_table(READY)?,
+            scheduled: txn.open_table(SCHEDULED)?,
+            expiring: txn.open_table(EXPIRING)?,
+            lock_expiry: txn.open_table(LOCK_EXPIRY)?,
+            owners: txn.open_table(OWNERS)?,
+            dedup: txn.open_table(DEDUP)?,
+            dedup_expiry: txn.open_table(DEDUP_EXPIRY)?,
+            seqs: HashMap::new(),
+            counter_cache: HashMap::new(),
+            queue_cache: HashMap::new(),
+        })
+    }
+
+    /// Writes the cached sequences and counters. Called once, before the commit.
+    pub fn flush(&mut self) -> Result<()> {
+        for (k, v) in std::mem::take(&mut self.seqs) {
+            self.meta.insert(k, v)?;
+        }
+        for (q, c) in std::mem::take(&mut self.counter_cache) {
+            // A deleted queue's counters were removed; do not resurrect them.
+            if self.queue_ids.get(q)?.is_some() {
+                self.counters.insert(q, c.encode())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_seq(&mut self, key: &'static str) -> Result<u64> {
+        let current = match self.seqs.get(key) {
+            Some(v) => *v,
+            None => self.meta.get(key)?.map_or(1, |g| g.value()),
+        };
+        self.seqs.insert(key, current + 1);
+        Ok(current)
+    }
+
+    fn counters_mut(&mut self, q: u32) -> Result<&mut Counters> {
+        if !self.counter_cache.contains_key(&q) {
+            let c = self
+                .counters
+                .get(q)?
+                .map(|g| Counters::decode(&g.value()))
+                .unwrap_or_default();
+            self.counter_cache.insert(q, c);
+        }
+        self.mutations += 1;
+        Ok(self.counter_cache.entry(q).or_default())
+    }
+
+    pub fn counters(&mut self, q: u32) -> Result<Counters> {
+        if let Some(c) = self.counter_cache.get(&q) {
+            return Ok(*c);
+        }
+        Ok(self
+            .counters
+            .get(q)?
+            .map(|g| Counters::decode(&g.value()))
+            .unwrap_or_default())
+    }
+
+    // ---- queues -------------------------------------------------------------------------
+
+    /// The record of queue `q`, or `None` if it was deleted.
+    pub fn queue(&mut self, q: u32) -> Result<Option<Arc<(String, QueueRecord)>>> {
+        if let Some(r) = self.queue_cache.get(&q) {
+            return Ok(r.clone());
+        }
+        let name = self.queue_ids.get(q)?.map(|g| g.value().to_owned());
+        let rec = match name {
+            None => None,
+            Some(name) => {
+                let raw = self
+                    .queues
+                    .get(name.as_str())?
+                    .ok_or_else(|| {
+                        Error::corrupted(format!("queue {name:?} has an id but no record"))
+                    })?
+                    .value()
+                    .to_vec();
+                let rec = codec::decode_queue(&raw).map_err(|e| corrupted("queue record", e))?;
+                Some(Arc::new((name, rec)))
+            }
+        };
+        self.queue_cache.insert(q, rec.clone());
+        Ok(rec)
+    }
+
+    fn require_queue(&mut self, q: u32, name: &str) -> Result<Arc<(String, QueueRecord)>> {
+        self.queue(q)?
+            .ok_or_else(|| Error::QueueNotFound(name.to_owned()))
+    }
+
+    fn queue_by_name(&mut self, name: &str) -> Result<Option<QueueRecord>> {
+        match self.queues.get(name)? {
+            None => Ok(None),
+            Some(g) => Ok(Some(
+                codec::decode_queue(g.value()).map_err(|e| corrupted("queue record", e))?,
+            )),
+        }
+    }
+
+    fn put_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
+        self.mutations += 1;
+        self.queues
+            .insert(name, codec::encode_queue(rec).as_slice())?;
+        self.queue_ids.insert(rec.id, name)?;
+        self.queue_cache.remove(&rec.id);
+        Ok(())
+    }
+
+    /// Opens queue `name`, creating it and its dead-letter queue if missing. With `options`,
+    /// an existing queue takes the new options; its messages are kept.
+    pub fn open_queue(
+        &mut self,
+        name: &str,
+        options: Option<&QueueOptions>,
+    ) -> Result<QueueRecord> {
+        if let Some(mut rec) = self.queue_by_name(name)? {
+            if let Some(o) = options {
+                if rec.kind == QueueKind::DeadLetter {
+                    return Err(Error::invalid(
+                        "the options of a dead-letter queue follow its source queue",
+                    ));
+                }
+                if rec.options != *o {
+                    rec.options = o.clone();
+                    self.put_queue(name, &rec)?;
+                    let dlq_name = dead_letter_name(name);
+                    if let Some(mut dlq) = self.queue_by_name(&dlq_name)? {
+                        dlq.options = dead_letter_options(o);
+                        self.put_queue(&dlq_name, &dlq)?;
+                    }
+                }
+            }
+            return Ok(rec);
+        }
+        if name.ends_with(DEAD_LETTER_SUFFIX) {
+            return Err(Error::invalid(format!(
+                "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
+            )));
+        }
+        let options = options.cloned().unwrap_or_default();
+        let id = u32::try_from(self.next_seq(KEY_NEXT_QUEUE)?)
+            .map_err(|_| Error::invalid("too many queues"))?;
+        let dlq_id = u32::try_from(self.next_seq(KEY_NEXT_QUEUE)?)
+            .map_err(|_| Error::invalid("too many queues"))?;
+        let rec = QueueRecord {
+            id,
+            kind: QueueKind::Normal,
+            peer: dlq_id,
+            options: options.clone(),
+        };
+        let dlq = QueueRecord {
+            id: dlq_id,
+            kind: QueueKind::DeadLetter,
+            peer: id,
+            options: dead_letter_options(&options),
+        };
+        self.put_queue(name, &rec)?;
+        self.put_queue(&dead_letter_name(name), &dlq)?;
+        self.counters.insert(id, Counters::default().encode())?;
+        self.counters.insert(dlq_id, Counters::default().encode())?;
+        Ok(rec)
+    }
+
+    /// Deletes a queue, its dead-letter queue and every message in either. Returns whether it
+    /// existed.
+    pub fn delete_queue(&mut self, name: &str) -> Result<bool> {
+        let Some(rec) = self.queue_by_name(name)? else {
+            return Ok(false);
+        };
+        if rec.kind == QueueKind::DeadLetter {
+            return Err(Error::invalid(
+                "a dead-letter queue is deleted with its source queue",
+            ));
+        }
+        for (q, qname) in [
+            (rec.id, name.to_owned()),
+            (rec.peer, dead_letter_name(name)),
+        ] {
+            self.purge(q)?;
+            self.mutations += 1;
+            self.queues.remove(qname.as_str())?;
+            self.queue_ids.remove(q)?;
+            self.counters.remove(q)?;
+            self.counter_cache.remove(&q);
+            self.queue_cache.remove(&q);
+            let keys: Vec<String> = self
+                .dedup
+                .range((q, "")..(q.saturating_add(1), ""))?
+                .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
+                .collect::<std::result::Result<_, _>>()?;
+            for key in keys {
+                if let Some(g) = self.dedup.remove((q, key.as_str()))? {
+                    let (_, forget_at) = g.value();
+                    drop(g);
+                    self.dedup_expiry.remove((forget_at, q, key.as_str()))?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Removes every message of queue `q` (receivable, scheduled and locked). Returns how many.
+    pub fn purge(&mut self, q: u32) -> Result<u64> {
+        let mut ids: Vec<u64> = Vec::new();
+        for e in self.ready.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))? {
+            ids.push(e?.0.value().2);
+        }
+        for table in [&self.scheduled, &self.lock_expiry] {
+            for e in table.iter()? {
+                let id = e?.0.value().1;
+                if let Some(s) = self.state.get(id)? {
+                    let st =
+                        State::decode(&s.value()).map_err(|e| corrupted("message state", e))?;
+                    if st.queue == q {
+                        ids.push(id);
+                    }
+                }
+            }
+        }
+        let n = ids.len() as u64;
+        for id in ids {
+            let st = self
+                .load_state(id)?
+                .ok_or_else(|| Error::corrupted("indexed message has no state"))?;
+            self.remove_message(id, &st)?;
+        }
+        Ok(n)
+    }
+
+    // ---- message state ------------------------------------------------------------------
+
+    fn load_state(&mut self, id: u64) -> Result<Option<State>> {
+        match self.state.get(id)? {
+            None => Ok(None),
+            Some(g) => Ok(Some(
+                State::decode(&g.value()).map_err(|e| corrupted("message state", e))?,
+            )),
+        }
+    }
+
+    /// Removes the index entries of the message's current status and its count.
+    fn detach(&mut self, id: u64, st: &State) -> Result<()> {
+        self.mutations += 1;
+        match st.status {
+            Status::Ready => {
+                self.ready.remove(st.ready_key(id))?;
+            }
+            Status::Scheduled => {
+                self.scheduled.remove((st.visible_at, id))?;
+            }
+            Status::Locked => {
+                self.lock_expiry.remove((st.locked_until, id))?;
+            }
+        }
+        if st.status != Status::Locked && st.expires_at != 0 {
+            self.expiring.remove((st.expires_at, id))?;
+        }
+        let c = self.counters_mut(st.queue)?;
+        let slot = c.slot(st.status);
+        *slot = slot.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Puts the message in `status`: index entries, count, stored state.
+    fn attach(&mut self, id: u64, st: &mut State, status: Status) -> Result<()> {
+        self.mutations += 1;
+        st.status = status;
+        if status != Status::Locked {
+            st.lock_owner = 0;
+            st.lock_token = 0;
+            st.locked_until = 0;
+        }
+        match status {
+            Status::Ready => {
+                self.ready.insert(st.ready_key(id), ())?;
+                self.woken.insert(st.queue);
+            }
+            Status::Scheduled => {
+                self.scheduled.insert((st.visible_at, id), ())?;
+            }
+            Status::Locked => {
+                self.lock_expiry.insert((st.locked_until, id), ())?;
+            }
+        }
+        if status != Status::Locked && st.expires_at != 0 {
+            self.expiring.insert((st.expires_at, id), ())?;
+        }
+        *self.counters_mut(st.queue)?.slot(status) += 1;
+        self.state.insert(id, st.encode())?;
+        Ok(())
+    }
+
+    fn remove_message(&mut self, id: u64, st: &State) -> Result<()> {
+        self.detach(id, st)?;
+        let c = self.counters_mut(st.queue)?;
+        c.bytes = c.bytes.saturating_sub(u64::from(st.size));
+        self.state.remove(id)?;
+        self.data.remove(id)?;
+        Ok(())
+    }
+
+    /// Returns an unlocked message to its queue, unless it has used up its deliveries or its
+    /// time to live, in which case it goes to the dead-letter queue.
+    fn requeue(&mut self, id: u64, mut st: State) -> Result<()> {
+        let rec = self.require_queue(st.queue, "")?;
+        if st.delivery_count >= rec.1.options.max_deliveries {
+            let desc = format!(
+                "delivered {} times without being completed",
+                st.delivery_count
+            );
+            return self.move_to_dead_letter(id, st, REASON_MAX_DELIVERIES, &desc);
+        }
+        if st.expires_at != 0 && st.expires_at <= self.now {
+            return self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired");
+        }
+        self.detach(id, &st)?;
+        self.attach(id, &mut st, Status::Ready)
+    }
+
+    /// Moves a message (in any status) to its queue's dead-letter queue.
+    fn move_to_dead_letter(
+        &mut self,
+        id: u64,
+        mut st: State,
+        reason: &str,
+        description: &str,
+    ) -> Result<()> {
+        let rec = self.require_queue(st.queue, "")?;
+        if rec.1.kind == QueueKind::DeadLetter {
+            // Dead letters never die twice: they stay until someone deals with them.
+            self.detach(id, &st)?;
+            st.expires_at = 0;
+            return self.attach(id, &mut st, Status::Ready);
+        }
+        let raw = self
+            .data
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
+            .value()
+            .to_vec();
+        let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
+        let dl = DeadLetter {
+            reason: reason.to_owned(),
+            description: description.to_owned(),
+            source_queue: st.queue,
+            at_ms: self.now,
+        };
+        self.detach(id, &st)?;
+        let size = u64::from(st.size);
+        let c = self.counters_mut(st.queue)?;
+        c.bytes = c.bytes.saturating_sub(size);
+        self.data.insert(
+            id,
+            codec::encode_envelope(&env.props, Some(&dl), &env.body).as_slice(),
+        )?;
+        st.queue = rec.1.peer;
+        st.expires_at = 0;
+        self.attach(id, &mut st, Status::Ready)?;
+        self.counters_mut(st.queue)?.bytes += size;
+        Ok(())
+    }
+
+    // ---- maintenance --------------------------------------------------------------------
+
+    /// Moves due scheduled messages to their queues, releases expired locks and dead-letters
+    /// expired messages: the lazy time-driven work, done inside transactions that run anyway.
+    pub fn sweep(&mut self) -> Result<()> {
+        let now = self.now;
+        for _ in 0..SWEEP_LIMIT {
+            let Some((until, id)) = first_due(&self.lock_expiry, now)? else {
+                break;
+            };
+            match self.load_state(id)? {
+                Some(st) if st.status == Status::Locked && st.locked_until == until => {
+                    self.requeue(id, st)?
+                }
+                _ => {
+                    self.mutations += 1;
+                    self.lock_expiry.remove((until, id))?;
+                }
+            }
+        }
+        for _ in 0..SWEEP_LIMIT {
+            let Some((at, id)) = first_due(&self.scheduled, now)? else {
+                break;
+            };
+            match self.load_state(id)? {
+                Some(st) if st.status == Status::Scheduled && st.visible_at == at => {
+                    self.requeue(id, st)?
+                }
+                _ => {
+                    self.mutations += 1;
+                    self.scheduled.remove((at, id))?;
+                }
+            }
+        }
+        for _ in 0..SWEEP_LIMIT {
+            let Some((at, id)) = first_due(&self.expiring, now)? else {
+                break;
+            };
+            match self.load_state(id)? {
+                Some(st) if st.status != Status::Locked && st.expires_at == at => {
+                    self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
+                }
+                _ => {
+                    self.mutations += 1;
+                    self.expiring.remove((at, id))?;
+                }
+            }
+        }
+        for _ in 0..SWEEP_LIMIT {
+            let first = match self.dedup_expiry.first()? {
+                Some((k, _)) => {
+                    let (at, q, key) = k.value();
+                    (at <= now).then(|| (at, q, key.to_owned()))
+                }
+                None => None,
+            };
+            let Some((at, q, key)) = first else { break };
+            self.mutations += 1;
+            self.dedup_expiry.remove((at, q, key.as_str()))?;
+            let stale = self
+                .dedup
+                .get((q, key.as_str()))?
+                .is_some_and(|g| g.value().1 == at);
+            if stale {
+                self.dedup.remove((q, key.as_str()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases every lock held by `owner` (all owners when `None`), keeping delivery counts.
+    pub fn release_locks_of(&mut self, owner: Option<u64>) -> Result<u64> {
+        let mut victims = Vec::new();
+        for e in self.lock_expiry.iter()? {
+            let id = e?.0.value().1;
+            if let Some(s) = self.state.get(id)? {
+                let st = State::decode(&s.value()).map_err(|e| corrupted("message state", e))?;
+                if owner.is_none_or(|o| st.lock_owner == o) {
+                    victims.push((id, st));
+                }
+            }
+        }
+        let n = victims.len() as u64;
+        for (id, st) in victims {
+            self.requeue(id, st)?;
+        }
+        Ok(n)
+    }
+
+    /// Registers a process that opened the store; returns its owner id.
+    pub fn register_owner(&mut self, pid: u32, start: u64) -> Result<u64> {
+        let id = self.next_seq(KEY_NEXT_OWNER)?;
+        self.mutations += 1;
+        self.owners.insert(id, (pid, start))?;
+        Ok(id)
+    }
+
+    pub fn unregister_owner(&mut self, owner: u64) -> Result<()> {
+        self.mutations += 1;
+        self.owners.remove(owner)?;
+        Ok(())
+    }
+
+    pub fn clear_owners(&mut self) -> Result<()> {
+        self.mutations += 1;
+        self.owners.retain(|_, _| false)?;
+        Ok(())
+    }
+
+    /// Releases the locks of registered processes that are no longer alive.
+    pub fn reap_dead_owners(&mut self, me: u64, is_alive: impl Fn(u32, u64) -> bool) -> Result<()> {
+        let mut dead = Vec::new();
+        for e in self.owners.iter()? {
+            let (k, v) = e?;
+            let (pid, start) = v.value();
+            if k.value() != me && !is_alive(pid, start) {
+                dead.push(k.value());
+            }
+        }
+        for owner in dead {
+            self.release_locks_of(Some(owner))?;
+            self.unregister_owner(owner)?;
+        }
+        Ok(())
+    }
+
+    // ---- operations ---------------------------------------------------------------------
+
+    /// Sends messages to queue `q` atomically: all are stored or none.
+    pub fn send(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<MessageId>> {
+        let mut ids = self.send_many(vec![(q, name.to_owned(), msgs)])?;
+        Ok(ids.pop().unwrap_or_default())
+    }
+
+    /// Sends to several queues atomically: every message of every group is validated (size,
+    /// priority, quota, duplicates) before the first is written.
+    pub fn send_many(
+        &mut self,
+        groups: Vec<(u32, String, Vec<Message>)>,
+    ) -> Result<Vec<Vec<MessageId>>> {
+        let mut plans = Vec::with_capacity(groups.len());
+        // Quotas are checked against what earlier groups of this call add to the same queue.
+        let mut added: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (q, name, msgs) in &groups {
+            let rec = self.require_queue(*q, name)?;
+            let plan = self.plan_send(*q, &rec, msgs, added.get(q).copied().unwrap_or_default())?;
+            let e = added.entry(*q).or_default();
+            e.0 += plan.new_count;
+            e.1 += plan.new_bytes;
+            plans.push((rec, plan));
+        }
+        let mut out = Vec::with_capacity(groups.len());
+        for ((q, _, msgs), (rec, plan)) in groups.into_iter().zip(plans) {
+            let mut ids: Vec<u64> = Vec::with_capacity(msgs.len());
+            for (m, step) in msgs.into_iter().zip(plan.steps) {
+                let id = match step {
+                    SendStep::Existing(id) => id,
+                    SendStep::SameAs(j) => ids[j],
+                    SendStep::New => self.insert_message(q, &rec.1.options, m)?,
+                };
+                ids.push(id);
+            }
+            out.push(ids.into_iter().map(MessageId).collect());
+        }
+        Ok(out)
+    }
+
+    fn plan_send(
+        &mut self,
+        q: u32,
+        rec: &(String, QueueRecord),
+        msgs: &[Message],
+        already: (u64, u64),
+    ) -> Result<SendPlan> {
+        let (qname, rec) = (&rec.0, &rec.1);
+        if rec.kind == QueueKind::DeadLetter {
+            return Err(Error::invalid(
+                "messages cannot be sent to a dead-letter queue",
+            ));
+        }
+        let o = &rec.options;
+        let mut steps = Vec::with_capacity(msgs.len());
+        let mut keys_here: HashMap<&str, usize> = HashMap::new();
+        let (mut new_count, mut new_bytes) = (0u64, 0u64);
+        for (i, m) in msgs.iter().enumerate() {
+            validate_message(m, o.max_message_size)?;
+            let key = m
+                .props
+                .message_key
+                .as_deref()
+                .filter(|_| o.dedup_window.is_some());
+            if let Some(key) = key {
+                if let Some(g) = self.dedup.get((q, key))? {
+                    let (id, forget_at) = g.value();
+                    if forget_at > self.now {
+                        steps.push(SendStep::Existing(id));
+                        continue;
+                    }
+                }
+                if let Some(&j) = keys_here.get(key) {
+                    steps.push(SendStep::SameAs(j));
+                    continue;
+                }
+                keys_here.insert(key, i);
+            }
+            steps.push(SendStep::New);
+            new_count += 1;
+            new_bytes += m.body.len() as u64;
+        }
+        let c = self.counters(q)?;
+        if let Some(max) = o.max_messages {
+            if c.total() + already.0 + new_count > max {
+                return Err(Error::QueueFull {
+                    queue: qname.clone(),
+                    limit: format!("max_messages = {max}"),
+                });
+            }
+        }
+        if let Some(max) = o.max_bytes {
+            if c.bytes + already.1 + new_bytes > max {
+                return Err(Error::QueueFull {
+                    queue: qname.clone(),
+                    limit: format!("max_bytes = {max}"),
+                });
+            }
+        }
+        Ok(SendPlan {
+            steps,
+            new_count,
+            new_bytes,
+        })
+    }
+
+    fn insert_message(&mut self, q: u32, o: &QueueOptions, m: Message) -> Result<u64> {
+        let now = self.now;
+        let id = self.next_seq(KEY_NEXT_ID)?;
+        let visible_at = match m.visibility {
+            Visibility::Now => 0,
+            Visibility::After(d) => now.saturating_add(super::clock::duration_ms(d)),
+            Visibility::At(t) => super::clock::from_system_time(t),
+        };
+        let expires_at = match m.expiry {
+            Expiry::QueueDefault => o
+                .default_ttl
+                .map_or(0, |d| now.saturating_add(super::clock::duration_ms(d))),
+            Expiry::After(d) => now.saturating_add(super::clock::duration_ms(d)),
+            Expiry::At(t) => super::clock::from_system_time(t).max(1),
+        };
+        let size = u32::try_from(m.body.len()).map_err(|_| Error::invalid("body too large"))?;
+        let mut st = State {
+            queue: q,
+            priority: m.priority,
+            status: Status::Ready,
+            delivery_count: 0,
+            size,
+            enqueued_at: now,
+            visible_at,
+            expires_at,
+            lock_owner: 0,
+            lock_token: 0,
+            locked_until: 0,
+        };
+        self.mutations += 1;
+        self.data.insert(
+            id,
+            codec::encode_envelope(&m.props, None, &m.body).as_slice(),
+        )?;
+        let status = if visible_at > now {
+            Status::Scheduled
+        } else {
+            Status::Ready
+        };
+        self.attach(id, &mut st, status)?;
+        self.counters_mut(q)?.bytes += u64::from(size);
+        if let (Some(key), Some(window)) = (m.props.message_key.as_deref(), o.dedup_window) {
+            let forget_at = now.saturating_add(super::clock::duration_ms(window));
+            if let Some(old) = self.dedup.insert((q, key), (id, forget_at))? {
+                let (_, old_at) = old.value();
+                drop(old);
+                self.dedup_expiry.remove((old_at, q, key))?;
+            }
+            self.dedup_expiry.insert((forget_at, q, key), ())?;
+        }
+        Ok(id)
+    }
+
+    /// Locks up to `max` messages from the head of queue `q` for `owner`.
+    pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
+        let rec = self.require_queue(q, name)?;
+        let lock_ms = super::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let max_deliveries = rec.1.options.max_deliveries;
+        let mut out = Vec::new();
+        while out.len() < max {
+            let head = self
+                .ready
+                .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
+                .next()
+                .transpose()?
+                .map(|(k, _)| k.value().2);
+            let Some(id) = head else { break };
+            let mut st = self
+                .load_state(id)?
+                .ok_or_else(|| Error::corrupted(format!("ready message {id} has no state")))?;
+            if st.expires_at != 0 && st.expires_at <= self.now {
+                self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
+                continue;
+            }
+            if st.delivery_count >= max_deliveries {
+                let desc = format!(
+                    "delivered {} times without being completed",
+                    st.delivery_count
+                );
+                self.move_to_dead_letter(id, st, REASON_MAX_DELIVERIES, &desc)?;
+                continue;
+            }
+            self.detach(id, &st)?;
+            st.delivery_count += 1;
+            st.lock_owner = owner;
+            st.lock_token = self.next_seq(KEY_NEXT_TOKEN)?;
+            st.locked_until = self.now.saturating_add(lock_ms);
+            self.attach(id, &mut st, Status::Locked)?;
+            let envelope = self.envelope(id, &st)?;
+            out.push(Locked {
+                envelope,
+                token: st.lock_token,
+                locked_until: st.locked_until,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Checks that `token` still holds the lock on message `id`.
+    pub fn check_lock(&mut self, id: u64, token: u64) -> Result<State> {
+        match self.load_state(id)? {
+            Some(st)
+                if st.status == Status::Locked
+                    && st.lock_token == token
+                    && st.locked_until > self.now =>
+            {
+                Ok(st)
+            }
+            _ => Err(Error::LockLost(MessageId(id))),
+        }
+    }
+
+    /// Ends the lock `token` on message `id`.
+    pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<()> {
+        let mut st = self.check_lock(id, token)?;
+        match how {
+            Settle::Complete => self.remove_message(id, &st),
+            Settle::Abandon { delay_ms: 0 } => self.requeue(id, st),
+            Settle::Abandon { delay_ms } => {
+                let rec = self.require_queue(st.queue, "")?;
+                if st.delivery_count >= rec.1.options.max_deliveries {
+                    return self.requeue(id, st);
+                }
+                self.detach(id, &st)?;
+                st.visible_at = self.now.saturating_add(*delay_ms);
+                self.attach(id, &mut st, Status::Scheduled)
+            }
+            Settle::DeadLetter {
+                reason,
+                description,
+            } => {
+                let rec = self.require_queue(st.queue, "")?;
+                if rec.1.kind == QueueKind::DeadLetter {
+                    return Err(Error::invalid(
+                        "a dead letter cannot be dead-lettered again",
+                    ));
+                }
+                self.move_to_dead_letter(id, st, reason, description)
+            }
+            Settle::Resubmit => {
+                let rec = self.require_queue(st.queue, "")?;
+                if rec.1.kind != QueueKind::DeadLetter {
+                    return Err(Error::invalid(
+                        "only a message received from a dead-letter queue can be resubmitted",
+                    ));
+                }
+                let source = rec.1.peer;
+                let raw = self
+                    .data
+                    .get(id)?
+                    .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
+                    .value()
+                    .to_vec();
+                let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
+                self.detach(id, &st)?;
+                let size = u64::from(st.size);
+                let c = self.counters_mut(st.queue)?;
+                c.bytes = c.bytes.saturating_sub(size);
+                self.data.insert(
+                    id,
+                    codec::encode_envelope(&env.props, None, &env.body).as_slice(),
+                )?;
+                st.queue = source;
+                st.delivery_count = 0;
+                self.attach(id, &mut st, Status::Ready)?;
+                self.counters_mut(source)?.bytes += size;
+                Ok(())
+            }
+        }
+    }
+
+    /// Extends the lock; returns the new expiry.
+    pub fn renew(&mut self, id: u64, token: u64) -> Result<u64> {
+        let mut st = self.check_lock(id, token)?;
+        let rec = self.require_queue(st.queue, "")?;
+        let lock_ms = super::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        self.detach(id, &st)?;
+        st.locked_until = self.now.saturating_add(lock_ms);
+        self.attach(id, &mut st, Status::Locked)?;
+        Ok(st.locked_until)
+    }
+
+    fn envelope(&mut self, id: u64, st: &State) -> Result<Envelope> {
+        let raw = self
+            .data
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
+            .value()
+            .to_vec();
+        let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
+        let queue_name = self
+            .queue(st.queue)?
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        let source = match &env.dead_letter {
+            Some(d) => Some(
+                self.queue(d.source_queue)?
+                    .map(|r| r.0.clone())
+                    .unwrap_or_default(),
+            ),
+            None => None,
+        };
+        Ok(super::read::build_envelope(id, st, queue_name, env, source))
+    }
+}
+
+enum SendStep {
+    New,
+    Existing(u64),
+    SameAs(usize),
+}
+
+struct SendPlan {
+    steps: Vec<SendStep>,
+    new_count: u64,
+    new_bytes: u64,
+}
+
+/// Checks what can be checked without the store: priority range and body size.
+pub fn validate_message(m: &Message, max_message_size: usize) -> Result<()> {
+    if m.priority > crate::message::MAX_PRIORITY {
+        return Err(Error::invalid(format!(
+            "priority {} is out of range 0..=7",
+            m.priority
+        )));
+    }
+    if m.body.len() > max_message_size || u32::try_from(m.body.len()).is_err() {
+        return Err(Error::MessageTooLarge {
+            size: m.body.len(),
+            max: max_message_size,
+        });
+    }
+    Ok(())
+}
+
+fn first_due(table: &Table<'_, (u64, u64), ()>, now: u64) -> Result<Option<(u64, u64)>> {
+    Ok(table
+        .first()?
+        .map(|(k, _)| k.value())
+        .filter(|(at, _)| *at <= now))
+}
+
+/// The suffix that names a dead-letter queue after its source (as Azure Service Bus does).
+pub const DEAD_LETTER_SUFFIX: &str = "/$deadletterqueue";
+
+pub fn dead_letter_name(source: &str) -> String {
+    format!("{source}{DEAD_LETTER_SUFFIX}")
+}
+
+fn dead_letter_options(source: &QueueOptions) -> QueueOptions {
+    QueueOptions {
+        lock_duration: source.lock_duration,
+        max_deliveries: u32::MAX,
+        default_ttl: None,
+        max_message_size: source.max_message_size,
+        max_messages: None,
+        max_bytes: None,
+        dedup_window: None,
+    }
+}

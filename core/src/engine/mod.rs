@@ -1,0 +1,261 @@
+//! The storage engine behind the public handles: file creation and opening, the commit
+//! pipeline, read snapshots, and waiting for messages.
+
+pub mod batch;
+pub mod clock;
+pub mod codec;
+mod file;
+pub mod owners;
+pub mod pipeline;
+pub mod read;
+pub mod signal;
+pub mod tables;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redb::{Database, ReadTransaction, ReadableDatabase};
+
+use self::batch::{Batch, Locked};
+use self::clock::Clock;
+use self::pipeline::{Pipeline, PipelineStats, WriterContext};
+use self::signal::Signals;
+use crate::error::{Error, Result};
+use crate::store::{Durability, StoreBuilder};
+
+pub struct Engine {
+    db: Arc<Database>,
+    pipeline: Pipeline,
+    pub signals: Arc<Signals>,
+    pub clock: Arc<dyn Clock>,
+    pub owner: u64,
+    pub path: PathBuf,
+    pub multi_process: bool,
+    pub durability: Durability,
+    poll_floor: Duration,
+    poll_ceiling: Duration,
+    closed: AtomicBool,
+    pub stats: Arc<PipelineStats>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("path", &self.path)
+            .field("owner", &self.owner)
+            .field("multi_process", &self.multi_process)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Turns a panic caught at an internal boundary into an error. redb can panic on damaged
+/// pages in debug builds; invariant 9 says the caller gets `Corrupted`, not a crash.
+pub fn panic_to_error(p: Box<dyn std::any::Any + Send>) -> Error {
+    let text = p
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    Error::Corrupted(format!("storage failure: {text}"))
+}
+
+impl Engine {
+    pub fn open(path: &Path, b: &StoreBuilder) -> Result<Engine> {
+        if b.multi_process && matches!(b.durability, Durability::None) {
+            return Err(Error::Config(
+                "multi-process stores commit durably only: Durability::None cannot be combined with multi_process(true)".into(),
+            ));
+        }
+        if b.poll_floor.is_zero() || b.poll_floor > b.poll_ceiling {
+            return Err(Error::Config(
+                "poll_interval needs 0 < floor <= ceiling".into(),
+            ));
+        }
+        let db =
+            catch_unwind(AssertUnwindSafe(|| file::open(path, b))).map_err(panic_to_error)??;
+        let db = Arc::new(db);
+        let clock = b.clock.clone();
+        let signals = Arc::new(Signals::default());
+        let stats = Arc::new(PipelineStats::default());
+
+        // Register this process. In single-process mode nobody else can hold a lock, so every
+        // lock in the file is stale: release them all at once.
+        let (pid, start) = owners::current();
+        let multi = b.multi_process;
+        let setup = catch_unwind(AssertUnwindSafe(|| -> Result<u64> {
+            let txn = db.begin_write()?;
+            let owner = {
+                let mut batch = Batch::open(&txn, clock.now_ms())?;
+                if multi {
+                    batch.reap_dead_owners(0, owners::is_alive)?;
+                } else {
+                    batch.release_locks_of(None)?;
+                    batch.clear_owners()?;
+                }
+                let owner = batch.register_owner(pid, start)?;
+                batch.flush()?;
+                owner
+            };
+            txn.commit()?;
+            Ok(owner)
+        }))
+        .map_err(panic_to_error)??;
+
+        let pipeline = Pipeline::start(WriterContext {
+            db: db.clone(),
+            durability: b.durability,
+            clock: clock.clone(),
+            signals: signals.clone(),
+            stats: stats.clone(),
+            reap_as: multi.then_some(setup),
+        })?;
+        Ok(Engine {
+            db,
+            pipeline,
+            signals,
+            clock,
+            owner: setup,
+            path: path.to_owned(),
+            multi_process: multi,
+            durability: b.durability,
+            poll_floor: b.poll_floor,
+            poll_ceiling: b.poll_ceiling,
+            closed: AtomicBool::new(false),
+            stats,
+        })
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs a mutation through the group-commit pipeline.
+    pub fn call<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.check_open()?;
+        self.pipeline.call(f).map_err(|e| match e {
+            Error::Panic(_) if self.is_closed() => Error::Closed,
+            other => other,
+        })
+    }
+
+    /// Queues a mutation without waiting for it.
+    pub fn call_detached<F>(&self, f: F)
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
+    {
+        if !self.is_closed() {
+            self.pipeline.detach(f);
+        }
+    }
+
+    /// Runs a read on a fresh snapshot.
+    pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
+        self.check_open()?;
+        catch_unwind(AssertUnwindSafe(|| {
+            let txn = self.db.begin_read()?;
+            f(&txn)
+        }))
+        .map_err(panic_to_error)?
+    }
+
+    /// Locks up to `max` messages of queue `q`, waiting until `deadline` (forever if `None`)
+    /// for at least one.
+    pub fn receive(
+        &self,
+        q: u32,
+        name: &str,
+        max: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Locked>> {
+        let signal = self.signals.get(q);
+        let mut backoff = self.poll_floor;
+        loop {
+            let seen = signal.seq();
+            let owner = self.owner;
+            let qname = name.to_owned();
+            let got = self.call(move |b| b.receive(q, &qname, owner, max))?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            // Nothing now: sleep until a local commit wakes us, time-driven work falls due, the
+            // deadline passes, or (multi-process) the next poll of the shared file.
+            loop {
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Ok(Vec::new());
+                }
+                self.check_open()?;
+                let due = self.read(read::next_due)?.map(|at| {
+                    let wait_ms = at.saturating_sub(self.clock.now_ms()).max(1);
+                    now + Duration::from_millis(wait_ms)
+                });
+                let mut wake = earliest(deadline, due);
+                if self.multi_process {
+                    wake = earliest(wake, Some(now + backoff));
+                }
+                if signal.wait(seen, wake) {
+                    backoff = self.poll_floor;
+                    break;
+                }
+                if due.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                if self.multi_process {
+                    let now_ms = self.clock.now_ms();
+                    if self.read(|t| read::has_candidate(t, q, now_ms))? {
+                        backoff = self.poll_floor;
+                        break;
+                    }
+                    backoff = (backoff * 2).min(self.poll_ceiling);
+                }
+            }
+        }
+    }
+
+    /// Stops the pipeline after releasing this process's locks; later calls fail with `Closed`.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let owner = self.owner;
+        let multi = self.multi_process;
+        let result = self.pipeline.stop(move |b| {
+            b.release_locks_of(Some(owner))?;
+            if multi {
+                b.unregister_owner(owner)?;
+            }
+            Ok(())
+        });
+        self.signals.notify_all();
+        result
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}

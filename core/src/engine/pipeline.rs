@@ -1,0 +1,293 @@
+//! The group-commit pipeline: one writer thread per store gathers every operation pending at
+//! that moment into one redb write transaction and one fsync, then hands each caller its own
+//! result.
+//!
+//! redb admits one write transaction at a time and a durable commit costs an fsync, so this is
+//! where concurrency turns into throughput: a lone caller pays one commit, a hundred concurrent
+//! callers share one. Operations validate before they write, so an invalid operation fails
+//! alone; a storage failure part way through an operation aborts the whole batch and every
+//! caller in it gets that error.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use redb::Database;
+
+use super::batch::Batch;
+use super::clock::Clock;
+use super::signal::Signals;
+use crate::error::{Error, Result};
+use crate::store::Durability;
+
+/// The most operations one batch takes; more wait for the next batch, which bounds the latency
+/// a single huge burst can add.
+const MAX_BATCH: usize = 4096;
+
+/// One caller's operation, type-erased.
+pub trait Job: Send {
+    /// Runs inside the batch's transaction.
+    fn run(self: Box<Self>, batch: &mut Batch<'_>) -> Ran;
+    /// The batch failed before the job ran.
+    fn fail(self: Box<Self>, error: &Error);
+}
+
+/// A job that has run and waits for the batch's outcome.
+pub struct Ran {
+    /// Set when the job failed after writing: the batch cannot commit.
+    fatal: Option<Error>,
+    deliver: Box<dyn FnOnce(Option<&Error>) + Send>,
+}
+
+struct Call<F, T> {
+    f: F,
+    reply: Sender<Result<T>>,
+}
+
+impl<F, T> Job for Call<F, T>
+where
+    F: FnOnce(&mut Batch<'_>) -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    fn run(self: Box<Self>, batch: &mut Batch<'_>) -> Ran {
+        let before = batch.mutations;
+        let result = (self.f)(batch);
+        let fatal = match &result {
+            Err(e) if batch.mutations != before => Some(e.duplicate()),
+            _ => None,
+        };
+        let reply = self.reply;
+        Ran {
+            fatal,
+            deliver: Box::new(move |batch_error| {
+                let out = match (result, batch_error) {
+                    (Ok(_), Some(e)) => Err(e.duplicate()),
+                    (r, _) => r,
+                };
+                let _ = reply.send(out);
+            }),
+        }
+    }
+
+    fn fail(self: Box<Self>, error: &Error) {
+        let _ = self.reply.send(Err(error.duplicate()));
+    }
+}
+
+enum Msg {
+    Job(Box<dyn Job>),
+    /// Finish what is queued, run the closing job durably, exit.
+    Stop(Box<dyn Job>),
+}
+
+/// Counters of the pipeline, for tests and benchmarks.
+#[derive(Debug, Default)]
+pub struct PipelineStats {
+    pub commits: AtomicU64,
+    pub operations: AtomicU64,
+}
+
+pub struct Pipeline {
+    tx: Sender<Msg>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+pub struct WriterContext {
+    pub db: Arc<Database>,
+    pub durability: Durability,
+    pub clock: Arc<dyn Clock>,
+    pub signals: Arc<Signals>,
+    pub stats: Arc<PipelineStats>,
+    /// `Some(owner)` in multi-process mode: reap the locks of dead processes now and then.
+    pub reap_as: Option<u64>,
+}
+
+impl Pipeline {
+    pub fn start(ctx: WriterContext) -> Result<Pipeline> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new()
+            .name("postbox-writer".into())
+            .spawn(move || writer_loop(&ctx, &rx))?;
+        Ok(Pipeline {
+            tx,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Runs `f` in the next batch and waits for its durable result.
+    pub fn call<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(Msg::Job(Box::new(Call { f, reply })))
+            .map_err(|_| Error::Closed)?;
+        rx.recv().unwrap_or_else(|_| {
+            Err(Error::Panic(
+                "the commit pipeline stopped before answering (see the log for a panic)".into(),
+            ))
+        })
+    }
+
+    /// Queues `f` without waiting for it (used by `Drop` implementations).
+    pub fn detach<F>(&self, f: F)
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
+    {
+        let (reply, _rx) = crossbeam_channel::bounded(1);
+        let _ = self.tx.send(Msg::Job(Box::new(Call { f, reply })));
+    }
+
+    /// Runs `last` durably after everything queued, then stops the writer thread.
+    pub fn stop<F>(&self, last: F) -> Result<()>
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
+    {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        let sent = self.tx.send(Msg::Stop(Box::new(Call { f: last, reply })));
+        let result = match sent {
+            Ok(()) => rx.recv().unwrap_or(Err(Error::Closed)),
+            Err(_) => Err(Error::Closed),
+        };
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+        result
+    }
+}
+
+fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
+    let mut last_reap = std::time::Instant::now();
+    while let Ok(first) = rx.recv() {
+        let mut jobs = Vec::new();
+        let mut stop = None;
+        match first {
+            Msg::Job(j) => jobs.push(j),
+            Msg::Stop(j) => stop = Some(j),
+        }
+        while stop.is_none() && jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(Msg::Job(j)) => jobs.push(j),
+                Ok(Msg::Stop(j)) => stop = Some(j),
+                Err(_) => break,
+            }
+        }
+        let reap = match ctx.reap_as {
+            Some(owner) if last_reap.elapsed() >= std::time::Duration::from_millis(100) => {
+                last_reap = std::time::Instant::now();
+                Some(owner)
+            }
+            _ => None,
+        };
+        if !jobs.is_empty() {
+            run_guarded(ctx, jobs, ctx.durability, reap);
+        }
+        if let Some(last) = stop {
+            run_guarded(ctx, vec![last], Durability::Immediate, None);
+            // Anything sent after the stop is answered with `Closed` when `rx` is dropped.
+            return;
+        }
+    }
+}
+
+fn run_guarded(
+    ctx: &WriterContext,
+    jobs: Vec<Box<dyn Job>>,
+    durability: Durability,
+    reap: Option<u64>,
+) {
+    // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
+    // callers get an error instead of hanging; the writer thread lives on.
+    let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(ctx, jobs, durability, reap)));
+    if outcome.is_err() {
+        ctx.signals.notify_all();
+    }
+}
+
+fn run_batch(
+    ctx: &WriterContext,
+    jobs: Vec<Box<dyn Job>>,
+    durability: Durability,
+    reap: Option<u64>,
+) {
+    let n = jobs.len() as u64;
+    let fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
+        for j in jobs {
+            j.fail(e);
+        }
+    };
+    let mut txn = match ctx.db.begin_write() {
+        Ok(t) => t,
+        Err(e) => return fail_all(jobs, &e.into()),
+    };
+    if matches!(durability, Durability::None) {
+        if let Err(e) = txn.set_durability(redb::Durability::None) {
+            return fail_all(jobs, &Error::Config(e.to_string()));
+        }
+    }
+    let mut ran = Vec::with_capacity(jobs.len());
+    let mut fatal: Option<Error> = None;
+    let woken;
+    let dirty;
+    {
+        let mut batch = match Batch::open(&txn, ctx.clock.now_ms()) {
+            Ok(b) => b,
+            Err(e) => return fail_all(jobs, &e),
+        };
+        let mut maintenance = batch.sweep();
+        if let (Ok(()), Some(me)) = (&maintenance, reap) {
+            maintenance = batch.reap_dead_owners(me, super::owners::is_alive);
+        }
+        if let Err(e) = maintenance {
+            drop(batch);
+            let _ = txn.abort();
+            return fail_all(jobs, &e);
+        }
+        let mut rest = jobs.into_iter();
+        for job in rest.by_ref() {
+            let r = job.run(&mut batch);
+            let failed = r.fatal.as_ref().map(Error::duplicate);
+            ran.push(r);
+            if let Some(e) = failed {
+                fatal = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = &fatal {
+            fail_all(rest.collect(), e);
+        } else if let Err(e) = batch.flush() {
+            fatal = Some(e);
+        }
+        dirty = batch.mutations > 0;
+        woken = std::mem::take(&mut batch.woken);
+    }
+    let outcome = match fatal {
+        Some(e) => {
+            let _ = txn.abort();
+            Some(e)
+        }
+        None if !dirty => {
+            let _ = txn.abort();
+            None
+        }
+        None => match txn.commit() {
+            Ok(()) => {
+                ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(e) => Some(Error::from(e)),
+        },
+    };
+    ctx.stats.operations.fetch_add(n, Ordering::Relaxed);
+    for r in ran {
+        (r.deliver)(outcome.as_ref());
+    }
+    if outcome.is_none() {
+        ctx.signals.notify(woken);
+    }
+}

@@ -1,0 +1,164 @@
+//! Read-only queries on a snapshot: peek, browse, lookup, listing, and the cheap "is anything
+//! receivable?" check that cross-process waiters poll instead of taking the write lock.
+
+use redb::{ReadTransaction, ReadableTable};
+
+use super::clock::to_system_time;
+use super::codec::{self, QueueKind, QueueRecord, StoredEnvelope};
+use super::tables::*;
+use crate::error::{Error, Result};
+use crate::message::{DeadLetterInfo, Envelope, MessageId};
+
+pub fn build_envelope(
+    id: u64,
+    st: &State,
+    queue: String,
+    env: StoredEnvelope,
+    source: Option<String>,
+) -> Envelope {
+    Envelope {
+        id: MessageId(id),
+        queue,
+        body: env.body,
+        props: env.props,
+        priority: st.priority,
+        enqueued_at: to_system_time(st.enqueued_at),
+        visible_at: (st.visible_at != 0).then(|| to_system_time(st.visible_at)),
+        expires_at: (st.expires_at != 0).then(|| to_system_time(st.expires_at)),
+        delivery_count: st.delivery_count,
+        dead_letter: env.dead_letter.map(|d| DeadLetterInfo {
+            reason: d.reason,
+            description: d.description,
+            source_queue: source.unwrap_or_default(),
+            at: to_system_time(d.at_ms),
+        }),
+    }
+}
+
+fn corrupted(what: &str, e: String) -> Error {
+    Error::Corrupted(format!("{what}: {e}"))
+}
+
+pub fn queue_by_name(txn: &ReadTransaction, name: &str) -> Result<Option<QueueRecord>> {
+    let t = txn.open_table(QUEUES)?;
+    match t.get(name)? {
+        None => Ok(None),
+        Some(g) => Ok(Some(
+            codec::decode_queue(g.value()).map_err(|e| corrupted("queue record", e))?,
+        )),
+    }
+}
+
+fn queue_name(txn: &ReadTransaction, q: u32) -> Result<Option<String>> {
+    Ok(txn
+        .open_table(QUEUE_IDS)?
+        .get(q)?
+        .map(|g| g.value().to_owned()))
+}
+
+/// The names of all user queues (dead-letter queues are reached through their source).
+pub fn list_queues(txn: &ReadTransaction) -> Result<Vec<String>> {
+    let t = txn.open_table(QUEUES)?;
+    let mut out = Vec::new();
+    for e in t.iter()? {
+        let (k, v) = e?;
+        let rec = codec::decode_queue(v.value()).map_err(|e| corrupted("queue record", e))?;
+        if rec.kind == QueueKind::Normal {
+            out.push(k.value().to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Reads message `id` as an envelope, if it exists (in any queue).
+pub fn get(txn: &ReadTransaction, id: u64) -> Result<Option<Envelope>> {
+    let states = txn.open_table(STATE)?;
+    let Some(g) = states.get(id)? else {
+        return Ok(None);
+    };
+    let st = State::decode(&g.value()).map_err(|e| corrupted("message state", e))?;
+    let data = txn.open_table(DATA)?;
+    let raw = data
+        .get(id)?
+        .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?;
+    let env = codec::decode_envelope(raw.value()).map_err(|e| corrupted("envelope", e))?;
+    let qname = queue_name(txn, st.queue)?.unwrap_or_default();
+    let source = match &env.dead_letter {
+        Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
+        None => None,
+    };
+    Ok(Some(build_envelope(id, &st, qname, env, source)))
+}
+
+/// Up to `limit` receivable messages of queue `q` in delivery order, starting after `after`
+/// (a `(7 - priority, id)` position).
+pub fn browse_page(
+    txn: &ReadTransaction,
+    q: u32,
+    after: Option<(u8, u64)>,
+    limit: usize,
+) -> Result<(Vec<Envelope>, Option<(u8, u64)>)> {
+    let ready = txn.open_table(READY)?;
+    let range = match after {
+        None => ready.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?,
+        Some((p, id)) => match id.checked_add(1) {
+            Some(next) => ready.range((q, p, next)..=(q, u8::MAX, u64::MAX))?,
+            None => ready.range((q, p.saturating_add(1), 0)..=(q, u8::MAX, u64::MAX))?,
+        },
+    };
+    let mut out = Vec::new();
+    let mut last = after;
+    for e in range.take(limit) {
+        let (k, _) = e?;
+        let (_, p, id) = k.value();
+        last = Some((p, id));
+        if let Some(env) = get(txn, id)? {
+            out.push(env);
+        }
+    }
+    Ok((out, last))
+}
+
+/// Whether a receive on queue `q` could find something now: a ready message, or due time-driven
+/// work (a scheduled message or an expired lock) that the next write transaction would apply.
+pub fn has_candidate(txn: &ReadTransaction, q: u32, now: u64) -> Result<bool> {
+    let ready = txn.open_table(READY)?;
+    if ready
+        .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
+        .next()
+        .is_some()
+    {
+        return Ok(true);
+    }
+    for def in [SCHEDULED, LOCK_EXPIRY] {
+        let t = txn.open_table(def)?;
+        if t.first()?.is_some_and(|(k, _)| k.value().0 <= now) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The earliest time at which time-driven work becomes due (scheduled message, lock expiry,
+/// message expiry), so a waiter can sleep exactly until then.
+pub fn next_due(txn: &ReadTransaction) -> Result<Option<u64>> {
+    let mut best: Option<u64> = None;
+    for def in [SCHEDULED, LOCK_EXPIRY, EXPIRING] {
+        let t = txn.open_table(def)?;
+        if let Some((k, _)) = t.first()? {
+            let at = k.value().0;
+            best = Some(best.map_or(at, |b| b.min(at)));
+        }
+    }
+    Ok(best)
+}
+
+/// Format version and sanity check of a freshly opened file.
+pub fn format_version(txn: &ReadTransaction) -> Result<Option<u64>> {
+    let meta = match txn.open_table(META) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(meta.get(KEY_FORMAT)?.map(|g| g.value()))
+}

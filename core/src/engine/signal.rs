@@ -1,0 +1,71 @@
+//! In-process wake-ups: a waiter on an empty queue sleeps on its queue's condition variable and
+//! is woken by the commit that made a message receivable there.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+/// One queue's wake-up: a sequence number bumped on every wake, so a waiter that read it before
+/// trying to receive can never miss a wake that happened in between.
+#[derive(Debug, Default)]
+pub struct Signal {
+    seq: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Signal {
+    pub fn seq(&self) -> u64 {
+        *self.seq.lock()
+    }
+
+    pub fn notify(&self) {
+        *self.seq.lock() += 1;
+        self.cv.notify_all();
+    }
+
+    /// Waits until the sequence moves past `seen` or until `until`. Returns whether it moved.
+    pub fn wait(&self, seen: u64, until: Option<Instant>) -> bool {
+        let mut seq = self.seq.lock();
+        while *seq == seen {
+            match until {
+                None => self.cv.wait(&mut seq),
+                Some(t) => {
+                    if self.cv.wait_until(&mut seq, t).timed_out() {
+                        return *seq != seen;
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The signals of every queue this process waits on.
+#[derive(Debug, Default)]
+pub struct Signals {
+    map: Mutex<HashMap<u32, Arc<Signal>>>,
+}
+
+impl Signals {
+    pub fn get(&self, q: u32) -> Arc<Signal> {
+        self.map.lock().entry(q).or_default().clone()
+    }
+
+    pub fn notify(&self, queues: impl IntoIterator<Item = u32>) {
+        let map = self.map.lock();
+        for q in queues {
+            if let Some(s) = map.get(&q) {
+                s.notify();
+            }
+        }
+    }
+
+    /// Wakes every waiter, e.g. when the store closes.
+    pub fn notify_all(&self) {
+        for s in self.map.lock().values() {
+            s.notify();
+        }
+    }
+}

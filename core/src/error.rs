@@ -1,0 +1,293 @@
+//! The crate's error type, shared by the Rust, C and Python APIs.
+
+use std::fmt;
+
+use crate::message::MessageId;
+
+/// A stable, C-like classification of [`Error`], one per failure a caller can react to.
+///
+/// The C API maps each kind to a `POSTBOX_*` status code and Python to one exception class, so
+/// the numbering is part of the public contract: a kind is never renumbered or reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(i32)]
+pub enum ErrorKind {
+    /// A receive found nothing before its deadline (only the C and Python APIs report this as an
+    /// error; Rust returns `Ok(None)`).
+    Timeout = 1,
+    /// The message's lock expired, was released, or was taken over by another receiver.
+    LockLost = 2,
+    /// A quota (`max_messages` or `max_bytes`) would be exceeded.
+    QueueFull = 3,
+    /// The message body exceeds the queue's `max_message_size`.
+    TooLarge = 4,
+    /// The named queue or message does not exist.
+    NotFound = 5,
+    /// An argument was rejected (bad queue name, priority out of range, …).
+    InvalidArgument = 6,
+    /// The file is damaged: its checksums or its postbox tables are inconsistent.
+    Corrupted = 7,
+    /// An operating-system I/O error (permissions, missing directory, …).
+    Io = 8,
+    /// The store was closed.
+    Closed = 9,
+    /// A panic was caught at an API boundary (a bug in postbox; the store stays usable).
+    Panic = 10,
+    /// The file exists but is not a postbox store.
+    NotAStore = 11,
+    /// The store was written by a newer, incompatible version of postbox.
+    IncompatibleVersion = 12,
+    /// Another process holds the store open in single-process mode.
+    AlreadyOpen = 13,
+    /// The commit failed after it may have reached the disk: the operation may or may not have
+    /// taken effect. Retrying a send is safe with `message_key` and a `dedup_window`.
+    OutcomeUnknown = 14,
+    /// The options given are contradictory (e.g. multi-process with `Durability::None`).
+    Config = 15,
+    /// The disk or file system is full.
+    StorageFull = 16,
+    /// A typed body could not be encoded or decoded.
+    Codec = 17,
+}
+
+/// Every error that postbox reports.
+///
+/// Match on [`Error::kind`] to react to a class of failure; the variants carry the details.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock on a received message was lost (expired, released, or taken by another
+    /// receiver); the settle call changed nothing.
+    #[error("the lock on message {0} was lost")]
+    LockLost(MessageId),
+    /// Sending would exceed a quota of the queue.
+    #[error("queue {queue:?} is full: {limit}")]
+    QueueFull {
+        /// The queue that is full.
+        queue: String,
+        /// Which quota is exhausted, e.g. `max_messages = 100`.
+        limit: String,
+    },
+    /// The message body is larger than the queue's `max_message_size`.
+    #[error("message of {size} bytes exceeds the queue's max_message_size of {max} bytes")]
+    MessageTooLarge {
+        /// The body size.
+        size: usize,
+        /// The queue's limit.
+        max: usize,
+    },
+    /// No queue of this name exists (or it was deleted).
+    #[error("queue {0:?} does not exist")]
+    QueueNotFound(String),
+    /// No message of this id exists in the queue.
+    #[error("message {0} does not exist")]
+    MessageNotFound(MessageId),
+    /// An argument was rejected.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The store is damaged.
+    #[error("the store is corrupted: {0}")]
+    Corrupted(String),
+    /// The file is not a postbox store.
+    #[error("not a postbox store: {0}")]
+    NotAStore(String),
+    /// The store's format is newer than this version understands.
+    #[error(
+        "the store uses format version {found}; this version of postbox reads up to {supported}"
+    )]
+    IncompatibleVersion {
+        /// Format version in the file.
+        found: u32,
+        /// Highest version this build reads.
+        supported: u32,
+    },
+    /// Another process has the store open in single-process mode.
+    #[error(
+        "the store is already open in another process (open both with multi_process(true) to share it)"
+    )]
+    AlreadyOpen,
+    /// The commit failed at a point where the change may already be durable.
+    #[error(
+        "the outcome of the operation is unknown: the commit failed ({0}); it may or may not have been applied"
+    )]
+    OutcomeUnknown(String),
+    /// Contradictory or invalid store options.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The disk is full.
+    #[error("the disk is full: {0}")]
+    StorageFull(String),
+    /// An I/O error from the operating system.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The store has been closed.
+    #[error("the store is closed")]
+    Closed,
+    /// A typed body failed to encode or decode.
+    #[error("cannot decode message body: {0}")]
+    Codec(String),
+    /// A panic inside postbox was caught; the operation did not complete.
+    #[error("internal error (caught panic): {0}")]
+    Panic(String),
+}
+
+impl Error {
+    /// The stable classification of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::LockLost(_) => ErrorKind::LockLost,
+            Error::QueueFull { .. } => ErrorKind::QueueFull,
+            Error::MessageTooLarge { .. } => ErrorKind::TooLarge,
+            Error::QueueNotFound(_) | Error::MessageNotFound(_) => ErrorKind::NotFound,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Corrupted(_) => ErrorKind::Corrupted,
+            Error::NotAStore(_) => ErrorKind::NotAStore,
+            Error::IncompatibleVersion { .. } => ErrorKind::IncompatibleVersion,
+            Error::AlreadyOpen => ErrorKind::AlreadyOpen,
+            Error::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
+            Error::Config(_) => ErrorKind::Config,
+            Error::StorageFull(_) => ErrorKind::StorageFull,
+            Error::Io(_) => ErrorKind::Io,
+            Error::Closed => ErrorKind::Closed,
+            Error::Codec(_) => ErrorKind::Codec,
+            Error::Panic(_) => ErrorKind::Panic,
+        }
+    }
+
+    /// True for [`Error::LockLost`].
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, Error::LockLost(_))
+    }
+
+    /// True when the failed operation may nevertheless have been applied.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::OutcomeUnknown(_))
+    }
+
+    pub(crate) fn invalid(msg: impl fmt::Display) -> Error {
+        Error::InvalidArgument(msg.to_string())
+    }
+
+    pub(crate) fn corrupted(msg: impl fmt::Display) -> Error {
+        Error::Corrupted(msg.to_string())
+    }
+
+    /// Rebuilds an error for a second caller (errors are not `Clone` because `io::Error` isn't).
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::LockLost(id) => Error::LockLost(*id),
+            Error::QueueFull { queue, limit } => Error::QueueFull {
+                queue: queue.clone(),
+                limit: limit.clone(),
+            },
+            Error::MessageTooLarge { size, max } => Error::MessageTooLarge {
+                size: *size,
+                max: *max,
+            },
+            Error::QueueNotFound(q) => Error::QueueNotFound(q.clone()),
+            Error::MessageNotFound(id) => Error::MessageNotFound(*id),
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::Corrupted(m) => Error::Corrupted(m.clone()),
+            Error::NotAStore(m) => Error::NotAStore(m.clone()),
+            Error::IncompatibleVersion { found, supported } => Error::IncompatibleVersion {
+                found: *found,
+                supported: *supported,
+            },
+            Error::AlreadyOpen => Error::AlreadyOpen,
+            Error::OutcomeUnknown(m) => Error::OutcomeUnknown(m.clone()),
+            Error::Config(m) => Error::Config(m.clone()),
+            Error::StorageFull(m) => Error::StorageFull(m.clone()),
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+            Error::Closed => Error::Closed,
+            Error::Codec(m) => Error::Codec(m.clone()),
+            Error::Panic(m) => Error::Panic(m.clone()),
+        }
+    }
+}
+
+/// `Result` with postbox's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn is_disk_full(e: &std::io::Error) -> bool {
+    // 28 is ENOSPC on Linux and macOS.
+    e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+}
+
+pub(crate) fn io_to_error(e: std::io::Error) -> Error {
+    if is_disk_full(&e) {
+        Error::StorageFull(e.to_string())
+    } else {
+        Error::Io(e)
+    }
+}
+
+impl From<redb::StorageError> for Error {
+    fn from(e: redb::StorageError) -> Self {
+        match e {
+            redb::StorageError::Corrupted(m) => Error::Corrupted(m),
+            redb::StorageError::Io(io) => io_to_error(io),
+            other => {
+                let text = other.to_string();
+                if text.contains("corrupt") || text.contains("checksum") {
+                    Error::Corrupted(text)
+                } else {
+                    Error::Io(std::io::Error::other(text))
+                }
+            }
+        }
+    }
+}
+
+impl From<redb::TableError> for Error {
+    fn from(e: redb::TableError) -> Self {
+        match e {
+            redb::TableError::Storage(s) => s.into(),
+            redb::TableError::TableTypeMismatch { .. }
+            | redb::TableError::TableIsMultimap(_)
+            | redb::TableError::TableIsNotMultimap(_) => Error::NotAStore(e.to_string()),
+            other => Error::corrupted(other),
+        }
+    }
+}
+
+impl From<redb::TransactionError> for Error {
+    fn from(e: redb::TransactionError) -> Self {
+        match e {
+            redb::TransactionError::Storage(s) => s.into(),
+            other => Error::Io(std::io::Error::other(other.to_string())),
+        }
+    }
+}
+
+impl From<redb::CommitError> for Error {
+    fn from(e: redb::CommitError) -> Self {
+        match e {
+            redb::CommitError::Storage(redb::StorageError::Io(io)) if is_disk_full(&io) => {
+                Error::StorageFull(io.to_string())
+            }
+            other => Error::OutcomeUnknown(other.to_string()),
+        }
+    }
+}
+
+impl From<redb::DatabaseError> for Error {
+    fn from(e: redb::DatabaseError) -> Self {
+        match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen,
+            redb::DatabaseError::Storage(s) => match Error::from(s) {
+                Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+                    Error::NotAStore(io.to_string())
+                }
+                other => other,
+            },
+            other => {
+                let text = other.to_string();
+                if text.contains("upgrade") || text.contains("version") {
+                    Error::NotAStore(text)
+                } else {
+                    Error::corrupted(text)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! Messages: what a sender builds ([`Message`]) and what a reader gets back ([`Envelope`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// The store-wide identity of a message.
+///
+/// Ids are assigned at send time, strictly increasing in commit order across every queue of a
+/// store (and across processes sharing it), and never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MessageId(pub u64);
+
+impl MessageId {
+    /// The raw number, for logs and foreign APIs.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The value of a user property: text or raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PropertyValue {
+    /// UTF-8 text.
+    String(String),
+    /// Arbitrary bytes.
+    Bytes(Vec<u8>),
+}
+
+impl From<&str> for PropertyValue {
+    fn from(s: &str) -> Self {
+        PropertyValue::String(s.to_owned())
+    }
+}
+
+impl From<String> for PropertyValue {
+    fn from(s: String) -> Self {
+        PropertyValue::String(s)
+    }
+}
+
+impl From<Vec<u8>> for PropertyValue {
+    fn from(b: Vec<u8>) -> Self {
+        PropertyValue::Bytes(b)
+    }
+}
+
+impl From<&[u8]> for PropertyValue {
+    fn from(b: &[u8]) -> Self {
+        PropertyValue::Bytes(b.to_vec())
+    }
+}
+
+/// The lowest priority.
+pub const MIN_PRIORITY: u8 = 0;
+/// The highest priority.
+pub const MAX_PRIORITY: u8 = 7;
+/// The priority of a message that does not set one (as MSMQ).
+pub const DEFAULT_PRIORITY: u8 = 3;
+
+/// When a message becomes receivable: now, after a delay, or at a point in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Visibility {
+    Now,
+    After(Duration),
+    At(SystemTime),
+}
+
+/// When a message expires if nobody received it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    QueueDefault,
+    After(Duration),
+    At(SystemTime),
+}
+
+/// A message to send: a body plus the MSMQ / Service Bus properties.
+///
+/// Built with chained setters; every property is optional.
+///
+/// ```
+/// use std::time::Duration;
+/// use postbox::Message;
+///
+/// let msg = Message::new(b"resize image 42".to_vec())
+///     .label("resize")
+///     .priority(5)
+///     .ttl(Duration::from_secs(3600))
+///     .property("tenant", "acme");
+/// assert_eq!(msg.body(), b"resize image 42");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub(crate) body: Vec<u8>,
+    pub(crate) props: Properties,
+    pub(crate) priority: u8,
+    pub(crate) visibility: Visibility,
+    pub(crate) expiry: Expiry,
+}
+
+/// The optional, variable-length properties shared by [`Message`] and [`Envelope`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Properties {
+    pub label: Option<String>,
+    pub content_type: Option<String>,
+    pub correlation_id: Option<String>,
+    pub reply_to: Option<String>,
+    pub message_key: Option<String>,
+    pub group: Option<String>,
+    pub sequence: Option<u64>,
+    pub user: BTreeMap<String, PropertyValue>,
+}
+
+impl Message {
+    /// A message with this body, priority [`DEFAULT_PRIORITY`], visible now, with the queue's
+    /// default time-to-live.
+    pub fn new(body: impl Into<Vec<u8>>) -> Message {
+        Message {
+            body: body.into(),
+            props: Properties::default(),
+            priority: DEFAULT_PRIORITY,
+            visibility: Visibility::Now,
+            expiry: Expiry::QueueDefault,
+        }
+    }
+
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// A short description for people (MSMQ `Label`, Service Bus `Subject`).
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.props.label = Some(label.into());
+        self
+    }
+
+    /// The MIME type of the body, e.g. `application/json`.
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.props.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Ties a reply to its request.
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.props.correlation_id = Some(id.into());
+        self
+    }
+
+    /// The name of the queue that replies should be sent to.
+    pub fn reply_to(mut self, queue: impl Into<String>) -> Self {
+        self.props.reply_to = Some(queue.into());
+        self
+    }
+
+    /// The key used for duplicate detection within the queue's `dedup_window`.
+    pub fn message_key(mut self, key: impl Into<String>) -> Self {
+        self.props.message_key = Some(key.into());
+        self
+    }
+
+    /// The ordered group (session) this message belongs to.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.props.group = Some(group.into());
+        self
+    }
+
+    /// The sender's sequence number within its group.
+    pub fn sequence(mut self, sequence: u64) -> Self {
+        self.props.sequence = Some(sequence);
+        self
+    }
+
+    /// Priority from 0 (lowest) to 7 (highest); higher is delivered first. Values above 7 are
+    /// rejected by `send` with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Deliver no earlier than `delay` after the send commits (scheduled delivery).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.visibility = Visibility::After(delay);
+        self
+    }
+
+    /// Deliver no earlier than `at` (scheduled delivery).
+    pub fn visible_at(mut self, at: SystemTime) -> Self {
+        self.visibility = Visibility::At(at);
+        self
+    }
+
+    /// Time to live: if not received within `ttl` of the send, the message is moved to the
+    /// dead-letter queue with reason `TTLExpired`. Overrides the queue's `default_ttl`.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.expiry = Expiry::After(ttl);
+        self
+    }
+
+    /// Absolute expiry time; see [`Message::ttl`].
+    pub fn expires_at(mut self, at: SystemTime) -> Self {
+        self.expiry = Expiry::At(at);
+        self
+    }
+
+    /// Sets a user property (string → string or bytes).
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<PropertyValue>) -> Self {
+        self.props.user.insert(key.into(), value.into());
+        self
+    }
+}
+
+impl From<Vec<u8>> for Message {
+    fn from(body: Vec<u8>) -> Self {
+        Message::new(body)
+    }
+}
+
+impl From<&[u8]> for Message {
+    fn from(body: &[u8]) -> Self {
+        Message::new(body.to_vec())
+    }
+}
+
+impl From<&str> for Message {
+    fn from(body: &str) -> Self {
+        Message::new(body.as_bytes().to_vec())
+    }
+}
+
+/// Why and from where a message was dead-lettered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterInfo {
+    /// Machine-readable reason: `TTLExpired`, `MaxDeliveryCountExceeded`, or the reason given to
+    /// [`Received::dead_letter`](crate::Received::dead_letter).
+    pub reason: String,
+    /// Human-readable detail (e.g. the handler's error text).
+    pub description: String,
+    /// The name of the queue the message was dead-lettered from.
+    pub source_queue: String,
+    /// When it was dead-lettered.
+    pub at: SystemTime,
+}
+
+/// Reason given to messages whose time to live ran out.
+pub const REASON_TTL_EXPIRED: &str = "TTLExpired";
+/// Reason given to messages delivered `max_deliveries` times without being completed.
+pub const REASON_MAX_DELIVERIES: &str = "MaxDeliveryCountExceeded";
+
+/// A stored message as read back by `peek`, `browse`, `get` or `receive`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub(crate) id: MessageId,
+    pub(crate) queue: String,
+    pub(crate) body: Vec<u8>,
+    pub(crate) props: Properties,
+    pub(crate) priority: u8,
+    pub(crate) enqueued_at: SystemTime,
+    pub(crate) visible_at: Option<SystemTime>,
+    pub(crate) expires_at: Option<SystemTime>,
+    pub(crate) delivery_count: u32,
+    pub(crate) dead_letter: Option<DeadLetterInfo>,
+}
+
+impl Envelope {
+    /// The message's store-wide id.
+    pub fn id(&self) -> MessageId {
+        self.id
+    }
+    /// The queue the message is in now.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+    /// Takes the body out without copying.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+    /// See [`Message::label`].
+    pub fn label(&self) -> Option<&str> {
+        self.props.label.as_deref()
+    }
+    /// See [`Message::content_type`].
+    pub fn content_type(&self) -> Option<&str> {
+        self.props.content_type.as_deref()
+    }
+    /// See [`Message::correlation_id`].
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.props.correlation_id.as_deref()
+    }
+    /// See [`Message::reply_to`].
+    pub fn reply_to(&self) -> Option<&str> {
+        self.props.reply_to.as_deref()
+    }
+    /// See [`Message::message_key`].
+    pub fn message_key(&self) -> Option<&str> {
+        self.props.message_key.as_deref()
+    }
+    /// See [`Message::group`].
+    pub fn group(&self) -> Option<&str> {
+        self.props.group.as_deref()
+    }
+    /// See [`Message::sequence`].
+    pub fn sequence(&self) -> Option<u64> {
+        self.props.sequence
+    }
+    /// Priority 0–7.
+    pub fn priority(&self) -> u8 {
+        self.priority
+    }
+    /// When the send committed (millisecond precision).
+    pub fn enqueued_at(&self) -> SystemTime {
+        self.enqueued_at
+    }
+    /// When a scheduled message became (or becomes) receivable; `None` if it was not scheduled.
+    pub fn visible_at(&self) -> Option<SystemTime> {
+        self.visible_at
+    }
+    /// When the message expires; `None` if it lives forever.
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        self.expires_at
+    }
+    /// How many times the message has been handed to a receiver, this delivery included.
+    pub fn delivery_count(&self) -> u32 {
+        self.delivery_count
+    }
+    /// A user property.
+    pub fn property(&self, key: &str) -> Option<&PropertyValue> {
+        self.props.user.get(key)
+    }
+    /// All user properties, sorted by key.
+    pub fn properties(&self) -> &BTreeMap<String, PropertyValue> {
+        &self.props.user
+    }
+    /// Set on messages in a dead-letter queue.
+    pub fn dead_letter_info(&self) -> Option<&DeadLetterInfo> {
+        self.dead_letter.as_ref()
+    }
+    /// A [`Message`] with the same body and properties, e.g. to forward it elsewhere.
+    pub fn to_message(&self) -> Message {
+        Message {
+            body: self.body.clone(),
+            props: self.props.clone(),
+            priority: self.priority,
+            visibility: Visibility::Now,
+            expiry: match self.expires_at {
+                Some(at) => Expiry::At(at),
+                None => Expiry::QueueDefault,
+            },
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! A message locked by a receiver (peek-lock) and the calls that settle it.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::engine::Engine;
+use crate::engine::batch::{Locked, Settle};
+use crate::engine::clock::{duration_ms, to_system_time};
+use crate::error::{Error, Result};
+use crate::message::{Envelope, MessageId};
+
+/// A received message, locked for this receiver until it is settled or its lock expires.
+///
+/// Settle it exactly once: [`complete`](Received::complete) removes it for good;
+/// [`abandon`](Received::abandon) returns it to the queue; [`dead_letter`](Received::dead_letter)
+/// moves it to the dead-letter queue. Dropping it unsettled abandons it (not done, deliver
+/// again). Its delivery count was already incremented and persisted when it was handed out.
+///
+/// Settling after the lock expired or was taken over fails with [`Error::LockLost`] and changes
+/// nothing. Dereferences to the [`Envelope`] for the body and properties.
+#[derive(Debug)]
+pub struct Received {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) envelope: Envelope,
+    pub(crate) token: u64,
+    pub(crate) locked_until: u64,
+    pub(crate) settled: bool,
+}
+
+impl Deref for Received {
+    type Target = Envelope;
+    fn deref(&self) -> &Envelope {
+        &self.envelope
+    }
+}
+
+impl Received {
+    pub(crate) fn new(engine: Arc<Engine>, l: Locked) -> Received {
+        Received {
+            engine,
+            envelope: l.envelope,
+            token: l.token,
+            locked_until: l.locked_until,
+            settled: false,
+        }
+    }
+
+    /// The message (body and properties).
+    pub fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+
+    /// The lock token: unique in the store for this delivery.
+    pub fn lock_token(&self) -> u64 {
+        self.token
+    }
+
+    /// When the lock expires unless renewed.
+    pub fn locked_until(&self) -> SystemTime {
+        to_system_time(self.locked_until)
+    }
+
+    fn settle(mut self, how: Settle) -> Result<()> {
+        self.settled = true;
+        let (id, token) = (self.envelope.id.0, self.token);
+        self.engine.call(move |b| b.settle(id, token, &how))
+    }
+
+    /// Removes the message for good (it never reappears).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if the lock expired or was released; nothing changed then.
+    pub fn complete(self) -> Result<()> {
+        self.settle(Settle::Complete)
+    }
+
+    /// Returns the message to the queue for another delivery (or to the dead-letter queue if it
+    /// has used up `max_deliveries`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`].
+    pub fn abandon(self) -> Result<()> {
+        self.settle(Settle::Abandon { delay_ms: 0 })
+    }
+
+    /// Returns the message to the queue, receivable again only after `delay` (retry backoff).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`].
+    pub fn abandon_after(self, delay: Duration) -> Result<()> {
+        self.settle(Settle::Abandon {
+            delay_ms: duration_ms(delay),
+        })
+    }
+
+    /// Moves the message to the dead-letter queue with a reason and a description.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`]; [`Error::InvalidArgument`] for a message already in a dead-letter
+    /// queue.
+    pub fn dead_letter(self, reason: &str, description: &str) -> Result<()> {
+        self.settle(Settle::DeadLetter {
+            reason: reason.to_owned(),
+            description: description.to_owned(),
+        })
+    }
+
+    /// Moves a message received from a dead-letter queue back to its source queue, with its
+    /// delivery count reset and its dead-letter details cleared.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`]; [`Error::InvalidArgument`] if it was not received from a
+    /// dead-letter queue.
+    pub fn resubmit(self) -> Result<()> {
+        self.settle(Settle::Resubmit)
+    }
+
+    /// Extends the lock by the queue's `lock_duration` from now; returns the new expiry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if the lock is already gone.
+    pub fn renew_lock(&mut self) -> Result<SystemTime> {
+        let (id, token) = (self.envelope.id.0, self.token);
+        let until = self.engine.call(move |b| b.renew(id, token))?;
+        self.locked_until = until;
+        Ok(to_system_time(until))
+    }
+
+    /// The id of the message.
+    pub fn message_id(&self) -> MessageId {
+        self.envelope.id
+    }
+
+    /// Marks the message as settled elsewhere (e.g. enlisted in a transaction) so `Drop` leaves
+    /// it alone; returns `(id, token)`.
+    pub(crate) fn take_lock(mut self) -> (u64, u64) {
+        self.settled = true;
+        (self.envelope.id.0, self.token)
+    }
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        if !self.settled {
+            let (id, token) = (self.envelope.id.0, self.token);
+            // Not done: release the lock now rather than make others wait for its expiry.
+            self.engine.call_detached(move |b| {
+                match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
+                    Ok(()) | Err(Error::LockLost(_)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            });
+        }
+    }
+}
+
+/// Completes every message in one commit, all or none.
+pub(crate) fn complete_all(engine: &Arc<Engine>, messages: Vec<Received>) -> Result<()> {
+    let locks: Vec<(u64, u64)> = messages.into_iter().map(Received::take_lock).collect();
+    engine.call(move |b| {
+        for &(id, token) in &locks {
+            b.check_lock(id, token)?;
+        }
+        for &(id, token) in &locks {
+            b.settle(id, token, &Settle::Complete)?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,284 @@
+//! The store: one file holding many queues.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::engine::clock::{Clock, SystemClock};
+use crate::engine::codec::QueueRecord;
+use crate::engine::read;
+use crate::error::{Error, Result};
+use crate::queue::{Queue, QueueOptions};
+use crate::tx::Transaction;
+
+/// How hard a commit works to survive a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every commit is on stable storage (fsync) before the call returns. A message whose send
+    /// returned `Ok` survives `kill -9` and power loss.
+    #[default]
+    Immediate,
+    /// Commits are not synced: much faster, but **a crash or power loss loses recent work** —
+    /// sends that returned `Ok` and completions alike (the store itself stays consistent and
+    /// opens to an earlier committed state). Closing the store syncs once. Not available with
+    /// `multi_process(true)`.
+    None,
+}
+
+/// Options for opening a [`Store`].
+///
+/// # Defaults
+///
+/// - `durability`: [`Durability::Immediate`]
+/// - `cache_size`: 64 MiB
+/// - `multi_process`: `false` (one process has the file; fastest, and opening releases every
+///   stale lock at once)
+/// - `poll_interval`: 1 ms floor, 50 ms ceiling (multi-process only: how quickly a waiting
+///   receiver sees a message another process sent)
+/// - `verify_on_open`: `true` (checksums every page on open, so a damaged file is reported as
+///   [`Error::Corrupted`] instead of failing later)
+#[derive(Debug, Clone)]
+pub struct StoreBuilder {
+    pub(crate) durability: Durability,
+    pub(crate) cache_size: usize,
+    pub(crate) multi_process: bool,
+    pub(crate) poll_floor: Duration,
+    pub(crate) poll_ceiling: Duration,
+    pub(crate) verify_on_open: bool,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> Self {
+        StoreBuilder {
+            durability: Durability::Immediate,
+            cache_size: 64 << 20,
+            multi_process: false,
+            poll_floor: Duration::from_millis(1),
+            poll_ceiling: Duration::from_millis(50),
+            verify_on_open: true,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// Sets the durability of every commit.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the page cache size in bytes.
+    pub fn cache_size(mut self, bytes: usize) -> Self {
+        self.cache_size = bytes;
+        self
+    }
+
+    /// Lets several processes open the store at once (redb's multi-writer mode). Requires
+    /// [`Durability::Immediate`].
+    pub fn multi_process(mut self, enabled: bool) -> Self {
+        self.multi_process = enabled;
+        self
+    }
+
+    /// Sets the truncated exponential backoff with which a waiting receiver polls the file for
+    /// messages sent by other processes: it starts at `floor`, doubles on every empty poll up to
+    /// `ceiling`, and returns to `floor` on activity.
+    pub fn poll_interval(mut self, floor: Duration, ceiling: Duration) -> Self {
+        self.poll_floor = floor;
+        self.poll_ceiling = ceiling;
+        self
+    }
+
+    /// Whether to verify every page's checksum when opening (see the defaults).
+    pub fn verify_on_open(mut self, enabled: bool) -> Self {
+        self.verify_on_open = enabled;
+        self
+    }
+
+    /// Replaces the wall clock, so tests can cross lock expiries and TTLs without sleeping.
+    #[doc(hidden)]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Opens the store at `path`, creating it if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotAStore`] for a file that is not a postbox store, [`Error::Corrupted`] for a
+    /// damaged one, [`Error::AlreadyOpen`] when another process holds it in single-process mode,
+    /// [`Error::Config`] for contradictory options, [`Error::Io`] for the operating system's
+    /// refusals (missing directory, permissions).
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Store> {
+        let engine = Engine::open(path.as_ref(), &self)?;
+        Ok(Store {
+            engine: Arc::new(engine),
+        })
+    }
+}
+
+/// Counters of this process's commit pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// redb write transactions committed.
+    pub commits: u64,
+    /// Operations (sends, receives, settles, …) that went through those commits.
+    pub operations: u64,
+}
+
+/// A postbox store: one file, many queues.
+///
+/// `Store` is a cheap handle (`Clone`, `Send`, `Sync`); the file closes when the last handle —
+/// including queues, received messages and transactions — is dropped, or at [`Store::close`].
+///
+/// ```
+/// # fn main() -> postbox::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = postbox::Store::open(dir.path().join("jobs.postbox"))?;
+/// let queue = store.queue("orders")?;
+/// queue.send("order 1")?;
+/// assert_eq!(queue.len()?, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub(crate) engine: Arc<Engine>,
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path` with default options.
+    ///
+    /// # Errors
+    ///
+    /// See [`StoreBuilder::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        StoreBuilder::default().open(path)
+    }
+
+    /// Options for opening a store.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    /// The path of the store file.
+    pub fn path(&self) -> &Path {
+        &self.engine.path
+    }
+
+    /// Whether this handle shares the file with other processes.
+    pub fn is_multi_process(&self) -> bool {
+        self.engine.multi_process
+    }
+
+    /// The durability of this handle's commits.
+    pub fn durability(&self) -> Durability {
+        self.engine.durability
+    }
+
+    /// Opens queue `name`, creating it with default options if it does not exist. An existing
+    /// queue keeps its messages and its options.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name (empty, over 255 bytes, control characters, or
+    /// the reserved dead-letter suffix on a queue that does not exist).
+    pub fn queue(&self, name: &str) -> Result<Queue> {
+        self.open_queue(name, None)
+    }
+
+    /// Opens queue `name` with `options`, creating it if missing. An existing queue keeps its
+    /// messages and takes the new options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::queue`], plus [`Error::InvalidArgument`] for invalid options.
+    pub fn queue_with(&self, name: &str, options: QueueOptions) -> Result<Queue> {
+        options.validate()?;
+        self.open_queue(name, Some(options))
+    }
+
+    fn open_queue(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
+        validate_queue_name(name)?;
+        // Opening an existing queue with nothing to change needs no write transaction.
+        let existing = self.engine.read(|t| read::queue_by_name(t, name))?;
+        let rec: QueueRecord = match existing {
+            Some(rec) if options.as_ref().is_none_or(|o| *o == rec.options) => rec,
+            _ => {
+                let owned = name.to_owned();
+                self.engine
+                    .call(move |b| b.open_queue(&owned, options.as_ref()))?
+            }
+        };
+        Ok(Queue::new(self.engine.clone(), name, rec))
+    }
+
+    /// The names of all queues (dead-letter queues are reached through [`Queue::dead_letters`]).
+    ///
+    /// # Errors
+    ///
+    /// Storage errors only.
+    pub fn queues(&self) -> Result<Vec<String>> {
+        self.engine.read(read::list_queues)
+    }
+
+    /// Deletes queue `name`, its dead-letter queue, and all their messages. Returns whether it
+    /// existed. Handles to the queue fail with [`Error::QueueNotFound`] afterwards.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `name` is a dead-letter queue.
+    pub fn delete_queue(&self, name: &str) -> Result<bool> {
+        validate_queue_name(name)?;
+        let owned = name.to_owned();
+        self.engine.call(move |b| b.delete_queue(&owned))
+    }
+
+    /// Begins a transaction: receives and sends that commit together or not at all.
+    pub fn begin(&self) -> Transaction {
+        Transaction::new(self.engine.clone())
+    }
+
+    /// Counters of this process's commit pipeline (how many commits carried how many
+    /// operations: the effect of group commit).
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            commits: self.engine.stats.commits.load(Ordering::Relaxed),
+            operations: self.engine.stats.operations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Closes the store: waits for pending commits, releases this process's locks, syncs.
+    /// Every handle of this store fails with [`Error::Closed`] afterwards. Dropping the last
+    /// handle does the same implicitly.
+    ///
+    /// # Errors
+    ///
+    /// The final commit's storage error, if any.
+    pub fn close(self) -> Result<()> {
+        self.engine.close()
+    }
+}
+
+/// Checks a queue name: 1–255 bytes of UTF-8 without control characters.
+pub(crate) fn validate_queue_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(Error::invalid(format!(
+            "queue names are 1 to 255 bytes long, got {} bytes",
+            name.len()
+        )));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(Error::invalid(format!(
+            "queue names cannot contain control characters (found U+{:04X})",
+            c as u32
+        )));
+    }
+    Ok(())
+}

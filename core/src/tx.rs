@@ -1,0 +1,184 @@
+//! Transactions: receives and sends (to any queues of the store) that commit together.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::engine::batch::{Settle, validate_message};
+use crate::error::Result;
+use crate::message::{Envelope, Message};
+use crate::queue::Queue;
+use crate::received::Received;
+
+/// A transaction, begun with [`Store::begin`](crate::Store::begin).
+///
+/// Messages received through it are locked for it; messages sent through it are invisible to
+/// everyone until [`commit`](Transaction::commit), which completes every received message and
+/// stores every sent one atomically. [`abort`](Transaction::abort) — or dropping the
+/// transaction — returns the received messages to their queues (their delivery counts stay
+/// incremented) and discards the sends.
+///
+/// Received messages stay locked for their queue's `lock_duration`; a transaction that outlives
+/// a lock fails to commit with [`Error::LockLost`](crate::Error::LockLost) and changes nothing.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+/// let orders = store.queue("orders")?;
+/// let invoices = store.queue("invoices")?;
+/// orders.send("order 7")?;
+///
+/// let mut tx = store.begin();
+/// if let Some(order) = tx.receive(&orders, std::time::Duration::from_secs(1))? {
+///     tx.send(&invoices, format!("invoice for {}", String::from_utf8_lossy(order.body())).as_str())?;
+/// }
+/// tx.commit()?; // the order is gone and the invoice exists, or neither
+/// assert_eq!(invoices.len()?, 1);
+/// # Ok::<(), postbox::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Transaction {
+    engine: Arc<Engine>,
+    locks: Vec<(u64, u64)>,
+    sends: Vec<(u32, String, Vec<Message>)>,
+    finished: bool,
+}
+
+impl Transaction {
+    pub(crate) fn new(engine: Arc<Engine>) -> Transaction {
+        Transaction {
+            engine,
+            locks: Vec::new(),
+            sends: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Receives the next message of `queue` into this transaction, waiting up to `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::receive`].
+    pub fn receive(&mut self, queue: &Queue, timeout: Duration) -> Result<Option<Envelope>> {
+        let deadline = Instant::now().checked_add(timeout);
+        let got = self.engine.receive(queue.id, &queue.name, 1, deadline)?;
+        Ok(got.into_iter().next().map(|l| {
+            self.locks.push((l.envelope.id.0, l.token));
+            l.envelope
+        }))
+    }
+
+    /// Receives without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::try_receive`].
+    pub fn try_receive(&mut self, queue: &Queue) -> Result<Option<Envelope>> {
+        self.receive(queue, Duration::ZERO)
+    }
+
+    /// Enlists a message received outside the transaction: commit completes it, abort returns
+    /// it to its queue.
+    pub fn complete(&mut self, message: Received) {
+        self.locks.push(message.take_lock());
+    }
+
+    /// Sends `message` to `queue` when the transaction commits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) and
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) at once; quota errors at commit.
+    pub fn send(&mut self, queue: &Queue, message: impl Into<Message>) -> Result<()> {
+        let m = message.into();
+        validate_message(&m, queue.options.max_message_size)?;
+        match self.sends.iter_mut().find(|(q, _, _)| *q == queue.id) {
+            Some((_, _, v)) => v.push(m),
+            None => self.sends.push((queue.id, queue.name.to_string(), vec![m])),
+        }
+        Ok(())
+    }
+
+    /// How many messages this transaction has received and will send.
+    pub fn len(&self) -> (usize, usize) {
+        (self.locks.len(), self.sends.iter().map(|s| s.2.len()).sum())
+    }
+
+    /// Whether the transaction has done nothing yet.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty() && self.sends.is_empty()
+    }
+
+    /// Applies every receive and send atomically, in one durable commit.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`](crate::Error::LockLost) if a received message's lock expired;
+    /// [`Error::QueueFull`](crate::Error::QueueFull) or
+    /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) for a send. On any error nothing
+    /// was applied and the received messages are returned to their queues.
+    pub fn commit(mut self) -> Result<()> {
+        self.finished = true;
+        let locks = std::mem::take(&mut self.locks);
+        let sends = std::mem::take(&mut self.sends);
+        if locks.is_empty() && sends.is_empty() {
+            return Ok(());
+        }
+        let result = self.engine.call({
+            let locks = locks.clone();
+            move |b| {
+                for &(id, token) in &locks {
+                    b.check_lock(id, token)?;
+                }
+                b.send_many(sends)?;
+                for &(id, token) in &locks {
+                    b.settle(id, token, &Settle::Complete)?;
+                }
+                Ok(())
+            }
+        });
+        if result.is_err() {
+            release(&self.engine, locks);
+        }
+        result
+    }
+
+    /// Discards the sends and returns the received messages to their queues.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors of the release.
+    pub fn abort(mut self) -> Result<()> {
+        self.finished = true;
+        let locks = std::mem::take(&mut self.locks);
+        abandon_all(&self.engine, locks)
+    }
+}
+
+fn abandon_all(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) -> Result<()> {
+    if locks.is_empty() {
+        return Ok(());
+    }
+    engine.call(move |b| {
+        for (id, token) in locks {
+            match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
+                Ok(()) | Err(crate::Error::LockLost(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })
+}
+
+fn release(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) {
+    let _ = abandon_all(engine, locks);
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            let locks = std::mem::take(&mut self.locks);
+            let _ = abandon_all(&self.engine, locks);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! C API (placeholder until the C API lands).
