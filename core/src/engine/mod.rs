@@ -217,7 +217,10 @@ impl Engine {
                 }
                 if self.multi_process {
                     let now_ms = self.clock.now_ms();
-                    if self.read(|t| read::has_candidate(t, q, now_ms))? {
+                    let me = self.owner;
+                    if self.read(|t| {
+                        Ok(read::has_candidate(t, q, now_ms)? || read::has_dead_owner(t, me)?)
+                    })? {
                         backoff = self.poll_floor;
                         break;
                     }
@@ -233,13 +236,11 @@ impl Engine {
             return Ok(());
         }
         let owner = self.owner;
-        let multi = self.multi_process;
+        // The closing job always writes (the unregistration), so it always commits durably:
+        // that is also what makes `Durability::None` work durable at a clean close.
         let result = self.pipeline.stop(move |b| {
             b.release_locks_of(Some(owner))?;
-            if multi {
-                b.unregister_owner(owner)?;
-            }
-            Ok(())
+            b.unregister_owner(owner)
         });
         self.signals.notify_all();
         result

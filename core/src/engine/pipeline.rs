@@ -161,8 +161,13 @@ impl Pipeline {
     }
 }
 
+/// With `Durability::None`, a durable commit at least this often bounds what a crash can lose
+/// and lets redb reclaim pages that only a durable commit frees.
+const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
     let mut last_reap = std::time::Instant::now();
+    let mut last_checkpoint = std::time::Instant::now();
     while let Ok(first) = rx.recv() {
         let mut jobs = Vec::new();
         let mut stop = None;
@@ -185,7 +190,14 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
             _ => None,
         };
         if !jobs.is_empty() {
-            run_guarded(ctx, jobs, ctx.durability, reap);
+            let durability = match ctx.durability {
+                Durability::None if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL => {
+                    last_checkpoint = std::time::Instant::now();
+                    Durability::Immediate
+                }
+                other => other,
+            };
+            run_guarded(ctx, jobs, durability, reap);
         }
         if let Some(last) = stop {
             run_guarded(ctx, vec![last], Durability::Immediate, None);

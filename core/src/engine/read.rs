@@ -139,11 +139,26 @@ pub fn has_candidate(txn: &ReadTransaction, q: u32, now: u64) -> Result<bool> {
     Ok(false)
 }
 
-/// The earliest time at which time-driven work becomes due (scheduled message, lock expiry,
-/// message expiry), so a waiter can sleep exactly until then.
+/// Whether a process other than `me` registered in the store has died: its locks can be
+/// released by the next write transaction.
+pub fn has_dead_owner(txn: &ReadTransaction, me: u64) -> Result<bool> {
+    let owners = txn.open_table(OWNERS)?;
+    for e in owners.iter()? {
+        let (k, v) = e?;
+        let (pid, start) = v.value();
+        if k.value() != me && !super::owners::is_alive(pid, start) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The earliest time at which time-driven work that can make a message receivable becomes due
+/// (a scheduled message, a lock expiry), so a waiter can sleep exactly until then.
 pub fn next_due(txn: &ReadTransaction) -> Result<Option<u64>> {
     let mut best: Option<u64> = None;
-    for def in [SCHEDULED, LOCK_EXPIRY, EXPIRING] {
+    // Message expiry is left out: it only removes messages, so no receiver waits for it.
+    for def in [SCHEDULED, LOCK_EXPIRY] {
         let t = txn.open_table(def)?;
         if let Some((k, _)) = t.first()? {
             let at = k.value().0;
