@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Rust: formatting, lints, docs, and the workspace tests (the Python crate builds through maturin).
+set -euxo pipefail
+cd "$(dirname "$0")/.."
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --exclude postbox-python --no-deps --locked
+cargo test --workspace --exclude postbox-python --locked

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test of postbox — Rust, C and Python — on a fresh machine. CI runs exactly this.
+# Each concern lives in its own script under .ci/ and installs what it needs itself.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+scripts=(rust header c python stress bench-smoke)
+failed=()
+for s in "${scripts[@]}"; do
+  f=".ci/$s.sh"
+  [ -f "$f" ] || continue
+  echo "=== $f"
+  start=$SECONDS
+  if bash "$f"; then
+    echo "=== $f passed in $((SECONDS - start)) s"
+  else
+    echo "=== $f FAILED after $((SECONDS - start)) s"
+    failed+=("$s")
+  fi
+done
+
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "failed concerns: ${failed[*]}"
+  exit 1
+fi
+echo "all concerns passed"
