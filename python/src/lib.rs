@@ -1,1 +1,40 @@
-//! Python binding (placeholder).
+//! The native module `postbox._postbox`, wrapped by the pure-Python package `postbox`.
+//!
+//! Every call that touches the disk or waits runs with the GIL released (`Python::detach`);
+//! waits run in slices of about 100 ms with `check_signals()` between them so that Ctrl-C
+//! raises `KeyboardInterrupt` promptly. Errors become the exception classes of
+//! `postbox._errors`, one per `postbox::ErrorKind`.
+
+mod convert;
+mod errors;
+mod message;
+mod queue;
+mod store;
+mod tx;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _postbox {
+    #[pymodule_export]
+    use crate::message::PyMessage;
+    #[pymodule_export]
+    use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats};
+    #[pymodule_export]
+    use crate::store::PyStore;
+    #[pymodule_export]
+    use crate::tx::PyTransaction;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("MAX_PRIORITY", postbox::MAX_PRIORITY)?;
+        m.add("MIN_PRIORITY", postbox::MIN_PRIORITY)?;
+        m.add("DEFAULT_PRIORITY", postbox::DEFAULT_PRIORITY)?;
+        m.add("REASON_TTL_EXPIRED", postbox::REASON_TTL_EXPIRED)?;
+        m.add("REASON_MAX_DELIVERIES", postbox::REASON_MAX_DELIVERIES)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+"""postbox: a transactional, durable message queue in one local file.
+
+MSMQ / Azure Service Bus semantics without a server::
+
+    import postbox
+
+    with postbox.Store("app.postbox") as store:
+        jobs = store.queue("jobs", lock_duration=30)
+        jobs.send(b"resize 42.png", label="resize", priority=5)
+        with jobs.receive(timeout=1) as msg:   # completed on success, abandoned on exception
+            print(msg.label, msg.body)
+
+Receives follow the stdlib ``queue`` module: timeouts are float seconds (or ``timedelta``),
+``None`` waits forever, and ``postbox.Empty`` (a ``queue.Empty``) is raised when nothing arrives.
+Every call that waits or touches the disk releases the GIL.
+"""
+
+from __future__ import annotations
+
+from . import _postbox
+from ._errors import (
+    AlreadyOpenError,
+    ClosedError,
+    CodecError,
+    ConfigError,
+    Empty,
+    IncompatibleVersionError,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    LockLostError,
+    MessageNotFoundError,
+    MessageTooLargeError,
+    NotAStoreError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PostboxError,
+    QueueFullError,
+    QueueNotFoundError,
+    StorageFullError,
+    StoreCorruptedError,
+    StoreError,
+)
+from ._postbox import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    REASON_MAX_DELIVERIES,
+    REASON_TTL_EXPIRED,
+    Browse,
+    Consumer,
+    Message,
+    Queue,
+    QueueStats,
+    Store,
+    Transaction,
+)
+
+__version__: str = _postbox.__version__
+
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "REASON_MAX_DELIVERIES",
+    "REASON_TTL_EXPIRED",
+    "AlreadyOpenError",
+    "Browse",
+    "ClosedError",
+    "CodecError",
+    "ConfigError",
+    "Consumer",
+    "Empty",
+    "IncompatibleVersionError",
+    "InternalError",
+    "InvalidArgumentError",
+    "IoError",
+    "LockLostError",
+    "Message",
+    "MessageNotFoundError",
+    "MessageTooLargeError",
+    "NotAStoreError",
+    "NotFoundError",
+    "OutcomeUnknownError",
+    "PostboxError",
+    "Queue",
+    "QueueFullError",
+    "QueueNotFoundError",
+    "QueueStats",
+    "StorageFullError",
+    "Store",
+    "StoreCorruptedError",
+    "StoreError",
+    "Transaction",
+    "__version__",
+]

@@ -1,0 +1,165 @@
+"""The exception classes of postbox, one per error kind of the Rust engine.
+
+``PostboxError`` is the base; the mid-level classes group kinds a caller may handle together and
+also derive from the matching builtin (``ValueError``, ``LookupError``, ``OSError``), so generic
+handlers keep working. The native module raises the leaves; a kind it does not know maps to
+``PostboxError``. Every instance carries ``code``: the stable number of the kind (the same as the
+C API's status code).
+"""
+
+from __future__ import annotations
+
+import queue as _queue
+
+__all__ = [
+    "PostboxError",
+    "Empty",
+    "LockLostError",
+    "QueueFullError",
+    "MessageTooLargeError",
+    "NotFoundError",
+    "QueueNotFoundError",
+    "MessageNotFoundError",
+    "InvalidArgumentError",
+    "ConfigError",
+    "StoreError",
+    "StoreCorruptedError",
+    "NotAStoreError",
+    "IncompatibleVersionError",
+    "AlreadyOpenError",
+    "ClosedError",
+    "IoError",
+    "StorageFullError",
+    "OutcomeUnknownError",
+    "CodecError",
+    "InternalError",
+]
+
+
+class PostboxError(Exception):
+    """Base class of every error postbox raises."""
+
+    code: int = 0
+
+
+class Empty(PostboxError, _queue.Empty):
+    """Nothing arrived before the timeout (a ``queue.Empty``, as ``queue.Queue.get`` raises)."""
+
+    code = 1
+
+
+class LockLostError(PostboxError):
+    """The message's lock expired, was released, or was taken over; the settle changed nothing."""
+
+    code = 2
+    message_id: int
+
+
+class QueueFullError(PostboxError):
+    """Sending would exceed the queue's ``max_messages`` or ``max_bytes`` quota."""
+
+    code = 3
+    queue: str
+    limit: str
+
+
+class MessageTooLargeError(PostboxError, ValueError):
+    """The body is larger than the queue's ``max_message_size``."""
+
+    code = 4
+    size: int
+    max_size: int
+
+
+class NotFoundError(PostboxError, LookupError):
+    """A queue or message does not exist."""
+
+    code = 5
+
+
+class QueueNotFoundError(NotFoundError):
+    """The queue does not exist (or was deleted)."""
+
+    queue: str
+
+
+class MessageNotFoundError(NotFoundError):
+    """The message does not exist."""
+
+    message_id: int
+
+
+class InvalidArgumentError(PostboxError, ValueError):
+    """An argument or the state of an object was rejected (bad name, priority, settled message)."""
+
+    code = 6
+
+
+class ConfigError(InvalidArgumentError):
+    """Contradictory store options (e.g. multi_process with durability="none")."""
+
+    code = 15
+
+
+class StoreError(PostboxError):
+    """A problem with the store file or its handle."""
+
+
+class StoreCorruptedError(StoreError):
+    """The file is damaged."""
+
+    code = 7
+
+
+class NotAStoreError(StoreError):
+    """The file exists but is not a postbox store."""
+
+    code = 11
+
+
+class IncompatibleVersionError(StoreError):
+    """The store was written by a newer, incompatible version of postbox."""
+
+    code = 12
+
+
+class AlreadyOpenError(StoreError):
+    """Another process holds the store open in single-process mode."""
+
+    code = 13
+
+
+class ClosedError(StoreError):
+    """The store was closed."""
+
+    code = 9
+
+
+class IoError(StoreError, OSError):
+    """The operating system refused an operation (permissions, missing directory, ...)."""
+
+    code = 8
+
+
+class StorageFullError(IoError):
+    """The disk is full."""
+
+    code = 16
+
+
+class OutcomeUnknownError(PostboxError):
+    """A commit failed after it may have reached the disk: it may or may not have applied."""
+
+    code = 14
+
+
+class CodecError(PostboxError):
+    """A typed body could not be encoded or decoded."""
+
+    code = 17
+
+
+class InternalError(PostboxError):
+    """A bug in postbox was caught at the boundary; the store stays usable."""
+
+    code = 10

@@ -1,0 +1,106 @@
+//! Maps postbox's errors to the exception classes of `postbox._errors` (pure Python, so that
+//! they can inherit from both `PostboxError` and the matching builtin, e.g. `ValueError`).
+
+use postbox::{Error, ErrorKind};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyModule;
+
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+fn class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let module = ERRORS.get_or_try_init(py, || py.import("postbox._errors").map(Bound::unbind))?;
+    module.bind(py).getattr(name)
+}
+
+/// The exception class of each kind; a kind this binding does not know yet (the enum is
+/// non-exhaustive) falls back to the base class.
+fn class_name(e: &Error) -> &'static str {
+    match e {
+        Error::QueueNotFound(_) => "QueueNotFoundError",
+        Error::MessageNotFound(_) => "MessageNotFoundError",
+        _ => match e.kind() {
+            ErrorKind::Timeout => "Empty",
+            ErrorKind::LockLost => "LockLostError",
+            ErrorKind::QueueFull => "QueueFullError",
+            ErrorKind::TooLarge => "MessageTooLargeError",
+            ErrorKind::NotFound => "NotFoundError",
+            ErrorKind::InvalidArgument => "InvalidArgumentError",
+            ErrorKind::Corrupted => "StoreCorruptedError",
+            ErrorKind::Io => "IoError",
+            ErrorKind::Closed => "ClosedError",
+            ErrorKind::Panic => "InternalError",
+            ErrorKind::NotAStore => "NotAStoreError",
+            ErrorKind::IncompatibleVersion => "IncompatibleVersionError",
+            ErrorKind::AlreadyOpen => "AlreadyOpenError",
+            ErrorKind::OutcomeUnknown => "OutcomeUnknownError",
+            ErrorKind::Config => "ConfigError",
+            ErrorKind::StorageFull => "StorageFullError",
+            ErrorKind::Codec => "CodecError",
+            _ => "PostboxError",
+        },
+    }
+}
+
+/// Builds the Python exception for `e`, with `code` (the stable `ErrorKind` number) and the
+/// details of the variant as attributes.
+pub fn to_py(e: Error) -> PyErr {
+    Python::attach(|py| match build(py, &e) {
+        Ok(err) => err,
+        Err(import_failed) => import_failed,
+    })
+}
+
+fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
+    let cls = class(py, class_name(e))?;
+    let text = e.to_string();
+    let exc = match e {
+        // IoError is also an OSError: pass (errno, strerror) so `errno` is set.
+        Error::Io(io) if io.raw_os_error().is_some() => cls.call1((io.raw_os_error(), text))?,
+        _ => cls.call1((text,))?,
+    };
+    exc.setattr("code", e.kind() as i32)?;
+    match e {
+        Error::LockLost(id) | Error::MessageNotFound(id) => exc.setattr("message_id", id.get())?,
+        Error::QueueNotFound(q) => exc.setattr("queue", q)?,
+        Error::QueueFull { queue, limit } => {
+            exc.setattr("queue", queue)?;
+            exc.setattr("limit", limit)?;
+        }
+        Error::MessageTooLarge { size, max } => {
+            exc.setattr("size", size)?;
+            exc.setattr("max_size", max)?;
+        }
+        _ => {}
+    }
+    Ok(PyErr::from_value(exc))
+}
+
+/// A misuse of a Python object's state (a settled message, a finished transaction): reported as
+/// `InvalidArgumentError`, which is also a `ValueError`, as Python does for closed files.
+pub fn invalid(msg: impl Into<String>) -> PyErr {
+    to_py(Error::InvalidArgument(msg.into()))
+}
+
+/// `postbox.Empty`: nothing arrived before the timeout.
+pub fn empty(queue: &str) -> PyErr {
+    Python::attach(|py| {
+        let built = class(py, "Empty").and_then(|cls| {
+            let exc = cls.call1((format!("no message arrived in queue {queue:?}"),))?;
+            exc.setattr("code", ErrorKind::Timeout as i32)?;
+            Ok(PyErr::from_value(exc))
+        });
+        built.unwrap_or_else(|e| e)
+    })
+}
+
+/// Extension for `postbox::Result` → `PyResult`.
+pub trait IntoPy<T> {
+    fn py_err(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for postbox::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}

@@ -1,0 +1,321 @@
+//! `postbox.Message`: a stored message, and — when it came from `receive` — its lock.
+
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use postbox::{Envelope, Received};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDateTime, PyDict, PyType};
+
+use crate::convert;
+use crate::errors::{IntoPy, invalid};
+
+/// Where a message stands with respect to its lock.
+pub enum Lock {
+    /// From `peek`, `browse` or `get`: never locked.
+    Unlocked,
+    /// Received: held under this lock until settled.
+    Held(Received),
+    /// Received through, or enlisted in, a transaction: settled by its commit or abort.
+    Transaction,
+    /// Settled (the text says how) or being settled right now.
+    Settled(&'static str),
+}
+
+impl Lock {
+    fn state(&self) -> &'static str {
+        match self {
+            Lock::Unlocked => "unlocked",
+            Lock::Held(_) => "locked",
+            Lock::Transaction => "transaction",
+            Lock::Settled(how) => how,
+        }
+    }
+}
+
+/// A message read from a queue. Its properties are attributes; `complete()`, `abandon()`,
+/// `dead_letter()` and `resubmit()` settle a received message exactly once.
+#[pyclass(frozen, module = "postbox._postbox", name = "Message")]
+pub struct PyMessage {
+    pub env: Envelope,
+    body: PyOnceLock<Py<PyBytes>>,
+    pub lock: Mutex<Lock>,
+    lock_token: Option<u64>,
+    locked_until: Mutex<Option<SystemTime>>,
+}
+
+impl PyMessage {
+    pub fn unlocked(env: Envelope) -> PyMessage {
+        PyMessage::new(env, Lock::Unlocked, None, None)
+    }
+
+    pub fn received(r: Received) -> PyMessage {
+        let (token, until) = (r.lock_token(), r.locked_until());
+        PyMessage::new(
+            r.envelope().clone(),
+            Lock::Held(r),
+            Some(token),
+            Some(until),
+        )
+    }
+
+    pub fn in_transaction(env: Envelope) -> PyMessage {
+        PyMessage::new(env, Lock::Transaction, None, None)
+    }
+
+    fn new(env: Envelope, lock: Lock, token: Option<u64>, until: Option<SystemTime>) -> PyMessage {
+        PyMessage {
+            env,
+            body: PyOnceLock::new(),
+            lock: Mutex::new(lock),
+            lock_token: token,
+            locked_until: Mutex::new(until),
+        }
+    }
+
+    /// Takes the lock out to settle it, leaving `after` in its place; explains a refusal.
+    pub fn take(&self, after: &'static str) -> PyResult<Received> {
+        let mut lock = self.lock.lock();
+        match std::mem::replace(&mut *lock, Lock::Settled(after)) {
+            Lock::Held(r) => Ok(r),
+            other => {
+                let why = match &other {
+                    Lock::Unlocked => format!(
+                        "message {} was not received (it came from peek, browse or get) and holds no lock",
+                        self.env.id()
+                    ),
+                    Lock::Transaction => format!(
+                        "message {} belongs to a transaction: it is settled by the transaction's commit or abort",
+                        self.env.id()
+                    ),
+                    Lock::Settled(how) => {
+                        format!("message {} was already settled ({how})", self.env.id())
+                    }
+                    Lock::Held(_) => unreachable!(),
+                };
+                *lock = other;
+                Err(invalid(why))
+            }
+        }
+    }
+
+    fn settle(
+        &self,
+        py: Python<'_>,
+        after: &'static str,
+        f: impl FnOnce(Received) -> postbox::Result<()> + Send,
+    ) -> PyResult<()> {
+        let r = self.take(after)?;
+        py.detach(move || f(r)).py_err()
+    }
+}
+
+#[pymethods]
+impl PyMessage {
+    /// The store-wide id.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.env.id().get()
+    }
+    /// The name of the queue the message is in.
+    #[getter]
+    fn queue(&self) -> &str {
+        self.env.queue()
+    }
+    /// The body.
+    #[getter]
+    fn body(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.body
+            .get_or_init(py, || PyBytes::new(py, self.env.body()).unbind())
+            .clone_ref(py)
+    }
+    /// The body decoded as UTF-8.
+    #[getter]
+    fn text(&self) -> PyResult<String> {
+        String::from_utf8(self.env.body().to_vec()).map_err(|e| {
+            pyo3::exceptions::PyUnicodeDecodeError::new_err(format!(
+                "the body of message {} is not UTF-8: {e}",
+                self.env.id()
+            ))
+        })
+    }
+    #[getter]
+    fn label(&self) -> Option<&str> {
+        self.env.label()
+    }
+    #[getter]
+    fn content_type(&self) -> Option<&str> {
+        self.env.content_type()
+    }
+    #[getter]
+    fn correlation_id(&self) -> Option<&str> {
+        self.env.correlation_id()
+    }
+    #[getter]
+    fn reply_to(&self) -> Option<&str> {
+        self.env.reply_to()
+    }
+    #[getter]
+    fn message_key(&self) -> Option<&str> {
+        self.env.message_key()
+    }
+    #[getter]
+    fn group(&self) -> Option<&str> {
+        self.env.group()
+    }
+    #[getter]
+    fn sequence(&self) -> Option<u64> {
+        self.env.sequence()
+    }
+    #[getter]
+    fn priority(&self) -> u8 {
+        self.env.priority()
+    }
+    #[getter]
+    fn delivery_count(&self) -> u32 {
+        self.env.delivery_count()
+    }
+    #[getter]
+    fn enqueued_at<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
+        convert::datetime(py, self.env.enqueued_at())
+    }
+    #[getter]
+    fn visible_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
+        convert::opt_datetime(py, self.env.visible_at())
+    }
+    #[getter]
+    fn expires_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
+        convert::opt_datetime(py, self.env.expires_at())
+    }
+    /// User properties (a new dict each time).
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        convert::properties_to_py(py, self.env.properties())
+    }
+    #[getter]
+    fn dead_letter_reason(&self) -> Option<&str> {
+        self.env.dead_letter_info().map(|d| d.reason.as_str())
+    }
+    #[getter]
+    fn dead_letter_description(&self) -> Option<&str> {
+        self.env.dead_letter_info().map(|d| d.description.as_str())
+    }
+    #[getter]
+    fn dead_letter_source(&self) -> Option<&str> {
+        self.env.dead_letter_info().map(|d| d.source_queue.as_str())
+    }
+    #[getter]
+    fn dead_lettered_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
+        convert::opt_datetime(py, self.env.dead_letter_info().map(|d| d.at))
+    }
+    /// The lock token of this delivery (`None` unless received outside a transaction).
+    #[getter]
+    fn lock_token(&self) -> Option<u64> {
+        self.lock_token
+    }
+    /// When the lock expires unless renewed (`None` unless received outside a transaction).
+    #[getter]
+    fn locked_until<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
+        let until = *self.locked_until.lock();
+        convert::opt_datetime(py, until)
+    }
+    /// `"unlocked"` (peeked), `"locked"`, `"transaction"`, `"completed"`, `"abandoned"`,
+    /// `"dead-lettered"`, `"resubmitted"` or `"enlisted"`.
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.lock.lock().state()
+    }
+
+    /// Removes the message for good.
+    fn complete(&self, py: Python<'_>) -> PyResult<()> {
+        self.settle(py, "completed", Received::complete)
+    }
+
+    /// Returns the message to its queue, receivable again at once or after `delay`.
+    #[pyo3(signature = (delay=None))]
+    fn abandon(&self, py: Python<'_>, delay: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        match convert::opt_duration(delay, "delay")? {
+            None => self.settle(py, "abandoned", Received::abandon),
+            Some(d) => self.settle(py, "abandoned", move |r| r.abandon_after(d)),
+        }
+    }
+
+    /// Moves the message to the dead-letter queue.
+    #[pyo3(signature = (reason, description=""))]
+    fn dead_letter(&self, py: Python<'_>, reason: String, description: &str) -> PyResult<()> {
+        let description = description.to_owned();
+        self.settle(py, "dead-lettered", move |r| {
+            r.dead_letter(&reason, &description)
+        })
+    }
+
+    /// Moves a message received from a dead-letter queue back to its source queue.
+    fn resubmit(&self, py: Python<'_>) -> PyResult<()> {
+        self.settle(py, "resubmitted", Received::resubmit)
+    }
+
+    /// Extends the lock by the queue's lock_duration; returns the new expiry.
+    fn renew_lock<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
+        // The message mutex is taken without the GIL, so it never waits on a thread that holds
+        // the GIL and wants this mutex.
+        let until = py.detach(|| {
+            let mut lock = self.lock.lock();
+            match &mut *lock {
+                Lock::Held(r) => Ok(r.renew_lock()),
+                other => Err(other.state()),
+            }
+        });
+        let until = match until {
+            Ok(r) => r.py_err()?,
+            Err(state) => {
+                return Err(invalid(format!(
+                    "message {} holds no lock to renew (state: {state})",
+                    self.env.id()
+                )));
+            }
+        };
+        *self.locked_until.lock() = Some(until);
+        convert::datetime(py, until)
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Completes on a clean exit, abandons on an exception (which propagates). A message the
+    /// block already settled is left alone.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if !matches!(*self.lock.lock(), Lock::Held(_)) {
+            return Ok(false);
+        }
+        if exc_type.is_none() {
+            self.settle(py, "completed", Received::complete)?;
+        } else {
+            // The block's exception matters more than a failure to release the lock, which
+            // expires anyway.
+            let _ = self.settle(py, "abandoned", Received::abandon);
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let body = self.env.body();
+        let shown = String::from_utf8_lossy(&body[..body.len().min(40)]).into_owned();
+        format!(
+            "<postbox.Message id={} queue={:?} state={} delivery_count={} body={:?}{}>",
+            self.env.id(),
+            self.env.queue(),
+            self.lock.lock().state(),
+            self.env.delivery_count(),
+            shown,
+            if body.len() > 40 { "…" } else { "" }
+        )
+    }
+}

@@ -1,0 +1,380 @@
+//! `postbox.Queue`, its statistics, and the iterators `browse()` and `consume()`.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use postbox::{MessageId, Queue, QueueOptions, Received};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::convert::{self, SendArgs};
+use crate::errors::{IntoPy, empty, invalid};
+use crate::message::{Lock, PyMessage};
+
+/// Longest stretch spent waiting without the GIL before checking for signals (Ctrl-C).
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// Waits until `attempt` yields something or `deadline` passes (`None`: forever). Each attempt
+/// waits at most one slice with the GIL released; signals are checked between slices so that
+/// Ctrl-C raises `KeyboardInterrupt` promptly.
+pub fn wait_sliced<T: Send>(
+    py: Python<'_>,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut(Duration) -> postbox::Result<Option<T>> + Send,
+) -> PyResult<Option<T>> {
+    loop {
+        let slice = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+            None => SLICE,
+        };
+        if let Some(got) = py.detach(|| attempt(slice)).py_err()? {
+            return Ok(Some(got));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// A queue of the store; cheap to copy around, safe to share between threads.
+#[pyclass(frozen, module = "postbox._postbox", name = "Queue")]
+pub struct PyQueue {
+    pub q: Queue,
+}
+
+fn receive_one(py: Python<'_>, q: &Queue, deadline: Option<Instant>) -> PyResult<Option<Received>> {
+    wait_sliced(py, deadline, |slice| q.receive(slice))
+}
+
+#[pymethods]
+impl PyQueue {
+    /// The queue's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.q.name()
+    }
+
+    /// The queue's options when this handle was opened (durations as `timedelta`).
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        options_to_py(py, self.q.options())
+    }
+
+    #[getter]
+    fn is_dead_letter_queue(&self) -> bool {
+        self.q.is_dead_letter_queue()
+    }
+
+    /// For a dead-letter queue, the name of its source queue.
+    #[getter]
+    fn source_name(&self) -> Option<&str> {
+        self.q.source_name()
+    }
+
+    /// Sends one message; returns its id once it is stored (durably by default).
+    #[pyo3(signature = (body, *, label=None, content_type=None, priority=None, correlation_id=None,
+        reply_to=None, ttl=None, delay=None, visible_at=None, expires_at=None, group=None,
+        sequence=None, properties=None, message_key=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        body: &Bound<'_, PyAny>,
+        label: Option<String>,
+        content_type: Option<String>,
+        priority: Option<&Bound<'_, PyAny>>,
+        correlation_id: Option<String>,
+        reply_to: Option<String>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        delay: Option<&Bound<'_, PyAny>>,
+        visible_at: Option<&Bound<'_, PyAny>>,
+        expires_at: Option<&Bound<'_, PyAny>>,
+        group: Option<String>,
+        sequence: Option<u64>,
+        properties: Option<&Bound<'_, PyAny>>,
+        message_key: Option<String>,
+    ) -> PyResult<u64> {
+        let m = SendArgs {
+            label,
+            content_type,
+            priority,
+            correlation_id,
+            reply_to,
+            ttl,
+            delay,
+            visible_at,
+            expires_at,
+            group,
+            sequence,
+            properties,
+            message_key,
+        }
+        .build(convert::body(body)?)?;
+        let q = &self.q;
+        py.detach(|| q.send(m)).py_err().map(MessageId::get)
+    }
+
+    /// Sends several messages atomically, in one commit. Each item is a body, or a dict with a
+    /// `"body"` key and any of `send`'s keywords. Returns the ids in order.
+    fn send_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        let mut batch = Vec::new();
+        for item in messages.try_iter()? {
+            batch.push(convert::batch_item(&item?)?);
+        }
+        let q = &self.q;
+        let ids = py.detach(|| q.send_batch(batch)).py_err()?;
+        Ok(ids.into_iter().map(MessageId::get).collect())
+    }
+
+    /// The message `receive` would take next, without locking it; `None` if there is none.
+    fn peek(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+        let q = &self.q;
+        let env = py.detach(|| q.peek()).py_err()?;
+        Ok(env.map(PyMessage::unlocked))
+    }
+
+    /// Iterates over the receivable messages in delivery order, without locking them.
+    fn browse(&self) -> PyBrowse {
+        PyBrowse {
+            it: Mutex::new(self.q.browse()),
+        }
+    }
+
+    /// The message with this id in this queue, whatever its state; `None` if there is none.
+    fn get(&self, py: Python<'_>, id: u64) -> PyResult<Option<PyMessage>> {
+        let q = &self.q;
+        let env = py.detach(|| q.get(MessageId(id))).py_err()?;
+        Ok(env.map(PyMessage::unlocked))
+    }
+
+    /// Locks and returns the next message, waiting up to `timeout` seconds (`None`: forever).
+    /// Raises `postbox.Empty` when nothing arrives in time.
+    #[pyo3(signature = (timeout=None))]
+    fn receive(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyMessage> {
+        let deadline = convert::deadline(timeout)?;
+        match receive_one(py, &self.q, deadline)? {
+            Some(r) => Ok(PyMessage::received(r)),
+            None => Err(empty(self.q.name())),
+        }
+    }
+
+    /// `receive(timeout=0)`, as `queue.Queue.get_nowait`.
+    fn receive_nowait(&self, py: Python<'_>) -> PyResult<PyMessage> {
+        match py.detach(|| self.q.try_receive()).py_err()? {
+            Some(r) => Ok(PyMessage::received(r)),
+            None => Err(empty(self.q.name())),
+        }
+    }
+
+    /// Locks up to `max_messages` in one commit, waiting up to `timeout` for the first.
+    /// Returns an empty list when nothing arrives in time.
+    #[pyo3(signature = (max_messages, timeout=None))]
+    fn receive_batch(
+        &self,
+        py: Python<'_>,
+        max_messages: usize,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyMessage>> {
+        if max_messages == 0 {
+            return Err(invalid("receive_batch needs max_messages >= 1"));
+        }
+        let deadline = convert::deadline(timeout)?;
+        let q = &self.q;
+        let got = wait_sliced(py, deadline, |slice| {
+            q.receive_batch(max_messages, slice)
+                .map(|v| (!v.is_empty()).then_some(v))
+        })?;
+        Ok(got
+            .unwrap_or_default()
+            .into_iter()
+            .map(PyMessage::received)
+            .collect())
+    }
+
+    /// Completes several received messages in one commit, all or none.
+    fn complete_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut taken: Vec<(Bound<'_, PyMessage>, Received)> = Vec::new();
+        let mut failure = None;
+        for item in messages.try_iter()? {
+            let item = item?;
+            let msg = match item.cast_into::<PyMessage>() {
+                Ok(m) => m,
+                Err(e) => {
+                    failure = Some(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "complete_batch takes postbox.Message objects: {}",
+                        e.into_inner()
+                            .get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    )));
+                    break;
+                }
+            };
+            match msg.get().take("completed") {
+                Ok(r) => taken.push((msg, r)),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // Put back what was taken: nothing was settled.
+            for (m, r) in taken {
+                *m.get().lock.lock() = Lock::Held(r);
+            }
+            return Err(e);
+        }
+        let received: Vec<Received> = taken.into_iter().map(|(_, r)| r).collect();
+        let q = &self.q;
+        py.detach(|| q.complete_batch(received)).py_err()
+    }
+
+    /// Exact counts.
+    fn stats(&self, py: Python<'_>) -> PyResult<PyQueueStats> {
+        let q = &self.q;
+        let s = py.detach(|| q.stats()).py_err()?;
+        Ok(PyQueueStats {
+            active: s.active,
+            locked: s.locked,
+            scheduled: s.scheduled,
+            dead_lettered: s.dead_lettered,
+            bytes: s.bytes,
+        })
+    }
+
+    /// Messages receivable now (`stats().active`).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let q = &self.q;
+        let n = py.detach(|| q.len()).py_err()?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// Removes every message of the queue (not of its dead-letter queue); returns how many.
+    fn purge(&self, py: Python<'_>) -> PyResult<u64> {
+        let q = &self.q;
+        py.detach(|| q.purge()).py_err()
+    }
+
+    /// The dead-letter queue of this queue.
+    #[getter]
+    fn dead_letters(&self, py: Python<'_>) -> PyResult<PyQueue> {
+        let q = &self.q;
+        let dl = py.detach(|| q.dead_letters()).py_err()?;
+        Ok(PyQueue { q: dl })
+    }
+
+    /// Iterates over received (locked) messages; stops when none arrives within `timeout`
+    /// (`None`: never stops). Settle each one, e.g. `with msg: ...`.
+    #[pyo3(signature = (timeout=None))]
+    fn consume(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyConsumer> {
+        Ok(PyConsumer {
+            q: self.q.clone(),
+            timeout: convert::opt_duration(timeout, "timeout")?,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<postbox.Queue {:?}>", self.q.name())
+    }
+}
+
+pub fn options_to_py<'py>(py: Python<'py>, o: &QueueOptions) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("lock_duration", convert::timedelta(py, o.lock_duration)?)?;
+    d.set_item("max_deliveries", o.max_deliveries)?;
+    d.set_item(
+        "default_ttl",
+        o.default_ttl
+            .map(|t| convert::timedelta(py, t))
+            .transpose()?,
+    )?;
+    d.set_item("max_message_size", o.max_message_size)?;
+    d.set_item("max_messages", o.max_messages)?;
+    d.set_item("max_bytes", o.max_bytes)?;
+    d.set_item(
+        "dedup_window",
+        o.dedup_window
+            .map(|t| convert::timedelta(py, t))
+            .transpose()?,
+    )?;
+    Ok(d)
+}
+
+/// Exact counts of a queue.
+#[pyclass(frozen, get_all, eq, module = "postbox._postbox", name = "QueueStats")]
+#[derive(PartialEq, Eq)]
+pub struct PyQueueStats {
+    /// Receivable now.
+    active: u64,
+    /// Held by a receiver or a transaction.
+    locked: u64,
+    /// Waiting for their delivery time.
+    scheduled: u64,
+    /// In the dead-letter queue.
+    dead_lettered: u64,
+    /// Body bytes held (active, locked and scheduled).
+    bytes: u64,
+}
+
+#[pymethods]
+impl PyQueueStats {
+    fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("active", self.active)?;
+        d.set_item("locked", self.locked)?;
+        d.set_item("scheduled", self.scheduled)?;
+        d.set_item("dead_lettered", self.dead_lettered)?;
+        d.set_item("bytes", self.bytes)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "QueueStats(active={}, locked={}, scheduled={}, dead_lettered={}, bytes={})",
+            self.active, self.locked, self.scheduled, self.dead_lettered, self.bytes
+        )
+    }
+}
+
+/// Iterator of `Queue.browse()`.
+#[pyclass(frozen, module = "postbox._postbox", name = "Browse")]
+pub struct PyBrowse {
+    it: Mutex<postbox::Browse>,
+}
+
+#[pymethods]
+impl PyBrowse {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+        let next = py.detach(|| self.it.lock().next());
+        match next {
+            None => Ok(None),
+            Some(env) => Ok(Some(PyMessage::unlocked(env.py_err()?))),
+        }
+    }
+}
+
+/// Iterator of `Queue.consume()`.
+#[pyclass(frozen, module = "postbox._postbox", name = "Consumer")]
+pub struct PyConsumer {
+    q: Queue,
+    timeout: Option<Duration>,
+}
+
+#[pymethods]
+impl PyConsumer {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+        let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
+        Ok(receive_one(py, &self.q, deadline)?.map(PyMessage::received))
+    }
+}

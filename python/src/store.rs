@@ -1,0 +1,227 @@
+//! `postbox.Store`: opening the file, queues, transactions.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use postbox::{Durability, QueueOptions, Store};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+
+use crate::convert;
+use crate::errors::{IntoPy, invalid};
+use crate::queue::PyQueue;
+use crate::tx::PyTransaction;
+
+/// One store file holding many queues. A context manager: leaving the block closes it.
+#[pyclass(frozen, module = "postbox._postbox", name = "Store")]
+pub struct PyStore {
+    pub store: Store,
+    closed: AtomicBool,
+}
+
+fn opt_u64(v: Option<i128>, what: &str) -> PyResult<Option<u64>> {
+    v.map(|n| {
+        u64::try_from(n).map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {n}")))
+    })
+    .transpose()
+}
+
+#[pymethods]
+impl PyStore {
+    /// Opens (creating if needed) the store at `path`.
+    #[new]
+    #[pyo3(signature = (path, durability="immediate", multi_process=false, *, cache_size=None,
+        poll_interval=None, verify_on_open=true))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        durability: &str,
+        multi_process: bool,
+        cache_size: Option<usize>,
+        poll_interval: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+        verify_on_open: bool,
+    ) -> PyResult<PyStore> {
+        let durability = match durability {
+            "immediate" => Durability::Immediate,
+            "none" => Durability::None,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "durability must be \"immediate\" or \"none\", not {other:?}"
+                )));
+            }
+        };
+        let mut b = Store::builder()
+            .durability(durability)
+            .multi_process(multi_process)
+            .verify_on_open(verify_on_open);
+        if let Some(bytes) = cache_size {
+            b = b.cache_size(bytes);
+        }
+        if let Some((floor, ceiling)) = poll_interval {
+            b = b.poll_interval(
+                convert::duration(&floor, "poll_interval floor")?,
+                convert::duration(&ceiling, "poll_interval ceiling")?,
+            );
+        }
+        let store = py.detach(|| b.open(&path)).py_err()?;
+        Ok(PyStore {
+            store,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The path of the store file.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.store.path().to_owned()
+    }
+
+    /// `"immediate"` or `"none"`.
+    #[getter]
+    fn durability(&self) -> &'static str {
+        match self.store.durability() {
+            Durability::None => "none",
+            _ => "immediate",
+        }
+    }
+
+    #[getter]
+    fn multi_process(&self) -> bool {
+        self.store.is_multi_process()
+    }
+
+    /// Whether `close()` was called on this object.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Opens queue `name`, creating it if missing. Options given are applied (the others keep
+    /// their current values); an existing queue keeps its messages.
+    #[pyo3(signature = (name, *, lock_duration=None, max_deliveries=None, default_ttl=None,
+        max_message_size=None, max_messages=None, max_bytes=None, dedup_window=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn queue(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        lock_duration: Option<&Bound<'_, PyAny>>,
+        max_deliveries: Option<i128>,
+        default_ttl: Option<&Bound<'_, PyAny>>,
+        max_message_size: Option<i128>,
+        max_messages: Option<i128>,
+        max_bytes: Option<i128>,
+        dedup_window: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyQueue> {
+        let lock_duration = convert::opt_duration(lock_duration, "lock_duration")?;
+        let default_ttl = convert::opt_duration(default_ttl, "default_ttl")?;
+        let dedup_window = convert::opt_duration(dedup_window, "dedup_window")?;
+        let max_deliveries = max_deliveries
+            .map(|n| {
+                u32::try_from(n).map_err(|_| {
+                    invalid(format!("max_deliveries must be from 1 to 2**32-1, got {n}"))
+                })
+            })
+            .transpose()?;
+        let max_message_size = opt_u64(max_message_size, "max_message_size")?
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        let max_messages = opt_u64(max_messages, "max_messages")?;
+        let max_bytes = opt_u64(max_bytes, "max_bytes")?;
+        let store = &self.store;
+        let q = py
+            .detach(|| -> postbox::Result<postbox::Queue> {
+                let q = store.queue(name)?;
+                let mut o: QueueOptions = q.options().clone();
+                if let Some(v) = lock_duration {
+                    o.lock_duration = v;
+                }
+                if let Some(v) = max_deliveries {
+                    o.max_deliveries = v;
+                }
+                if let Some(v) = default_ttl {
+                    o.default_ttl = Some(v);
+                }
+                if let Some(v) = max_message_size {
+                    o.max_message_size = v;
+                }
+                if let Some(v) = max_messages {
+                    o.max_messages = Some(v);
+                }
+                if let Some(v) = max_bytes {
+                    o.max_bytes = Some(v);
+                }
+                if let Some(v) = dedup_window {
+                    o.dedup_window = Some(v);
+                }
+                if o == *q.options() {
+                    Ok(q)
+                } else {
+                    store.queue_with(name, o)
+                }
+            })
+            .py_err()?;
+        Ok(PyQueue { q })
+    }
+
+    /// The names of all queues (dead-letter queues are reached through `Queue.dead_letters`).
+    fn queues(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let store = &self.store;
+        py.detach(|| store.queues()).py_err()
+    }
+
+    /// Deletes a queue, its dead-letter queue and their messages; returns whether it existed.
+    fn delete_queue(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+        let store = &self.store;
+        py.detach(|| store.delete_queue(name)).py_err()
+    }
+
+    /// A new transaction; use it as `with store.transaction() as tx:`.
+    fn transaction(&self) -> PyTransaction {
+        PyTransaction::new(self.store.begin())
+    }
+
+    /// Commit-pipeline counters of this process: `{"commits": n, "operations": n}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.store.stats();
+        let d = PyDict::new(py);
+        d.set_item("commits", s.commits)?;
+        d.set_item("operations", s.operations)?;
+        Ok(d)
+    }
+
+    /// Closes the store: waits for pending commits and releases this process's locks. Every
+    /// handle of the store raises `ClosedError` afterwards. Closing twice is harmless.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        py.detach(move || store.close()).py_err()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<postbox.Store {:?} durability={} multi_process={}{}>",
+            self.store.path(),
+            self.durability(),
+            self.store.is_multi_process(),
+            if self.closed() { " closed" } else { "" }
+        )
+    }
+}

@@ -1,0 +1,220 @@
+//! `postbox.Transaction`: receives and sends that commit together.
+
+use parking_lot::Mutex;
+use postbox::Transaction;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use crate::convert::{self, SendArgs};
+use crate::errors::{IntoPy, empty, invalid};
+use crate::message::{Lock, PyMessage};
+use crate::queue::{PyQueue, wait_sliced};
+
+enum State {
+    Open(Transaction),
+    Finished(&'static str),
+}
+
+/// A transaction: `with store.transaction() as tx:` commits on a clean exit and aborts on an
+/// exception. Messages it receives are completed by the commit; messages it sends appear only
+/// then.
+#[pyclass(frozen, module = "postbox._postbox", name = "Transaction")]
+pub struct PyTransaction {
+    state: Mutex<State>,
+}
+
+impl PyTransaction {
+    pub fn new(tx: Transaction) -> PyTransaction {
+        PyTransaction {
+            state: Mutex::new(State::Open(tx)),
+        }
+    }
+
+    /// Runs `f` on the open transaction. The mutex is only ever taken without the GIL.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Transaction) -> postbox::Result<T> + Send,
+    ) -> PyResult<T> {
+        let r = py.detach(|| match &mut *self.state.lock() {
+            State::Open(tx) => Ok(f(tx)),
+            State::Finished(how) => Err(*how),
+        });
+        match r {
+            Ok(r) => r.py_err(),
+            Err(how) => Err(invalid(format!("the transaction was already {how}"))),
+        }
+    }
+
+    fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
+        let how = if commit { "committed" } else { "aborted" };
+        let r = py.detach(|| {
+            let prev = std::mem::replace(&mut *self.state.lock(), State::Finished(how));
+            match prev {
+                State::Open(tx) => Ok(if commit { tx.commit() } else { tx.abort() }),
+                State::Finished(earlier) => {
+                    *self.state.lock() = State::Finished(earlier);
+                    Err(earlier)
+                }
+            }
+        });
+        match r {
+            Ok(r) => r.py_err(),
+            Err(how) => Err(invalid(format!("the transaction was already {how}"))),
+        }
+    }
+}
+
+#[pymethods]
+impl PyTransaction {
+    /// Receives the next message of `queue` into the transaction, waiting up to `timeout`
+    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time.
+    #[pyo3(signature = (queue, timeout=None))]
+    fn receive(
+        &self,
+        py: Python<'_>,
+        queue: &Bound<'_, PyQueue>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        let deadline = convert::deadline(timeout)?;
+        let q = &queue.get().q;
+        let got = wait_sliced(py, deadline, |slice| match &mut *self.state.lock() {
+            State::Open(tx) => tx.receive(q, slice),
+            State::Finished(how) => Err(postbox::Error::InvalidArgument(format!(
+                "the transaction was already {how}"
+            ))),
+        })?;
+        match got {
+            Some(env) => Ok(PyMessage::in_transaction(env)),
+            None => Err(empty(q.name())),
+        }
+    }
+
+    /// Sends a message to `queue` when the transaction commits (same keywords as
+    /// `Queue.send`).
+    #[pyo3(signature = (queue, body, *, label=None, content_type=None, priority=None,
+        correlation_id=None, reply_to=None, ttl=None, delay=None, visible_at=None,
+        expires_at=None, group=None, sequence=None, properties=None, message_key=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        queue: &Bound<'_, PyQueue>,
+        body: &Bound<'_, PyAny>,
+        label: Option<String>,
+        content_type: Option<String>,
+        priority: Option<&Bound<'_, PyAny>>,
+        correlation_id: Option<String>,
+        reply_to: Option<String>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        delay: Option<&Bound<'_, PyAny>>,
+        visible_at: Option<&Bound<'_, PyAny>>,
+        expires_at: Option<&Bound<'_, PyAny>>,
+        group: Option<String>,
+        sequence: Option<u64>,
+        properties: Option<&Bound<'_, PyAny>>,
+        message_key: Option<String>,
+    ) -> PyResult<()> {
+        let m = SendArgs {
+            label,
+            content_type,
+            priority,
+            correlation_id,
+            reply_to,
+            ttl,
+            delay,
+            visible_at,
+            expires_at,
+            group,
+            sequence,
+            properties,
+            message_key,
+        }
+        .build(convert::body(body)?)?;
+        let q = &queue.get().q;
+        self.with(py, |tx| tx.send(q, m))
+    }
+
+    /// Enlists a message received outside the transaction: the commit completes it, an abort
+    /// returns it to its queue.
+    fn complete(&self, py: Python<'_>, message: &Bound<'_, PyMessage>) -> PyResult<()> {
+        let msg = message.get();
+        let r = msg.take("enlisted")?;
+        let back = py.detach(|| match &mut *self.state.lock() {
+            State::Open(tx) => {
+                tx.complete(r);
+                Ok(())
+            }
+            State::Finished(how) => Err((r, *how)),
+        });
+        match back {
+            Ok(()) => {
+                *msg.lock.lock() = Lock::Transaction;
+                Ok(())
+            }
+            Err((r, how)) => {
+                *msg.lock.lock() = Lock::Held(r);
+                Err(invalid(format!("the transaction was already {how}")))
+            }
+        }
+    }
+
+    /// Applies every receive and send atomically.
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, true)
+    }
+
+    /// Discards the sends and returns the received messages to their queues.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, false)
+    }
+
+    /// `"open"`, `"committed"` or `"aborted"`.
+    #[getter]
+    fn state(&self, py: Python<'_>) -> &'static str {
+        py.detach(|| match &*self.state.lock() {
+            State::Open(_) => "open",
+            State::Finished(how) => how,
+        })
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        let py = slf.py();
+        let this = slf.get();
+        let finished = py.detach(|| match &*this.state.lock() {
+            State::Open(_) => None,
+            State::Finished(how) => Some(*how),
+        });
+        match finished {
+            None => Ok(slf),
+            Some(how) => Err(invalid(format!(
+                "the transaction was already {how}: start a new one with store.transaction()"
+            ))),
+        }
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let open = py.detach(|| matches!(&*self.state.lock(), State::Open(_)));
+        if !open {
+            // Committed or aborted inside the block.
+            return Ok(false);
+        }
+        if exc_type.is_none() {
+            self.finish(py, true)?;
+        } else {
+            // The block's exception is what the caller needs to see.
+            let _ = self.finish(py, false);
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<postbox.Transaction {}>", self.state(py))
+    }
+}
