@@ -1,0 +1,787 @@
+//! Processors: many receivers on one queue, automatic lock renewal, retries, graceful shutdown
+//! and autoscaling — the receive loop users should not have to write.
+//!
+//! Layout: this file holds the public API and the shared state; `worker` runs one receiver;
+//! `watch` renews locks, enforces handler time limits and autoscales.
+
+mod watch;
+mod worker;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Deref;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+use serde::de::DeserializeOwned;
+
+use crate::engine::clock::{Clock, to_system_time};
+use crate::engine::signal::Signal;
+use crate::error::{Error, Result};
+use crate::message::Envelope;
+use crate::queue::Queue;
+use crate::tx::Transaction;
+
+/// The dead-letter reason given to a message whose body a typed processor could not decode.
+pub const REASON_DECODE_FAILED: &str = "DecodeFailed";
+
+/// How long a failed message waits before it is delivered again: `initial` after the first
+/// delivery, multiplied by `multiplier` for every further delivery, never more than `max`.
+///
+/// # Defaults
+///
+/// `initial` 100 ms, `multiplier` 2, `max` 60 s.
+///
+/// ```
+/// use std::time::Duration;
+/// let p = postbox::RetryPolicy::exponential(Duration::from_millis(100), Duration::from_secs(1));
+/// assert_eq!(p.delay(1), Duration::from_millis(100));
+/// assert_eq!(p.delay(3), Duration::from_millis(400));
+/// assert_eq!(p.delay(10), Duration::from_secs(1));
+/// assert_eq!(postbox::RetryPolicy::immediate().delay(5), Duration::ZERO);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay after the first failed delivery.
+    pub initial: Duration,
+    /// Growth factor per further delivery.
+    pub multiplier: u32,
+    /// Upper bound of the delay.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy::exponential(Duration::from_millis(100), Duration::from_secs(60))
+    }
+}
+
+impl RetryPolicy {
+    /// Redelivers at once.
+    pub fn immediate() -> RetryPolicy {
+        RetryPolicy {
+            initial: Duration::ZERO,
+            multiplier: 1,
+            max: Duration::ZERO,
+        }
+    }
+
+    /// Doubles the delay from `initial` on every delivery, up to `max`.
+    pub fn exponential(initial: Duration, max: Duration) -> RetryPolicy {
+        RetryPolicy {
+            initial,
+            multiplier: 2,
+            max,
+        }
+    }
+
+    /// The delay before the next delivery of a message that failed on its
+    /// `delivery_count`-th delivery.
+    pub fn delay(&self, delivery_count: u32) -> Duration {
+        let mut d = self.initial;
+        for _ in 1..delivery_count {
+            if d >= self.max {
+                break;
+            }
+            d = d.saturating_mul(self.multiplier);
+        }
+        d.min(self.max)
+    }
+}
+
+/// Autoscaling by backlog: every `check_interval` the processor wants
+/// `ceil(backlog / messages_per_worker) + reserve` workers, clamped to
+/// `min_workers..=max_workers`, where the backlog is the queue's receivable messages plus the
+/// processor's in-flight ones. Workers are added at once and retired when they find the queue
+/// empty.
+///
+/// # Defaults
+///
+/// `messages_per_worker` 20, `check_interval` 5 s, `reserve` 0.
+///
+/// ```
+/// use std::time::Duration;
+/// let a = postbox::Autoscale::new(0, 5).messages_per_worker(20).check_interval(Duration::from_secs(60)).reserve(1);
+/// assert_eq!(a.max_workers, 5);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Autoscale {
+    /// Never fewer workers than this (may be 0).
+    pub min_workers: usize,
+    /// Never more workers than this.
+    pub max_workers: usize,
+    /// Backlog one worker is expected to handle.
+    pub messages_per_worker: u64,
+    /// How often the backlog is measured.
+    pub check_interval: Duration,
+    /// Workers kept beyond what the backlog asks for.
+    pub reserve: usize,
+}
+
+impl Autoscale {
+    /// Scales between `min_workers` and `max_workers`, with the other settings at their
+    /// defaults.
+    pub fn new(min_workers: usize, max_workers: usize) -> Autoscale {
+        Autoscale {
+            min_workers,
+            max_workers,
+            messages_per_worker: 20,
+            check_interval: Duration::from_secs(5),
+            reserve: 0,
+        }
+    }
+    /// Sets `messages_per_worker`.
+    pub fn messages_per_worker(mut self, n: u64) -> Self {
+        self.messages_per_worker = n;
+        self
+    }
+    /// Sets `check_interval`.
+    pub fn check_interval(mut self, d: Duration) -> Self {
+        self.check_interval = d;
+        self
+    }
+    /// Sets `reserve`.
+    pub fn reserve(mut self, n: usize) -> Self {
+        self.reserve = n;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.max_workers == 0 || self.min_workers > self.max_workers {
+            return Err(Error::invalid(
+                "autoscale needs 0 <= min_workers <= max_workers and max_workers >= 1",
+            ));
+        }
+        if self.messages_per_worker == 0 || self.check_interval.is_zero() {
+            return Err(Error::invalid(
+                "autoscale needs messages_per_worker >= 1 and a positive check_interval",
+            ));
+        }
+        Ok(())
+    }
+
+    fn desired(&self, backlog: u64) -> usize {
+        let want = backlog.div_ceil(self.messages_per_worker);
+        let want = usize::try_from(want)
+            .unwrap_or(usize::MAX)
+            .saturating_add(self.reserve);
+        want.clamp(self.min_workers, self.max_workers)
+    }
+}
+
+/// Counters of a processor, readable at any time with [`Processor::stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ProcessorStats {
+    /// Messages whose handler succeeded and whose completion was committed.
+    pub processed: u64,
+    /// Handler failures (error, panic, time limit, undecodable body, failed transaction).
+    pub failed: u64,
+    /// Messages this processor moved to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Settlements refused because the lock had been lost (the message will be delivered
+    /// again).
+    pub lock_lost: u64,
+    /// Messages received but returned untouched because the processor was stopping.
+    pub returned: u64,
+    /// Handlers running now (including their commit or abort).
+    pub in_flight: usize,
+    /// Live workers now.
+    pub workers: usize,
+}
+
+/// What [`Processor::shutdown`] and [`Processor::join`] report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Messages processed and completed over the processor's life.
+    pub processed: u64,
+    /// Handler failures over the processor's life.
+    pub failed: u64,
+    /// Messages dead-lettered by the processor over its life.
+    pub dead_lettered: u64,
+    /// Settlements refused with `LockLost` over the processor's life.
+    pub lock_lost: u64,
+    /// Messages returned untouched because they were received as the processor stopped.
+    pub returned: u64,
+    /// Handlers still running when the timeout hit (0 after a complete shutdown).
+    pub still_running: usize,
+    /// Whether every worker had finished: all handlers done, their commits applied, nothing
+    /// left locked by the processor.
+    pub finished: bool,
+}
+
+/// One message handed to a handler, locked for it while the handler runs.
+///
+/// Dereferences to the [`Envelope`]. The processor settles it from the handler's result; the
+/// handler may instead ask for a dead letter with [`Delivery::dead_letter`].
+pub struct Delivery {
+    envelope: Envelope,
+    track: Arc<Track>,
+    clock: Arc<dyn Clock>,
+    dead_letter: Mutex<Option<(String, String)>>,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.envelope.id())
+            .field("delivery_count", &self.envelope.delivery_count())
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deref for Delivery {
+    type Target = Envelope;
+    fn deref(&self) -> &Envelope {
+        &self.envelope
+    }
+}
+
+impl Delivery {
+    /// The message.
+    pub fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+
+    /// Whether the handler should give up: its lock was lost (renewal failed, or the lock
+    /// expired with renewal off or past `max_auto_renew`), or its time limit passed. The
+    /// processor will not complete the message in either case, so further work is wasted.
+    pub fn is_cancelled(&self) -> bool {
+        self.lock_lost() || self.track.timed_out.load(Ordering::Acquire)
+    }
+
+    /// Whether the lock is gone: a renewal was refused, or the lock's expiry passed.
+    pub fn lock_lost(&self) -> bool {
+        self.track.lock_lost.load(Ordering::Acquire)
+            || self.clock.now_ms() >= self.track.locked_until.load(Ordering::Acquire)
+    }
+
+    /// When the lock expires unless renewed again.
+    pub fn locked_until(&self) -> SystemTime {
+        to_system_time(self.track.locked_until.load(Ordering::Acquire))
+    }
+
+    /// Decodes the body written by a [`TypedQueue`](crate::TypedQueue).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Codec`] when the body is not a valid encoding of `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        crate::typed::codec::decode(self.envelope.body())
+    }
+
+    /// Asks the processor to move the message to the dead-letter queue when the handler
+    /// returns, whatever it returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when a dead letter was already requested (single use).
+    pub fn dead_letter(&self, reason: &str, description: &str) -> Result<()> {
+        let mut slot = self.dead_letter.lock();
+        if slot.is_some() {
+            return Err(Error::invalid(
+                "this delivery is already marked for the dead-letter queue",
+            ));
+        }
+        *slot = Some((reason.to_owned(), description.to_owned()));
+        Ok(())
+    }
+}
+
+/// The lock state of one locked message, shared by its worker, its [`Delivery`] and the
+/// watchdog that renews it.
+#[derive(Debug)]
+struct Track {
+    id: u64,
+    token: u64,
+    /// Store-clock milliseconds.
+    locked_until: AtomicU64,
+    lock_lost: AtomicBool,
+    timed_out: AtomicBool,
+}
+
+/// Why a handler did not succeed.
+enum Failure {
+    Handler(String),
+    Decode(String),
+}
+
+type PeekLockFn = dyn Fn(&Delivery) -> std::result::Result<(), Failure> + Send + Sync;
+type TransactionalFn =
+    dyn Fn(&Delivery, &mut Transaction) -> std::result::Result<(), Failure> + Send + Sync;
+
+enum Handler {
+    PeekLock(Box<PeekLockFn>),
+    Transactional(Box<TransactionalFn>),
+}
+
+/// A callback told the live worker count whenever it changes (see
+/// [`ProcessorBuilder::on_scale`]).
+pub type ScaleCallback = Arc<dyn Fn(usize) + Send + Sync>;
+
+#[derive(Clone)]
+struct Config {
+    workers: usize,
+    retry: RetryPolicy,
+    handler_timeout: Option<Duration>,
+    max_auto_renew: Duration,
+    prefetch: usize,
+    combined_commit: bool,
+    autoscale: Option<Autoscale>,
+    drop_timeout: Duration,
+    on_scale: Option<ScaleCallback>,
+}
+
+/// Configures and starts a [`Processor`]; see [`Processor::builder`].
+///
+/// # Defaults
+///
+/// - `workers`: 4
+/// - `retry`: [`RetryPolicy::default`] (100 ms doubling to 60 s)
+/// - `handler_timeout`: none
+/// - `max_auto_renew`: 5 minutes (locks are renewed while a handler runs, up to this long after
+///   the receive); `Duration::ZERO` turns renewal off
+/// - `prefetch`: 0 (messages locked ahead of the one being handled, per worker)
+/// - `combined_commit`: on (a worker settles its message and locks the next in one commit)
+/// - `autoscale`: off
+/// - `drop_timeout`: 30 s (how long dropping the processor waits for running handlers)
+#[derive(Clone)]
+pub struct ProcessorBuilder {
+    queue: Queue,
+    config: Config,
+}
+
+impl fmt::Debug for ProcessorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessorBuilder")
+            .field("queue", &self.queue.name())
+            .field("workers", &self.config.workers)
+            .field("retry", &self.config.retry)
+            .field("handler_timeout", &self.config.handler_timeout)
+            .field("max_auto_renew", &self.config.max_auto_renew)
+            .field("prefetch", &self.config.prefetch)
+            .field("combined_commit", &self.config.combined_commit)
+            .field("autoscale", &self.config.autoscale)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessorBuilder {
+    /// Number of receivers (threads). With [`autoscale`](Self::autoscale), the starting count,
+    /// clamped to its bounds.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.config.workers = n;
+        self
+    }
+
+    /// How long a failed message waits before its next delivery.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// A time limit per handler call. Handlers cannot be preempted: past the limit the
+    /// delivery is cancelled ([`Delivery::is_cancelled`]) and, when the handler returns, the
+    /// message is abandoned as failed whatever the handler returned.
+    pub fn handler_timeout(mut self, limit: Duration) -> Self {
+        self.config.handler_timeout = Some(limit);
+        self
+    }
+
+    /// How long after its receive a message's lock keeps being renewed while its handler runs
+    /// (`Duration::ZERO`: never renewed).
+    pub fn max_auto_renew(mut self, d: Duration) -> Self {
+        self.config.max_auto_renew = d;
+        self
+    }
+
+    /// Messages each worker locks ahead of the one it is handling (their locks are renewed
+    /// like the handled one's). Speeds up small messages; holds back work from other
+    /// receivers.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.config.prefetch = n;
+        self
+    }
+
+    /// Whether a worker settles the message it finished and locks its next one in the same
+    /// commit (on by default; off only for comparison). Applies to peek-lock mode.
+    pub fn combined_commit(mut self, on: bool) -> Self {
+        self.config.combined_commit = on;
+        self
+    }
+
+    /// Scales the number of workers with the backlog.
+    pub fn autoscale(mut self, autoscale: Autoscale) -> Self {
+        self.config.autoscale = Some(autoscale);
+        self
+    }
+
+    /// How long dropping the processor waits for running handlers before leaving them to
+    /// finish on their own.
+    pub fn drop_timeout(mut self, d: Duration) -> Self {
+        self.config.drop_timeout = d;
+        self
+    }
+
+    /// Calls `f` with the new live worker count every time it changes (autoscaling, stop).
+    /// Runs on the thread that made the change; keep it short.
+    pub fn on_scale<F>(mut self, f: F) -> Self
+    where
+        F: Fn(usize) + Send + Sync + 'static,
+    {
+        self.config.on_scale = Some(Arc::new(f));
+        self
+    }
+
+    /// Starts processing in peek-lock mode: `Ok` completes the message, `Err` (or a panic)
+    /// abandons it for a later retry, or dead-letters it with the error text once it has used
+    /// up the queue's `max_deliveries`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// let q = store.queue("jobs")?;
+    /// q.send("hello")?;
+    /// let (done, seen) = std::sync::mpsc::channel();
+    /// let p = postbox::Processor::builder(&q).workers(2).start(move |m| {
+    ///     let _ = done.send(m.body().to_vec());
+    ///     Ok::<(), String>(())
+    /// })?;
+    /// assert_eq!(seen.recv().unwrap(), b"hello");
+    /// let report = p.shutdown(std::time::Duration::from_secs(5));
+    /// assert!(report.finished);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a configuration that cannot run (no workers, bad
+    /// autoscale bounds); [`Error::Io`] when a thread cannot be spawned.
+    pub fn start<F, E>(self, handler: F) -> Result<Processor>
+    where
+        F: Fn(&Delivery) -> std::result::Result<(), E> + Send + Sync + 'static,
+        E: fmt::Display,
+    {
+        self.launch(Handler::PeekLock(Box::new(move |d| {
+            handler(d).map_err(|e| Failure::Handler(e.to_string()))
+        })))
+    }
+
+    /// Starts processing in transactional mode: the handler gets the message and a
+    /// [`Transaction`]; on `Ok` the message's completion and everything the handler did in the
+    /// transaction (replies, follow-up sends, other receives) commit together; on `Err` or a
+    /// panic none of it happens and the message is retried as in [`start`](Self::start).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_transactional<F, E>(self, handler: F) -> Result<Processor>
+    where
+        F: Fn(&Delivery, &mut Transaction) -> std::result::Result<(), E> + Send + Sync + 'static,
+        E: fmt::Display,
+    {
+        self.launch(Handler::Transactional(Box::new(move |d, tx| {
+            handler(d, tx).map_err(|e| Failure::Handler(e.to_string()))
+        })))
+    }
+
+    /// Starts processing in peek-lock mode with bodies decoded as `T` (see
+    /// [`TypedQueue`](crate::TypedQueue)). A body that does not decode never reaches the
+    /// handler: it goes to the dead-letter queue with reason `DecodeFailed`
+    /// ([`REASON_DECODE_FAILED`]) and the codec error as description.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_typed<T, F, E>(self, handler: F) -> Result<Processor>
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(&Delivery, T) -> std::result::Result<(), E> + Send + Sync + 'static,
+        E: fmt::Display,
+    {
+        self.launch(Handler::PeekLock(Box::new(move |d| {
+            let value: T = d.decode().map_err(|e| Failure::Decode(e.to_string()))?;
+            handler(d, value).map_err(|e| Failure::Handler(e.to_string()))
+        })))
+    }
+
+    fn launch(self, handler: Handler) -> Result<Processor> {
+        let c = &self.config;
+        let initial = match &c.autoscale {
+            Some(a) => {
+                a.validate()?;
+                c.workers.clamp(a.min_workers, a.max_workers)
+            }
+            None if c.workers == 0 => {
+                return Err(Error::invalid("a processor needs at least one worker"));
+            }
+            None => c.workers,
+        };
+        let engine = self.queue.engine.clone();
+        let shared = Arc::new(Shared {
+            id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
+            signal: engine.signals.get(self.queue.id),
+            clock: engine.clock.clone(),
+            queue: self.queue,
+            config: self.config,
+            handler,
+            stopping: AtomicBool::new(false),
+            state: Mutex::new(State {
+                target: initial,
+                ..State::default()
+            }),
+            cv: Condvar::new(),
+            counters: Counters::default(),
+        });
+        let processor = Processor {
+            shared: shared.clone(),
+        };
+        watch::spawn_watchdog(&shared)?;
+        if shared.config.autoscale.is_some() {
+            watch::spawn_autoscaler(&shared)?;
+        }
+        worker::spawn_workers(&shared, initial)?;
+        Ok(processor)
+    }
+}
+
+static NEXT_PROCESSOR: AtomicU64 = AtomicU64::new(1);
+
+std::thread_local! {
+    /// The id of the processor whose worker runs on this thread (0: none), so that a handler
+    /// that shuts its own processor down does not wait for itself.
+    static WORKER_OF: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[derive(Default)]
+struct Counters {
+    processed: AtomicU64,
+    failed: AtomicU64,
+    dead_lettered: AtomicU64,
+    lock_lost: AtomicU64,
+    returned: AtomicU64,
+}
+
+/// A watched lock: renewal schedule and handler deadline.
+struct Watched {
+    track: Arc<Track>,
+    next_renew: Option<Instant>,
+    renew_until: Option<Instant>,
+    deadline: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    stopping: bool,
+    /// Workers that have not exited (or retired).
+    live: usize,
+    /// Workers wanted (autoscaling); idle workers above it retire.
+    target: usize,
+    in_flight: usize,
+    /// Watchdog and autoscaler threads still running.
+    background: usize,
+    threads: Vec<JoinHandle<()>>,
+    watched: HashMap<u64, Watched>,
+}
+
+struct Shared {
+    id: u64,
+    queue: Queue,
+    config: Config,
+    handler: Handler,
+    signal: Arc<Signal>,
+    clock: Arc<dyn Clock>,
+    /// Mirrors `State::stopping` for lock-free checks; set under the state lock.
+    stopping: AtomicBool,
+    state: Mutex<State>,
+    /// Notified on every change of `State`: join, the watchdog and the autoscaler wait on it.
+    cv: Condvar,
+    counters: Counters,
+}
+
+impl Shared {
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    fn stop(&self) {
+        {
+            let mut st = self.state.lock();
+            st.stopping = true;
+            self.stopping.store(true, Ordering::Release);
+        }
+        self.cv.notify_all();
+        // Idle workers wait on the queue's wake-up signal; bumping it makes them look at the
+        // stop flag at once (other receivers on the queue merely retry).
+        self.signal.notify();
+    }
+
+    fn report_scale(&self, live: usize) {
+        if let Some(f) = &self.config.on_scale
+            && catch_unwind(AssertUnwindSafe(|| f(live))).is_err()
+        {
+            eprintln!("postbox: processor on_scale callback panicked");
+        }
+    }
+
+    fn stats(&self) -> ProcessorStats {
+        let (in_flight, workers) = {
+            let st = self.state.lock();
+            (st.in_flight, st.live)
+        };
+        let c = &self.counters;
+        ProcessorStats {
+            processed: c.processed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            lock_lost: c.lock_lost.load(Ordering::Relaxed),
+            returned: c.returned.load(Ordering::Relaxed),
+            in_flight,
+            workers,
+        }
+    }
+}
+
+/// Many receivers on one queue running a handler per message, with automatic lock renewal,
+/// retries with backoff, dead-lettering, graceful shutdown and optional autoscaling.
+///
+/// Started by [`Processor::builder`]. `Send + Sync`: share it (e.g. in an `Arc`) to read its
+/// counters or stop it from other threads. Dropping it shuts it down (waiting up to the
+/// builder's `drop_timeout`).
+///
+/// # Shutdown
+///
+/// [`stop`](Processor::stop) makes every worker stop taking messages; [`join`](Processor::join)
+/// waits on a condition variable until every running handler has returned, its commit or abort
+/// is applied and every prefetched message is returned to the queue — then nothing is left
+/// locked by the processor. No handler starts after `stop`. A message that a worker was
+/// receiving as `stop` came is returned untouched (not counted as a failure); its delivery
+/// count stays incremented, as for any abandoned delivery, so on its last allowed delivery it
+/// goes to the dead-letter queue.
+pub struct Processor {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Processor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Processor")
+            .field("queue", &self.shared.queue.name())
+            .field("stats", &self.shared.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Processor {
+    /// Starts configuring a processor of `queue`.
+    pub fn builder(queue: &Queue) -> ProcessorBuilder {
+        ProcessorBuilder {
+            queue: queue.clone(),
+            config: Config {
+                workers: 4,
+                retry: RetryPolicy::default(),
+                handler_timeout: None,
+                max_auto_renew: Duration::from_secs(300),
+                prefetch: 0,
+                combined_commit: true,
+                autoscale: None,
+                drop_timeout: Duration::from_secs(30),
+                on_scale: None,
+            },
+        }
+    }
+
+    /// The queue being processed.
+    pub fn queue(&self) -> &Queue {
+        &self.shared.queue
+    }
+
+    /// Stops taking new messages, without waiting. Running handlers finish normally.
+    pub fn stop(&self) {
+        self.shared.stop();
+    }
+
+    /// Whether [`stop`](Processor::stop) was called (or the store closed).
+    pub fn is_stopped(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    /// Waits up to `timeout` for the processor to finish after [`stop`](Processor::stop):
+    /// every handler returned, its commit or abort applied, prefetched messages returned.
+    /// Called from one of the processor's own handlers it cannot wait for itself and returns
+    /// at once with `finished == false`.
+    pub fn join(&self, timeout: Duration) -> ShutdownReport {
+        let sh = &self.shared;
+        let own_thread = WORKER_OF.with(|w| w.get()) == sh.id;
+        let deadline = Instant::now().checked_add(timeout);
+        let mut st = sh.state.lock();
+        if !own_thread {
+            while st.live > 0 || st.background > 0 {
+                match deadline {
+                    Some(d) => {
+                        if sh.cv.wait_until(&mut st, d).timed_out() {
+                            break;
+                        }
+                    }
+                    None => sh.cv.wait(&mut st),
+                }
+            }
+        }
+        let finished = st.live == 0 && st.background == 0;
+        let still_running = st.in_flight;
+        let threads = if finished {
+            std::mem::take(&mut st.threads)
+        } else {
+            Vec::new()
+        };
+        drop(st);
+        for t in threads {
+            // Every thread has announced its exit; this only reaps it.
+            let _ = t.join();
+        }
+        let c = &sh.counters;
+        ShutdownReport {
+            processed: c.processed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            lock_lost: c.lock_lost.load(Ordering::Relaxed),
+            returned: c.returned.load(Ordering::Relaxed),
+            still_running,
+            finished,
+        }
+    }
+
+    /// [`stop`](Processor::stop), then [`join`](Processor::join) with `timeout`.
+    pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+        self.stop();
+        self.join(timeout)
+    }
+
+    /// Handlers running now (including their commit or abort).
+    pub fn in_flight(&self) -> usize {
+        self.shared.state.lock().in_flight
+    }
+
+    /// Live workers now.
+    pub fn workers(&self) -> usize {
+        self.shared.state.lock().live
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ProcessorStats {
+        self.shared.stats()
+    }
+}
+
+impl Drop for Processor {
+    fn drop(&mut self) {
+        let timeout = self.shared.config.drop_timeout;
+        self.shutdown(timeout);
+    }
+}

@@ -1,0 +1,198 @@
+//! The processor's background threads: the watchdog (lock renewal and handler time limits) and
+//! the autoscaler. Both wait on the processor's condition variable, so a stop wakes them at
+//! once.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use parking_lot::MutexGuard;
+
+use super::{Shared, State, Track, worker};
+use crate::error::{Error, Result};
+
+/// Starts a background thread counted in `State::background`, so `join` waits for it.
+fn spawn_background(sh: &Arc<Shared>, name: &str, body: fn(&Arc<Shared>)) -> Result<()> {
+    // Holding the lock while spawning keeps the thread's exit from being counted before its
+    // start.
+    let mut st = sh.state.lock();
+    let s = sh.clone();
+    let handle = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            body(&s);
+            s.state.lock().background -= 1;
+            s.cv.notify_all();
+        })?;
+    st.background += 1;
+    st.threads.push(handle);
+    Ok(())
+}
+
+pub(super) fn spawn_watchdog(sh: &Arc<Shared>) -> Result<()> {
+    spawn_background(sh, "postbox-watchdog", watchdog)
+}
+
+pub(super) fn spawn_autoscaler(sh: &Arc<Shared>) -> Result<()> {
+    spawn_background(sh, "postbox-autoscale", autoscaler)
+}
+
+/// Renews the locks of messages held by workers (handled or prefetched) every half lock
+/// duration, up to `max_auto_renew` after their receive, and cancels handlers past their time
+/// limit. Runs until the processor has stopped and its last worker has exited: locks of
+/// handlers that finish during a graceful shutdown still need renewing.
+fn watchdog(sh: &Arc<Shared>) {
+    let half = (sh.queue.options().lock_duration / 2).max(Duration::from_millis(1));
+    let mut st = sh.state.lock();
+    loop {
+        if st.stopping && st.live == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut wake: Option<Instant> = None;
+        let mut due: Vec<Arc<Track>> = Vec::new();
+        for w in st.watched.values_mut() {
+            if let Some(d) = w.deadline {
+                if d <= now {
+                    w.track.timed_out.store(true, Ordering::Release);
+                    w.deadline = None;
+                } else {
+                    wake = Some(wake.map_or(d, |x| x.min(d)));
+                }
+            }
+            if let Some(r) = w.next_renew {
+                if r <= now {
+                    // Cleared while the renewal runs; set again from its result.
+                    w.next_renew = None;
+                    due.push(w.track.clone());
+                } else {
+                    wake = Some(wake.map_or(r, |x| x.min(r)));
+                }
+            }
+        }
+        if !due.is_empty() {
+            let results = MutexGuard::unlocked(&mut st, || renew_all(sh, &due));
+            apply_renewals(&mut st, &due, results, half);
+            continue;
+        }
+        match wake {
+            Some(t) => {
+                sh.cv.wait_until(&mut st, t);
+            }
+            None => sh.cv.wait(&mut st),
+        }
+    }
+}
+
+/// Renews every lock in `due` in one commit.
+fn renew_all(sh: &Shared, due: &[Arc<Track>]) -> Vec<Result<u64>> {
+    let locks: Vec<(u64, u64)> = due.iter().map(|t| (t.id, t.token)).collect();
+    let n = locks.len();
+    let r = sh.queue.engine.call(move |b| {
+        let mut out = Vec::with_capacity(locks.len());
+        for (id, token) in locks {
+            let before = b.mutations;
+            match b.renew(id, token) {
+                // Failed after writing: the batch must not commit.
+                Err(e) if b.mutations != before => return Err(e),
+                r => out.push(r),
+            }
+        }
+        Ok(out)
+    });
+    match r {
+        Ok(v) => v,
+        Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
+    }
+}
+
+fn apply_renewals(st: &mut State, due: &[Arc<Track>], results: Vec<Result<u64>>, half: Duration) {
+    let now = Instant::now();
+    for (track, r) in due.iter().zip(results) {
+        match r {
+            Ok(until) => {
+                track.locked_until.store(until, Ordering::Release);
+                if let Some(w) = st.watched.get_mut(&track.token) {
+                    w.next_renew = now
+                        .checked_add(half)
+                        .filter(|next| w.renew_until.is_some_and(|u| *next < u));
+                }
+            }
+            Err(Error::LockLost(_) | Error::Closed) => {
+                track.lock_lost.store(true, Ordering::Release);
+            }
+            Err(e) => {
+                // Possibly passing (e.g. a full disk): try again soon; the lock may still hold.
+                eprintln!("postbox: processor could not renew a lock: {e}");
+                if let Some(w) = st.watched.get_mut(&track.token) {
+                    w.next_renew = now.checked_add((half / 4).max(Duration::from_millis(5)));
+                }
+            }
+        }
+    }
+}
+
+/// Measures the backlog every `check_interval` and sets the wanted worker count: spawns
+/// workers up to it at once; surplus workers retire themselves when they find the queue empty.
+fn autoscaler(sh: &Arc<Shared>) {
+    let Some(a) = sh.config.autoscale else {
+        return;
+    };
+    loop {
+        {
+            let mut st = sh.state.lock();
+            let deadline = Instant::now().checked_add(a.check_interval);
+            while !st.stopping {
+                match deadline {
+                    Some(d) => {
+                        if sh.cv.wait_until(&mut st, d).timed_out() {
+                            break;
+                        }
+                    }
+                    None => sh.cv.wait(&mut st),
+                }
+            }
+            if st.stopping {
+                return;
+            }
+        }
+        let active = match sh.queue.stats() {
+            Ok(s) => s.active,
+            Err(e @ (Error::Closed | Error::QueueNotFound(_))) => {
+                eprintln!(
+                    "postbox: processor on queue {:?} stops: {e}",
+                    sh.queue.name()
+                );
+                sh.stop();
+                return;
+            }
+            Err(e) => {
+                eprintln!(
+                    "postbox: processor on queue {:?} could not measure its backlog: {e}",
+                    sh.queue.name()
+                );
+                continue;
+            }
+        };
+        let (spawn, shrink) = {
+            let mut st = sh.state.lock();
+            let backlog = active.saturating_add(st.in_flight as u64);
+            let desired = a.desired(backlog);
+            st.target = desired;
+            (desired.saturating_sub(st.live), desired < st.live)
+        };
+        for _ in 0..spawn {
+            if let Err(e) = worker::spawn_one(sh) {
+                eprintln!(
+                    "postbox: processor on queue {:?} could not add a worker: {e}",
+                    sh.queue.name()
+                );
+                break;
+            }
+        }
+        if shrink {
+            // Idle workers wait on the queue's signal; waking them lets the surplus retire.
+            sh.signal.notify();
+        }
+    }
+}

@@ -1,0 +1,575 @@
+//! One receiver of a processor: wait for messages, run the handler, settle — and, when busy,
+//! settle the finished message and lock the next one in the same commit.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::{Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched};
+use crate::engine::batch::{Locked, Settle};
+use crate::engine::clock::duration_ms;
+use crate::engine::read;
+use crate::error::{Error, Result};
+use crate::message::REASON_MAX_DELIVERIES;
+use crate::received::Received;
+use crate::tx::Transaction;
+
+/// How often an idle worker of a multi-process store looks for messages sent by other
+/// processes (their sends do not fire this process's wake-ups).
+const CROSS_PROCESS_POLL: Duration = Duration::from_millis(50);
+
+/// Upper bound of one idle wait, so that a lost wake-up can only delay a worker, never strand
+/// it. Waking re-checks the stop flag and due work; it does not start a write transaction.
+const IDLE_SLICE: Duration = Duration::from_millis(500);
+
+/// Pause after a receive failed with an error that may pass (e.g. a full disk).
+const ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+pub(super) fn spawn_workers(sh: &Arc<Shared>, n: usize) -> Result<()> {
+    for _ in 0..n {
+        spawn_one(sh)?;
+    }
+    Ok(())
+}
+
+/// Starts one worker unless the processor is stopping.
+pub(super) fn spawn_one(sh: &Arc<Shared>) -> Result<()> {
+    let live = {
+        let mut st = sh.state.lock();
+        if st.stopping {
+            return Ok(());
+        }
+        let s = sh.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("postbox-worker-{}", sh.queue.name()))
+            .spawn(move || run(&s))?;
+        st.threads.push(handle);
+        st.live += 1;
+        st.live
+    };
+    sh.report_scale(live);
+    Ok(())
+}
+
+fn run(sh: &Arc<Shared>) {
+    WORKER_OF.with(|w| w.set(sh.id));
+    let mut w = Worker {
+        sh,
+        buffer: VecDeque::new(),
+    };
+    let retired = match catch_unwind(AssertUnwindSafe(|| w.main_loop())) {
+        Ok(retired) => retired,
+        Err(p) => {
+            eprintln!(
+                "postbox: processor worker on queue {:?} failed: {}",
+                sh.queue.name(),
+                panic_text(p.as_ref())
+            );
+            false
+        }
+    };
+    w.release_buffer();
+    let live = {
+        let mut st = sh.state.lock();
+        if !retired {
+            st.live -= 1;
+        }
+        st.live
+    };
+    sh.cv.notify_all();
+    sh.report_scale(live);
+}
+
+enum Wait {
+    Got,
+    Stop,
+    Retire,
+}
+
+/// What the handler's run asks the worker to do with its message.
+enum Outcome {
+    Complete,
+    Fail(String),
+    DeadLetter { reason: String, description: String },
+}
+
+struct Worker<'a> {
+    sh: &'a Arc<Shared>,
+    /// Messages locked for this worker and not yet handled (prefetch).
+    buffer: VecDeque<(Locked, Arc<Track>)>,
+}
+
+impl Worker<'_> {
+    /// Runs until stopped; returns whether the worker retired (and already left `live`).
+    fn main_loop(&mut self) -> bool {
+        loop {
+            let next = match self.buffer.pop_front() {
+                Some(m) => m,
+                None => match self.wait_for_messages() {
+                    Wait::Got => continue,
+                    Wait::Stop => return false,
+                    Wait::Retire => return true,
+                },
+            };
+            if !self.begin(&next.1) {
+                self.buffer.push_front(next);
+                return false;
+            }
+            self.handle(next);
+        }
+    }
+
+    /// Admits one handler run, unless the processor is stopping. Stop and admission take the
+    /// same lock, so no handler starts after `stop` returned.
+    fn begin(&self, track: &Track) -> bool {
+        let sh = self.sh;
+        let mut st = sh.state.lock();
+        if st.stopping {
+            return false;
+        }
+        st.in_flight += 1;
+        if let Some(limit) = sh.config.handler_timeout
+            && let Some(w) = st.watched.get_mut(&track.token)
+        {
+            w.deadline = Instant::now().checked_add(limit);
+            drop(st);
+            sh.cv.notify_all();
+        }
+        true
+    }
+
+    /// Ends a handler run: its lock is no longer watched and `join` may see zero in flight.
+    fn end(&self, token: u64) {
+        {
+            let mut st = self.sh.state.lock();
+            st.watched.remove(&token);
+            st.in_flight -= 1;
+        }
+        self.sh.cv.notify_all();
+    }
+
+    fn handle(&mut self, (locked, track): (Locked, Arc<Track>)) {
+        let sh = self.sh;
+        let delivery = Delivery {
+            envelope: locked.envelope,
+            track: track.clone(),
+            clock: sh.clock.clone(),
+            dead_letter: Mutex::new(None),
+        };
+        let mut tx = None;
+        let result = match &sh.handler {
+            Handler::PeekLock(f) => catch_unwind(AssertUnwindSafe(|| f(&delivery))),
+            Handler::Transactional(f) => {
+                let t = tx.insert(Transaction::new(sh.queue.engine.clone()));
+                catch_unwind(AssertUnwindSafe(|| f(&delivery, t)))
+            }
+        };
+        let id = delivery.envelope.id();
+        let outcome = match (delivery.dead_letter.lock().take(), result) {
+            (Some((reason, description)), _) => Outcome::DeadLetter {
+                reason,
+                description,
+            },
+            (None, Ok(Ok(()))) if track.timed_out.load(Ordering::Acquire) => {
+                let limit = sh.config.handler_timeout.unwrap_or_default();
+                Outcome::Fail(format!("handler exceeded its time limit of {limit:?}"))
+            }
+            (None, Ok(Ok(()))) => Outcome::Complete,
+            (None, Ok(Err(Failure::Handler(text)))) => Outcome::Fail(text),
+            (None, Ok(Err(Failure::Decode(text)))) => {
+                sh.counters.failed.fetch_add(1, Ordering::Relaxed);
+                Outcome::DeadLetter {
+                    reason: REASON_DECODE_FAILED.to_owned(),
+                    description: text,
+                }
+            }
+            (None, Err(p)) => {
+                let text = format!("handler panicked: {}", panic_text(p.as_ref()));
+                eprintln!(
+                    "postbox: processor on queue {:?}, message {id}: {text}",
+                    sh.queue.name()
+                );
+                Outcome::Fail(text)
+            }
+        };
+
+        let want = self.refill_wanted();
+        let got = match (outcome, tx) {
+            (Outcome::Complete, Some(mut tx)) => {
+                let received = Received {
+                    engine: sh.queue.engine.clone(),
+                    envelope: delivery.envelope,
+                    token: track.token,
+                    locked_until: track.locked_until.load(Ordering::Acquire),
+                    settled: false,
+                };
+                tx.complete(received);
+                match tx.commit() {
+                    Ok(()) => {
+                        sh.counters.processed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => self.settle_failed(id.0, &e),
+                }
+                // The transaction's commit cannot carry the next receive; prefetch amortises it.
+                if want > 0 && self.buffer.is_empty() {
+                    self.receive(want)
+                } else {
+                    Ok(Vec::new())
+                }
+            }
+            (outcome, tx) => {
+                // A failed or dead-lettered transactional run: its sends and receives are
+                // discarded before the message itself is settled.
+                drop(tx);
+                let delivery_count = delivery.envelope.delivery_count();
+                let how = self.settlement(&outcome, delivery_count);
+                let dead_letter = matches!(how, Settle::DeadLetter { .. });
+                let combined = sh.config.combined_commit && tx_free(&sh.handler);
+                let (settled, got) = if combined {
+                    self.settle_and_receive(track.id, track.token, how, want)
+                } else {
+                    (self.settle(track.id, track.token, how), Ok(Vec::new()))
+                };
+                match settled {
+                    Ok(()) => {
+                        let c = &sh.counters;
+                        match outcome {
+                            Outcome::Complete => c.processed.fetch_add(1, Ordering::Relaxed),
+                            Outcome::Fail(_) => c.failed.fetch_add(1, Ordering::Relaxed),
+                            Outcome::DeadLetter { .. } => 0,
+                        };
+                        if dead_letter {
+                            c.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        if let Outcome::Fail(_) = outcome {
+                            sh.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.settle_failed(id.0, &e);
+                    }
+                }
+                got
+            }
+        };
+        self.end(track.token);
+        match got {
+            Ok(v) if v.is_empty() => {}
+            Ok(v) => {
+                if self.sh.is_stopping() {
+                    self.return_untouched(v);
+                } else {
+                    self.accept(v);
+                }
+            }
+            Err(e) => self.receive_failed(&e),
+        }
+    }
+
+    /// How many messages the next commit should lock so that the worker holds its one plus
+    /// `prefetch`; none when stopping.
+    fn refill_wanted(&self) -> usize {
+        if self.sh.is_stopping() {
+            return 0;
+        }
+        (self.sh.config.prefetch + 1).saturating_sub(self.buffer.len())
+    }
+
+    fn settlement(&self, outcome: &Outcome, delivery_count: u32) -> Settle {
+        let q = &self.sh.queue;
+        match outcome {
+            Outcome::Complete => Settle::Complete,
+            Outcome::DeadLetter {
+                reason,
+                description,
+            } => Settle::DeadLetter {
+                reason: reason.clone(),
+                description: description.clone(),
+            },
+            // On the last allowed delivery the message is dead-lettered here rather than by the
+            // engine's abandon, so that the handler's error text is kept as the description.
+            Outcome::Fail(text)
+                if delivery_count >= q.options().max_deliveries && !q.is_dead_letter_queue() =>
+            {
+                Settle::DeadLetter {
+                    reason: REASON_MAX_DELIVERIES.to_owned(),
+                    description: text.clone(),
+                }
+            }
+            Outcome::Fail(_) => Settle::Abandon {
+                delay_ms: duration_ms(self.sh.config.retry.delay(delivery_count)),
+            },
+        }
+    }
+
+    fn settle(&self, id: u64, token: u64, how: Settle) -> Result<()> {
+        self.sh
+            .queue
+            .engine
+            .call(move |b| b.settle(id, token, &how))
+    }
+
+    /// Settles a message and locks up to `want` more in one commit. A settle or receive that
+    /// fails before writing does not spoil the other; one that fails half way aborts both.
+    fn settle_and_receive(
+        &self,
+        id: u64,
+        token: u64,
+        how: Settle,
+        want: usize,
+    ) -> (Result<()>, Result<Vec<Locked>>) {
+        let q = &self.sh.queue;
+        let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
+        let r = q.engine.call(move |b| {
+            let before = b.mutations;
+            let settled = match b.settle(id, token, &how) {
+                Err(e) if b.mutations != before => return Err(e),
+                r => r,
+            };
+            let got = if want == 0 {
+                Ok(Vec::new())
+            } else {
+                let before = b.mutations;
+                match b.receive(qid, &name, owner, want) {
+                    Err(e) if b.mutations != before => return Err(e),
+                    r => r,
+                }
+            };
+            Ok((settled, got))
+        });
+        match r {
+            Ok(pair) => pair,
+            Err(e) => {
+                let again = e.duplicate();
+                (Err(e), Err(again))
+            }
+        }
+    }
+
+    fn settle_failed(&self, id: u64, e: &Error) {
+        let sh = self.sh;
+        if e.is_lock_lost() {
+            sh.counters.lock_lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        eprintln!(
+            "postbox: processor on queue {:?} could not settle message {id}: {e}",
+            sh.queue.name()
+        );
+    }
+
+    fn receive(&self, want: usize) -> Result<Vec<Locked>> {
+        let q = &self.sh.queue;
+        let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
+        q.engine.call(move |b| b.receive(qid, &name, owner, want))
+    }
+
+    fn receive_failed(&self, e: &Error) {
+        let sh = self.sh;
+        eprintln!(
+            "postbox: processor on queue {:?} could not receive: {e}",
+            sh.queue.name()
+        );
+        if matches!(e, Error::Closed | Error::QueueNotFound(_)) {
+            sh.stop();
+        }
+    }
+
+    /// Waits until messages are locked into the buffer, the processor stops, or this worker
+    /// should retire (autoscaling).
+    fn wait_for_messages(&mut self) -> Wait {
+        let sh = self.sh;
+        let mut idle = false;
+        loop {
+            // Read before checking the stop flag: a stop after this point bumps the signal, so
+            // the wait below cannot miss it.
+            let seen = sh.signal.seq();
+            if sh.is_stopping() {
+                return Wait::Stop;
+            }
+            if idle && self.try_retire() {
+                return Wait::Retire;
+            }
+            match self.receive(sh.config.prefetch + 1) {
+                Ok(v) if !v.is_empty() => {
+                    if sh.is_stopping() {
+                        self.return_untouched(v);
+                        return Wait::Stop;
+                    }
+                    self.accept(v);
+                    return Wait::Got;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.receive_failed(&e);
+                    if sh.is_stopping() {
+                        return Wait::Stop;
+                    }
+                    sh.signal
+                        .wait(seen, Instant::now().checked_add(ERROR_PAUSE));
+                    continue;
+                }
+            }
+            idle = true;
+            if self.try_retire() {
+                return Wait::Retire;
+            }
+            self.idle_wait(seen);
+        }
+    }
+
+    /// Sleeps until something may be receivable: a local commit made a message ready (the
+    /// queue's signal, also bumped by `stop` and by the autoscaler), scheduled work fell due,
+    /// or — for multi-process stores — another process's message shows up in the file.
+    fn idle_wait(&self, seen: u64) {
+        let sh = self.sh;
+        let engine = &sh.queue.engine;
+        loop {
+            if sh.is_stopping() {
+                return;
+            }
+            let now = Instant::now();
+            let due = match engine.read(read::next_due) {
+                Ok(d) => d.map(|at| {
+                    let ms = at.saturating_sub(sh.clock.now_ms()).max(1);
+                    now + Duration::from_millis(ms)
+                }),
+                Err(_) => return,
+            };
+            let mut wake = now + IDLE_SLICE;
+            if let Some(d) = due {
+                wake = wake.min(d);
+            }
+            if engine.multi_process {
+                wake = wake.min(now + CROSS_PROCESS_POLL);
+            }
+            if sh.signal.wait(seen, Some(wake)) {
+                return;
+            }
+            if due.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            if engine.multi_process {
+                let (qid, now_ms) = (sh.queue.id, sh.clock.now_ms());
+                if engine
+                    .read(|t| read::has_candidate(t, qid, now_ms))
+                    .unwrap_or(true)
+                {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Retires this worker when there are more than the autoscaler wants.
+    fn try_retire(&self) -> bool {
+        let mut st = self.sh.state.lock();
+        if st.live > st.target && !st.stopping {
+            st.live -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes freshly locked messages into the buffer and has their locks watched.
+    fn accept(&mut self, got: Vec<Locked>) {
+        let sh = self.sh;
+        let now = Instant::now();
+        let auto_renew = sh.config.max_auto_renew;
+        let half = (sh.queue.options().lock_duration / 2).max(Duration::from_millis(1));
+        {
+            let mut st = sh.state.lock();
+            for l in got {
+                let track = Arc::new(Track {
+                    id: l.envelope.id().0,
+                    token: l.token,
+                    locked_until: AtomicU64::new(l.locked_until),
+                    lock_lost: AtomicBool::new(false),
+                    timed_out: AtomicBool::new(false),
+                });
+                let renew_until = (!auto_renew.is_zero())
+                    .then(|| now.checked_add(auto_renew))
+                    .flatten();
+                st.watched.insert(
+                    l.token,
+                    Watched {
+                        track: track.clone(),
+                        next_renew: now
+                            .checked_add(half)
+                            .filter(|next| renew_until.is_some_and(|u| *next < u)),
+                        renew_until,
+                        deadline: None,
+                    },
+                );
+                self.buffer.push_back((l, track));
+            }
+        }
+        sh.cv.notify_all();
+    }
+
+    /// Gives messages back without running a handler (stopping): not a failure.
+    fn return_untouched(&self, got: Vec<Locked>) {
+        let locks: Vec<(u64, u64)> = got.iter().map(|l| (l.envelope.id().0, l.token)).collect();
+        self.abandon_all(locks);
+    }
+
+    /// Returns the prefetched messages on exit, so that nothing stays locked.
+    fn release_buffer(&mut self) {
+        let taken: Vec<(Locked, Arc<Track>)> = self.buffer.drain(..).collect();
+        if taken.is_empty() {
+            return;
+        }
+        {
+            let mut st = self.sh.state.lock();
+            for (l, _) in &taken {
+                st.watched.remove(&l.token);
+            }
+        }
+        let locks = taken
+            .iter()
+            .map(|(l, _)| (l.envelope.id().0, l.token))
+            .collect();
+        self.abandon_all(locks);
+    }
+
+    fn abandon_all(&self, locks: Vec<(u64, u64)>) {
+        let sh = self.sh;
+        let n = locks.len() as u64;
+        let r = sh.queue.engine.call(move |b| {
+            for (id, token) in locks {
+                match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
+                    Ok(()) | Err(Error::LockLost(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                sh.counters.returned.fetch_add(n, Ordering::Relaxed);
+            }
+            // A closed store has released every lock of this process already.
+            Err(Error::Closed) => {}
+            Err(e) => eprintln!(
+                "postbox: processor on queue {:?} could not return {n} messages (their locks will expire): {e}",
+                sh.queue.name()
+            ),
+        }
+    }
+}
+
+fn tx_free(h: &Handler) -> bool {
+    matches!(h, Handler::PeekLock(_))
+}
+
+pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}

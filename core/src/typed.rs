@@ -1,0 +1,302 @@
+//! Typed queues: bodies encoded from and decoded to a Rust type with serde.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::message::{Envelope, Message, MessageId};
+use crate::processor::{Processor, ProcessorBuilder, REASON_DECODE_FAILED};
+use crate::queue::Queue;
+use crate::received::Received;
+use crate::tx::Transaction;
+
+/// The one place that knows the body encoding of typed queues (bincode 2, standard
+/// configuration: little-endian, variable-length integers). bincode 2.0.1 is pinned and no
+/// longer maintained; swapping it means changing only this module.
+pub(crate) mod codec {
+    use bincode::config::{self, Config};
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+
+    use crate::error::{Error, Result};
+
+    /// Encodes `value` as a message body.
+    pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+        bincode::serde::encode_to_vec(value, config::standard())
+            .map_err(|e| Error::Codec(format!("encoding failed: {e}")))
+    }
+
+    /// Decodes a whole body; trailing bytes are an error.
+    ///
+    /// A damaged length prefix must not make the decoder allocate gigabytes (that aborts the
+    /// process rather than failing), so the bytes it may claim are limited to a multiple of the
+    /// body's size. The factor covers the widest in-memory growth of a legitimate encoding (a
+    /// one-byte varint decoding to a 16-byte integer).
+    pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
+        const GROWTH: usize = 16;
+        let claim = body.len().saturating_mul(GROWTH).max(1024);
+        let base = config::standard();
+        let r = if claim <= 1 << 16 {
+            run(body, base.with_limit::<{ 1 << 16 }>())
+        } else if claim <= 1 << 20 {
+            run(body, base.with_limit::<{ 1 << 20 }>())
+        } else if claim <= 1 << 24 {
+            run(body, base.with_limit::<{ 1 << 24 }>())
+        } else if claim <= 1 << 28 {
+            run(body, base.with_limit::<{ 1 << 28 }>())
+        } else {
+            run(body, base.with_limit::<{ usize::MAX }>())
+        };
+        let (value, used) = r.map_err(|e| Error::Codec(e.to_string()))?;
+        if used != body.len() {
+            return Err(Error::Codec(format!(
+                "{} trailing bytes after the value",
+                body.len() - used
+            )));
+        }
+        Ok(value)
+    }
+
+    fn run<T: DeserializeOwned, C: Config>(
+        body: &[u8],
+        c: C,
+    ) -> std::result::Result<(T, usize), bincode::error::DecodeError> {
+        bincode::serde::decode_from_slice(body, c)
+    }
+}
+
+impl Queue {
+    /// A typed view of this queue: values of `T` are sent and received, encoded with the
+    /// crate's one binary codec (bincode 2). The queue stays an ordinary queue underneath.
+    ///
+    /// ```
+    /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    /// struct Resize { image: String, width: u32 }
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// let jobs = store.queue("resize")?.typed::<Resize>();
+    /// jobs.send(&Resize { image: "a.png".into(), width: 64 })?;
+    /// let job = jobs.receive(std::time::Duration::from_secs(1))?.unwrap();
+    /// assert_eq!(job.value().width, 64);
+    /// job.complete()?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    pub fn typed<T: Serialize + DeserializeOwned>(&self) -> TypedQueue<T> {
+        TypedQueue {
+            queue: self.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+/// A queue whose bodies are values of `T`; see [`Queue::typed`]. Cheap to clone,
+/// `Send + Sync` whatever `T` is.
+pub struct TypedQueue<T> {
+    queue: Queue,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for TypedQueue<T> {
+    fn clone(&self) -> Self {
+        TypedQueue {
+            queue: self.queue.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for TypedQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypedQueue")
+            .field("queue", &self.queue.name())
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
+    /// The untyped queue underneath.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// A message carrying `value`, to add properties (label, priority, delay…) before sending
+    /// it with [`Queue::send`] or [`Transaction::send`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// let q = store.queue("numbers")?.typed::<u64>();
+    /// q.queue().send(q.message(&7)?.priority(6))?;
+    /// assert_eq!(*q.try_receive()?.unwrap().value(), 7);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Codec`] when `value` cannot be encoded (e.g. a map with non-string keys is
+    /// fine, but a serializer error from a custom `Serialize` is reported here).
+    pub fn message(&self, value: &T) -> Result<Message> {
+        Ok(Message::new(codec::encode(value)?))
+    }
+
+    /// Sends `value`; returns its id once it is durable.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Codec`] when `value` cannot be encoded; otherwise as [`Queue::send`].
+    pub fn send(&self, value: &T) -> Result<MessageId> {
+        self.queue.send(self.message(value)?)
+    }
+
+    /// Sends several values atomically, in one commit.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Codec`] when a value cannot be encoded (nothing is sent); otherwise as
+    /// [`Queue::send_batch`].
+    pub fn send_batch<'a, I>(&self, values: I) -> Result<Vec<MessageId>>
+    where
+        I: IntoIterator<Item = &'a T>,
+        T: 'a,
+    {
+        let msgs = values
+            .into_iter()
+            .map(|v| self.message(v))
+            .collect::<Result<Vec<_>>>()?;
+        self.queue.send_batch(msgs)
+    }
+
+    /// Sends `value` when `tx` commits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Codec`] when `value` cannot be encoded; otherwise as [`Transaction::send`].
+    pub fn send_in(&self, tx: &mut Transaction, value: &T) -> Result<()> {
+        tx.send(&self.queue, self.message(value)?)
+    }
+
+    /// Locks and decodes the head message without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`TypedQueue::receive`].
+    pub fn try_receive(&self) -> Result<Option<TypedReceived<T>>> {
+        self.queue.try_receive()?.map(decode_received).transpose()
+    }
+
+    /// Locks the next message, waiting up to `timeout`, and decodes its body.
+    ///
+    /// A body that does not decode as `T` never will, so instead of returning to the queue for
+    /// futile retries the message is moved to the dead-letter queue with reason `DecodeFailed`
+    /// and the codec error as description, and this call fails with [`Error::Codec`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Codec`] for an undecodable body (see above); otherwise as [`Queue::receive`].
+    pub fn receive(&self, timeout: Duration) -> Result<Option<TypedReceived<T>>> {
+        self.queue
+            .receive(timeout)?
+            .map(decode_received)
+            .transpose()
+    }
+
+    /// A [`Processor`] builder for this queue; start it with
+    /// [`ProcessorBuilder::start_typed`] to get decoded values.
+    pub fn processor(&self) -> ProcessorBuilder {
+        Processor::builder(&self.queue)
+    }
+}
+
+fn decode_received<T: DeserializeOwned>(received: Received) -> Result<TypedReceived<T>> {
+    match codec::decode(received.body()) {
+        Ok(value) => Ok(TypedReceived { received, value }),
+        Err(e) => {
+            let text = e.to_string();
+            match received.dead_letter(REASON_DECODE_FAILED, &text) {
+                Ok(()) | Err(Error::LockLost(_)) => Err(e),
+                Err(other) => Err(Error::Codec(format!(
+                    "{text}; moving the message to the dead-letter queue failed too: {other}"
+                ))),
+            }
+        }
+    }
+}
+
+/// A received message of a [`TypedQueue`] with its decoded value, locked until settled like a
+/// [`Received`] (dropping it abandons it). Dereferences to the [`Envelope`].
+#[derive(Debug)]
+pub struct TypedReceived<T> {
+    received: Received,
+    value: T,
+}
+
+impl<T> Deref for TypedReceived<T> {
+    type Target = Envelope;
+    fn deref(&self) -> &Envelope {
+        &self.received
+    }
+}
+
+impl<T> TypedReceived<T> {
+    /// The decoded body.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The value and the locked message, to settle separately.
+    pub fn into_parts(self) -> (T, Received) {
+        (self.value, self.received)
+    }
+
+    /// Removes the message for good.
+    ///
+    /// # Errors
+    ///
+    /// As [`Received::complete`].
+    pub fn complete(self) -> Result<()> {
+        self.received.complete()
+    }
+
+    /// Returns the message to the queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`Received::abandon`].
+    pub fn abandon(self) -> Result<()> {
+        self.received.abandon()
+    }
+
+    /// Returns the message to the queue, receivable again after `delay`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Received::abandon_after`].
+    pub fn abandon_after(self, delay: Duration) -> Result<()> {
+        self.received.abandon_after(delay)
+    }
+
+    /// Moves the message to the dead-letter queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`Received::dead_letter`].
+    pub fn dead_letter(self, reason: &str, description: &str) -> Result<()> {
+        self.received.dead_letter(reason, description)
+    }
+
+    /// Extends the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`Received::renew_lock`].
+    pub fn renew_lock(&mut self) -> Result<SystemTime> {
+        self.received.renew_lock()
+    }
+}
