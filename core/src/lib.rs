@@ -35,6 +35,52 @@
 //! A waiting receiver is woken by a send in the same process within microseconds; with
 //! [`StoreBuilder::multi_process`] it also polls the file with truncated exponential backoff.
 //!
+//! ## Processors and shutdown
+//!
+//! A [`Processor`] runs a handler on many receiver threads so nobody writes the receive loop by
+//! hand. In peek-lock mode ([`ProcessorBuilder::start`]) `Ok` completes the message and `Err` or
+//! a panic abandons it for a retry after a growing delay ([`RetryPolicy`]); on its last allowed
+//! delivery it goes to the dead-letter queue with the error text as description. In
+//! transactional mode ([`ProcessorBuilder::start_transactional`]) the handler also gets a
+//! [`Transaction`], so replies commit together with the completion. Locks are renewed while a
+//! handler runs; a busy worker settles its message and locks the next one in one commit.
+//!
+//! ```
+//! use std::time::Duration;
+//! use postbox::{Processor, RetryPolicy, Store};
+//!
+//! # fn main() -> postbox::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path().join("app.postbox"))?;
+//! let jobs = store.queue("jobs")?;
+//! jobs.send_batch(["a", "b", "c"])?;
+//!
+//! # let (done, started) = std::sync::mpsc::channel();
+//! let processor = Processor::builder(&jobs)
+//!     .workers(4)
+//!     .retry(RetryPolicy::exponential(Duration::from_millis(200), Duration::from_secs(30)))
+//!     .start(move |msg| -> Result<(), String> {
+//!         println!("processing {:?}", String::from_utf8_lossy(msg.body()));
+//! #       let _ = done.send(());
+//!         Ok(())
+//!     })?;
+//! # for _ in 0..3 { started.recv().unwrap(); }
+//!
+//! // Later, e.g. on Ctrl-C: stop taking messages, wait for running handlers.
+//! let report = processor.shutdown(Duration::from_secs(30));
+//! assert!(report.finished);            // nothing left running, nothing left locked
+//! println!("{} processed, {} failed", report.processed, report.failed);
+//! # Ok(()) }
+//! ```
+//!
+//! [`Processor::stop`] only stops; [`Processor::join`] waits on a condition variable until every
+//! running handler has returned and its commit or abort is applied; [`Processor::shutdown`]
+//! does both and dropping the processor does the same. A message received just as the
+//! processor stopped goes back to the queue untouched (its delivery count, already persisted,
+//! stays incremented). [`Autoscale`] adds and retires workers with the backlog, and
+//! [`Queue::typed`] gives typed queues whose undecodable bodies are dead-lettered as
+//! `DecodeFailed`.
+//!
 //! ## Durability
 //!
 //! By default every call that changes the store returns after its change is on disk
@@ -53,10 +99,12 @@
 mod engine;
 mod error;
 mod message;
+mod processor;
 mod queue;
 mod received;
 mod store;
 mod tx;
+mod typed;
 
 pub use engine::clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
@@ -64,7 +112,12 @@ pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_PRIORITY, MIN_PRIORITY, Message, MessageId,
     PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED,
 };
+pub use processor::{
+    Autoscale, Delivery, Processor, ProcessorBuilder, ProcessorStats, REASON_DECODE_FAILED,
+    RetryPolicy, ScaleCallback, ShutdownReport,
+};
 pub use queue::{Browse, Queue, QueueOptions, QueueStats};
 pub use received::Received;
 pub use store::{Durability, Store, StoreBuilder, StoreStats};
 pub use tx::Transaction;
+pub use typed::{TypedQueue, TypedReceived};
