@@ -138,3 +138,19 @@ pub fn knob(var: &str, default: usize) -> usize {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
 }
+
+/// A temporary directory on a RAM file system when there is one (`/dev/shm`), for tests where
+/// durability is not the point: fsyncs there cost nothing, so the test measures the engine, not
+/// the disk. Falls back to the default temporary directory.
+pub fn fast_tempdir() -> TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::Builder::new()
+            .prefix("postbox-test-")
+            .tempdir_in(shm)
+        {
+            return dir;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
