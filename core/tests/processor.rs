@@ -1,0 +1,463 @@
+//! Processor behaviour with real threads. Synchronisation is by channels and condition
+//! variables only; the few sleeps are handler *work* that must outlast a lock.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::Duration;
+
+use postbox::{
+    Autoscale, Message, Processor, Queue, QueueOptions, REASON_MAX_DELIVERIES, RetryPolicy, Store,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("p.postbox")).unwrap();
+    (dir, store)
+}
+
+/// A gate handlers wait at until the test opens it.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.cv.wait(open).unwrap();
+        }
+    }
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+fn body_of(q: &Queue) -> Vec<String> {
+    q.browse()
+        .map(|e| String::from_utf8(e.unwrap().body().to_vec()).unwrap())
+        .collect()
+}
+
+#[test]
+fn shutdown_waits_for_slow_handlers_and_leaves_nothing_locked() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    let ids = q
+        .send_batch((0..10).map(|i| Message::new(format!("m{i}"))))
+        .unwrap();
+
+    let gate = Arc::new(Gate::default());
+    let started = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let (start_tx, start_rx) = mpsc::channel();
+    let p = {
+        let (gate, started, finished) = (gate.clone(), started.clone(), finished.clone());
+        Processor::builder(&q)
+            .workers(3)
+            .prefetch(1)
+            .start(move |d| -> Result<(), String> {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = start_tx.send(d.id());
+                gate.wait();
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap()
+    };
+    let p = Arc::new(p);
+    let mut in_handlers = HashSet::new();
+    for _ in 0..3 {
+        in_handlers.insert(start_rx.recv_timeout(WAIT).unwrap());
+    }
+    assert_eq!(p.in_flight(), 3);
+
+    // Every worker is inside a handler: stop now, then let them finish.
+    p.stop();
+    let (report_tx, report_rx) = mpsc::channel();
+    let joiner = {
+        let (p, finished) = (p.clone(), finished.clone());
+        std::thread::spawn(move || {
+            let report = p.join(WAIT);
+            // join returned: every handler must already be done.
+            let _ = report_tx.send((report, finished.load(Ordering::SeqCst)));
+        })
+    };
+    gate.open();
+    let (report, finished_at_join) = report_rx.recv_timeout(WAIT).unwrap();
+    joiner.join().unwrap();
+
+    assert!(report.finished, "{report:?}");
+    assert_eq!(report.still_running, 0);
+    assert_eq!(finished_at_join, 3);
+    assert_eq!(report.processed, 3);
+    assert_eq!(report.failed, 0);
+    // No handler started after stop.
+    assert_eq!(started.load(Ordering::SeqCst), 3);
+    assert_eq!(p.in_flight(), 0);
+    assert_eq!(p.workers(), 0);
+
+    let s = q.stats().unwrap();
+    assert_eq!(s.locked, 0, "{s:?}");
+    assert_eq!(s.active, 7, "{s:?}");
+    for id in &ids {
+        let gone = q.get(*id).unwrap().is_none();
+        assert_eq!(gone, in_handlers.contains(id), "message {id}");
+    }
+}
+
+#[test]
+fn long_handler_keeps_its_lock_with_renewal() {
+    let (_dir, store) = store();
+    let lock = Duration::from_millis(200);
+    let q = store
+        .queue_with("slow", QueueOptions::default().lock_duration(lock))
+        .unwrap();
+    q.send("work").unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel();
+    let p = {
+        let calls = calls.clone();
+        Processor::builder(&q)
+            .workers(2)
+            .max_auto_renew(Duration::from_secs(30))
+            .start(move |d| -> Result<(), String> {
+                calls.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(lock * 3); // the work
+                let _ = tx.send((d.delivery_count(), d.is_cancelled()));
+                Ok(())
+            })
+            .unwrap()
+    };
+    let (count, cancelled) = rx.recv_timeout(WAIT).unwrap();
+    let report = p.shutdown(WAIT);
+    assert!(report.finished);
+    assert_eq!((count, cancelled), (1, false));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!((report.processed, report.lock_lost), (1, 0), "{report:?}");
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 0));
+}
+
+#[test]
+fn long_handler_without_renewal_loses_its_lock_and_is_redelivered() {
+    let (_dir, store) = store();
+    let lock = Duration::from_millis(200);
+    let q = store
+        .queue_with("slow", QueueOptions::default().lock_duration(lock))
+        .unwrap();
+    q.send("work").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(2)
+        .max_auto_renew(Duration::ZERO)
+        .start(move |d| -> Result<(), String> {
+            if d.delivery_count() == 1 {
+                std::thread::sleep(lock * 3); // the work, longer than the lock
+            }
+            let _ = tx.send((d.delivery_count(), d.lock_lost()));
+            Ok(())
+        })
+        .unwrap();
+    let mut seen = vec![
+        rx.recv_timeout(WAIT).unwrap(),
+        rx.recv_timeout(WAIT).unwrap(),
+    ];
+    let report = p.shutdown(WAIT);
+    seen.sort();
+    assert_eq!(seen, vec![(1, true), (2, false)]);
+    assert!(report.finished);
+    assert_eq!((report.processed, report.lock_lost), (1, 1), "{report:?}");
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 0));
+}
+
+#[test]
+fn failing_and_panicking_handlers_retry_then_dead_letter_with_the_error_text() {
+    let (_dir, store) = store();
+    let q = store
+        .queue_with("jobs", QueueOptions::default().max_deliveries(3))
+        .unwrap();
+    q.send("fail").unwrap();
+    q.send("panic").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1) // the panics must not kill the only worker
+        .retry(RetryPolicy::immediate())
+        .start(move |d| {
+            let body = String::from_utf8_lossy(d.body()).into_owned();
+            let _ = tx.send(body.clone());
+            match body.as_str() {
+                "fail" => Err(format!("boom {}", d.delivery_count())),
+                "panic" => panic!("kaboom {}", d.delivery_count()),
+                _ => Ok(()),
+            }
+        })
+        .unwrap();
+    for _ in 0..6 {
+        rx.recv_timeout(WAIT).unwrap();
+    }
+    // The worker survived: it still processes new work.
+    q.send("ok").unwrap();
+    loop {
+        if rx.recv_timeout(WAIT).unwrap() == "ok" {
+            break;
+        }
+    }
+    let report = p.shutdown(WAIT);
+    assert!(report.finished);
+    assert_eq!(
+        (report.processed, report.failed, report.dead_lettered),
+        (1, 6, 2),
+        "{report:?}"
+    );
+    let dlq = q.dead_letters().unwrap();
+    let mut dead: Vec<(String, String, String)> = dlq
+        .browse()
+        .map(|e| {
+            let e = e.unwrap();
+            let info = e.dead_letter_info().unwrap().clone();
+            (
+                String::from_utf8_lossy(e.body()).into_owned(),
+                info.reason,
+                info.description,
+            )
+        })
+        .collect();
+    dead.sort();
+    assert_eq!(
+        dead,
+        vec![
+            (
+                "fail".to_string(),
+                REASON_MAX_DELIVERIES.to_string(),
+                "boom 3".to_string()
+            ),
+            (
+                "panic".to_string(),
+                REASON_MAX_DELIVERIES.to_string(),
+                "handler panicked: kaboom 3".to_string()
+            ),
+        ]
+    );
+    assert_eq!(q.stats().unwrap().active, 0);
+}
+
+#[test]
+fn retry_delay_grows_and_keeps_the_message_scheduled() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("x").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .retry(RetryPolicy::exponential(
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+        ))
+        .start(move |_| {
+            let _ = tx.send(());
+            Err("not yet")
+        })
+        .unwrap();
+    rx.recv_timeout(WAIT).unwrap();
+    let report = p.shutdown(WAIT);
+    assert_eq!(report.failed, 1);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 1));
+}
+
+#[test]
+fn autoscaling_grows_to_max_under_backlog_and_shrinks_to_min_when_empty() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send_batch((0..20).map(|i| Message::new(format!("m{i}"))))
+        .unwrap();
+    let gate = Arc::new(Gate::default());
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (start_tx, start_rx) = mpsc::channel();
+    let (scale_tx, scale_rx) = mpsc::channel();
+    let p = {
+        let (gate, running, peak) = (gate.clone(), running.clone(), peak.clone());
+        Processor::builder(&q)
+            .workers(1)
+            .autoscale(
+                Autoscale::new(1, 4)
+                    .messages_per_worker(1)
+                    .check_interval(Duration::from_millis(10)),
+            )
+            .on_scale(move |n| {
+                let _ = scale_tx.send(n);
+            })
+            .start(move |_| -> Result<(), String> {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                let _ = start_tx.send(());
+                gate.wait();
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap()
+    };
+    // Four handlers blocked at once means four workers.
+    for _ in 0..4 {
+        start_rx.recv_timeout(WAIT).unwrap();
+    }
+    assert_eq!(p.workers(), 4);
+    gate.open();
+    // Drain the backlog, then wait for the scale-down to reach the minimum.
+    let mut observed = Vec::new();
+    loop {
+        let n = scale_rx.recv_timeout(WAIT).unwrap();
+        observed.push(n);
+        if n == 1 && observed.contains(&4) {
+            break;
+        }
+    }
+    assert!(
+        observed.iter().all(|&n| (1..=4).contains(&n)),
+        "{observed:?}"
+    );
+    assert_eq!(peak.load(Ordering::SeqCst), 4);
+    let report = p.shutdown(WAIT);
+    assert!(report.finished);
+    assert_eq!(report.processed, 20);
+    assert_eq!(q.stats().unwrap().active, 0);
+}
+
+#[test]
+fn transactional_handler_commits_reply_with_completion_or_neither() {
+    let (_dir, store) = store();
+    let jobs = store.queue("jobs").unwrap();
+    let replies = store.queue("replies").unwrap();
+    jobs.send("ok").unwrap();
+    jobs.send("fail").unwrap();
+    let (tx_done, rx_done) = mpsc::channel();
+    let p = {
+        let replies = replies.clone();
+        Processor::builder(&jobs)
+            .workers(2)
+            .retry(RetryPolicy::exponential(
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            ))
+            .start_transactional(move |d, tx| {
+                let body = String::from_utf8_lossy(d.body()).into_owned();
+                tx.send(&replies, format!("reply to {body}").as_str())
+                    .map_err(|e| e.to_string())?;
+                let _ = tx_done.send(());
+                if body == "fail" {
+                    return Err("failed after replying".to_string());
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    rx_done.recv_timeout(WAIT).unwrap();
+    rx_done.recv_timeout(WAIT).unwrap();
+    let report = p.shutdown(WAIT);
+    assert!(report.finished);
+    assert_eq!((report.processed, report.failed), (1, 1), "{report:?}");
+    assert_eq!(body_of(&replies), vec!["reply to ok".to_string()]);
+    let s = jobs.stats().unwrap();
+    // "ok" is gone; "fail" waits for its retry, not completed.
+    assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 1));
+}
+
+#[test]
+fn handler_time_limit_cancels_and_abandons() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("x").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .handler_timeout(Duration::from_millis(50))
+        .retry(RetryPolicy::exponential(
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        ))
+        .start(move |d| -> Result<(), String> {
+            // Cooperative work: stop when told to.
+            let mut slices = 0;
+            while !d.is_cancelled() && slices < 1000 {
+                std::thread::sleep(Duration::from_millis(5));
+                slices += 1;
+            }
+            let _ = tx.send(d.is_cancelled());
+            Ok(())
+        })
+        .unwrap();
+    assert!(rx.recv_timeout(WAIT).unwrap());
+    let report = p.shutdown(WAIT);
+    assert_eq!((report.processed, report.failed), (0, 1), "{report:?}");
+    assert_eq!(q.stats().unwrap().scheduled, 1);
+}
+
+#[test]
+fn dropping_the_processor_shuts_it_down_and_idle_workers_stop_promptly() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let p = {
+        let ran = ran.clone();
+        Processor::builder(&q)
+            .workers(8)
+            .start(move |_| -> Result<(), String> {
+                ran.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap()
+    };
+    assert_eq!(p.workers(), 8);
+    let t = std::time::Instant::now();
+    let report = p.shutdown(WAIT);
+    // Idle workers wait on a wake-up that stop fires; they do not sit out a receive timeout.
+    assert!(report.finished);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    drop(p);
+    assert!(!ran.load(Ordering::SeqCst));
+    assert_eq!(q.stats().unwrap().locked, 0);
+}
+
+#[test]
+fn a_handler_may_shut_its_own_processor_down() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("x").unwrap();
+    let slot: Arc<Mutex<Option<Arc<Processor>>>> = Arc::default();
+    let (tx, rx) = mpsc::channel();
+    let p = {
+        let inner_slot = slot.clone();
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let p = Arc::new(
+            Processor::builder(&q)
+                .workers(1)
+                .start(move |_| -> Result<(), String> {
+                    g.wait();
+                    let me = inner_slot.lock().unwrap().clone();
+                    if let Some(me) = me {
+                        let _ = tx.send(me.shutdown(WAIT));
+                    }
+                    Ok(())
+                })
+                .unwrap(),
+        );
+        *slot.lock().unwrap() = Some(p.clone());
+        gate.open();
+        p
+    };
+    let inner = rx.recv_timeout(WAIT).unwrap();
+    assert!(!inner.finished);
+    slot.lock().unwrap().take();
+    let report = p.join(WAIT);
+    assert!(report.finished);
+    assert_eq!(report.processed, 1);
+}
