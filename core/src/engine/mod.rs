@@ -27,7 +27,9 @@ use crate::error::{Error, Result};
 use crate::store::{Durability, StoreBuilder};
 
 pub struct Engine {
-    db: Arc<Database>,
+    /// `None` once closed, so that closing releases the file (and its lock) even while
+    /// handles such as queues are still alive.
+    db: parking_lot::RwLock<Option<Arc<Database>>>,
     pipeline: Pipeline,
     pub signals: Arc<Signals>,
     pub clock: Arc<dyn Clock>,
@@ -113,7 +115,7 @@ impl Engine {
             reap_as: multi.then_some(setup),
         })?;
         Ok(Engine {
-            db,
+            db: parking_lot::RwLock::new(Some(db)),
             pipeline,
             signals,
             clock,
@@ -167,7 +169,8 @@ impl Engine {
     pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_open()?;
         catch_unwind(AssertUnwindSafe(|| {
-            let txn = self.db.begin_read()?;
+            let db = self.db.read().clone().ok_or(Error::Closed)?;
+            let txn = db.begin_read()?;
             f(&txn)
         }))
         .map_err(panic_to_error)?
@@ -243,6 +246,8 @@ impl Engine {
             b.unregister_owner(owner)
         });
         self.signals.notify_all();
+        // The writer thread has exited with its handle; dropping this one closes the file.
+        self.db.write().take();
         result
     }
 }
