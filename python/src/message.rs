@@ -132,13 +132,14 @@ impl PyMessage {
     }
     /// The body decoded as UTF-8.
     #[getter]
-    fn text(&self) -> PyResult<String> {
-        String::from_utf8(self.env.body().to_vec()).map_err(|e| {
-            pyo3::exceptions::PyUnicodeDecodeError::new_err(format!(
-                "the body of message {} is not UTF-8: {e}",
-                self.env.id()
-            ))
-        })
+    fn text(&self, py: Python<'_>) -> PyResult<String> {
+        match std::str::from_utf8(self.env.body()) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(e) => Err(PyErr::from_value(
+                pyo3::exceptions::PyUnicodeDecodeError::new_utf8(py, self.env.body(), e)?
+                    .into_any(),
+            )),
+        }
     }
     #[getter]
     fn label(&self) -> Option<&str> {
@@ -269,10 +270,12 @@ impl PyMessage {
         let until = match until {
             Ok(r) => r.py_err()?,
             Err(state) => {
-                return Err(invalid(format!(
-                    "message {} holds no lock to renew (state: {state})",
-                    self.env.id()
-                )));
+                let why = if matches!(state, "unlocked" | "transaction") {
+                    format!("message {} holds no lock to renew ({state})", self.env.id())
+                } else {
+                    format!("message {} was already settled ({state})", self.env.id())
+                };
+                return Err(invalid(why));
             }
         };
         *self.locked_until.lock() = Some(until);

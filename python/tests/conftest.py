@@ -1,0 +1,31 @@
+"""Shared fixtures: a fresh store per test in pytest's temporary directory."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import postbox
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "test.postbox"
+
+
+@pytest.fixture
+def tmp_store(store_path: Path) -> Iterator[postbox.Store]:
+    """A durable single-process store, closed after the test."""
+    with postbox.Store(store_path) as store:
+        yield store
+
+
+@pytest.fixture
+def queue(tmp_store: postbox.Store) -> postbox.Queue:
+    return tmp_store.queue("jobs")
+
+
+PYTHON = sys.executable
