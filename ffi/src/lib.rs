@@ -1,1 +1,112 @@
-//! C API (placeholder until the C API lands).
+//! # libpostbox — the C API of postbox
+//!
+//! This crate builds `libpostbox.so` and `libpostbox.a`; cbindgen turns the doc comments of its
+//! exports into `include/postbox.h`, which is the C reference. Read the header's preamble for the
+//! conventions (status codes, ownership, thread-safety); this page only explains the layout of
+//! the Rust side.
+//!
+//! - `guard.rs`: the one guard every export runs inside (panics → `POSTBOX_PANIC`, NULL →
+//!   `POSTBOX_INVALID_ARGUMENT`), the per-thread error message, and the checked conversions from
+//!   raw C arguments. Nearly all `unsafe` lives there.
+//! - `status.rs`: status codes (the numbers of `postbox::ErrorKind`), `postbox_strerror`,
+//!   `postbox_version`.
+//! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`: one file per handle.
+
+#![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod guard;
+
+// One group per line so that rustfmt keeps this order, which is the order of the header.
+mod status;
+
+mod store;
+
+mod queue;
+
+mod message;
+
+mod tx;
+
+pub use message::*;
+pub use queue::*;
+pub use status::*;
+pub use store::*;
+pub use tx::*;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A borrowed view of bytes owned by postbox (a body, a string property, a name).
+///
+/// `data` is NULL (and `len` 0) when the value is absent; an empty but present value has a
+/// non-NULL `data` and `len` 0. Strings are UTF-8 and **not** NUL-terminated: print them with
+/// `printf("%.*s", (int)v.len, (const char *)v.data)`. The view is valid until the handle it came
+/// from is freed (the function that returned it says which); copy the bytes to keep them longer.
+/// Never free `data`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct postbox_bytes {
+    /// First byte, or NULL when the value is absent.
+    pub data: *const u8,
+    /// Number of bytes.
+    pub len: usize,
+}
+
+impl postbox_bytes {
+    pub(crate) const ABSENT: postbox_bytes = postbox_bytes {
+        data: std::ptr::null(),
+        len: 0,
+    };
+
+    pub(crate) fn of(bytes: &[u8]) -> postbox_bytes {
+        postbox_bytes {
+            data: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+
+    pub(crate) fn of_opt(s: Option<&str>) -> postbox_bytes {
+        s.map_or(postbox_bytes::ABSENT, |s| postbox_bytes::of(s.as_bytes()))
+    }
+}
+
+impl guard::FfiReturn for postbox_bytes {
+    fn on_failure(_: std::ffi::c_int) -> postbox_bytes {
+        postbox_bytes::ABSENT
+    }
+}
+
+/// Identifies the `postbox_store_open` call a handle descends from, so that a queue, message or
+/// transaction of one store is never silently used with another store (their ids would refer to
+/// different files).
+pub(crate) type StoreTag = u64;
+
+pub(crate) fn next_store_tag() -> StoreTag {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Milliseconds since the Unix epoch (0 for times before it).
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+pub(crate) fn from_unix_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms))
+        .unwrap_or(UNIX_EPOCH)
+}
+
+/// A C timeout: negative waits forever, 0 does not wait.
+pub(crate) fn timeout(ms: i64) -> Duration {
+    if ms < 0 {
+        // Far enough that `Instant::checked_add` overflows, which postbox treats as "no deadline".
+        Duration::MAX
+    } else {
+        Duration::from_millis(ms.unsigned_abs())
+    }
+}

@@ -1,0 +1,320 @@
+//! The boundary: one guard that every export runs inside, the per-thread error message, and the
+//! checked conversions from C arguments.
+//!
+//! Every raw pointer the C caller hands us is turned into a Rust reference, slice or string here,
+//! after a NULL and length check, so the exports themselves contain no `unsafe` except where they
+//! take ownership of a handle back (`Box::from_raw`).
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use postbox::{Error, ErrorKind};
+
+use crate::status::*;
+
+/// Why a call failed: the status code returned to C and the text kept for
+/// `postbox_last_error_message`.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: c_int,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: c_int, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Failure {
+        Failure::new(POSTBOX_INVALID_ARGUMENT, message)
+    }
+
+    pub fn null(what: &str) -> Failure {
+        Failure::invalid(format!("{what} must not be NULL"))
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::new(status_of(e.kind()), e.to_string())
+    }
+}
+
+/// `ErrorKind` → status code. The numbers are the same by contract (see `status.rs`); the match
+/// exists because a `#[non_exhaustive]` enum of another crate cannot be cast with `as`.
+pub fn status_of(kind: ErrorKind) -> c_int {
+    match kind {
+        ErrorKind::Timeout => POSTBOX_TIMEOUT,
+        ErrorKind::LockLost => POSTBOX_LOCK_LOST,
+        ErrorKind::QueueFull => POSTBOX_QUEUE_FULL,
+        ErrorKind::TooLarge => POSTBOX_TOO_LARGE,
+        ErrorKind::NotFound => POSTBOX_NOT_FOUND,
+        ErrorKind::InvalidArgument => POSTBOX_INVALID_ARGUMENT,
+        ErrorKind::Corrupted => POSTBOX_CORRUPTED,
+        ErrorKind::Io => POSTBOX_IO,
+        ErrorKind::Closed => POSTBOX_CLOSED,
+        ErrorKind::Panic => POSTBOX_PANIC,
+        ErrorKind::NotAStore => POSTBOX_NOT_A_STORE,
+        ErrorKind::IncompatibleVersion => POSTBOX_INCOMPATIBLE_VERSION,
+        ErrorKind::AlreadyOpen => POSTBOX_ALREADY_OPEN,
+        ErrorKind::OutcomeUnknown => POSTBOX_OUTCOME_UNKNOWN,
+        ErrorKind::Config => POSTBOX_CONFIG,
+        ErrorKind::StorageFull => POSTBOX_STORAGE_FULL,
+        ErrorKind::Codec => POSTBOX_CODEC,
+        // A kind added to the engine without a C code is a bug of this binding; the test
+        // `every_error_kind_has_its_own_status` catches it before a release.
+        _ => POSTBOX_PANIC,
+    }
+}
+
+pub type Outcome<T> = Result<T, Failure>;
+
+thread_local! {
+    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+fn set_last_error(message: String) {
+    // An interior NUL would truncate the C string; replace it rather than lose the message.
+    let text = CString::new(message.replace('\0', "\u{FFFD}")).unwrap_or_default();
+    LAST_ERROR.with(|slot| *slot.borrow_mut() = Some(text));
+}
+
+/// The pointer behind `postbox_last_error_message`: valid until this thread's next failing call.
+pub fn last_error_ptr() -> *const c_char {
+    LAST_ERROR.with(|slot| match &*slot.borrow() {
+        Some(text) => text.as_ptr(),
+        None => c"".as_ptr(),
+    })
+}
+
+/// What an export returns when its body fails or panics.
+pub trait FfiReturn {
+    fn on_failure(code: c_int) -> Self;
+}
+
+impl FfiReturn for c_int {
+    fn on_failure(code: c_int) -> c_int {
+        code
+    }
+}
+
+impl FfiReturn for () {
+    fn on_failure(_: c_int) {}
+}
+
+impl FfiReturn for u64 {
+    fn on_failure(_: c_int) -> u64 {
+        0
+    }
+}
+
+impl FfiReturn for u32 {
+    fn on_failure(_: c_int) -> u32 {
+        0
+    }
+}
+
+impl FfiReturn for u8 {
+    fn on_failure(_: c_int) -> u8 {
+        0
+    }
+}
+
+impl FfiReturn for usize {
+    fn on_failure(_: c_int) -> usize {
+        0
+    }
+}
+
+impl FfiReturn for bool {
+    fn on_failure(_: c_int) -> bool {
+        false
+    }
+}
+
+impl FfiReturn for *const c_char {
+    fn on_failure(_: c_int) -> *const c_char {
+        std::ptr::null()
+    }
+}
+
+/// Runs the body of an export: a failure becomes its status code (and this thread's error
+/// message), a panic becomes `POSTBOX_PANIC` instead of unwinding into C.
+pub fn guard<T: FfiReturn>(body: impl FnOnce() -> Outcome<T>) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(failure)) => {
+            set_last_error(failure.message);
+            T::on_failure(failure.code)
+        }
+        Err(payload) => {
+            let text = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            // Dropping the payload could itself panic (a payload with a panicking Drop); forget
+            // it instead, a tiny leak on a path that is already a bug.
+            std::mem::forget(payload);
+            set_last_error(format!("internal error (caught panic): {text}"));
+            T::on_failure(POSTBOX_PANIC)
+        }
+    }
+}
+
+/// A shared reference to a handle or struct the caller passed in.
+pub fn arg_ref<'a, T>(ptr: *const T, what: &str) -> Outcome<&'a T> {
+    // SAFETY: the header requires every non-NULL pointer to point to a live, properly aligned
+    // object of this type for the duration of the call; NULL is rejected by `as_ref`.
+    unsafe { ptr.as_ref() }.ok_or_else(|| Failure::null(what))
+}
+
+/// A NUL-terminated UTF-8 string argument.
+pub fn arg_str<'a>(ptr: *const c_char, what: &str) -> Outcome<&'a str> {
+    if ptr.is_null() {
+        return Err(Failure::null(what));
+    }
+    // SAFETY: non-NULL, and the header requires a NUL-terminated string that stays valid for
+    // the duration of the call.
+    let c = unsafe { CStr::from_ptr(ptr) };
+    c.to_str()
+        .map_err(|_| Failure::invalid(format!("{what} is not valid UTF-8")))
+}
+
+/// An optional NUL-terminated UTF-8 string argument (NULL means absent).
+pub fn arg_opt_str<'a>(ptr: *const c_char, what: &str) -> Outcome<Option<&'a str>> {
+    if ptr.is_null() {
+        Ok(None)
+    } else {
+        arg_str(ptr, what).map(Some)
+    }
+}
+
+/// A `(pointer, length)` buffer; NULL is accepted only with a length of 0.
+pub fn arg_slice<'a, T>(ptr: *const T, len: usize, what: &str) -> Outcome<&'a [T]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!(
+            "{what} is NULL but its length is {len}"
+        )));
+    }
+    if len
+        .checked_mul(size_of::<T>().max(1))
+        .is_none_or(|n| n > isize::MAX as usize)
+    {
+        return Err(Failure::invalid(format!(
+            "{what}: length {len} is too large"
+        )));
+    }
+    // SAFETY: non-NULL, the byte size fits in isize, and the header requires `len` readable
+    // elements that stay valid and unmodified for the duration of the call.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// A caller-provided array of `len` writable elements.
+pub fn arg_slice_mut<'a, T>(ptr: *mut T, len: usize, what: &str) -> Outcome<&'a mut [T]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!(
+            "{what} is NULL but its length is {len}"
+        )));
+    }
+    if len
+        .checked_mul(size_of::<T>().max(1))
+        .is_none_or(|n| n > isize::MAX as usize)
+    {
+        return Err(Failure::invalid(format!(
+            "{what}: length {len} is too large"
+        )));
+    }
+    // SAFETY: as `arg_slice`, and the header requires the array to be writable and not aliased
+    // during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// An out-parameter: checked up front (before any work is done), written only on success.
+pub struct Out<T>(*mut T);
+
+impl<T> Out<T> {
+    /// A required out-pointer.
+    pub fn required(ptr: *mut T, what: &str) -> Outcome<Out<T>> {
+        if ptr.is_null() {
+            Err(Failure::null(what))
+        } else {
+            Ok(Out(ptr))
+        }
+    }
+
+    /// An out-pointer the caller may pass as NULL when it does not want the value.
+    pub fn optional(ptr: *mut T) -> Out<T> {
+        Out(ptr)
+    }
+
+    pub fn write(self, value: T) {
+        if !self.0.is_null() {
+            // SAFETY: non-NULL, and the header requires out-pointers to point to writable,
+            // aligned storage for a `T`. `write` does not drop the (possibly uninitialised)
+            // previous contents.
+            unsafe { self.0.write(value) }
+        }
+    }
+}
+
+/// Reads a versioned options struct whose first field is its `struct_size`: a caller built
+/// against an older header passes a shorter struct, whose missing fields keep their defaults
+/// (the all-zero value); a caller built against a newer header is rejected.
+///
+/// `T` must be `repr(C)`, start with a `u32` size, and be valid when all-zero or partially
+/// overwritten with caller bytes (integers, bools the caller set, and pointers only).
+pub fn read_versioned<T: Copy + Default>(
+    ptr: *const T,
+    min_size: usize,
+    what: &str,
+) -> Outcome<Option<T>> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-NULL; every version of the struct starts with a u32 `struct_size`, which the
+    // header requires the caller to set.
+    let declared = unsafe { ptr.cast::<u32>().read_unaligned() } as usize;
+    let ours = size_of::<T>();
+    if declared < min_size || declared > ours {
+        return Err(Failure::invalid(format!(
+            "{what}.struct_size is {declared}; this library accepts {min_size} to {ours} (set it to sizeof the struct, or use the _init function)"
+        )));
+    }
+    let mut value = T::default();
+    // SAFETY: the caller's struct has at least `declared` readable bytes (it says so in its
+    // size field); our value has `ours >= declared` bytes; they do not overlap. The fields are
+    // plain data for which any caller-written bytes are valid (see the doc of this function).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            ptr.cast::<u8>(),
+            (&mut value as *mut T).cast::<u8>(),
+            declared,
+        );
+    }
+    Ok(Some(value))
+}
+
+/// Takes back ownership of a handle that postbox boxed and gave to C; `None` for NULL.
+///
+/// The header states that a handle is freed exactly once and not used by another thread
+/// meanwhile; that is the caller's half of the contract this relies on.
+pub(crate) fn take_box<T>(ptr: *mut T) -> Option<Box<T>> {
+    if ptr.is_null() {
+        None
+    } else {
+        // SAFETY: non-NULL, created by `Box::into_raw` in this crate (handles are only ever
+        // made that way), and per the header not yet freed nor in use by another thread.
+        Some(unsafe { Box::from_raw(ptr) })
+    }
+}

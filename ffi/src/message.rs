@@ -1,0 +1,564 @@
+//! `postbox_message`: a received (locked), transactionally received, peeked or browsed message;
+//! its property accessors and the calls that settle it.
+
+use std::ffi::{c_char, c_int};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postbox::{Envelope, PropertyValue, Queue, Received};
+
+use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
+use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK};
+use crate::{StoreTag, postbox_bytes, unix_ms};
+
+/// Kind of a user property value: UTF-8 text.
+pub const POSTBOX_PROPERTY_STRING: u32 = 0;
+/// Kind of a user property value: arbitrary bytes.
+pub const POSTBOX_PROPERTY_BYTES: u32 = 1;
+
+/// Where a message handle stands.
+pub(crate) enum Hold {
+    /// Received with peek-lock: this handle holds the lock and may settle it once.
+    Held(Box<Received>),
+    /// Received inside a transaction: the transaction's commit or abort settles it.
+    Transaction,
+    /// Read by peek, browse or get: no lock, nothing to settle.
+    Unlocked,
+    /// Settled (or enlisted in a transaction) through this handle; only readable now.
+    Settled,
+}
+
+/// A message: its body and properties, and — when it came from a peek-lock receive — its lock.
+///
+/// Obtained from `postbox_receive`, `postbox_receive_batch`, `postbox_peek`, `postbox_get` or
+/// `postbox_browse_next`; the caller owns it and frees it with `postbox_message_free`. Processor
+/// callbacks get a borrowed `const postbox_message *` that must not be freed or kept.
+///
+/// Thread-safe: the accessors only read; settling is serialised inside the handle. The body,
+/// properties and every `postbox_bytes` view stay valid and unchanged until the handle is freed,
+/// even after the message has been settled.
+pub struct postbox_message {
+    pub(crate) envelope: Envelope,
+    pub(crate) hold: Mutex<Hold>,
+    pub(crate) lock_token: u64,
+    pub(crate) locked_until_ms: Mutex<u64>,
+    pub(crate) tag: StoreTag,
+}
+
+impl postbox_message {
+    pub(crate) fn held(received: Received, tag: StoreTag) -> postbox_message {
+        // The envelope is copied out so that views handed to C stay valid after the settle
+        // consumes the `Received` (postbox's settle calls take it by value).
+        let envelope = received.envelope().clone();
+        postbox_message {
+            envelope,
+            lock_token: received.lock_token(),
+            locked_until_ms: Mutex::new(unix_ms(received.locked_until())),
+            hold: Mutex::new(Hold::Held(Box::new(received))),
+            tag,
+        }
+    }
+
+    pub(crate) fn unlocked(envelope: Envelope, hold: Hold, tag: StoreTag) -> postbox_message {
+        postbox_message {
+            envelope,
+            hold: Mutex::new(hold),
+            lock_token: 0,
+            locked_until_ms: Mutex::new(0),
+            tag,
+        }
+    }
+
+    pub(crate) fn into_raw(self) -> *mut postbox_message {
+        Box::into_raw(Box::new(self))
+    }
+
+    /// Takes the lock out of the handle for a settle call; the handle is `Settled` afterwards
+    /// whatever the outcome (postbox's settle calls are single-use).
+    pub(crate) fn take_received(&self) -> Outcome<Received> {
+        let mut hold = self.hold.lock();
+        match std::mem::replace(&mut *hold, Hold::Settled) {
+            Hold::Held(r) => {
+                *self.locked_until_ms.lock() = 0;
+                Ok(*r)
+            }
+            other => {
+                let why = match other {
+                    Hold::Transaction => {
+                        "it was received in a transaction (commit or abort settles it)"
+                    }
+                    Hold::Unlocked => "it was peeked, browsed or looked up, not received",
+                    _ => "it was already settled or enlisted in a transaction",
+                };
+                *hold = other;
+                Err(Failure::invalid(format!(
+                    "message {} cannot be settled through this handle: {why}",
+                    self.envelope.id()
+                )))
+            }
+        }
+    }
+
+    /// Checks that the message is held, without taking it.
+    pub(crate) fn check_held(&self) -> Outcome<()> {
+        let hold = self.hold.lock();
+        if matches!(*hold, Hold::Held(_)) {
+            Ok(())
+        } else {
+            drop(hold);
+            self.take_received().map(drop)
+        }
+    }
+}
+
+impl crate::guard::FfiReturn for *mut postbox_message {
+    fn on_failure(_: c_int) -> *mut postbox_message {
+        std::ptr::null_mut()
+    }
+}
+
+fn msg<'a>(m: *const postbox_message) -> Outcome<&'a postbox_message> {
+    arg_ref(m, "message")
+}
+
+/// Frees a message handle. A message still held (received with peek-lock and not settled) is
+/// abandoned: it returns to its queue at once for another delivery. NULL is a no-op.
+/// Never free a message passed to a processor callback.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
+    guard(|| {
+        drop(take_box(message));
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settling
+
+/// Completes a received message: it is removed for good and never reappears. The handle stays
+/// readable and must still be freed.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
+/// received in a transaction, or already settled); `POSTBOX_CLOSED`;
+/// `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_int {
+    guard(|| {
+        msg(message)?.take_received()?.complete()?;
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Abandons a received message: it returns to its queue for another delivery, receivable again
+/// after `delay_ms` milliseconds (0: at once), or moves to the dead-letter queue if it has used
+/// up the queue's `max_deliveries`. The handle stays readable and must still be freed.
+///
+/// # Returns
+/// As `postbox_message_complete`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_ms: u64) -> c_int {
+    guard(|| {
+        let r = msg(message)?.take_received()?;
+        if delay_ms == 0 {
+            r.abandon()?;
+        } else {
+            r.abandon_after(Duration::from_millis(delay_ms))?;
+        }
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Moves a received message to its queue's dead-letter queue with a machine-readable `reason`
+/// and a human-readable `description` (both NUL-terminated UTF-8; `description` may be NULL for
+/// none). The handle stays readable and must still be freed.
+///
+/// # Returns
+/// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
+/// UTF-8, or a message that is already in a dead-letter queue.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_dead_letter(
+    message: *mut postbox_message,
+    reason: *const c_char,
+    description: *const c_char,
+) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        let reason = arg_str(reason, "reason")?;
+        let description = arg_opt_str(description, "description")?.unwrap_or("");
+        m.check_held()?;
+        // Checked here so the refusal leaves the lock with the caller: a settle that postbox
+        // refuses would otherwise consume the lock and leave the message locked until expiry.
+        if m.envelope.dead_letter_info().is_some() {
+            return Err(Failure::invalid(
+                "a dead letter cannot be dead-lettered again",
+            ));
+        }
+        m.take_received()?.dead_letter(reason, description)?;
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Moves a message received from a dead-letter queue back to its source queue, with its
+/// delivery count reset and its dead-letter details cleared. The handle stays readable and must
+/// still be freed.
+///
+/// # Returns
+/// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` if the message was not
+/// received from a dead-letter queue.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        m.check_held()?;
+        // Checked here so that the refusal leaves the lock with the caller (see dead_letter).
+        if m.envelope.dead_letter_info().is_none() {
+            return Err(Failure::invalid(
+                "only a message received from a dead-letter queue can be resubmitted",
+            ));
+        }
+        m.take_received()?.resubmit()?;
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Extends the lock of a received message by its queue's lock duration, from now.
+/// `locked_until_ms_out` may be NULL; on success it receives the new expiry (ms since the Unix
+/// epoch), which `postbox_message_locked_until_ms` also reports from then on.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
+/// it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_renew_lock(
+    message: *mut postbox_message,
+    locked_until_ms_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        let out = Out::optional(locked_until_ms_out);
+        let mut hold = m.hold.lock();
+        let Hold::Held(r) = &mut *hold else {
+            drop(hold);
+            m.check_held()?;
+            return Err(Failure::invalid("message is not held"));
+        };
+        match r.renew_lock() {
+            Ok(until) => {
+                let ms = unix_ms(until);
+                *m.locked_until_ms.lock() = ms;
+                out.write(ms);
+                Ok(POSTBOX_OK)
+            }
+            Err(e) => {
+                if e.is_lock_lost() {
+                    // The lock is gone for good: settling would fail too.
+                    *hold = Hold::Settled;
+                    *m.locked_until_ms.lock() = 0;
+                }
+                Err(e.into())
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accessors. They never fail on a valid handle; on NULL they return 0 / an absent view.
+
+/// The message's store-wide id (ids increase in commit order and are never reused); 0 for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_id(message: *const postbox_message) -> u64 {
+    guard(|| Ok(msg(message)?.envelope.id().get()))
+}
+
+/// The body. The view is valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_body(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of(msg(message)?.envelope.body())))
+}
+
+/// The name of the queue the message is in. Valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_queue(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of(msg(message)?.envelope.queue().as_bytes())))
+}
+
+/// The label (MSMQ `Label`, Service Bus `Subject`); absent view (`data == NULL`) if unset.
+/// Valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_label(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.label())))
+}
+
+/// The content type (e.g. `application/json`); absent view if unset. Valid until the message is
+/// freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_content_type(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.content_type())))
+}
+
+/// The correlation id; absent view if unset. Valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_correlation_id(message: *const postbox_message) -> postbox_bytes {
+    guard(|| {
+        Ok(postbox_bytes::of_opt(
+            msg(message)?.envelope.correlation_id(),
+        ))
+    })
+}
+
+/// The reply-to queue name; absent view if unset. Valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_reply_to(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.reply_to())))
+}
+
+/// The duplicate-detection key; absent view if unset. Valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_message_key(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.message_key())))
+}
+
+/// The ordered group (session); absent view if unset. Valid until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_group(message: *const postbox_message) -> postbox_bytes {
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.group())))
+}
+
+/// The sender's sequence number within its group, written to `sequence_out` if it was set.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no sequence was set); `POSTBOX_INVALID_ARGUMENT` (NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_sequence(
+    message: *const postbox_message,
+    sequence_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        let out = Out::required(sequence_out, "sequence_out")?;
+        let seq = m
+            .envelope
+            .sequence()
+            .ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "the message has no sequence"))?;
+        out.write(seq);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Priority 0–7 (higher is delivered first); 0 for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_priority(message: *const postbox_message) -> u8 {
+    guard(|| Ok(msg(message)?.envelope.priority()))
+}
+
+/// How many times the message has been handed to a receiver, this delivery included; 0 for NULL
+/// and for a message that was never received.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_delivery_count(message: *const postbox_message) -> u32 {
+    guard(|| Ok(msg(message)?.envelope.delivery_count()))
+}
+
+/// When the send committed, in ms since the Unix epoch; 0 for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_enqueued_at_ms(message: *const postbox_message) -> u64 {
+    guard(|| Ok(unix_ms(msg(message)?.envelope.enqueued_at())))
+}
+
+/// When a scheduled message became (or becomes) receivable, in ms since the Unix epoch; 0 if it
+/// was not scheduled.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_visible_at_ms(message: *const postbox_message) -> u64 {
+    guard(|| Ok(msg(message)?.envelope.visible_at().map_or(0, unix_ms)))
+}
+
+/// When the message expires, in ms since the Unix epoch; 0 if it never expires.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_expires_at_ms(message: *const postbox_message) -> u64 {
+    guard(|| Ok(msg(message)?.envelope.expires_at().map_or(0, unix_ms)))
+}
+
+/// When this handle's lock expires unless renewed, in ms since the Unix epoch; 0 when the
+/// handle holds no lock (peeked, received in a transaction, settled).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_locked_until_ms(message: *const postbox_message) -> u64 {
+    guard(|| Ok(*msg(message)?.locked_until_ms.lock()))
+}
+
+/// The lock token of this delivery (unique in the store); 0 when the message was not received
+/// with peek-lock.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_lock_token(message: *const postbox_message) -> u64 {
+    guard(|| Ok(msg(message)?.lock_token))
+}
+
+/// Whether this handle currently holds the message's lock (received with peek-lock and not yet
+/// settled); false for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_is_held(message: *const postbox_message) -> bool {
+    guard(|| Ok(matches!(*msg(message)?.hold.lock(), Hold::Held(_))))
+}
+
+fn property_view(value: &PropertyValue) -> (u32, postbox_bytes) {
+    match value {
+        PropertyValue::String(s) => (POSTBOX_PROPERTY_STRING, postbox_bytes::of(s.as_bytes())),
+        PropertyValue::Bytes(b) => (POSTBOX_PROPERTY_BYTES, postbox_bytes::of(b)),
+        // A kind added later is exposed as bytes rather than hidden.
+        #[allow(unreachable_patterns)]
+        _ => (POSTBOX_PROPERTY_BYTES, postbox_bytes::ABSENT),
+    }
+}
+
+/// The number of user properties; 0 for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_property_count(message: *const postbox_message) -> usize {
+    guard(|| Ok(msg(message)?.envelope.properties().len()))
+}
+
+/// The user property at `index` (properties are sorted by key, index from 0 to
+/// `postbox_message_property_count() - 1`). Each out-pointer may be NULL if not wanted: `key_out`
+/// receives the key (UTF-8), `kind_out` `POSTBOX_PROPERTY_STRING` or `POSTBOX_PROPERTY_BYTES`,
+/// `value_out` the value. The views are valid until the message is freed.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (`index` out of range); `POSTBOX_INVALID_ARGUMENT` (NULL
+/// message).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_property_at(
+    message: *const postbox_message,
+    index: usize,
+    key_out: *mut postbox_bytes,
+    kind_out: *mut u32,
+    value_out: *mut postbox_bytes,
+) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        let (key, value) = m.envelope.properties().iter().nth(index).ok_or_else(|| {
+            Failure::new(
+                POSTBOX_NOT_FOUND,
+                format!("the message has no property at index {index}"),
+            )
+        })?;
+        let (kind, view) = property_view(value);
+        Out::optional(key_out).write(postbox_bytes::of(key.as_bytes()));
+        Out::optional(kind_out).write(kind);
+        Out::optional(value_out).write(view);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Looks up the user property `key` (NUL-terminated UTF-8). `kind_out` (may be NULL) receives
+/// its kind, `value_out` (may be NULL) its value, valid until the message is freed.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such property); `POSTBOX_INVALID_ARGUMENT` (NULL
+/// message or key, key not UTF-8).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_property(
+    message: *const postbox_message,
+    key: *const c_char,
+    kind_out: *mut u32,
+    value_out: *mut postbox_bytes,
+) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        let key = arg_str(key, "key")?;
+        let value = m.envelope.property(key).ok_or_else(|| {
+            Failure::new(
+                POSTBOX_NOT_FOUND,
+                format!("the message has no property {key:?}"),
+            )
+        })?;
+        let (kind, view) = property_view(value);
+        Out::optional(kind_out).write(kind);
+        Out::optional(value_out).write(view);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Whether the message is in a dead-letter queue (and so carries the dead-letter details below);
+/// false for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_is_dead_lettered(message: *const postbox_message) -> bool {
+    guard(|| Ok(msg(message)?.envelope.dead_letter_info().is_some()))
+}
+
+/// Why the message was dead-lettered (`TTLExpired`, `MaxDeliveryCountExceeded`, or the reason
+/// given to `postbox_message_dead_letter`); absent view if it was not. Valid until the message
+/// is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_dead_letter_reason(
+    message: *const postbox_message,
+) -> postbox_bytes {
+    guard(|| {
+        let info = msg(message)?.envelope.dead_letter_info();
+        Ok(postbox_bytes::of_opt(info.map(|i| i.reason.as_str())))
+    })
+}
+
+/// The dead-letter description; absent view if the message was not dead-lettered. Valid until
+/// the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_dead_letter_description(
+    message: *const postbox_message,
+) -> postbox_bytes {
+    guard(|| {
+        let info = msg(message)?.envelope.dead_letter_info();
+        Ok(postbox_bytes::of_opt(info.map(|i| i.description.as_str())))
+    })
+}
+
+/// The queue a dead-lettered message came from; absent view if it was not dead-lettered. Valid
+/// until the message is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_dead_letter_source(
+    message: *const postbox_message,
+) -> postbox_bytes {
+    guard(|| {
+        let info = msg(message)?.envelope.dead_letter_info();
+        Ok(postbox_bytes::of_opt(info.map(|i| i.source_queue.as_str())))
+    })
+}
+
+/// When the message was dead-lettered, in ms since the Unix epoch; 0 if it was not.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_dead_lettered_at_ms(message: *const postbox_message) -> u64 {
+    guard(|| {
+        let info = msg(message)?.envelope.dead_letter_info();
+        Ok(info.map_or(0, |i| unix_ms(i.at)))
+    })
+}
+
+/// Settles several received messages in one commit; used by `postbox_complete_batch`.
+pub(crate) fn complete_batch(
+    queue: &Queue,
+    tag: StoreTag,
+    messages: &[*mut postbox_message],
+) -> Outcome<()> {
+    let mut handles = Vec::with_capacity(messages.len());
+    for (i, &p) in messages.iter().enumerate() {
+        let m = arg_ref(p.cast_const(), "messages[i]")
+            .map_err(|_| Failure::invalid(format!("messages[{i}] is NULL")))?;
+        if m.tag != tag {
+            return Err(Failure::invalid(format!(
+                "messages[{i}] belongs to another store than the queue"
+            )));
+        }
+        m.check_held()?;
+        if handles
+            .iter()
+            .any(|h: &&postbox_message| std::ptr::eq(*h, m))
+        {
+            return Err(Failure::invalid(format!("messages[{i}] is listed twice")));
+        }
+        handles.push(m);
+    }
+    // Every handle was checked first, so the batch is all or nothing on the C side too.
+    let received = handles
+        .iter()
+        .map(|m| m.take_received())
+        .collect::<Outcome<Vec<_>>>()?;
+    queue.complete_batch(received)?;
+    Ok(())
+}

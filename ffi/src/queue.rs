@@ -1,0 +1,768 @@
+//! `postbox_queue`: open, send, peek, browse, get, receive, stats, purge, dead letters.
+
+use std::ffi::{c_char, c_int};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postbox::{Browse, Message, MessageId, Queue, QueueOptions};
+
+use crate::guard::{
+    Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
+    read_versioned, take_box,
+};
+use crate::message::{Hold, complete_batch, postbox_message};
+use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK, POSTBOX_TIMEOUT};
+use crate::store::postbox_store;
+use crate::tx::{postbox_tx, with_tx};
+use crate::{
+    POSTBOX_PROPERTY_BYTES, POSTBOX_PROPERTY_STRING, StoreTag, from_unix_ms, postbox_bytes, timeout,
+};
+
+/// A handle to one queue of a store. Created by `postbox_queue_open` or
+/// `postbox_queue_dead_letters`; freed with `postbox_queue_free`. Thread-safe: any number of
+/// threads may send and receive through one queue handle at once.
+pub struct postbox_queue {
+    pub(crate) queue: Queue,
+    pub(crate) tag: StoreTag,
+}
+
+/// Options for `postbox_queue_open`. A zeroed struct with `struct_size` set means "all
+/// defaults"; `postbox_queue_options_init` does exactly that. Each 0 below means the default.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_queue_options {
+    /// `sizeof(postbox_queue_options)`.
+    pub struct_size: u32,
+    /// Deliveries before a message moves to the dead-letter queue; 0 means 10.
+    pub max_deliveries: u32,
+    /// How long a receive holds a message before it returns to the queue, in ms; 0 means 30 s.
+    pub lock_duration_ms: u64,
+    /// Time to live of messages that set none, in ms; 0 means none (they live until received).
+    pub default_ttl_ms: u64,
+    /// Largest accepted body in bytes; 0 means 4 MiB.
+    pub max_message_size: u64,
+    /// Most messages (receivable, locked, scheduled) the queue holds; 0 means unlimited.
+    pub max_messages: u64,
+    /// Most body bytes the queue holds; 0 means unlimited.
+    pub max_bytes: u64,
+    /// How long a `message_key` is remembered for duplicate detection, in ms; 0 means none.
+    pub dedup_window_ms: u64,
+}
+
+const QUEUE_OPTIONS_V1: usize = size_of::<postbox_queue_options>();
+
+/// One user property of a message to send.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct postbox_property {
+    /// NUL-terminated UTF-8 key.
+    pub key: *const c_char,
+    /// `POSTBOX_PROPERTY_STRING` (the value must be UTF-8) or `POSTBOX_PROPERTY_BYTES`.
+    pub kind: u32,
+    /// The value's bytes (need not be NUL-terminated); may be NULL when `value_len` is 0.
+    pub value: *const u8,
+    /// Length of `value` in bytes.
+    pub value_len: usize,
+}
+
+/// The properties of a message to send (`postbox_send`, `postbox_send_batch`). A zeroed struct
+/// with `struct_size` set means "no properties, default priority, visible now, the queue's
+/// default TTL"; `postbox_send_options_init` does exactly that. Strings are NUL-terminated UTF-8,
+/// NULL for "not set". Everything is copied during the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct postbox_send_options {
+    /// `sizeof(postbox_send_options)`.
+    pub struct_size: u32,
+    /// Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise 3.
+    pub priority: u32,
+    /// Non-zero: `priority` is set.
+    pub has_priority: c_int,
+    /// Non-zero: `sequence` is set.
+    pub has_sequence: c_int,
+    /// The sender's sequence number within its group.
+    pub sequence: u64,
+    /// A short description for people (MSMQ `Label`, Service Bus `Subject`).
+    pub label: *const c_char,
+    /// MIME type of the body, e.g. `application/json`.
+    pub content_type: *const c_char,
+    /// Ties a reply to its request.
+    pub correlation_id: *const c_char,
+    /// Name of the queue replies should go to.
+    pub reply_to: *const c_char,
+    /// Key for duplicate detection within the queue's dedup window.
+    pub message_key: *const c_char,
+    /// Ordered group (session) the message belongs to.
+    pub group: *const c_char,
+    /// Deliver no earlier than this many ms after the send commits; 0: at once.
+    pub delay_ms: u64,
+    /// Deliver no earlier than this time (ms since the Unix epoch); 0: not set. Setting both
+    /// `delay_ms` and `visible_at_ms` is `POSTBOX_INVALID_ARGUMENT`.
+    pub visible_at_ms: u64,
+    /// Time to live in ms: not received by then, the message is dead-lettered (`TTLExpired`);
+    /// 0: the queue's default.
+    pub ttl_ms: u64,
+    /// Absolute expiry (ms since the Unix epoch); 0: not set. Exclusive with `ttl_ms`.
+    pub expires_at_ms: u64,
+    /// User properties: an array of `property_count` entries (NULL when 0).
+    pub properties: *const postbox_property,
+    /// Number of entries in `properties`.
+    pub property_count: usize,
+}
+
+impl Default for postbox_send_options {
+    fn default() -> Self {
+        postbox_send_options {
+            struct_size: 0,
+            priority: 0,
+            has_priority: 0,
+            has_sequence: 0,
+            sequence: 0,
+            label: std::ptr::null(),
+            content_type: std::ptr::null(),
+            correlation_id: std::ptr::null(),
+            reply_to: std::ptr::null(),
+            message_key: std::ptr::null(),
+            group: std::ptr::null(),
+            delay_ms: 0,
+            visible_at_ms: 0,
+            ttl_ms: 0,
+            expires_at_ms: 0,
+            properties: std::ptr::null(),
+            property_count: 0,
+        }
+    }
+}
+
+const SEND_OPTIONS_V1: usize = size_of::<postbox_send_options>();
+
+/// One message of `postbox_send_batch`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct postbox_send_item {
+    /// The body (may be NULL when `body_len` is 0).
+    pub body: *const u8,
+    /// Length of the body in bytes.
+    pub body_len: usize,
+    /// Properties, or NULL for none.
+    pub options: *const postbox_send_options,
+}
+
+/// Exact counts of a queue, filled by `postbox_queue_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_stats {
+    /// Receivable now.
+    pub active: u64,
+    /// Held by a receiver or a transaction.
+    pub locked: u64,
+    /// Waiting for their visible time (scheduled, or abandoned with a delay).
+    pub scheduled: u64,
+    /// In this queue's dead-letter queue (0 for a dead-letter queue itself).
+    pub dead_lettered: u64,
+    /// Body bytes held (active, locked and scheduled).
+    pub bytes: u64,
+}
+
+/// An iterator over a queue's receivable messages in delivery order, without locking them.
+/// Created by `postbox_browse_open`, advanced by `postbox_browse_next`, freed with
+/// `postbox_browse_free`. Each step reads a fresh snapshot, so it sees concurrent changes and
+/// never blocks writers. Thread-safe (steps are serialised), though one thread per browser is
+/// the natural use.
+pub struct postbox_browser {
+    it: Mutex<Browse>,
+    tag: StoreTag,
+}
+
+fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
+    arg_ref(q, "queue")
+}
+
+/// Fills `options` with the defaults and sets its `struct_size`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_options_init(options: *mut postbox_queue_options) -> c_int {
+    guard(|| {
+        Out::required(options, "options")?.write(postbox_queue_options {
+            struct_size: QUEUE_OPTIONS_V1 as u32,
+            ..Default::default()
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> {
+    let mut q = QueueOptions::default();
+    if o.max_deliveries != 0 {
+        q = q.max_deliveries(o.max_deliveries);
+    }
+    if o.lock_duration_ms != 0 {
+        q = q.lock_duration(Duration::from_millis(o.lock_duration_ms));
+    }
+    if o.default_ttl_ms != 0 {
+        q = q.default_ttl(Duration::from_millis(o.default_ttl_ms));
+    }
+    if o.max_message_size != 0 {
+        let size = usize::try_from(o.max_message_size)
+            .map_err(|_| Failure::invalid("options.max_message_size does not fit in size_t"))?;
+        q = q.max_message_size(size);
+    }
+    if o.max_messages != 0 {
+        q = q.max_messages(o.max_messages);
+    }
+    if o.max_bytes != 0 {
+        q = q.max_bytes(o.max_bytes);
+    }
+    if o.dedup_window_ms != 0 {
+        q = q.dedup_window(Duration::from_millis(o.dedup_window_ms));
+    }
+    Ok(q)
+}
+
+/// Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
+/// An existing queue keeps its messages. With `options` NULL an existing queue also keeps its
+/// options (a new one gets the defaults); with `options` it takes them.
+///
+/// `queue_out` receives a handle the caller owns and frees with `postbox_queue_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, bad `struct_size`,
+/// invalid option such as a lock duration or dedup window of 0 after conversion);
+/// `POSTBOX_CLOSED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
+/// `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_open(
+    store: *mut postbox_store,
+    name: *const c_char,
+    options: *const postbox_queue_options,
+    queue_out: *mut *mut postbox_queue,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let name = arg_str(name, "name")?;
+        let out = Out::required(queue_out, "queue_out")?;
+        let q = match read_versioned(options, QUEUE_OPTIONS_V1, "options")? {
+            None => store.store.queue(name)?,
+            Some(o) => store.store.queue_with(name, queue_options(&o)?)?,
+        };
+        out.write(Box::into_raw(Box::new(postbox_queue {
+            queue: q,
+            tag: store.tag,
+        })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Frees a queue handle (the queue and its messages stay in the store). NULL is a no-op.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_free(queue: *mut postbox_queue) {
+    guard(|| {
+        drop(take_box(queue));
+        Ok(())
+    })
+}
+
+/// The queue's name (UTF-8, not NUL-terminated); absent view for NULL. Valid until the queue
+/// handle is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_name(queue: *const postbox_queue) -> postbox_bytes {
+    guard(|| {
+        Ok(postbox_bytes::of(
+            self::queue(queue)?.queue.name().as_bytes(),
+        ))
+    })
+}
+
+/// Whether this is a dead-letter queue; false for NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_is_dead_letter(queue: *const postbox_queue) -> bool {
+    guard(|| Ok(self::queue(queue)?.queue.is_dead_letter_queue()))
+}
+
+/// Opens this queue's dead-letter queue: a queue like any other (receive, peek, stats, purge),
+/// whose messages carry the dead-letter details and can be moved back with
+/// `postbox_message_resubmit`. `dead_letters_out` receives a handle the caller frees with
+/// `postbox_queue_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or `queue` is itself a dead-letter queue);
+/// `POSTBOX_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_dead_letters(
+    queue: *const postbox_queue,
+    dead_letters_out: *mut *mut postbox_queue,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::required(dead_letters_out, "dead_letters_out")?;
+        let dlq = q.queue.dead_letters()?;
+        out.write(Box::into_raw(Box::new(postbox_queue {
+            queue: dlq,
+            tag: q.tag,
+        })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the queue's exact counts into `stats_out`. Time-driven changes (expired locks and
+/// messages, due scheduled messages) are applied first, so the counts are true as of the call.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_stats(
+    queue: *const postbox_queue,
+    stats_out: *mut postbox_stats,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::required(stats_out, "stats_out")?;
+        let s = q.queue.stats()?;
+        out.write(postbox_stats {
+            active: s.active,
+            locked: s.locked,
+            scheduled: s.scheduled,
+            dead_lettered: s.dead_lettered,
+            bytes: s.bytes,
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Removes every message of the queue (receivable, scheduled and locked: holders of locks get
+/// `POSTBOX_LOCK_LOST` when they settle). The dead-letter queue is left alone. `removed_out`
+/// may be NULL; on success it receives how many messages were removed.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_purge(queue: *mut postbox_queue, removed_out: *mut u64) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::optional(removed_out);
+        out.write(q.queue.purge()?);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Fills `options` with the defaults (no properties, priority 3) and sets its `struct_size`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_send_options_init(options: *mut postbox_send_options) -> c_int {
+    guard(|| {
+        Out::required(options, "options")?.write(postbox_send_options {
+            struct_size: SEND_OPTIONS_V1 as u32,
+            ..Default::default()
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+fn build_message(
+    body: *const u8,
+    body_len: usize,
+    options: *const postbox_send_options,
+    what: &str,
+) -> Outcome<Message> {
+    let body = arg_slice(body, body_len, what)?;
+    let mut m = Message::new(body.to_vec());
+    let Some(o) = read_versioned(options, SEND_OPTIONS_V1, "options")? else {
+        return Ok(m);
+    };
+    if o.has_priority != 0 {
+        let p = u8::try_from(o.priority)
+            .ok()
+            .filter(|p| *p <= postbox::MAX_PRIORITY)
+            .ok_or_else(|| {
+                Failure::invalid(format!(
+                    "options.priority must be 0 to 7, got {}",
+                    o.priority
+                ))
+            })?;
+        m = m.priority(p);
+    }
+    if o.has_sequence != 0 {
+        m = m.sequence(o.sequence);
+    }
+    if let Some(s) = arg_opt_str(o.label, "options.label")? {
+        m = m.label(s);
+    }
+    if let Some(s) = arg_opt_str(o.content_type, "options.content_type")? {
+        m = m.content_type(s);
+    }
+    if let Some(s) = arg_opt_str(o.correlation_id, "options.correlation_id")? {
+        m = m.correlation_id(s);
+    }
+    if let Some(s) = arg_opt_str(o.reply_to, "options.reply_to")? {
+        m = m.reply_to(s);
+    }
+    if let Some(s) = arg_opt_str(o.message_key, "options.message_key")? {
+        m = m.message_key(s);
+    }
+    if let Some(s) = arg_opt_str(o.group, "options.group")? {
+        m = m.group(s);
+    }
+    match (o.delay_ms, o.visible_at_ms) {
+        (0, 0) => {}
+        (d, 0) => m = m.delay(Duration::from_millis(d)),
+        (0, at) => m = m.visible_at(from_unix_ms(at)),
+        _ => {
+            return Err(Failure::invalid(
+                "options.delay_ms and options.visible_at_ms are exclusive",
+            ));
+        }
+    }
+    match (o.ttl_ms, o.expires_at_ms) {
+        (0, 0) => {}
+        (t, 0) => m = m.ttl(Duration::from_millis(t)),
+        (0, at) => m = m.expires_at(from_unix_ms(at)),
+        _ => {
+            return Err(Failure::invalid(
+                "options.ttl_ms and options.expires_at_ms are exclusive",
+            ));
+        }
+    }
+    let props = arg_slice(o.properties, o.property_count, "options.properties")?;
+    for (i, p) in props.iter().enumerate() {
+        let key = arg_str(p.key, "options.properties[i].key")
+            .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
+        let value = arg_slice(p.value, p.value_len, "options.properties[i].value")
+            .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
+        m = match p.kind {
+            POSTBOX_PROPERTY_STRING => {
+                let s = std::str::from_utf8(value).map_err(|_| {
+                    Failure::invalid(format!(
+                        "options.properties[{i}] is a string but not valid UTF-8"
+                    ))
+                })?;
+                m.property(key, s)
+            }
+            POSTBOX_PROPERTY_BYTES => m.property(key, value),
+            other => {
+                return Err(Failure::invalid(format!(
+                    "options.properties[{i}].kind must be POSTBOX_PROPERTY_STRING or POSTBOX_PROPERTY_BYTES, got {other}"
+                )));
+            }
+        };
+    }
+    Ok(m)
+}
+
+/// Sends one message with body `body[0..body_len]` (copied; NULL allowed when `body_len` is 0)
+/// and the properties in `options` (NULL for none).
+///
+/// With `tx` NULL the send commits on its own: when it returns `POSTBOX_OK` the message is
+/// durable (under the default durability) and `id_out` (may be NULL) receives its id. With a
+/// transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
+/// assigned at commit. `tx` must come from the same store as `queue`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (body above the queue's `max_message_size`);
+/// `POSTBOX_QUEUE_FULL` (quota; with a transaction, reported by the commit);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with a length, bad options, priority above
+/// 7, invalid UTF-8, a dead-letter queue, a transaction of another store, a finished
+/// transaction); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED`;
+/// `POSTBOX_OUTCOME_UNKNOWN` (the commit failed after it may have reached the disk); storage
+/// errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_send(
+    queue: *mut postbox_queue,
+    tx: *mut postbox_tx,
+    body: *const u8,
+    body_len: usize,
+    options: *const postbox_send_options,
+    id_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::optional(id_out);
+        let m = build_message(body, body_len, options, "body")?;
+        if tx.is_null() {
+            let id = q.queue.send(m)?;
+            out.write(id.get());
+        } else {
+            with_tx(tx, q.tag, |t| Ok(t.send(&q.queue, m)?))?;
+            out.write(0);
+        }
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Sends `count` messages atomically: all are stored in one commit, or none. `ids_out` may be
+/// NULL, or an array of `count` elements that receives the ids in order (0s with a transaction,
+/// as in `postbox_send`). `count` may be 0.
+///
+/// # Returns
+/// As `postbox_send`; on any error no message of the batch was stored, and the error names the
+/// offending item.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_send_batch(
+    queue: *mut postbox_queue,
+    tx: *mut postbox_tx,
+    items: *const postbox_send_item,
+    count: usize,
+    ids_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let items = arg_slice(items, count, "items")?;
+        let ids = if ids_out.is_null() {
+            None
+        } else {
+            Some(arg_slice_mut(ids_out, count, "ids_out")?)
+        };
+        let msgs = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| {
+                build_message(it.body, it.body_len, it.options, "body")
+                    .map_err(|f| Failure::new(f.code, format!("items[{i}]: {}", f.message)))
+            })
+            .collect::<Outcome<Vec<_>>>()?;
+        if tx.is_null() {
+            let got = q.queue.send_batch(msgs)?;
+            if let Some(ids) = ids {
+                for (slot, id) in ids.iter_mut().zip(got) {
+                    *slot = id.get();
+                }
+            }
+        } else {
+            with_tx(tx, q.tag, |t| {
+                for m in msgs {
+                    t.send(&q.queue, m)?;
+                }
+                Ok(())
+            })?;
+            if let Some(ids) = ids {
+                ids.fill(0);
+            }
+        }
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the message at the head of the queue (the one a receive would take next) without
+/// locking it. `message_out` receives a handle the caller frees with `postbox_message_free`; it
+/// cannot be settled.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable); `POSTBOX_INVALID_ARGUMENT` (NULL);
+/// `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_peek(
+    queue: *const postbox_queue,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::required(message_out, "message_out")?;
+        let env = q
+            .queue
+            .peek()?
+            .ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "the queue has nothing receivable"))?;
+        out.write(postbox_message::unlocked(env, Hold::Unlocked, q.tag).into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled),
+/// without locking it. `message_out` receives a handle the caller frees with
+/// `postbox_message_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_get(
+    queue: *const postbox_queue,
+    id: u64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::required(message_out, "message_out")?;
+        let env = q.queue.get(MessageId(id))?.ok_or_else(|| {
+            Failure::new(
+                POSTBOX_NOT_FOUND,
+                format!("message {id} is not in queue {:?}", q.queue.name()),
+            )
+        })?;
+        out.write(postbox_message::unlocked(env, Hold::Unlocked, q.tag).into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Starts browsing the receivable messages of the queue in delivery order (priority, then send
+/// order), without locking them. `browser_out` receives an iterator the caller frees with
+/// `postbox_browse_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_browse_open(
+    queue: *const postbox_queue,
+    browser_out: *mut *mut postbox_browser,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::required(browser_out, "browser_out")?;
+        out.write(Box::into_raw(Box::new(postbox_browser {
+            it: Mutex::new(q.queue.browse()),
+            tag: q.tag,
+        })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Advances the browser: `message_out` receives the next message (a handle the caller frees
+/// with `postbox_message_free`; it cannot be settled).
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` at the end (and on every later call);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_browse_next(
+    browser: *mut postbox_browser,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let b = arg_ref(browser, "browser")?;
+        let out = Out::required(message_out, "message_out")?;
+        let next = b.it.lock().next();
+        let env =
+            next.ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "no further message to browse"))??;
+        out.write(postbox_message::unlocked(env, Hold::Unlocked, b.tag).into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Frees a browser. NULL is a no-op.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_browse_free(browser: *mut postbox_browser) {
+    guard(|| {
+        drop(take_box(browser));
+        Ok(())
+    })
+}
+
+/// Receives the next message, waiting up to `timeout_ms` milliseconds for one to arrive
+/// (0: do not wait; negative: wait without limit).
+///
+/// With `tx` NULL (peek-lock): the message is locked for the queue's lock duration; settle it
+/// with `postbox_message_complete` / `_abandon` / `_dead_letter` / `_resubmit`, or free it
+/// unsettled to abandon it. With a transaction: the message belongs to `tx`, whose commit
+/// completes it and whose abort returns it; the handle is for reading only.
+///
+/// `message_out` receives a handle the caller owns and frees with `postbox_message_free` (also
+/// after settling it). The message's delivery count was incremented and persisted before it was
+/// handed out; past the queue's `max_deliveries` it goes to the dead-letter queue instead.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
+/// already finished); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the
+/// store closes during the wait); storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_receive(
+    queue: *mut postbox_queue,
+    tx: *mut postbox_tx,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let out = Out::required(message_out, "message_out")?;
+        let wait = timeout(timeout_ms);
+        let nothing = || {
+            Failure::new(
+                POSTBOX_TIMEOUT,
+                format!(
+                    "no message arrived in queue {:?} within {timeout_ms} ms",
+                    q.queue.name()
+                ),
+            )
+        };
+        let m = if tx.is_null() {
+            let r = q.queue.receive(wait)?.ok_or_else(nothing)?;
+            postbox_message::held(r, q.tag)
+        } else {
+            let env =
+                with_tx(tx, q.tag, |t| Ok(t.receive(&q.queue, wait)?))?.ok_or_else(nothing)?;
+            postbox_message::unlocked(env, Hold::Transaction, q.tag)
+        };
+        out.write(m.into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Receives up to `max` messages with peek-lock in one commit, waiting up to `timeout_ms` for
+/// the first (as in `postbox_receive`). `messages_out` is a caller-provided array of `max`
+/// pointers; on success its first `*count_out` entries receive handles the caller frees with
+/// `postbox_message_free`, and the rest are left untouched.
+///
+/// # Returns
+/// `POSTBOX_OK` (at least one message); `POSTBOX_TIMEOUT` (none arrived in time);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_NOT_FOUND` (queue deleted);
+/// `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_receive_batch(
+    queue: *mut postbox_queue,
+    max: usize,
+    timeout_ms: i64,
+    messages_out: *mut *mut postbox_message,
+    count_out: *mut usize,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        if max == 0 {
+            return Err(Failure::invalid("max must be at least 1"));
+        }
+        let slots = arg_slice_mut(messages_out, max, "messages_out")?;
+        let count = Out::required(count_out, "count_out")?;
+        let got = q.queue.receive_batch(max, timeout(timeout_ms))?;
+        if got.is_empty() {
+            return Err(Failure::new(
+                POSTBOX_TIMEOUT,
+                format!(
+                    "no message arrived in queue {:?} within {timeout_ms} ms",
+                    q.queue.name()
+                ),
+            ));
+        }
+        let n = got.len().min(max);
+        for (slot, r) in slots.iter_mut().zip(got) {
+            *slot = postbox_message::held(r, q.tag).into_raw();
+        }
+        count.write(n);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Completes `count` received messages of `queue` in one commit, all or none. Every handle must
+/// hold its lock (checked before anything changes). Afterwards the handles are settled whatever
+/// the outcome (on `POSTBOX_LOCK_LOST` none was completed, and their locks run out); free them
+/// with `postbox_message_free` as usual.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a lock was lost: nothing completed);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL queue or entry, a message not held, listed twice, or of
+/// another store); `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_complete_batch(
+    queue: *mut postbox_queue,
+    messages: *const *mut postbox_message,
+    count: usize,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        let messages = arg_slice(messages, count, "messages")?;
+        complete_batch(&q.queue, q.tag, messages)?;
+        Ok(POSTBOX_OK)
+    })
+}

@@ -1,0 +1,186 @@
+//! Status codes, their descriptions, the per-thread error message, and the version.
+
+use std::ffi::{c_char, c_int};
+
+use crate::guard::{guard, last_error_ptr};
+
+/// Success.
+pub const POSTBOX_OK: c_int = 0;
+/// A receive found nothing before its timeout: a normal outcome, not a failure (like LMDB's
+/// `MDB_NOTFOUND`).
+pub const POSTBOX_TIMEOUT: c_int = 1;
+/// The message's lock expired, was released, or was taken over by another receiver; the settle
+/// call changed nothing.
+pub const POSTBOX_LOCK_LOST: c_int = 2;
+/// A quota of the queue (`max_messages` or `max_bytes`) would be exceeded.
+pub const POSTBOX_QUEUE_FULL: c_int = 3;
+/// The message body exceeds the queue's `max_message_size`.
+pub const POSTBOX_TOO_LARGE: c_int = 4;
+/// The queue or message does not exist; also a peek of an empty queue, the end of a browse, and
+/// an absent optional property.
+pub const POSTBOX_NOT_FOUND: c_int = 5;
+/// An argument was rejected: a NULL pointer, a bad length, invalid UTF-8, a priority above 7,
+/// a wrong `struct_size`, settling a message this handle does not hold, …
+pub const POSTBOX_INVALID_ARGUMENT: c_int = 6;
+/// The file is damaged.
+pub const POSTBOX_CORRUPTED: c_int = 7;
+/// An operating-system I/O error (permissions, missing directory, …).
+pub const POSTBOX_IO: c_int = 8;
+/// The store was closed.
+pub const POSTBOX_CLOSED: c_int = 9;
+/// A panic was caught at the API boundary (a bug in postbox; the store stays usable).
+pub const POSTBOX_PANIC: c_int = 10;
+/// The file exists but is not a postbox store.
+pub const POSTBOX_NOT_A_STORE: c_int = 11;
+/// The store was written by a newer, incompatible version of postbox.
+pub const POSTBOX_INCOMPATIBLE_VERSION: c_int = 12;
+/// Another process holds the store open in single-process mode.
+pub const POSTBOX_ALREADY_OPEN: c_int = 13;
+/// The commit failed after it may have reached the disk: the operation may or may not have taken
+/// effect (retrying a send is safe with a `message_key` and a `dedup_window`).
+pub const POSTBOX_OUTCOME_UNKNOWN: c_int = 14;
+/// The options are contradictory (e.g. multi-process with `POSTBOX_DURABILITY_NONE`).
+pub const POSTBOX_CONFIG: c_int = 15;
+/// The disk or file system is full.
+pub const POSTBOX_STORAGE_FULL: c_int = 16;
+/// A typed body could not be encoded or decoded.
+pub const POSTBOX_CODEC: c_int = 17;
+
+/// Major version of the header. `postbox_version()` returns the library's own version; the C
+/// test suite asserts that the two agree.
+pub const POSTBOX_VERSION_MAJOR: u32 = 0;
+/// Minor version of the header.
+pub const POSTBOX_VERSION_MINOR: u32 = 1;
+/// Patch version of the header.
+pub const POSTBOX_VERSION_PATCH: u32 = 0;
+/// `MAJOR * 10000 + MINOR * 100 + PATCH`, for `#if` comparisons.
+pub const POSTBOX_VERSION_NUMBER: u32 = 100;
+
+/// A static, human-readable description of a status code: `"ok"` for `POSTBOX_OK`, and
+/// `"unknown status"` for a number that is not a postbox status.
+///
+/// Never returns NULL; the string is static (never free it). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
+    guard(|| {
+        let text = match status {
+            POSTBOX_OK => c"ok",
+            POSTBOX_TIMEOUT => c"timed out (nothing to receive)",
+            POSTBOX_LOCK_LOST => c"the lock on the message was lost",
+            POSTBOX_QUEUE_FULL => c"the queue is full",
+            POSTBOX_TOO_LARGE => c"the message is too large",
+            POSTBOX_NOT_FOUND => c"not found",
+            POSTBOX_INVALID_ARGUMENT => c"invalid argument",
+            POSTBOX_CORRUPTED => c"the store is corrupted",
+            POSTBOX_IO => c"i/o error",
+            POSTBOX_CLOSED => c"the store is closed",
+            POSTBOX_PANIC => c"internal error (caught panic)",
+            POSTBOX_NOT_A_STORE => c"not a postbox store",
+            POSTBOX_INCOMPATIBLE_VERSION => c"the store was written by a newer version",
+            POSTBOX_ALREADY_OPEN => c"the store is already open in another process",
+            POSTBOX_OUTCOME_UNKNOWN => c"the outcome of the operation is unknown",
+            POSTBOX_CONFIG => c"invalid configuration",
+            POSTBOX_STORAGE_FULL => c"the disk is full",
+            POSTBOX_CODEC => c"cannot encode or decode the message body",
+            _ => c"unknown status",
+        };
+        Ok(text.as_ptr())
+    })
+}
+
+/// The detailed message of the most recent failed postbox call on the calling thread (for
+/// example `queue "orders" is full: max_messages = 100`), or `""` if no call has failed on this
+/// thread yet.
+///
+/// Never returns NULL. The string belongs to postbox (never free it) and stays valid until the
+/// next postbox call on this thread. Each thread has its own message, so a failed
+/// `postbox_store_open`, which has no handle, can still be explained.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_last_error_message() -> *const c_char {
+    guard(|| Ok(last_error_ptr()))
+}
+
+/// The library's version as a static string, e.g. `"0.1.0"`. Compare it with
+/// `POSTBOX_VERSION_MAJOR` / `_MINOR` / `_PATCH` to check that the header and the library agree.
+///
+/// Never returns NULL; never free it. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_version() -> *const c_char {
+    guard(|| {
+        const VERSION: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
+            concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
+        ) {
+            Ok(v) => v,
+            Err(_) => panic!("the package version contains a NUL"),
+        };
+        Ok(VERSION.as_ptr())
+    })
+}
+
+/// The library's version as `MAJOR * 10000 + MINOR * 100 + PATCH`, to compare with
+/// `POSTBOX_VERSION_NUMBER`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_version_number() -> u32 {
+    guard(|| {
+        let part = |s: &str| s.parse::<u32>().unwrap_or(0);
+        Ok(part(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+            + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+            + part(env!("CARGO_PKG_VERSION_PATCH")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::status_of;
+    use postbox::ErrorKind;
+
+    #[test]
+    fn version_constants_match_the_package() {
+        assert_eq!(
+            POSTBOX_VERSION_MAJOR.to_string(),
+            env!("CARGO_PKG_VERSION_MAJOR")
+        );
+        assert_eq!(
+            POSTBOX_VERSION_MINOR.to_string(),
+            env!("CARGO_PKG_VERSION_MINOR")
+        );
+        assert_eq!(
+            POSTBOX_VERSION_PATCH.to_string(),
+            env!("CARGO_PKG_VERSION_PATCH")
+        );
+        assert_eq!(postbox_version_number(), POSTBOX_VERSION_NUMBER);
+    }
+
+    #[test]
+    fn every_error_kind_has_its_own_status() {
+        // ErrorKind's explicit discriminants are the C numbering: map one-to-one.
+        let kinds = [
+            (ErrorKind::Timeout, 1),
+            (ErrorKind::LockLost, 2),
+            (ErrorKind::QueueFull, 3),
+            (ErrorKind::TooLarge, 4),
+            (ErrorKind::NotFound, 5),
+            (ErrorKind::InvalidArgument, 6),
+            (ErrorKind::Corrupted, 7),
+            (ErrorKind::Io, 8),
+            (ErrorKind::Closed, 9),
+            (ErrorKind::Panic, 10),
+            (ErrorKind::NotAStore, 11),
+            (ErrorKind::IncompatibleVersion, 12),
+            (ErrorKind::AlreadyOpen, 13),
+            (ErrorKind::OutcomeUnknown, 14),
+            (ErrorKind::Config, 15),
+            (ErrorKind::StorageFull, 16),
+            (ErrorKind::Codec, 17),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (kind, n) in kinds {
+            assert_eq!(status_of(kind), n, "{kind:?}");
+            assert!(seen.insert(n));
+            // SAFETY: postbox_strerror returns a static NUL-terminated string.
+            let text = unsafe { std::ffi::CStr::from_ptr(postbox_strerror(n)) };
+            assert_ne!(text.to_str().unwrap(), "unknown status", "{kind:?}");
+        }
+    }
+}

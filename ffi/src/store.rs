@@ -1,0 +1,304 @@
+//! `postbox_store`: open, close, list and delete queues, pipeline counters.
+
+use std::ffi::{CString, c_char, c_int};
+use std::time::Duration;
+
+use postbox::{Durability, Store};
+
+use crate::guard::{Failure, Out, arg_ref, arg_str, guard, read_versioned, take_box};
+use crate::status::POSTBOX_OK;
+use crate::{StoreTag, next_store_tag};
+
+/// Durability: every commit is on stable storage (fsync) before the call returns; a message
+/// whose send returned `POSTBOX_OK` survives `kill -9` and power loss. The default.
+pub const POSTBOX_DURABILITY_IMMEDIATE: u32 = 0;
+/// Durability: commits are not synced. Much faster, but a crash or power loss loses recent work
+/// (sends and completions that returned `POSTBOX_OK`). Not allowed with `multi_process`.
+pub const POSTBOX_DURABILITY_NONE: u32 = 1;
+
+/// Options for `postbox_store_open`. A zeroed struct with `struct_size` set means "all
+/// defaults"; `postbox_store_options_init` does exactly that.
+///
+/// `struct_size` must be `sizeof(postbox_store_options)` of the header you compiled against; a
+/// later version of the library appends fields and still accepts the shorter struct.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_store_options {
+    /// `sizeof(postbox_store_options)`.
+    pub struct_size: u32,
+    /// `POSTBOX_DURABILITY_IMMEDIATE` (0, default) or `POSTBOX_DURABILITY_NONE`.
+    pub durability: u32,
+    /// Non-zero: share the file with other processes (C, Rust, Python). Default 0: this process
+    /// owns the file, which is faster and releases every stale lock at open.
+    pub multi_process: c_int,
+    /// Non-zero: skip the checksum verification of every page at open (faster open of a large
+    /// store; damage is then found later, by the operation that reads it).
+    pub skip_verify_on_open: c_int,
+    /// Page cache size in bytes; 0 means the default, 64 MiB.
+    pub cache_size: u64,
+    /// Multi-process only: the first, shortest interval at which a waiting receiver polls the
+    /// file for messages sent by other processes, in ms; 0 means the default, 1 ms.
+    pub poll_floor_ms: u32,
+    /// Multi-process only: the longest polling interval (the backoff doubles up to it), in ms;
+    /// 0 means the default, 50 ms. A message sent by another process is seen within it.
+    pub poll_ceiling_ms: u32,
+}
+
+const STORE_OPTIONS_V1: usize = size_of::<postbox_store_options>();
+
+/// Pipeline counters of one store handle, filled by `postbox_store_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_commit_stats {
+    /// redb write transactions committed by this process.
+    pub commits: u64,
+    /// Operations (sends, receives, settles, …) carried by those commits; `operations /
+    /// commits` shows the effect of group commit.
+    pub operations: u64,
+}
+
+/// An open store: one file holding many queues. Created by `postbox_store_open`, released by
+/// `postbox_store_close`. Thread-safe: any number of threads may use one store handle at once.
+pub struct postbox_store {
+    pub(crate) store: Store,
+    pub(crate) tag: StoreTag,
+}
+
+/// A list of strings returned by postbox (e.g. queue names). Read it with
+/// `postbox_strings_count` and `postbox_strings_get`; free it with `postbox_strings_free`.
+/// Immutable, so thread-safe.
+pub struct postbox_strings {
+    items: Vec<CString>,
+}
+
+/// Fills `options` with the defaults and sets its `struct_size`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_options_init(options: *mut postbox_store_options) -> c_int {
+    guard(|| {
+        let out = Out::required(options, "options")?;
+        out.write(postbox_store_options {
+            struct_size: STORE_OPTIONS_V1 as u32,
+            ..Default::default()
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+fn path_of(path: *const c_char) -> Result<std::path::PathBuf, Failure> {
+    if path.is_null() {
+        return Err(Failure::null("path"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: non-NULL, and the header requires a NUL-terminated string valid during the
+        // call. Unix paths are bytes, so any bytes are accepted.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+        if bytes.is_empty() {
+            return Err(Failure::invalid("path must not be empty"));
+        }
+        Ok(std::ffi::OsStr::from_bytes(bytes).into())
+    }
+    #[cfg(not(unix))]
+    {
+        let s = arg_str(path, "path")?;
+        if s.is_empty() {
+            return Err(Failure::invalid("path must not be empty"));
+        }
+        Ok(s.into())
+    }
+}
+
+/// Opens the store at `path`, creating the file if it does not exist. An existing store keeps
+/// all its messages.
+///
+/// - `path`: NUL-terminated file name (bytes on Unix); the directory must exist.
+/// - `options`: NULL for the defaults, or a struct prepared with `postbox_store_options_init`.
+///   It is read during the call only.
+/// - `store_out`: receives the new handle on success. The caller owns it and must release it
+///   with `postbox_store_close`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `path`/`store_out`, empty path, bad
+/// `struct_size` or durability value); `POSTBOX_CONFIG` (multi-process with
+/// `POSTBOX_DURABILITY_NONE`, poll floor above ceiling); `POSTBOX_NOT_A_STORE` (the file is
+/// something else); `POSTBOX_CORRUPTED`; `POSTBOX_INCOMPATIBLE_VERSION`; `POSTBOX_ALREADY_OPEN`
+/// (another process holds it in single-process mode); `POSTBOX_IO` (missing directory,
+/// permissions); `POSTBOX_STORAGE_FULL`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_open(
+    path: *const c_char,
+    options: *const postbox_store_options,
+    store_out: *mut *mut postbox_store,
+) -> c_int {
+    guard(|| {
+        let path = path_of(path)?;
+        let out = Out::required(store_out, "store_out")?;
+        let o = read_versioned(options, STORE_OPTIONS_V1, "options")?.unwrap_or_default();
+        let durability = match o.durability {
+            POSTBOX_DURABILITY_IMMEDIATE => Durability::Immediate,
+            POSTBOX_DURABILITY_NONE => Durability::None,
+            other => {
+                return Err(Failure::invalid(format!(
+                    "options.durability must be POSTBOX_DURABILITY_IMMEDIATE or POSTBOX_DURABILITY_NONE, got {other}"
+                )));
+            }
+        };
+        let mut builder = Store::builder()
+            .durability(durability)
+            .multi_process(o.multi_process != 0)
+            .verify_on_open(o.skip_verify_on_open == 0);
+        if o.cache_size != 0 {
+            let bytes = usize::try_from(o.cache_size)
+                .map_err(|_| Failure::invalid("options.cache_size does not fit in size_t"))?;
+            builder = builder.cache_size(bytes);
+        }
+        if o.poll_floor_ms != 0 || o.poll_ceiling_ms != 0 {
+            let floor = if o.poll_floor_ms == 0 {
+                1
+            } else {
+                o.poll_floor_ms
+            };
+            let ceiling = if o.poll_ceiling_ms == 0 {
+                50.max(floor)
+            } else {
+                o.poll_ceiling_ms
+            };
+            builder = builder.poll_interval(
+                Duration::from_millis(floor.into()),
+                Duration::from_millis(ceiling.into()),
+            );
+        }
+        let store = builder.open(&path)?;
+        out.write(Box::into_raw(Box::new(postbox_store {
+            store,
+            tag: next_store_tag(),
+        })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Closes the store and frees the handle: waits for pending commits, releases the locks this
+/// process holds, syncs the file. Always consumes `store`, even when it returns an error.
+///
+/// Queue, message, transaction and processor handles of this store stay valid to *free*, but
+/// their other calls fail with `POSTBOX_CLOSED` afterwards; free them as usual. Shut processors
+/// down before closing their store. Do not call this while another thread is still using
+/// `store`. `store` may be NULL (no-op, `POSTBOX_OK`).
+///
+/// # Returns
+/// `POSTBOX_OK`; the final commit's `POSTBOX_IO`, `POSTBOX_STORAGE_FULL` or
+/// `POSTBOX_OUTCOME_UNKNOWN`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_close(store: *mut postbox_store) -> c_int {
+    guard(|| {
+        if let Some(handle) = take_box(store) {
+            handle.store.close()?;
+        }
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Lists the names of the store's queues (dead-letter queues are not listed; reach them with
+/// `postbox_queue_dead_letters`).
+///
+/// `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`; storage errors
+/// (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_queues(
+    store: *const postbox_store,
+    names_out: *mut *mut postbox_strings,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let out = Out::required(names_out, "names_out")?;
+        let names = store.store.queues()?;
+        let items = names
+            .into_iter()
+            .map(|n| CString::new(n).map_err(|_| Failure::invalid("queue name contains NUL")))
+            .collect::<Result<Vec<_>, _>>()?;
+        out.write(Box::into_raw(Box::new(postbox_strings { items })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// The number of strings in `list` (0 for NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_strings_count(list: *const postbox_strings) -> usize {
+    guard(|| Ok(arg_ref(list, "list")?.items.len()))
+}
+
+/// The string at `index` (NUL-terminated UTF-8), or NULL when `list` is NULL or `index` is out
+/// of range. Valid until `list` is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_strings_get(list: *const postbox_strings, index: usize) -> *const c_char {
+    guard(|| {
+        let list = arg_ref(list, "list")?;
+        let item = list
+            .items
+            .get(index)
+            .ok_or_else(|| Failure::invalid(format!("index {index} is out of range")))?;
+        Ok(item.as_ptr())
+    })
+}
+
+/// Frees a list from `postbox_store_queues`. NULL is a no-op.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_strings_free(list: *mut postbox_strings) {
+    guard(|| {
+        drop(take_box(list));
+        Ok(())
+    })
+}
+
+/// Deletes queue `name`, its dead-letter queue and all their messages. Handles to it fail with
+/// `POSTBOX_NOT_FOUND` afterwards (free them as usual).
+///
+/// `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
+/// missing queue is not an error).
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name, or the name of a
+/// dead-letter queue); `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_delete(
+    store: *mut postbox_store,
+    name: *const c_char,
+    existed_out: *mut bool,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let name = arg_str(name, "name")?;
+        let out = Out::optional(existed_out);
+        let existed = store.store.delete_queue(name)?;
+        out.write(existed);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the commit-pipeline counters of this store handle into `stats_out`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_stats(
+    store: *const postbox_store,
+    stats_out: *mut postbox_commit_stats,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let out = Out::required(stats_out, "stats_out")?;
+        let s = store.store.stats();
+        out.write(postbox_commit_stats {
+            commits: s.commits,
+            operations: s.operations,
+        });
+        Ok(POSTBOX_OK)
+    })
+}

@@ -1,0 +1,130 @@
+//! `postbox_tx`: receives and sends that commit together or not at all.
+
+use std::ffi::c_int;
+
+use parking_lot::Mutex;
+use postbox::Transaction;
+
+use crate::StoreTag;
+use crate::guard::{Failure, Out, Outcome, arg_ref, guard, take_box};
+use crate::message::postbox_message;
+use crate::status::POSTBOX_OK;
+use crate::store::postbox_store;
+
+/// A transaction. Begun with `postbox_tx_begin`; pass it to `postbox_send`,
+/// `postbox_send_batch` and `postbox_receive` (for queues of the same store); end it with
+/// `postbox_tx_commit` or `postbox_tx_abort`, both of which free the handle. There is no other
+/// way to free it: every transaction must be committed or aborted.
+///
+/// Thread-safe in the sense that concurrent calls are serialised (a receive waiting inside the
+/// transaction blocks other calls on it), but a transaction is meant for one thread.
+pub struct postbox_tx {
+    tx: Mutex<Option<Transaction>>,
+    tag: StoreTag,
+}
+
+/// Runs `f` on the open transaction behind `tx`, checking that it belongs to the store `tag`.
+pub(crate) fn with_tx<T>(
+    tx: *mut postbox_tx,
+    tag: StoreTag,
+    f: impl FnOnce(&mut Transaction) -> Outcome<T>,
+) -> Outcome<T> {
+    let t = arg_ref(tx.cast_const(), "tx")?;
+    if t.tag != tag {
+        return Err(Failure::invalid(
+            "the transaction belongs to another store than the queue",
+        ));
+    }
+    let mut slot = t.tx.lock();
+    let inner = slot
+        .as_mut()
+        .ok_or_else(|| Failure::invalid("the transaction is already finished"))?;
+    f(inner)
+}
+
+/// Frees the handle and returns its transaction (`None` if NULL or already finished).
+fn take(tx: *mut postbox_tx) -> Option<Transaction> {
+    take_box(tx).and_then(|handle| handle.tx.into_inner())
+}
+
+/// Begins a transaction on `store`. `tx_out` receives the handle; the caller must end it with
+/// `postbox_tx_commit` or `postbox_tx_abort`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_begin(
+    store: *mut postbox_store,
+    tx_out: *mut *mut postbox_tx,
+) -> c_int {
+    guard(|| {
+        let s = arg_ref(store, "store")?;
+        let out = Out::required(tx_out, "tx_out")?;
+        out.write(Box::into_raw(Box::new(postbox_tx {
+            tx: Mutex::new(Some(s.store.begin())),
+            tag: s.tag,
+        })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Enlists a message received with peek-lock (outside the transaction): the commit completes it,
+/// an abort returns it to its queue. The message handle no longer holds the lock afterwards
+/// (it stays readable and must still be freed).
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, a message not held, of another store, or a
+/// finished transaction).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_complete(tx: *mut postbox_tx, message: *mut postbox_message) -> c_int {
+    guard(|| {
+        let m = arg_ref(message.cast_const(), "message")?;
+        with_tx(tx, m.tag, |t| {
+            t.complete(m.take_received()?);
+            Ok(())
+        })?;
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Commits the transaction: every receive is completed and every send stored, atomically and
+/// durably, or nothing is. Always frees `tx`, whatever the outcome; on failure the received
+/// messages have been returned to their queues.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
+/// `POSTBOX_QUEUE_FULL` or `POSTBOX_NOT_FOUND` (a send's queue is full or was deleted: nothing
+/// applied); `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_OUTCOME_UNKNOWN`;
+/// storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_commit(tx: *mut postbox_tx) -> c_int {
+    guard(|| {
+        if tx.is_null() {
+            return Err(Failure::null("tx"));
+        }
+        if let Some(t) = take(tx) {
+            t.commit()?;
+        }
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Aborts the transaction: sends are discarded and received messages return to their queues
+/// (their delivery counts stay incremented). Always frees `tx`. NULL is a no-op returning
+/// `POSTBOX_OK`, so it can serve as a cleanup call.
+///
+/// # Returns
+/// `POSTBOX_OK`; storage errors of the release (`POSTBOX_CLOSED`, `POSTBOX_IO`, …): the handle
+/// is freed anyway and the locks run out on their own.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_abort(tx: *mut postbox_tx) -> c_int {
+    guard(|| {
+        if tx.is_null() {
+            return Ok(POSTBOX_OK);
+        }
+        if let Some(t) = take(tx) {
+            t.abort()?;
+        }
+        Ok(POSTBOX_OK)
+    })
+}

@@ -1,0 +1,1257 @@
+/*
+ * The C API test suite: every function of postbox.h, every status code a caller can trigger,
+ * NULL arguments everywhere, and a multi-threaded consumer. Run under valgrind by .ci/c.sh.
+ *
+ * Build: cc -std=c99 -Wall -Wextra -Werror -Iinclude tests/c/test_api.c \
+ *           -Ltarget/debug -lpostbox -lpthread -o test_api
+ * Run:   LD_LIBRARY_PATH=target/debug ./test_api [name-filter]
+ */
+#include "harness.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+static postbox_store *open_store(const char *dir) {
+    postbox_store *store = NULL;
+    int rc = postbox_store_open(path_in(dir, "test.postbox"), NULL, &store);
+    if (rc != POSTBOX_OK) {
+        fprintf(stderr, "  cannot open store: %s\n", postbox_last_error_message());
+        harness_failed_checks++;
+        return NULL;
+    }
+    return store;
+}
+
+static postbox_queue *open_queue(postbox_store *store, const char *name,
+                                 const postbox_queue_options *options) {
+    postbox_queue *q = NULL;
+    int rc = postbox_queue_open(store, name, options, &q);
+    if (rc != POSTBOX_OK) {
+        fprintf(stderr, "  cannot open queue %s: %s\n", name, postbox_last_error_message());
+        harness_failed_checks++;
+        return NULL;
+    }
+    return q;
+}
+
+static uint64_t send_text(postbox_queue *q, const char *text) {
+    uint64_t id = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)text, strlen(text), NULL, &id));
+    return id;
+}
+
+static postbox_stats stats_of(const postbox_queue *q) {
+    postbox_stats s;
+    memset(&s, 0xff, sizeof s);
+    CHECK_OK(postbox_queue_stats(q, &s));
+    return s;
+}
+
+static uint64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void test_version(const char *dir) {
+    (void)dir;
+    char expected[64];
+    snprintf(expected, sizeof expected, "%d.%d.%d", POSTBOX_VERSION_MAJOR, POSTBOX_VERSION_MINOR,
+             POSTBOX_VERSION_PATCH);
+    CHECK(postbox_version() != NULL);
+    CHECK(strcmp(postbox_version(), expected) == 0);
+    CHECK(postbox_version_number() == POSTBOX_VERSION_NUMBER);
+    CHECK(POSTBOX_VERSION_NUMBER ==
+          POSTBOX_VERSION_MAJOR * 10000 + POSTBOX_VERSION_MINOR * 100 + POSTBOX_VERSION_PATCH);
+}
+
+static void test_status_codes(const char *dir) {
+    (void)dir;
+    const int codes[] = {POSTBOX_OK,          POSTBOX_TIMEOUT,
+                         POSTBOX_LOCK_LOST,   POSTBOX_QUEUE_FULL,
+                         POSTBOX_TOO_LARGE,   POSTBOX_NOT_FOUND,
+                         POSTBOX_INVALID_ARGUMENT, POSTBOX_CORRUPTED,
+                         POSTBOX_IO,          POSTBOX_CLOSED,
+                         POSTBOX_PANIC,       POSTBOX_NOT_A_STORE,
+                         POSTBOX_INCOMPATIBLE_VERSION, POSTBOX_ALREADY_OPEN,
+                         POSTBOX_OUTCOME_UNKNOWN, POSTBOX_CONFIG,
+                         POSTBOX_STORAGE_FULL, POSTBOX_CODEC};
+    size_t n = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < n; i++) {
+        CHECK(codes[i] == (int)i); /* explicit numbers, in ErrorKind's order */
+        const char *s = postbox_strerror(codes[i]);
+        CHECK(s != NULL && strlen(s) > 0);
+        CHECK(strcmp(s, "unknown status") != 0);
+        for (size_t j = 0; j < i; j++) CHECK(strcmp(s, postbox_strerror(codes[j])) != 0);
+    }
+    CHECK(strcmp(postbox_strerror(-1), "unknown status") == 0);
+    CHECK(strcmp(postbox_strerror(9999), "unknown status") == 0);
+    CHECK(postbox_last_error_message() != NULL);
+
+    /* The detailed message is per thread and describes the last failure. */
+    CHECK_RC(postbox_store_open(NULL, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "path") != NULL);
+}
+
+static void test_store_open_close(const char *dir) {
+    postbox_store_options o;
+    CHECK_RC(postbox_store_options_init(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_store_options_init(&o));
+    CHECK(o.struct_size == sizeof o);
+    CHECK(o.durability == POSTBOX_DURABILITY_IMMEDIATE && o.multi_process == 0);
+    CHECK(o.cache_size == 0 && o.poll_floor_ms == 0 && o.poll_ceiling_ms == 0);
+
+    postbox_store *store = NULL;
+    CHECK_RC(postbox_store_open(NULL, &o, &store), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_store_open("", &o, &store), POSTBOX_INVALID_ARGUMENT);
+    CHECK(store == NULL); /* outputs are written only on success */
+
+    postbox_store_options bad = o;
+    bad.struct_size = 3;
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), &bad, &store), POSTBOX_INVALID_ARGUMENT);
+    bad.struct_size = (uint32_t)sizeof bad + 8;
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), &bad, &store), POSTBOX_INVALID_ARGUMENT);
+    bad = o;
+    bad.durability = 42;
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), &bad, &store), POSTBOX_INVALID_ARGUMENT);
+    bad = o;
+    bad.durability = POSTBOX_DURABILITY_NONE;
+    bad.multi_process = 1;
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), &bad, &store), POSTBOX_CONFIG);
+    bad = o;
+    bad.poll_floor_ms = 100;
+    bad.poll_ceiling_ms = 10;
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), &bad, &store), POSTBOX_CONFIG);
+    CHECK(store == NULL);
+
+    /* Missing directory: the operating system refuses. */
+    CHECK_RC(postbox_store_open(path_in(dir, "missing/dir/s"), NULL, &store), POSTBOX_IO);
+
+    /* All options set. */
+    o.durability = POSTBOX_DURABILITY_NONE;
+    o.cache_size = 1 << 20;
+    o.poll_floor_ms = 2;
+    o.poll_ceiling_ms = 20;
+    o.skip_verify_on_open = 1;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "a"), &o, &store));
+    CHECK(store != NULL);
+
+    /* A second handle on a file this process holds in single-process mode. */
+    postbox_store *again = NULL;
+    CHECK_RC(postbox_store_open(path_in(dir, "a"), NULL, &again), POSTBOX_ALREADY_OPEN);
+    CHECK(again == NULL);
+    CHECK_OK(postbox_store_close(store));
+    CHECK_OK(postbox_store_close(NULL));
+
+    /* A zeroed struct with only its size set means the defaults. */
+    postbox_store_options zeroed;
+    memset(&zeroed, 0, sizeof zeroed);
+    zeroed.struct_size = (uint32_t)sizeof zeroed;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "a"), &zeroed, &store));
+    CHECK_OK(postbox_store_close(store));
+
+    /* Reopening keeps the queues. */
+    REQUIRE_OK(postbox_store_open(path_in(dir, "a"), NULL, &store));
+    postbox_queue *q = open_queue(store, "kept", NULL);
+    send_text(q, "hello");
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    REQUIRE_OK(postbox_store_open(path_in(dir, "a"), NULL, &store));
+    q = open_queue(store, "kept", NULL);
+    CHECK(stats_of(q).active == 1);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void write_file(const char *path, const char *content, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        harness_failed_checks++;
+        return;
+    }
+    if (len > 0) fwrite(content, 1, len, f);
+    fclose(f);
+}
+
+static void test_store_bad_files(const char *dir) {
+    postbox_store *store = NULL;
+    write_file(path_in(dir, "text"), "this is not a store, just some text\n", 36);
+    CHECK_RC(postbox_store_open(path_in(dir, "text"), NULL, &store), POSTBOX_NOT_A_STORE);
+    write_file(path_in(dir, "empty"), "", 0);
+    CHECK_RC(postbox_store_open(path_in(dir, "empty"), NULL, &store), POSTBOX_CORRUPTED);
+    CHECK_RC(postbox_store_open(dir, NULL, &store), POSTBOX_NOT_A_STORE); /* a directory */
+    CHECK(store == NULL);
+
+    /* A store from a future version (made by the Rust helper when it is available). */
+    const char *helper = getenv("POSTBOX_PEER");
+    if (helper != NULL) {
+        REQUIRE_OK(postbox_store_open(path_in(dir, "future"), NULL, &store));
+        CHECK_OK(postbox_store_close(store));
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s bump-format %s", helper, path_in(dir, "future"));
+        CHECK(system(cmd) == 0);
+        CHECK_RC(postbox_store_open(path_in(dir, "future"), NULL, &store),
+                 POSTBOX_INCOMPATIBLE_VERSION);
+        CHECK(strstr(postbox_last_error_message(), "version") != NULL);
+    }
+}
+
+static void test_read_only_directory(const char *dir) {
+    if (geteuid() == 0) return; /* root ignores permissions; the IO case is covered above */
+    const char *ro = path_in(dir, "ro");
+    mkdir(ro, 0500);
+    postbox_store *store = NULL;
+    CHECK_RC(postbox_store_open(path_in(ro, "s"), NULL, &store), POSTBOX_IO);
+    chmod(ro, 0700);
+}
+
+static void test_queue_open_list_delete(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = NULL;
+    postbox_queue_options o;
+    CHECK_RC(postbox_queue_options_init(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_queue_options_init(&o));
+    CHECK(o.struct_size == sizeof o && o.max_deliveries == 0 && o.lock_duration_ms == 0);
+
+    CHECK_RC(postbox_queue_open(NULL, "q", NULL, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_open(store, NULL, NULL, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_open(store, "q", NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_open(store, "", NULL, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_open(store, "bad\nname", NULL, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_open(store, "\xff\xfe", NULL, &q), POSTBOX_INVALID_ARGUMENT);
+    char longname[300];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CHECK_RC(postbox_queue_open(store, longname, NULL, &q), POSTBOX_INVALID_ARGUMENT);
+    postbox_queue_options bad = o;
+    bad.struct_size = 0;
+    CHECK_RC(postbox_queue_open(store, "q", &bad, &q), POSTBOX_INVALID_ARGUMENT);
+    bad = o;
+    bad.max_message_size = (uint64_t)1 << 33; /* above 4 GiB - 1 */
+    CHECK_RC(postbox_queue_open(store, "q", &bad, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK(q == NULL);
+
+    o.max_deliveries = 3;
+    o.lock_duration_ms = 5000;
+    o.default_ttl_ms = 3600 * 1000;
+    o.max_message_size = 1024;
+    o.max_messages = 100;
+    o.max_bytes = 1 << 20;
+    o.dedup_window_ms = 60000;
+    postbox_queue *orders = open_queue(store, "orders", &o);
+    postbox_queue *jobs = open_queue(store, "jobs", NULL);
+    if (orders == NULL || jobs == NULL) return;
+    CHECK(bytes_is(postbox_queue_name(orders), "orders"));
+    CHECK(postbox_queue_name(NULL).data == NULL);
+    CHECK(!postbox_queue_is_dead_letter(orders));
+    CHECK(!postbox_queue_is_dead_letter(NULL));
+
+    postbox_queue *dlq = NULL;
+    CHECK_RC(postbox_queue_dead_letters(NULL, &dlq), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_dead_letters(orders, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_queue_dead_letters(orders, &dlq));
+    CHECK(postbox_queue_is_dead_letter(dlq));
+    postbox_queue *dlq2 = NULL;
+    CHECK_RC(postbox_queue_dead_letters(dlq, &dlq2), POSTBOX_INVALID_ARGUMENT);
+    CHECK(dlq2 == NULL);
+
+    postbox_strings *names = NULL;
+    CHECK_RC(postbox_store_queues(NULL, &names), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_store_queues(store, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_store_queues(store, &names));
+    CHECK(postbox_strings_count(names) == 2);
+    CHECK(strcmp(postbox_strings_get(names, 0), "jobs") == 0);
+    CHECK(strcmp(postbox_strings_get(names, 1), "orders") == 0);
+    CHECK(postbox_strings_get(names, 2) == NULL);
+    CHECK(postbox_strings_get(NULL, 0) == NULL);
+    CHECK(postbox_strings_count(NULL) == 0);
+    postbox_strings_free(names);
+    postbox_strings_free(NULL);
+
+    send_text(jobs, "x");
+    bool existed = false;
+    CHECK_RC(postbox_queue_delete(NULL, "jobs", &existed), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_delete(store, NULL, &existed), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_delete(store, "orders/$deadletterqueue", &existed), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_queue_delete(store, "jobs", &existed));
+    CHECK(existed);
+    CHECK_OK(postbox_queue_delete(store, "jobs", &existed));
+    CHECK(!existed);
+    CHECK_OK(postbox_queue_delete(store, "never", NULL));
+
+    /* A handle to a deleted queue reports NOT_FOUND. */
+    postbox_stats s;
+    CHECK_RC(postbox_queue_stats(jobs, &s), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_queue_purge(jobs, NULL), POSTBOX_NOT_FOUND);
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_receive(jobs, NULL, 0, &m), POSTBOX_NOT_FOUND);
+    CHECK(m == NULL);
+
+    postbox_queue_free(dlq);
+    postbox_queue_free(orders);
+    postbox_queue_free(jobs);
+    postbox_queue_free(NULL);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_send_all_properties(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "props", NULL);
+    if (q == NULL) return;
+
+    const uint8_t raw[4] = {0, 1, 2, 255};
+    postbox_property props[2];
+    props[0].key = "tenant";
+    props[0].kind = POSTBOX_PROPERTY_STRING;
+    props[0].value = (const uint8_t *)"acme";
+    props[0].value_len = 4;
+    props[1].key = "blob";
+    props[1].kind = POSTBOX_PROPERTY_BYTES;
+    props[1].value = raw;
+    props[1].value_len = sizeof raw;
+
+    postbox_send_options o;
+    CHECK_RC(postbox_send_options_init(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_send_options_init(&o));
+    CHECK(o.struct_size == sizeof o && o.label == NULL && o.property_count == 0);
+    o.has_priority = 1;
+    o.priority = 6;
+    o.has_sequence = 1;
+    o.sequence = 42;
+    o.label = "resize";
+    o.content_type = "application/json";
+    o.correlation_id = "req-1";
+    o.reply_to = "replies";
+    o.message_key = "key-1";
+    o.group = "g1";
+    o.ttl_ms = 3600 * 1000;
+    o.properties = props;
+    o.property_count = 2;
+
+    uint64_t before = now_ms();
+    const char *body = "{\"image\": 42}";
+    uint64_t id = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)body, strlen(body), &o, &id));
+    CHECK(id > 0);
+
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_get(NULL, id, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_get(q, id, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_get(q, id + 1000, &m), POSTBOX_NOT_FOUND);
+    REQUIRE_OK(postbox_get(q, id, &m));
+    CHECK(postbox_message_id(m) == id);
+    CHECK(bytes_is(postbox_message_body(m), body));
+    CHECK(bytes_is(postbox_message_queue(m), "props"));
+    CHECK(bytes_is(postbox_message_label(m), "resize"));
+    CHECK(bytes_is(postbox_message_content_type(m), "application/json"));
+    CHECK(bytes_is(postbox_message_correlation_id(m), "req-1"));
+    CHECK(bytes_is(postbox_message_reply_to(m), "replies"));
+    CHECK(bytes_is(postbox_message_message_key(m), "key-1"));
+    CHECK(bytes_is(postbox_message_group(m), "g1"));
+    uint64_t seq = 0;
+    CHECK_RC(postbox_message_sequence(m, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_sequence(m, &seq));
+    CHECK(seq == 42);
+    CHECK(postbox_message_priority(m) == 6);
+    CHECK(postbox_message_delivery_count(m) == 0);
+    CHECK(postbox_message_enqueued_at_ms(m) + 1000 >= before);
+    CHECK(postbox_message_enqueued_at_ms(m) <= now_ms() + 1000);
+    CHECK(postbox_message_visible_at_ms(m) == 0);
+    CHECK(postbox_message_expires_at_ms(m) >= before + 3600 * 1000 - 1000);
+    CHECK(postbox_message_locked_until_ms(m) == 0);
+    CHECK(postbox_message_lock_token(m) == 0);
+    CHECK(!postbox_message_is_held(m));
+    CHECK(!postbox_message_is_dead_lettered(m));
+    CHECK(postbox_message_dead_letter_reason(m).data == NULL);
+    CHECK(postbox_message_dead_letter_description(m).data == NULL);
+    CHECK(postbox_message_dead_letter_source(m).data == NULL);
+    CHECK(postbox_message_dead_lettered_at_ms(m) == 0);
+
+    CHECK(postbox_message_property_count(m) == 2);
+    postbox_bytes key, value;
+    uint32_t kind = 99;
+    /* sorted by key: "blob" < "tenant" */
+    CHECK_OK(postbox_message_property_at(m, 0, &key, &kind, &value));
+    CHECK(bytes_is(key, "blob") && kind == POSTBOX_PROPERTY_BYTES);
+    CHECK(value.len == 4 && memcmp(value.data, raw, 4) == 0);
+    CHECK_OK(postbox_message_property_at(m, 1, NULL, &kind, &value));
+    CHECK(kind == POSTBOX_PROPERTY_STRING && bytes_is(value, "acme"));
+    CHECK_RC(postbox_message_property_at(m, 2, &key, &kind, &value), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_message_property_at(NULL, 0, &key, &kind, &value),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_property(m, "tenant", &kind, &value));
+    CHECK(kind == POSTBOX_PROPERTY_STRING && bytes_is(value, "acme"));
+    CHECK_OK(postbox_message_property(m, "blob", NULL, NULL));
+    CHECK_RC(postbox_message_property(m, "nope", &kind, &value), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_message_property(m, NULL, &kind, &value), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_property(NULL, "tenant", &kind, &value), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+
+    /* A bare message: absent properties are NULL views; an empty body is a valid body. */
+    uint64_t bare = 0;
+    CHECK_OK(postbox_send(q, NULL, NULL, 0, NULL, &bare));
+    REQUIRE_OK(postbox_get(q, bare, &m));
+    CHECK(postbox_message_body(m).len == 0);
+    CHECK(postbox_message_label(m).data == NULL);
+    CHECK(postbox_message_group(m).data == NULL);
+    CHECK(postbox_message_priority(m) == 3);
+    CHECK_RC(postbox_message_sequence(m, &seq), POSTBOX_NOT_FOUND);
+    CHECK(postbox_message_property_count(m) == 0);
+    CHECK(postbox_message_expires_at_ms(m) == 0);
+    postbox_message_free(m);
+
+    /* An empty but present string is a non-NULL view of length 0. */
+    CHECK_OK(postbox_send_options_init(&o));
+    o.label = "";
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"e", 1, &o, &id));
+    REQUIRE_OK(postbox_get(q, id, &m));
+    CHECK(postbox_message_label(m).data != NULL && postbox_message_label(m).len == 0);
+    postbox_message_free(m);
+
+    /* Scheduled delivery: delay and absolute time. */
+    CHECK_OK(postbox_send_options_init(&o));
+    o.delay_ms = 60000;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"later", 5, &o, &id));
+    REQUIRE_OK(postbox_get(q, id, &m));
+    CHECK(postbox_message_visible_at_ms(m) >= before + 59000);
+    postbox_message_free(m);
+    CHECK_OK(postbox_send_options_init(&o));
+    o.visible_at_ms = now_ms() + 60000;
+    o.expires_at_ms = now_ms() + 120000;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"at", 2, &o, &id));
+    REQUIRE_OK(postbox_get(q, id, &m));
+    CHECK(postbox_message_visible_at_ms(m) >= before + 59000);
+    CHECK(postbox_message_expires_at_ms(m) >= before + 119000);
+    postbox_message_free(m);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 3 && s.scheduled == 2 && s.locked == 0);
+
+    /* Accessors on NULL return zero values. */
+    CHECK(postbox_message_id(NULL) == 0);
+    CHECK(postbox_message_body(NULL).data == NULL && postbox_message_body(NULL).len == 0);
+    CHECK(postbox_message_queue(NULL).data == NULL);
+    CHECK(postbox_message_label(NULL).data == NULL);
+    CHECK(postbox_message_content_type(NULL).data == NULL);
+    CHECK(postbox_message_correlation_id(NULL).data == NULL);
+    CHECK(postbox_message_reply_to(NULL).data == NULL);
+    CHECK(postbox_message_message_key(NULL).data == NULL);
+    CHECK(postbox_message_group(NULL).data == NULL);
+    CHECK_RC(postbox_message_sequence(NULL, &seq), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_priority(NULL) == 0);
+    CHECK(postbox_message_delivery_count(NULL) == 0);
+    CHECK(postbox_message_enqueued_at_ms(NULL) == 0);
+    CHECK(postbox_message_visible_at_ms(NULL) == 0);
+    CHECK(postbox_message_expires_at_ms(NULL) == 0);
+    CHECK(postbox_message_locked_until_ms(NULL) == 0);
+    CHECK(postbox_message_lock_token(NULL) == 0);
+    CHECK(!postbox_message_is_held(NULL));
+    CHECK(postbox_message_property_count(NULL) == 0);
+    CHECK(!postbox_message_is_dead_lettered(NULL));
+    CHECK(postbox_message_dead_letter_reason(NULL).data == NULL);
+    CHECK(postbox_message_dead_letter_description(NULL).data == NULL);
+    CHECK(postbox_message_dead_letter_source(NULL).data == NULL);
+    CHECK(postbox_message_dead_lettered_at_ms(NULL) == 0);
+    postbox_message_free(NULL);
+
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_send_errors(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_message_size = 16;
+    qo.max_messages = 2;
+    postbox_queue *q = open_queue(store, "small", &qo);
+    postbox_queue_options_init(&qo);
+    qo.max_bytes = 10;
+    postbox_queue *qb = open_queue(store, "bytes", &qo);
+    if (q == NULL || qb == NULL) return;
+    const uint8_t *b = (const uint8_t *)"0123456789abcdefXYZ";
+    uint64_t id = 12345;
+
+    CHECK_RC(postbox_send(NULL, NULL, b, 1, NULL, &id), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_send(q, NULL, NULL, 5, NULL, &id), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_send(q, NULL, b, 17, NULL, &id), POSTBOX_TOO_LARGE);
+    CHECK(strstr(postbox_last_error_message(), "17") != NULL);
+    CHECK(id == 12345);
+
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.has_priority = 1;
+    o.priority = 8;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    o.priority = 300;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    postbox_send_options_init(&o);
+    o.delay_ms = 10;
+    o.visible_at_ms = 10;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    postbox_send_options_init(&o);
+    o.ttl_ms = 10;
+    o.expires_at_ms = 10;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    postbox_send_options_init(&o);
+    o.label = "\xc3\x28"; /* invalid UTF-8 */
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    postbox_send_options_init(&o);
+    o.struct_size = 1;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+
+    postbox_property p;
+    p.key = "k";
+    p.kind = 7;
+    p.value = b;
+    p.value_len = 1;
+    postbox_send_options_init(&o);
+    o.properties = &p;
+    o.property_count = 1;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    p.kind = POSTBOX_PROPERTY_STRING;
+    p.key = NULL;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    p.key = "k";
+    p.value = NULL;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    p.value = (const uint8_t *)"\xff";
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    o.properties = NULL;
+    CHECK_RC(postbox_send(q, NULL, b, 1, &o, &id), POSTBOX_INVALID_ARGUMENT);
+    CHECK(id == 12345);
+
+    /* Quotas. */
+    CHECK_OK(postbox_send(q, NULL, b, 1, NULL, NULL));
+    CHECK_OK(postbox_send(q, NULL, b, 1, NULL, NULL));
+    CHECK_RC(postbox_send(q, NULL, b, 1, NULL, &id), POSTBOX_QUEUE_FULL);
+    CHECK(strstr(postbox_last_error_message(), "small") != NULL);
+    CHECK_OK(postbox_send(qb, NULL, b, 8, NULL, NULL));
+    CHECK_RC(postbox_send(qb, NULL, b, 8, NULL, &id), POSTBOX_QUEUE_FULL);
+
+    /* A dead-letter queue takes no sends. */
+    postbox_queue *dlq = NULL;
+    CHECK_OK(postbox_queue_dead_letters(qb, &dlq));
+    CHECK_RC(postbox_send(dlq, NULL, b, 1, NULL, &id), POSTBOX_INVALID_ARGUMENT);
+    postbox_queue_free(dlq);
+
+    postbox_queue_free(q);
+    postbox_queue_free(qb);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_dedup(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.dedup_window_ms = 60000;
+    postbox_queue *q = open_queue(store, "dedup", &qo);
+    if (q == NULL) return;
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.message_key = "order-7";
+    uint64_t a = 0, b = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"x", 1, &o, &a));
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"x", 1, &o, &b));
+    CHECK(a == b && a != 0);
+    CHECK(stats_of(q).active == 1);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_peek_browse(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "browse", NULL);
+    if (q == NULL) return;
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_peek(q, &m), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_peek(NULL, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_peek(q, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(m == NULL);
+
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.has_priority = 1;
+    const char *bodies[] = {"low", "high", "mid", "high2"};
+    const uint32_t prios[] = {1, 7, 4, 7};
+    for (int i = 0; i < 4; i++) {
+        o.priority = prios[i];
+        CHECK_OK(postbox_send(q, NULL, (const uint8_t *)bodies[i], strlen(bodies[i]), &o, NULL));
+    }
+    REQUIRE_OK(postbox_peek(q, &m));
+    CHECK(bytes_is(postbox_message_body(m), "high"));
+    /* A peeked message is not held: settling it is refused. */
+    CHECK_RC(postbox_message_complete(m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "peeked") != NULL);
+    CHECK_RC(postbox_message_abandon(m, 0), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_renew_lock(m, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    CHECK(stats_of(q).active == 4);
+
+    postbox_browser *br = NULL;
+    CHECK_RC(postbox_browse_open(NULL, &br), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_browse_open(q, NULL), POSTBOX_INVALID_ARGUMENT);
+    REQUIRE_OK(postbox_browse_open(q, &br));
+    const char *order[] = {"high", "high2", "mid", "low"};
+    for (int i = 0; i < 4; i++) {
+        m = NULL;
+        CHECK_OK(postbox_browse_next(br, &m));
+        CHECK(bytes_is(postbox_message_body(m), order[i]));
+        postbox_message_free(m);
+    }
+    m = NULL;
+    CHECK_RC(postbox_browse_next(br, &m), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_browse_next(br, &m), POSTBOX_NOT_FOUND);
+    CHECK(m == NULL);
+    CHECK_RC(postbox_browse_next(NULL, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_browse_next(br, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_browse_free(br);
+    postbox_browse_free(NULL);
+
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_receive_and_settle(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "work", NULL);
+    if (q == NULL) return;
+    postbox_message *m = NULL;
+
+    CHECK_RC(postbox_receive(NULL, NULL, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_receive(q, NULL, 0, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_TIMEOUT);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_RC(postbox_receive(q, NULL, 60, &m), POSTBOX_TIMEOUT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long waited = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    CHECK(waited >= 55);
+    CHECK(m == NULL);
+
+    /* complete */
+    uint64_t id = send_text(q, "one");
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_id(m) == id);
+    CHECK(postbox_message_delivery_count(m) == 1);
+    CHECK(postbox_message_is_held(m));
+    CHECK(postbox_message_lock_token(m) != 0);
+    CHECK(postbox_message_locked_until_ms(m) > now_ms());
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 1 && s.bytes == 3);
+    CHECK_RC(postbox_message_complete(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_complete(m));
+    CHECK(!postbox_message_is_held(m));
+    CHECK(bytes_is(postbox_message_body(m), "one")); /* still readable after settling */
+    CHECK_RC(postbox_message_complete(m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "already settled") != NULL);
+    CHECK_RC(postbox_message_abandon(m, 0), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.bytes == 0);
+
+    /* abandon: delivered again with the count incremented */
+    send_text(q, "two");
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK_RC(postbox_message_abandon(NULL, 0), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_delivery_count(m) == 2);
+
+    /* renew_lock */
+    uint64_t until = 0;
+    CHECK_RC(postbox_message_renew_lock(NULL, &until), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_renew_lock(m, &until));
+    CHECK(until > now_ms());
+    CHECK(postbox_message_locked_until_ms(m) == until);
+    CHECK_OK(postbox_message_renew_lock(m, NULL));
+
+    /* abandon with a delay: scheduled, not receivable now */
+    CHECK_OK(postbox_message_abandon(m, 60000));
+    postbox_message_free(m);
+    s = stats_of(q);
+    CHECK(s.active == 0 && s.scheduled == 1);
+    CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_TIMEOUT);
+    CHECK_OK(postbox_queue_purge(q, NULL));
+
+    /* freeing an unsettled message abandons it at once */
+    send_text(q, "three");
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(bytes_is(postbox_message_body(m), "three"));
+    CHECK(postbox_message_delivery_count(m) == 2);
+
+    /* dead_letter, then resubmit from the dead-letter queue */
+    CHECK_RC(postbox_message_dead_letter(m, NULL, "d"), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m)); /* argument errors change nothing */
+    CHECK_RC(postbox_message_dead_letter(NULL, "r", "d"), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_dead_letter(m, "BadInput", "field x is missing"));
+    postbox_message_free(m);
+    s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.dead_lettered == 1);
+
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    REQUIRE_OK(postbox_receive(dlq, NULL, 1000, &m));
+    CHECK(postbox_message_is_dead_lettered(m));
+    CHECK(bytes_is(postbox_message_dead_letter_reason(m), "BadInput"));
+    CHECK(bytes_is(postbox_message_dead_letter_description(m), "field x is missing"));
+    CHECK(bytes_is(postbox_message_dead_letter_source(m), "work"));
+    CHECK(postbox_message_dead_lettered_at_ms(m) > 0);
+    /* a dead-lettered message cannot be dead-lettered again */
+    CHECK_RC(postbox_message_dead_letter(m, "again", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m)); /* the refusal leaves the lock with us */
+    CHECK_RC(postbox_message_resubmit(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_resubmit(m));
+    postbox_message_free(m);
+    CHECK(stats_of(q).active == 1);
+    CHECK(stats_of(dlq).active == 0);
+
+    /* resubmit only applies to dead letters */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_delivery_count(m) == 1); /* reset by the resubmit */
+    CHECK(!postbox_message_is_dead_lettered(m));
+    CHECK_RC(postbox_message_resubmit(m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m));
+    postbox_message *none = NULL;
+    CHECK_RC(postbox_receive(q, NULL, 0, &none), POSTBOX_TIMEOUT); /* still held by m */
+    CHECK_OK(postbox_message_dead_letter(m, "NoDescription", NULL)); /* description may be NULL */
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_peek(dlq, &m));
+    CHECK(bytes_is(postbox_message_dead_letter_description(m), ""));
+    postbox_message_free(m);
+
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_lock_lost(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.lock_duration_ms = 400; /* long enough for valgrind's slowness */
+    postbox_queue *q = open_queue(store, "short", &qo);
+    if (q == NULL) return;
+    send_text(q, "x");
+    postbox_message *first = NULL, *second = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
+    sleep_ms(900);
+    /* The lock expired: another receiver takes the message over. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &second));
+    CHECK(postbox_message_id(first) == postbox_message_id(second));
+    CHECK(postbox_message_delivery_count(second) == 2);
+    CHECK_RC(postbox_message_renew_lock(first, NULL), POSTBOX_LOCK_LOST);
+    CHECK(!postbox_message_is_held(first));
+    CHECK_RC(postbox_message_complete(first), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_message_complete(second));
+    postbox_message_free(first);
+    postbox_message_free(second);
+
+    send_text(q, "y");
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
+    sleep_ms(900);
+    CHECK_RC(postbox_message_complete(first), POSTBOX_LOCK_LOST);
+    postbox_message_free(first);
+    /* Completing after the lock was lost changed nothing: the message is still there. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
+    CHECK(bytes_is(postbox_message_body(first), "y"));
+    CHECK_OK(postbox_message_complete(first));
+    postbox_message_free(first);
+
+    /* Purge takes the lock away from its holder. */
+    send_text(q, "z");
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
+    uint64_t removed = 0;
+    CHECK_RC(postbox_queue_purge(NULL, &removed), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_queue_purge(q, &removed));
+    CHECK(removed == 1);
+    CHECK_RC(postbox_message_abandon(first, 0), POSTBOX_LOCK_LOST);
+    postbox_message_free(first);
+
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_max_deliveries_and_ttl(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_deliveries = 2;
+    postbox_queue *q = open_queue(store, "retry", &qo);
+    if (q == NULL) return;
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    postbox_message *m = NULL;
+
+    send_text(q, "poison");
+    for (int i = 0; i < 2; i++) {
+        REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+        CHECK_OK(postbox_message_abandon(m, 0));
+        postbox_message_free(m);
+    }
+    CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_TIMEOUT);
+    CHECK(stats_of(q).dead_lettered == 1);
+    REQUIRE_OK(postbox_peek(dlq, &m));
+    CHECK(bytes_is(postbox_message_dead_letter_reason(m), "MaxDeliveryCountExceeded"));
+    postbox_message_free(m);
+
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.ttl_ms = 20;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"short-lived", 11, &o, NULL));
+    sleep_ms(80);
+    CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_TIMEOUT);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.dead_lettered == 2);
+    CHECK_RC(postbox_get(dlq, 0, &m), POSTBOX_NOT_FOUND);
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(dlq, &br));
+    int ttl_seen = 0;
+    while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+        if (bytes_is(postbox_message_dead_letter_reason(m), "TTLExpired")) ttl_seen++;
+        postbox_message_free(m);
+    }
+    postbox_browse_free(br);
+    CHECK(ttl_seen == 1);
+
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_batches(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "batch", NULL);
+    if (q == NULL) return;
+
+    postbox_send_item items[10];
+    char bodies[10][8];
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.label = "batched";
+    for (int i = 0; i < 10; i++) {
+        snprintf(bodies[i], sizeof bodies[i], "m%d", i);
+        items[i].body = (const uint8_t *)bodies[i];
+        items[i].body_len = strlen(bodies[i]);
+        items[i].options = (i % 2 == 0) ? &o : NULL;
+    }
+    uint64_t ids[10] = {0};
+    CHECK_RC(postbox_send_batch(NULL, NULL, items, 10, ids), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_send_batch(q, NULL, NULL, 10, ids), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_send_batch(q, NULL, items, 0, NULL));
+    /* One bad item: nothing of the batch is stored. */
+    items[5].body = NULL;
+    CHECK_RC(postbox_send_batch(q, NULL, items, 10, ids), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "items[5]") != NULL);
+    CHECK(stats_of(q).active == 0);
+    items[5].body = (const uint8_t *)bodies[5];
+    CHECK_OK(postbox_send_batch(q, NULL, items, 10, ids));
+    for (int i = 1; i < 10; i++) CHECK(ids[i] > ids[i - 1]);
+    CHECK_OK(postbox_send_batch(q, NULL, items, 2, NULL));
+    CHECK(stats_of(q).active == 12);
+
+    postbox_message *got[16];
+    memset(got, 0, sizeof got);
+    size_t n = 0;
+    CHECK_RC(postbox_receive_batch(NULL, 4, 0, got, &n), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_receive_batch(q, 0, 0, got, &n), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_receive_batch(q, 4, 0, NULL, &n), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_receive_batch(q, 4, 0, got, NULL), POSTBOX_INVALID_ARGUMENT);
+    REQUIRE_OK(postbox_receive_batch(q, 4, 1000, got, &n));
+    CHECK(n == 4);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(postbox_message_id(got[i]) == ids[i]);
+        CHECK(postbox_message_is_held(got[i]));
+    }
+    CHECK(bytes_is(postbox_message_label(got[0]), "batched"));
+    CHECK(postbox_message_label(got[1]).data == NULL);
+
+    postbox_message *dup[2] = {got[0], got[0]};
+    CHECK_RC(postbox_complete_batch(q, dup, 2), POSTBOX_INVALID_ARGUMENT);
+    postbox_message *with_null[2] = {got[0], NULL};
+    CHECK_RC(postbox_complete_batch(q, with_null, 2), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_complete_batch(NULL, got, n), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_complete_batch(q, NULL, n), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_complete_batch(q, got, 0));
+    CHECK(postbox_message_is_held(got[0])); /* refused batches change nothing */
+    CHECK_OK(postbox_complete_batch(q, got, n));
+    for (size_t i = 0; i < n; i++) {
+        CHECK(!postbox_message_is_held(got[i]));
+        postbox_message_free(got[i]);
+    }
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 8 && s.locked == 0);
+
+    /* A batch larger than the backlog returns what there is. */
+    REQUIRE_OK(postbox_receive_batch(q, 16, 1000, got, &n));
+    CHECK(n == 8);
+    /* A message not held in a batch is refused before anything changes. */
+    CHECK_OK(postbox_message_abandon(got[7], 0));
+    CHECK_RC(postbox_complete_batch(q, got, n), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(got[0]));
+    CHECK_OK(postbox_complete_batch(q, got, n - 1));
+    for (size_t i = 0; i < n; i++) postbox_message_free(got[i]);
+    CHECK(stats_of(q).active == 1);
+    REQUIRE_OK(postbox_receive_batch(q, 16, 0, got, &n));
+    CHECK(n == 1);
+    postbox_message_free(got[0]);
+
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_transactions(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *orders = open_queue(store, "orders", NULL);
+    postbox_queue *invoices = open_queue(store, "invoices", NULL);
+    if (orders == NULL || invoices == NULL) return;
+    postbox_tx *tx = NULL;
+    postbox_message *m = NULL;
+
+    CHECK_RC(postbox_tx_begin(NULL, &tx), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_tx_begin(store, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_tx_commit(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_abort(NULL));
+
+    /* An empty transaction commits. */
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_tx_commit(tx));
+
+    /* receive + send + commit: both or neither */
+    send_text(orders, "order 7");
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_receive(orders, tx, 0, NULL), POSTBOX_INVALID_ARGUMENT);
+    REQUIRE_OK(postbox_receive(orders, tx, 1000, &m));
+    CHECK(bytes_is(postbox_message_body(m), "order 7"));
+    CHECK(!postbox_message_is_held(m)); /* the transaction holds it */
+    CHECK_RC(postbox_message_complete(m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "transaction") != NULL);
+    postbox_message_free(m); /* freeing does not release a transaction's message */
+    uint64_t id = 99;
+    CHECK_OK(postbox_send(invoices, tx, (const uint8_t *)"invoice 7", 9, NULL, &id));
+    CHECK(id == 0); /* assigned at commit */
+    postbox_send_item item;
+    item.body = (const uint8_t *)"audit";
+    item.body_len = 5;
+    item.options = NULL;
+    uint64_t bid = 99;
+    CHECK_OK(postbox_send_batch(invoices, tx, &item, 1, &bid));
+    CHECK(bid == 0);
+    CHECK(stats_of(invoices).active == 0); /* invisible until commit */
+    CHECK(stats_of(orders).locked == 1);
+    CHECK_RC(postbox_receive(orders, tx, 0, &m), POSTBOX_TIMEOUT);
+    CHECK_OK(postbox_tx_commit(tx));
+    CHECK(stats_of(invoices).active == 2);
+    postbox_stats s = stats_of(orders);
+    CHECK(s.active == 0 && s.locked == 0);
+
+    /* abort: the receive is returned, the send discarded */
+    send_text(orders, "order 8");
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    REQUIRE_OK(postbox_receive(orders, tx, 1000, &m));
+    postbox_message_free(m);
+    CHECK_OK(postbox_send(invoices, tx, (const uint8_t *)"invoice 8", 9, NULL, NULL));
+    CHECK_OK(postbox_tx_abort(tx));
+    CHECK(stats_of(invoices).active == 2);
+    CHECK(stats_of(orders).active == 1);
+
+    /* enlist a message received outside the transaction */
+    REQUIRE_OK(postbox_receive(orders, NULL, 1000, &m));
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_tx_complete(NULL, m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_tx_complete(tx, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_complete(tx, m));
+    CHECK(!postbox_message_is_held(m));
+    CHECK_RC(postbox_tx_complete(tx, m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_commit(tx));
+    postbox_message_free(m);
+    CHECK(stats_of(orders).active == 0);
+    CHECK(stats_of(orders).locked == 0);
+
+    /* a transaction of one store cannot be used with a queue of another */
+    postbox_store *other = NULL;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "other.postbox"), NULL, &other));
+    postbox_queue *foreign = open_queue(other, "orders", NULL);
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_send(foreign, tx, (const uint8_t *)"x", 1, NULL, NULL),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "another store") != NULL);
+    CHECK_RC(postbox_receive(foreign, tx, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    send_text(foreign, "f");
+    REQUIRE_OK(postbox_receive(foreign, NULL, 1000, &m));
+    CHECK_RC(postbox_tx_complete(tx, m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m));
+    postbox_message *fm[1] = {m};
+    CHECK_RC(postbox_complete_batch(orders, fm, 1), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    CHECK_OK(postbox_tx_abort(tx));
+    postbox_queue_free(foreign);
+    CHECK_OK(postbox_store_close(other));
+
+    /* commit fails with LOCK_LOST when a received message's lock ran out: nothing applied */
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.lock_duration_ms = 50;
+    postbox_queue *fast = open_queue(store, "fast", &qo);
+    send_text(fast, "slow work");
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    REQUIRE_OK(postbox_receive(fast, tx, 1000, &m));
+    postbox_message_free(m);
+    CHECK_OK(postbox_send(invoices, tx, (const uint8_t *)"never", 5, NULL, NULL));
+    sleep_ms(120);
+    CHECK_RC(postbox_tx_commit(tx), POSTBOX_LOCK_LOST);
+    CHECK(stats_of(invoices).active == 2);
+    CHECK(stats_of(fast).active == 1);
+
+    /* quotas are checked at commit */
+    postbox_queue_options_init(&qo);
+    qo.max_messages = 1;
+    postbox_queue *tiny = open_queue(store, "tiny", &qo);
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_send(tiny, tx, (const uint8_t *)"a", 1, NULL, NULL));
+    CHECK_OK(postbox_send(tiny, tx, (const uint8_t *)"b", 1, NULL, NULL));
+    CHECK_RC(postbox_tx_commit(tx), POSTBOX_QUEUE_FULL);
+    CHECK(stats_of(tiny).active == 0);
+    /* size limits are checked at once */
+    postbox_queue_options_init(&qo);
+    qo.max_message_size = 2;
+    postbox_queue *narrow = open_queue(store, "narrow", &qo);
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_send(narrow, tx, (const uint8_t *)"abc", 3, NULL, NULL), POSTBOX_TOO_LARGE);
+    CHECK_OK(postbox_tx_abort(tx));
+
+    postbox_queue_free(narrow);
+    postbox_queue_free(tiny);
+    postbox_queue_free(fast);
+    postbox_queue_free(orders);
+    postbox_queue_free(invoices);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_stats(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "s", NULL);
+    if (q == NULL) return;
+    postbox_stats s;
+    CHECK_RC(postbox_queue_stats(NULL, &s), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_stats(q, NULL), POSTBOX_INVALID_ARGUMENT);
+    send_text(q, "abc");
+    send_text(q, "de");
+    s = stats_of(q);
+    CHECK(s.active == 2 && s.locked == 0 && s.scheduled == 0 && s.dead_lettered == 0);
+    CHECK(s.bytes == 5);
+
+    postbox_commit_stats cs;
+    CHECK_RC(postbox_store_stats(NULL, &cs), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_store_stats(store, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_store_stats(store, &cs));
+    CHECK(cs.commits >= 1 && cs.operations >= 2);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_use_after_close(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "c", NULL);
+    if (q == NULL) return;
+    send_text(q, "a");
+    send_text(q, "b");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    postbox_message *txm = NULL;
+    REQUIRE_OK(postbox_receive(q, tx, 1000, &txm));
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(q, &br));
+
+    CHECK_OK(postbox_store_close(store));
+
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_send(q, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_CLOSED);
+    CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_peek(q, &m), POSTBOX_CLOSED);
+    postbox_stats s;
+    CHECK_RC(postbox_queue_stats(q, &s), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_complete(held), POSTBOX_CLOSED);
+    CHECK_RC(postbox_browse_next(br, &m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_tx_commit(tx), POSTBOX_CLOSED);
+    /* Message contents stay readable. */
+    CHECK(bytes_is(postbox_message_body(held), "a"));
+    postbox_browse_free(br);
+    postbox_message_free(txm);
+    postbox_message_free(held);
+    postbox_queue_free(q);
+
+    /* Close released the locks: reopening finds both messages receivable. */
+    REQUIRE_OK(postbox_store_open(path_in(dir, "test.postbox"), NULL, &store));
+    q = open_queue(store, "c", NULL);
+    s = stats_of(q);
+    CHECK(s.active == 2 && s.locked == 0);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Multi-threaded consumers: every message is received and completed exactly once.          */
+
+#define MT_MESSAGES 400
+#define MT_CONSUMERS 4
+
+struct mt_shared {
+    postbox_queue *queue;
+    pthread_mutex_t mutex;
+    int seen[MT_MESSAGES];
+    int done;
+    int errors;
+};
+
+static void *mt_consumer(void *arg) {
+    struct mt_shared *sh = (struct mt_shared *)arg;
+    for (;;) {
+        pthread_mutex_lock(&sh->mutex);
+        int finished = sh->done >= MT_MESSAGES;
+        pthread_mutex_unlock(&sh->mutex);
+        if (finished) break;
+        postbox_message *m = NULL;
+        int rc = postbox_receive(sh->queue, NULL, 100, &m);
+        if (rc == POSTBOX_TIMEOUT) continue;
+        if (rc != POSTBOX_OK) {
+            pthread_mutex_lock(&sh->mutex);
+            sh->errors++;
+            pthread_mutex_unlock(&sh->mutex);
+            break;
+        }
+        postbox_bytes body = postbox_message_body(m);
+        char text[32] = {0};
+        memcpy(text, body.data, body.len < 31 ? body.len : 31);
+        int n = atoi(text);
+        rc = postbox_message_complete(m);
+        postbox_message_free(m);
+        pthread_mutex_lock(&sh->mutex);
+        if (rc != POSTBOX_OK || n < 0 || n >= MT_MESSAGES) {
+            sh->errors++;
+        } else {
+            sh->seen[n]++;
+            sh->done++;
+        }
+        pthread_mutex_unlock(&sh->mutex);
+    }
+    return NULL;
+}
+
+static void *mt_producer(void *arg) {
+    struct mt_shared *sh = (struct mt_shared *)arg;
+    for (int i = 0; i < MT_MESSAGES; i++) {
+        char text[16];
+        int len = snprintf(text, sizeof text, "%d", i);
+        if (postbox_send(sh->queue, NULL, (const uint8_t *)text, (size_t)len, NULL, NULL) !=
+            POSTBOX_OK) {
+            pthread_mutex_lock(&sh->mutex);
+            sh->errors++;
+            sh->done = MT_MESSAGES; /* stop the consumers */
+            pthread_mutex_unlock(&sh->mutex);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void test_multithreaded_consumers(const char *dir) {
+    postbox_store_options so;
+    postbox_store_options_init(&so);
+    so.durability = POSTBOX_DURABILITY_NONE; /* keep valgrind runs short */
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "mt.postbox"), &so, &store));
+    struct mt_shared sh;
+    memset(&sh, 0, sizeof sh);
+    sh.queue = open_queue(store, "mt", NULL);
+    if (sh.queue == NULL) return;
+    pthread_mutex_init(&sh.mutex, NULL);
+    pthread_t consumers[MT_CONSUMERS], producer;
+    for (int i = 0; i < MT_CONSUMERS; i++) pthread_create(&consumers[i], NULL, mt_consumer, &sh);
+    pthread_create(&producer, NULL, mt_producer, &sh);
+    pthread_join(producer, NULL);
+    for (int i = 0; i < MT_CONSUMERS; i++) pthread_join(consumers[i], NULL);
+    pthread_mutex_destroy(&sh.mutex);
+    CHECK(sh.errors == 0);
+    CHECK(sh.done == MT_MESSAGES);
+    int once = 0;
+    for (int i = 0; i < MT_MESSAGES; i++) once += sh.seen[i] == 1;
+    CHECK(once == MT_MESSAGES);
+    postbox_stats s = stats_of(sh.queue);
+    CHECK(s.active == 0 && s.locked == 0);
+    postbox_queue_free(sh.queue);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* The detailed error message is per thread. */
+static void *other_thread_error(void *arg) {
+    (void)arg;
+    postbox_queue_free(NULL);
+    postbox_store *s = NULL;
+    int rc = postbox_store_open("", NULL, &s);
+    return (void *)(intptr_t)(rc == POSTBOX_INVALID_ARGUMENT &&
+                              strstr(postbox_last_error_message(), "empty") != NULL);
+}
+
+static void test_error_message_per_thread(const char *dir) {
+    postbox_store *store = NULL;
+    CHECK_RC(postbox_store_open(path_in(dir, "no/such/dir/s"), NULL, &store), POSTBOX_IO);
+    char mine[512];
+    snprintf(mine, sizeof mine, "%s", postbox_last_error_message());
+    pthread_t t;
+    void *ok = NULL;
+    pthread_create(&t, NULL, other_thread_error, NULL);
+    pthread_join(t, &ok);
+    CHECK(ok != NULL);
+    CHECK(strcmp(mine, postbox_last_error_message()) == 0);
+}
+
+/* Processor tests live in test_processor.c once the processor is bound. */
+
+int main(int argc, char **argv) {
+    static const struct test_case tests[] = {
+        {"version", test_version},
+        {"status_codes", test_status_codes},
+        {"store_open_close", test_store_open_close},
+        {"store_bad_files", test_store_bad_files},
+        {"read_only_directory", test_read_only_directory},
+        {"queue_open_list_delete", test_queue_open_list_delete},
+        {"send_all_properties", test_send_all_properties},
+        {"send_errors", test_send_errors},
+        {"dedup", test_dedup},
+        {"peek_browse", test_peek_browse},
+        {"receive_and_settle", test_receive_and_settle},
+        {"lock_lost", test_lock_lost},
+        {"max_deliveries_and_ttl", test_max_deliveries_and_ttl},
+        {"batches", test_batches},
+        {"transactions", test_transactions},
+        {"stats", test_stats},
+        {"use_after_close", test_use_after_close},
+        {"multithreaded_consumers", test_multithreaded_consumers},
+        {"error_message_per_thread", test_error_message_per_thread},
+    };
+    return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
+}
