@@ -144,13 +144,12 @@ pub fn knob(var: &str, default: usize) -> usize {
 /// the disk. Falls back to the default temporary directory.
 pub fn fast_tempdir() -> TempDir {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::Builder::new()
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::Builder::new()
             .prefix("postbox-test-")
             .tempdir_in(shm)
-        {
-            return dir;
-        }
+    {
+        return dir;
     }
     tempfile::tempdir().unwrap()
 }

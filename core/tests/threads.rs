@@ -1,0 +1,232 @@
+//! Concurrency: many receivers on one queue (invariant 2, one holder at a time; invariant 4,
+//! completed exactly once). `POSTBOX_STRESS` sets the number of messages: the default of 2,000
+//! keeps a debug build on two busy cores within seconds; `POSTBOX_STRESS=10000` is the full run.
+//! Durability is not the point here, so the stores use `Durability::None` on a RAM disk when
+//! there is one.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postbox::{Durability, Message, Store};
+
+const THREADS: usize = 8;
+
+fn messages() -> usize {
+    common::knob("POSTBOX_STRESS", 2_000)
+}
+
+fn open(dir: &tempfile::TempDir) -> Store {
+    Store::builder()
+        .durability(Durability::None)
+        .open(dir.path().join("threads.postbox"))
+        .unwrap()
+}
+
+/// Shared bookkeeping of who holds what.
+#[derive(Default)]
+struct Ledger {
+    /// Message ids currently held by some receiver.
+    held: Mutex<HashSet<u64>>,
+    /// Every lock token ever handed out.
+    tokens: Mutex<HashSet<u64>>,
+}
+
+impl Ledger {
+    fn take(&self, id: u64, token: u64) {
+        assert!(
+            self.held.lock().insert(id),
+            "message {id} handed to two receivers at once"
+        );
+        assert!(
+            self.tokens.lock().insert(token),
+            "lock token {token} reused"
+        );
+    }
+    fn release(&self, id: u64) {
+        assert!(self.held.lock().remove(&id));
+    }
+}
+
+#[test]
+fn eight_receivers_complete_every_message_exactly_once() {
+    let n = messages();
+    let dir = common::fast_tempdir();
+    let store = open(&dir);
+    let q = store.queue("work").unwrap();
+    let mut ids = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<Message> = chunk
+            .iter()
+            .map(|i| Message::new((*i as u64).to_le_bytes().to_vec()).priority((*i % 8) as u8))
+            .collect();
+        ids.extend(q.send_batch(batch).unwrap());
+    }
+    let first = ids[0].get();
+    assert_eq!(q.stats().unwrap().active, n as u64);
+
+    let ledger = Arc::new(Ledger::default());
+    let completions: Arc<Vec<AtomicU32>> = Arc::new((0..n).map(|_| AtomicU32::new(0)).collect());
+    let done = Arc::new(AtomicUsize::new(0));
+    let abandons = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|w| {
+            let (q, ledger, completions, done, abandons) = (
+                q.clone(),
+                ledger.clone(),
+                completions.clone(),
+                done.clone(),
+                abandons.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut mine = 0usize;
+                while done.load(Ordering::SeqCst) < n {
+                    // Receivers that find the queue momentarily empty wait for a wake-up (an
+                    // abandon by another thread), bounded so the loop notices the end.
+                    let Some(m) = q.receive(Duration::from_millis(100)).unwrap() else {
+                        continue;
+                    };
+                    let id = m.id().get();
+                    ledger.take(id, m.lock_token());
+                    let index = usize::from_le_bytes(m.body().try_into().unwrap());
+                    assert_eq!(index as u64, id - first, "body matches id");
+                    // Some first deliveries are handed back, to exercise re-locking.
+                    if m.delivery_count() == 1 && (id + w as u64) % 13 == 0 {
+                        ledger.release(id);
+                        m.abandon().unwrap();
+                        abandons.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    m.complete().unwrap();
+                    // Released only after the commit: no one may get it meanwhile either.
+                    ledger.release(id);
+                    completions[index].fetch_add(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    mine += 1;
+                }
+                mine
+            })
+        })
+        .collect();
+    let per_thread: Vec<usize> = workers.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(per_thread.iter().sum::<usize>(), n);
+    for (i, c) in completions.iter().enumerate() {
+        assert_eq!(c.load(Ordering::SeqCst), 1, "message #{i} completions");
+    }
+    assert!(ledger.held.lock().is_empty());
+    assert_eq!(
+        ledger.tokens.lock().len(),
+        n + abandons.load(Ordering::SeqCst)
+    );
+    let s = q.stats().unwrap();
+    assert_eq!(
+        (s.active, s.locked, s.scheduled, s.dead_lettered, s.bytes),
+        (0, 0, 0, 0, 0)
+    );
+    assert!(q.try_receive().unwrap().is_none());
+    eprintln!(
+        "{n} messages, {} abandoned once, per thread {per_thread:?}, {:?}",
+        abandons.load(Ordering::SeqCst),
+        store.stats()
+    );
+}
+
+#[test]
+fn concurrent_senders_and_receivers_lose_nothing() {
+    let n = messages() / 4;
+    let dir = common::fast_tempdir();
+    let store = open(&dir);
+    let q = store.queue("pipe").unwrap();
+    let senders = THREADS / 2;
+    let per_sender = n / senders;
+    let total = per_sender * senders;
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let received = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for s in 0..senders {
+        let q = q.clone();
+        handles.push(std::thread::spawn(move || {
+            for i in 0..per_sender {
+                q.send(format!("{s}:{i}").as_str()).unwrap();
+            }
+        }));
+    }
+    for _ in 0..THREADS - senders {
+        let (q, seen, received) = (q.clone(), seen.clone(), received.clone());
+        handles.push(std::thread::spawn(move || {
+            while received.load(Ordering::SeqCst) < total {
+                if let Some(m) = q.receive(Duration::from_millis(100)).unwrap() {
+                    let body = String::from_utf8(m.body().to_vec()).unwrap();
+                    m.complete().unwrap();
+                    assert!(seen.lock().insert(body), "delivered twice");
+                    received.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(seen.lock().len(), total);
+    eprintln!("{total} messages, {:?}", store.stats());
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.bytes), (0, 0, 0));
+}
+
+#[test]
+fn concurrent_transactions_move_each_message_once() {
+    // Four threads move messages from `inbox` to `outbox` in transactions (receive + send +
+    // commit), some aborting; every message ends up in the outbox exactly once.
+    let n = (messages() / 10).max(40);
+    let dir = common::fast_tempdir();
+    let store = open(&dir);
+    let inbox = store.queue("inbox").unwrap();
+    let outbox = store.queue("outbox").unwrap();
+    let bodies: Vec<Message> = (0..n).map(|i| Message::new(i.to_string())).collect();
+    inbox.send_batch(bodies).unwrap();
+    let moved = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (store, inbox, outbox, moved) =
+                (store.clone(), inbox.clone(), outbox.clone(), moved.clone());
+            std::thread::spawn(move || {
+                let mut k = 0usize;
+                while moved.load(Ordering::SeqCst) < n {
+                    let mut tx = store.begin();
+                    let Some(e) = tx.receive(&inbox, Duration::from_millis(100)).unwrap() else {
+                        continue;
+                    };
+                    tx.send(&outbox, e.body()).unwrap();
+                    k += 1;
+                    if (k + w) % 5 == 0 {
+                        tx.abort().unwrap();
+                    } else {
+                        tx.commit().unwrap();
+                        moved.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in workers {
+        h.join().unwrap();
+    }
+    let s = inbox.stats().unwrap();
+    assert_eq!((s.active, s.locked), (0, 0));
+    let mut out: Vec<usize> = outbox
+        .browse()
+        .map(|e| {
+            String::from_utf8(e.unwrap().into_body())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    out.sort_unstable();
+    assert_eq!(out, (0..n).collect::<Vec<_>>());
+    assert_eq!(outbox.stats().unwrap().active, n as u64);
+}
