@@ -95,7 +95,7 @@ fn eight_receivers_complete_every_message_exactly_once() {
                     let index = usize::from_le_bytes(m.body().try_into().unwrap());
                     assert_eq!(index as u64, id - first, "body matches id");
                     // Some first deliveries are handed back, to exercise re-locking.
-                    if m.delivery_count() == 1 && (id + w as u64) % 13 == 0 {
+                    if m.delivery_count() == 1 && (id + w as u64).is_multiple_of(13) {
                         ledger.release(id);
                         m.abandon().unwrap();
                         abandons.fetch_add(1, Ordering::SeqCst);
@@ -202,7 +202,7 @@ fn concurrent_transactions_move_each_message_once() {
                     };
                     tx.send(&outbox, e.body()).unwrap();
                     k += 1;
-                    if (k + w) % 5 == 0 {
+                    if (k + w).is_multiple_of(5) {
                         tx.abort().unwrap();
                     } else {
                         tx.commit().unwrap();
