@@ -39,26 +39,39 @@ pub enum Settle {
 }
 
 pub struct Batch<'t> {
+    txn: &'t WriteTransaction,
     pub now: u64,
     pub mutations: u64,
     /// Queues that gained receivable messages; their waiters are woken after the commit.
     pub woken: HashSet<u32>,
-    meta: Table<'t, &'static str, u64>,
-    queues: Table<'t, &'static str, &'static [u8]>,
-    queue_ids: Table<'t, u32, &'static str>,
-    counters: Table<'t, u32, [u8; COUNTERS_LEN]>,
-    state: Table<'t, u64, [u8; STATE_LEN]>,
-    data: Table<'t, u64, &'static [u8]>,
-    ready: Table<'t, (u32, u8, u64), ()>,
-    scheduled: Table<'t, (u64, u64), ()>,
-    expiring: Table<'t, (u64, u64), ()>,
-    lock_expiry: Table<'t, (u64, u64), ()>,
-    owners: Table<'t, u64, (u32, u64)>,
-    dedup: Table<'t, (u32, &'static str), (u64, u64)>,
-    dedup_expiry: Table<'t, (u64, u32, &'static str), ()>,
+    meta: Option<Table<'t, &'static str, u64>>,
+    queues: Option<Table<'t, &'static str, &'static [u8]>>,
+    queue_ids: Option<Table<'t, u32, &'static str>>,
+    counters: Option<Table<'t, u32, [u8; COUNTERS_LEN]>>,
+    state: Option<Table<'t, u64, [u8; STATE_LEN]>>,
+    data: Option<Table<'t, u64, &'static [u8]>>,
+    ready: Option<Table<'t, (u32, u8, u64), ()>>,
+    scheduled: Option<Table<'t, (u64, u64), ()>>,
+    expiring: Option<Table<'t, (u64, u64), ()>>,
+    lock_expiry: Option<Table<'t, (u64, u64), ()>>,
+    owners: Option<Table<'t, u64, (u32, u64)>>,
+    dedup: Option<Table<'t, (u32, &'static str), (u64, u64)>>,
+    dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
     seqs: HashMap<&'static str, u64>,
     counter_cache: HashMap<u32, Counters>,
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
+}
+
+fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &'t WriteTransaction,
+    slot: &'a mut Option<Table<'t, K, V>>,
+    def: redb::TableDefinition<K, V>,
+) -> Result<&'a mut Table<'t, K, V>> {
+    if slot.is_none() {
+        *slot = Some(txn.open_table(def)?);
+    }
+    slot.as_mut()
+        .ok_or_else(|| Error::corrupted("table could not be opened"))
 }
 
 fn corrupted(what: &str, e: String) -> Error {
@@ -68,37 +81,92 @@ fn corrupted(what: &str, e: String) -> Error {
 impl<'t> Batch<'t> {
     pub fn open(txn: &'t WriteTransaction, now: u64) -> Result<Batch<'t>> {
         Ok(Batch {
+            txn,
             now,
             mutations: 0,
             woken: HashSet::new(),
-            meta: txn.open_table(META)?,
-            queues: txn.open_table(QUEUES)?,
-            queue_ids: txn.open_table(QUEUE_IDS)?,
-            counters: txn.open_table(COUNTERS)?,
-            state: txn.open_table(STATE)?,
-            data: txn.open_table(DATA)?,
-            ready: txn.open_table(READY)?,
-            scheduled: txn.open_table(SCHEDULED)?,
-            expiring: txn.open_table(EXPIRING)?,
-            lock_expiry: txn.open_table(LOCK_EXPIRY)?,
-            owners: txn.open_table(OWNERS)?,
-            dedup: txn.open_table(DEDUP)?,
-            dedup_expiry: txn.open_table(DEDUP_EXPIRY)?,
+            meta: None,
+            queues: None,
+            queue_ids: None,
+            counters: None,
+            state: None,
+            data: None,
+            ready: None,
+            scheduled: None,
+            expiring: None,
+            lock_expiry: None,
+            owners: None,
+            dedup: None,
+            dedup_expiry: None,
             seqs: HashMap::new(),
             counter_cache: HashMap::new(),
             queue_cache: HashMap::new(),
         })
     }
 
+    // Tables are opened on first use: opening one costs a lookup and a type check in redb,
+    // and most operations touch only a few of them.
+    fn t_meta(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        lazy(self.txn, &mut self.meta, META)
+    }
+
+    fn t_queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+        lazy(self.txn, &mut self.queues, QUEUES)
+    }
+
+    fn t_queue_ids(&mut self) -> Result<&mut Table<'t, u32, &'static str>> {
+        lazy(self.txn, &mut self.queue_ids, QUEUE_IDS)
+    }
+
+    fn t_counters(&mut self) -> Result<&mut Table<'t, u32, [u8; COUNTERS_LEN]>> {
+        lazy(self.txn, &mut self.counters, COUNTERS)
+    }
+
+    fn t_state(&mut self) -> Result<&mut Table<'t, u64, [u8; STATE_LEN]>> {
+        lazy(self.txn, &mut self.state, STATE)
+    }
+
+    fn t_data(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        lazy(self.txn, &mut self.data, DATA)
+    }
+
+    fn t_ready(&mut self) -> Result<&mut Table<'t, (u32, u8, u64), ()>> {
+        lazy(self.txn, &mut self.ready, READY)
+    }
+
+    fn t_scheduled(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(self.txn, &mut self.scheduled, SCHEDULED)
+    }
+
+    fn t_expiring(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(self.txn, &mut self.expiring, EXPIRING)
+    }
+
+    fn t_lock_expiry(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(self.txn, &mut self.lock_expiry, LOCK_EXPIRY)
+    }
+
+    fn t_owners(&mut self) -> Result<&mut Table<'t, u64, (u32, u64)>> {
+        lazy(self.txn, &mut self.owners, OWNERS)
+    }
+
+    fn t_dedup(&mut self) -> Result<&mut Table<'t, (u32, &'static str), (u64, u64)>> {
+        lazy(self.txn, &mut self.dedup, DEDUP)
+    }
+
+    fn t_dedup_expiry(&mut self) -> Result<&mut Table<'t, (u64, u32, &'static str), ()>> {
+        lazy(self.txn, &mut self.dedup_expiry, DEDUP_EXPIRY)
+    }
+
     /// Writes the cached sequences and counters. Called once, before the commit.
     pub fn flush(&mut self) -> Result<()> {
         for (k, v) in std::mem::take(&mut self.seqs) {
-            self.meta.insert(k, v)?;
+            self.t_meta()?.insert(k, v)?;
         }
         for (q, c) in std::mem::take(&mut self.counter_cache) {
             // A deleted queue's counters were removed; do not resurrect them.
-            if self.queue_ids.get(q)?.is_some() {
-                self.counters.insert(q, c.encode())?;
+            if self.t_queue_ids()?.get(q)?.is_some() {
+                self.t_counters()?.insert(q, c.encode())?;
             }
         }
         Ok(())
@@ -107,7 +175,7 @@ impl<'t> Batch<'t> {
     fn next_seq(&mut self, key: &'static str) -> Result<u64> {
         let current = match self.seqs.get(key) {
             Some(v) => *v,
-            None => self.meta.get(key)?.map_or(1, |g| g.value()),
+            None => self.t_meta()?.get(key)?.map_or(1, |g| g.value()),
         };
         self.seqs.insert(key, current + 1);
         Ok(current)
@@ -116,7 +184,7 @@ impl<'t> Batch<'t> {
     fn counters_mut(&mut self, q: u32) -> Result<&mut Counters> {
         if !self.counter_cache.contains_key(&q) {
             let c = self
-                .counters
+                .t_counters()?
                 .get(q)?
                 .map(|g| Counters::decode(&g.value()))
                 .unwrap_or_default();
@@ -131,7 +199,7 @@ impl<'t> Batch<'t> {
             return Ok(*c);
         }
         Ok(self
-            .counters
+            .t_counters()?
             .get(q)?
             .map(|g| Counters::decode(&g.value()))
             .unwrap_or_default())
@@ -144,12 +212,12 @@ impl<'t> Batch<'t> {
         if let Some(r) = self.queue_cache.get(&q) {
             return Ok(r.clone());
         }
-        let name = self.queue_ids.get(q)?.map(|g| g.value().to_owned());
+        let name = self.t_queue_ids()?.get(q)?.map(|g| g.value().to_owned());
         let rec = match name {
             None => None,
             Some(name) => {
                 let raw = self
-                    .queues
+                    .t_queues()?
                     .get(name.as_str())?
                     .ok_or_else(|| {
                         Error::corrupted(format!("queue {name:?} has an id but no record"))
@@ -170,7 +238,7 @@ impl<'t> Batch<'t> {
     }
 
     fn queue_by_name(&mut self, name: &str) -> Result<Option<QueueRecord>> {
-        match self.queues.get(name)? {
+        match self.t_queues()?.get(name)? {
             None => Ok(None),
             Some(g) => Ok(Some(
                 codec::decode_queue(g.value()).map_err(|e| corrupted("queue record", e))?,
@@ -180,9 +248,9 @@ impl<'t> Batch<'t> {
 
     fn put_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
         self.mutations += 1;
-        self.queues
+        self.t_queues()?
             .insert(name, codec::encode_queue(rec).as_slice())?;
-        self.queue_ids.insert(rec.id, name)?;
+        self.t_queue_ids()?.insert(rec.id, name)?;
         self.queue_cache.remove(&rec.id);
         Ok(())
     }
@@ -237,8 +305,10 @@ impl<'t> Batch<'t> {
         };
         self.put_queue(name, &rec)?;
         self.put_queue(&dead_letter_name(name), &dlq)?;
-        self.counters.insert(id, Counters::default().encode())?;
-        self.counters.insert(dlq_id, Counters::default().encode())?;
+        self.t_counters()?
+            .insert(id, Counters::default().encode())?;
+        self.t_counters()?
+            .insert(dlq_id, Counters::default().encode())?;
         Ok(rec)
     }
 
@@ -259,21 +329,24 @@ impl<'t> Batch<'t> {
         ] {
             self.purge(q)?;
             self.mutations += 1;
-            self.queues.remove(qname.as_str())?;
-            self.queue_ids.remove(q)?;
-            self.counters.remove(q)?;
+            self.t_queues()?.remove(qname.as_str())?;
+            self.t_queue_ids()?.remove(q)?;
+            self.t_counters()?.remove(q)?;
             self.counter_cache.remove(&q);
             self.queue_cache.remove(&q);
             let keys: Vec<String> = self
-                .dedup
+                .t_dedup()?
                 .range((q, "")..(q.saturating_add(1), ""))?
                 .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
                 .collect::<std::result::Result<_, _>>()?;
             for key in keys {
-                if let Some(g) = self.dedup.remove((q, key.as_str()))? {
-                    let (_, forget_at) = g.value();
-                    drop(g);
-                    self.dedup_expiry.remove((forget_at, q, key.as_str()))?;
+                let removed = self
+                    .t_dedup()?
+                    .remove((q, key.as_str()))?
+                    .map(|g| g.value());
+                if let Some((_, forget_at)) = removed {
+                    self.t_dedup_expiry()?
+                        .remove((forget_at, q, key.as_str()))?;
                 }
             }
         }
@@ -283,19 +356,14 @@ impl<'t> Batch<'t> {
     /// Removes every message of queue `q` (receivable, scheduled and locked). Returns how many.
     pub fn purge(&mut self, q: u32) -> Result<u64> {
         let mut ids: Vec<u64> = Vec::new();
-        for e in self.ready.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))? {
+        for e in self.t_ready()?.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))? {
             ids.push(e?.0.value().2);
         }
-        for table in [&self.scheduled, &self.lock_expiry] {
-            for e in table.iter()? {
-                let id = e?.0.value().1;
-                if let Some(s) = self.state.get(id)? {
-                    let st =
-                        State::decode(&s.value()).map_err(|e| corrupted("message state", e))?;
-                    if st.queue == q {
-                        ids.push(id);
-                    }
-                }
+        let mut others = index_ids(self.t_scheduled()?)?;
+        others.extend(index_ids(self.t_lock_expiry()?)?);
+        for id in others {
+            if self.load_state(id)?.is_some_and(|st| st.queue == q) {
+                ids.push(id);
             }
         }
         let n = ids.len() as u64;
@@ -311,7 +379,7 @@ impl<'t> Batch<'t> {
     // ---- message state ------------------------------------------------------------------
 
     fn load_state(&mut self, id: u64) -> Result<Option<State>> {
-        match self.state.get(id)? {
+        match self.t_state()?.get(id)? {
             None => Ok(None),
             Some(g) => Ok(Some(
                 State::decode(&g.value()).map_err(|e| corrupted("message state", e))?,
@@ -324,17 +392,17 @@ impl<'t> Batch<'t> {
         self.mutations += 1;
         match st.status {
             Status::Ready => {
-                self.ready.remove(st.ready_key(id))?;
+                self.t_ready()?.remove(st.ready_key(id))?;
             }
             Status::Scheduled => {
-                self.scheduled.remove((st.visible_at, id))?;
+                self.t_scheduled()?.remove((st.visible_at, id))?;
             }
             Status::Locked => {
-                self.lock_expiry.remove((st.locked_until, id))?;
+                self.t_lock_expiry()?.remove((st.locked_until, id))?;
             }
         }
         if st.status != Status::Locked && st.expires_at != 0 {
-            self.expiring.remove((st.expires_at, id))?;
+            self.t_expiring()?.remove((st.expires_at, id))?;
         }
         let c = self.counters_mut(st.queue)?;
         let slot = c.slot(st.status);
@@ -353,21 +421,21 @@ impl<'t> Batch<'t> {
         }
         match status {
             Status::Ready => {
-                self.ready.insert(st.ready_key(id), ())?;
+                self.t_ready()?.insert(st.ready_key(id), ())?;
                 self.woken.insert(st.queue);
             }
             Status::Scheduled => {
-                self.scheduled.insert((st.visible_at, id), ())?;
+                self.t_scheduled()?.insert((st.visible_at, id), ())?;
             }
             Status::Locked => {
-                self.lock_expiry.insert((st.locked_until, id), ())?;
+                self.t_lock_expiry()?.insert((st.locked_until, id), ())?;
             }
         }
         if status != Status::Locked && st.expires_at != 0 {
-            self.expiring.insert((st.expires_at, id), ())?;
+            self.t_expiring()?.insert((st.expires_at, id), ())?;
         }
         *self.counters_mut(st.queue)?.slot(status) += 1;
-        self.state.insert(id, st.encode())?;
+        self.t_state()?.insert(id, st.encode())?;
         Ok(())
     }
 
@@ -375,8 +443,8 @@ impl<'t> Batch<'t> {
         self.detach(id, st)?;
         let c = self.counters_mut(st.queue)?;
         c.bytes = c.bytes.saturating_sub(u64::from(st.size));
-        self.state.remove(id)?;
-        self.data.remove(id)?;
+        self.t_state()?.remove(id)?;
+        self.t_data()?.remove(id)?;
         Ok(())
     }
 
@@ -414,7 +482,7 @@ impl<'t> Batch<'t> {
             return self.attach(id, &mut st, Status::Ready);
         }
         let raw = self
-            .data
+            .t_data()?
             .get(id)?
             .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
             .value()
@@ -430,7 +498,7 @@ impl<'t> Batch<'t> {
         let size = u64::from(st.size);
         let c = self.counters_mut(st.queue)?;
         c.bytes = c.bytes.saturating_sub(size);
-        self.data.insert(
+        self.t_data()?.insert(
             id,
             codec::encode_envelope(&env.props, Some(&dl), &env.body).as_slice(),
         )?;
@@ -448,7 +516,7 @@ impl<'t> Batch<'t> {
     pub fn sweep(&mut self) -> Result<()> {
         let now = self.now;
         for _ in 0..SWEEP_LIMIT {
-            let Some((until, id)) = first_due(&self.lock_expiry, now)? else {
+            let Some((until, id)) = first_due(self.t_lock_expiry()?, now)? else {
                 break;
             };
             match self.load_state(id)? {
@@ -457,12 +525,12 @@ impl<'t> Batch<'t> {
                 }
                 _ => {
                     self.mutations += 1;
-                    self.lock_expiry.remove((until, id))?;
+                    self.t_lock_expiry()?.remove((until, id))?;
                 }
             }
         }
         for _ in 0..SWEEP_LIMIT {
-            let Some((at, id)) = first_due(&self.scheduled, now)? else {
+            let Some((at, id)) = first_due(self.t_scheduled()?, now)? else {
                 break;
             };
             match self.load_state(id)? {
@@ -471,12 +539,12 @@ impl<'t> Batch<'t> {
                 }
                 _ => {
                     self.mutations += 1;
-                    self.scheduled.remove((at, id))?;
+                    self.t_scheduled()?.remove((at, id))?;
                 }
             }
         }
         for _ in 0..SWEEP_LIMIT {
-            let Some((at, id)) = first_due(&self.expiring, now)? else {
+            let Some((at, id)) = first_due(self.t_expiring()?, now)? else {
                 break;
             };
             match self.load_state(id)? {
@@ -485,12 +553,12 @@ impl<'t> Batch<'t> {
                 }
                 _ => {
                     self.mutations += 1;
-                    self.expiring.remove((at, id))?;
+                    self.t_expiring()?.remove((at, id))?;
                 }
             }
         }
         for _ in 0..SWEEP_LIMIT {
-            let first = match self.dedup_expiry.first()? {
+            let first = match self.t_dedup_expiry()?.first()? {
                 Some((k, _)) => {
                     let (at, q, key) = k.value();
                     (at <= now).then(|| (at, q, key.to_owned()))
@@ -499,13 +567,13 @@ impl<'t> Batch<'t> {
             };
             let Some((at, q, key)) = first else { break };
             self.mutations += 1;
-            self.dedup_expiry.remove((at, q, key.as_str()))?;
+            self.t_dedup_expiry()?.remove((at, q, key.as_str()))?;
             let stale = self
-                .dedup
+                .t_dedup()?
                 .get((q, key.as_str()))?
                 .is_some_and(|g| g.value().1 == at);
             if stale {
-                self.dedup.remove((q, key.as_str()))?;
+                self.t_dedup()?.remove((q, key.as_str()))?;
             }
         }
         Ok(())
@@ -514,10 +582,8 @@ impl<'t> Batch<'t> {
     /// Releases every lock held by `owner` (all owners when `None`), keeping delivery counts.
     pub fn release_locks_of(&mut self, owner: Option<u64>) -> Result<u64> {
         let mut victims = Vec::new();
-        for e in self.lock_expiry.iter()? {
-            let id = e?.0.value().1;
-            if let Some(s) = self.state.get(id)? {
-                let st = State::decode(&s.value()).map_err(|e| corrupted("message state", e))?;
+        for id in index_ids(self.t_lock_expiry()?)? {
+            if let Some(st) = self.load_state(id)? {
                 if owner.is_none_or(|o| st.lock_owner == o) {
                     victims.push((id, st));
                 }
@@ -534,26 +600,26 @@ impl<'t> Batch<'t> {
     pub fn register_owner(&mut self, pid: u32, start: u64) -> Result<u64> {
         let id = self.next_seq(KEY_NEXT_OWNER)?;
         self.mutations += 1;
-        self.owners.insert(id, (pid, start))?;
+        self.t_owners()?.insert(id, (pid, start))?;
         Ok(id)
     }
 
     pub fn unregister_owner(&mut self, owner: u64) -> Result<()> {
         self.mutations += 1;
-        self.owners.remove(owner)?;
+        self.t_owners()?.remove(owner)?;
         Ok(())
     }
 
     pub fn clear_owners(&mut self) -> Result<()> {
         self.mutations += 1;
-        self.owners.retain(|_, _| false)?;
+        self.t_owners()?.retain(|_, _| false)?;
         Ok(())
     }
 
     /// Releases the locks of registered processes that are no longer alive.
     pub fn reap_dead_owners(&mut self, me: u64, is_alive: impl Fn(u32, u64) -> bool) -> Result<()> {
         let mut dead = Vec::new();
-        for e in self.owners.iter()? {
+        for e in self.t_owners()?.iter()? {
             let (k, v) = e?;
             let (pid, start) = v.value();
             if k.value() != me && !is_alive(pid, start) {
@@ -633,9 +699,9 @@ impl<'t> Batch<'t> {
                 .as_deref()
                 .filter(|_| o.dedup_window.is_some());
             if let Some(key) = key {
-                if let Some(g) = self.dedup.get((q, key))? {
-                    let (id, forget_at) = g.value();
-                    if forget_at > self.now {
+                let now = self.now;
+                if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value()) {
+                    if forget_at > now {
                         steps.push(SendStep::Existing(id));
                         continue;
                     }
@@ -704,7 +770,7 @@ impl<'t> Batch<'t> {
             locked_until: 0,
         };
         self.mutations += 1;
-        self.data.insert(
+        self.t_data()?.insert(
             id,
             codec::encode_envelope(&m.props, None, &m.body).as_slice(),
         )?;
@@ -717,12 +783,14 @@ impl<'t> Batch<'t> {
         self.counters_mut(q)?.bytes += u64::from(size);
         if let (Some(key), Some(window)) = (m.props.message_key.as_deref(), o.dedup_window) {
             let forget_at = now.saturating_add(super::clock::duration_ms(window));
-            if let Some(old) = self.dedup.insert((q, key), (id, forget_at))? {
-                let (_, old_at) = old.value();
-                drop(old);
-                self.dedup_expiry.remove((old_at, q, key))?;
+            let old = self
+                .t_dedup()?
+                .insert((q, key), (id, forget_at))?
+                .map(|g| g.value());
+            if let Some((_, old_at)) = old {
+                self.t_dedup_expiry()?.remove((old_at, q, key))?;
             }
-            self.dedup_expiry.insert((forget_at, q, key), ())?;
+            self.t_dedup_expiry()?.insert((forget_at, q, key), ())?;
         }
         Ok(id)
     }
@@ -735,7 +803,7 @@ impl<'t> Batch<'t> {
         let mut out = Vec::new();
         while out.len() < max {
             let head = self
-                .ready
+                .t_ready()?
                 .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
                 .next()
                 .transpose()?
@@ -822,7 +890,7 @@ impl<'t> Batch<'t> {
                 }
                 let source = rec.1.peer;
                 let raw = self
-                    .data
+                    .t_data()?
                     .get(id)?
                     .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
                     .value()
@@ -832,7 +900,7 @@ impl<'t> Batch<'t> {
                 let size = u64::from(st.size);
                 let c = self.counters_mut(st.queue)?;
                 c.bytes = c.bytes.saturating_sub(size);
-                self.data.insert(
+                self.t_data()?.insert(
                     id,
                     codec::encode_envelope(&env.props, None, &env.body).as_slice(),
                 )?;
@@ -858,7 +926,7 @@ impl<'t> Batch<'t> {
 
     fn envelope(&mut self, id: u64, st: &State) -> Result<Envelope> {
         let raw = self
-            .data
+            .t_data()?
             .get(id)?
             .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
             .value()
@@ -907,6 +975,15 @@ pub fn validate_message(m: &Message, max_message_size: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The message ids of a time index (`SCHEDULED` or `LOCK_EXPIRY`), soonest first.
+fn index_ids(table: &Table<'_, (u64, u64), ()>) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for e in table.iter()? {
+        ids.push(e?.0.value().1);
+    }
+    Ok(ids)
 }
 
 fn first_due(table: &Table<'_, (u64, u64), ()>, now: u64) -> Result<Option<(u64, u64)>> {
