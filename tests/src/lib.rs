@@ -1,1 +1,281 @@
-//! Shared helpers for the cross-cutting tests.
+//! Shared helpers for the cross-process tests: spawning the `pbx-child` helper, reading what it
+//! reports line by line, killing it with SIGKILL, and the size knobs of the stress runs.
+//!
+//! Synchronization with children is by their stdout only: a child prints a line (and flushes)
+//! after the action it reports has returned, and the parent blocks on that line. Timeouts here
+//! are failure guards (so a broken engine fails the test instead of hanging CI), never a way to
+//! wait for something to happen.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a parent waits for one expected line before failing the test. Generous: CI machines
+/// are slow and shared. Never used to order events.
+pub const LINE_GUARD: Duration = Duration::from_secs(120);
+
+/// A running helper process and the lines it printed.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    /// Every line read so far, for failure messages.
+    pub log: Vec<String>,
+}
+
+impl Proc {
+    /// Spawns `exe args…` with piped stdin/stdout/stderr.
+    pub fn spawn(exe: &str, name: &str, args: &[&str]) -> Proc {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {exe}: {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let mut stderr_pipe = child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = String::new();
+            let _ = stderr_pipe.read_to_string(&mut buf);
+            sink.lock().unwrap().push_str(&buf);
+        });
+        Proc {
+            name: name.to_owned(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+            log: Vec::new(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn fail(&mut self, what: &str) -> ! {
+        // Give the stderr reader a moment to collect a panic message if the child died.
+        let _ = self.child.try_wait();
+        let err = self.stderr.lock().unwrap().clone();
+        panic!(
+            "{}: {what}\n--- stdout so far ---\n{}\n--- stderr ---\n{err}",
+            self.name,
+            self.log.join("\n")
+        );
+    }
+
+    /// The next line, or `None` once the child closed stdout. Fails the test after
+    /// [`LINE_GUARD`].
+    pub fn next_line(&mut self) -> Option<String> {
+        match self.lines.recv_timeout(LINE_GUARD) {
+            Ok(l) => {
+                self.log.push(l.clone());
+                Some(l)
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => self.fail("no output within the guard time"),
+        }
+    }
+
+    /// Hands the stream of lines over to the caller (e.g. to merge several children's output);
+    /// this handle then reads no more lines.
+    pub fn take_lines(&mut self) -> Receiver<String> {
+        let (_, empty) = mpsc::channel();
+        std::mem::replace(&mut self.lines, empty)
+    }
+
+    /// A line if one is waiting, without blocking (`None` also when stdout is closed).
+    pub fn try_line(&mut self) -> Option<String> {
+        let l = self.lines.try_recv().ok()?;
+        self.log.push(l.clone());
+        Some(l)
+    }
+
+    /// Reads lines until one whose first word is `tag`; returns that line's other words. Lines
+    /// before it are handed to `other`.
+    pub fn expect_with(&mut self, tag: &str, mut other: impl FnMut(&[&str])) -> Vec<String> {
+        loop {
+            let Some(line) = self.next_line() else {
+                let status = self.child.wait().ok();
+                self.fail(&format!("exited ({status:?}) before printing {tag}"));
+            };
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.first() == Some(&tag) {
+                return words[1..].iter().map(|s| (*s).to_owned()).collect();
+            }
+            other(&words);
+        }
+    }
+
+    /// Reads lines until one whose first word is `tag`; fails on any `ERR` line before it.
+    pub fn expect(&mut self, tag: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        let got = self.expect_with(tag, |w| {
+            if w.first() == Some(&"ERR") {
+                errors.push(w.join(" "));
+            }
+        });
+        if !errors.is_empty() {
+            self.fail(&format!("reported errors: {errors:?}"));
+        }
+        got
+    }
+
+    /// Closes the child's stdin (its signal to finish).
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
+    /// Sends SIGKILL, reaps the child, and returns every line it printed before dying that was
+    /// not read yet.
+    pub fn kill9(&mut self) -> Vec<String> {
+        // `Child::kill` is SIGKILL on Unix.
+        self.child.kill().expect("SIGKILL");
+        let status = self.child.wait().expect("wait");
+        assert!(
+            !status.success(),
+            "{} was not killed: {status:?}",
+            self.name
+        );
+        self.rest()
+    }
+
+    /// Every line not read yet, until the child closes stdout.
+    pub fn rest(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(l) = self.next_line() {
+            out.push(l);
+        }
+        out
+    }
+
+    /// Closes stdin, reads the remaining lines, and waits for a successful exit.
+    pub fn finish(mut self) -> Vec<String> {
+        self.close_stdin();
+        let rest = self.rest();
+        let status = self.wait();
+        if !status.success() {
+            self.fail(&format!("exited with {status:?}"));
+        }
+        rest
+    }
+
+    pub fn wait(&mut self) -> ExitStatus {
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // A failing test must not leave children behind.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The size knob of the stress runs: `POSTBOX_STRESS` (default 1) multiplies message counts.
+pub fn stress() -> u64 {
+    env_u64("POSTBOX_STRESS", 1).max(1)
+}
+
+/// A `u64` from the environment, or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// A small deterministic generator (xorshift64*): seeded from `POSTBOX_SEED` or the clock, and
+/// the seed is printed so a failing run can be repeated.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn from_env(test: &str) -> Rng {
+        let seed = env_u64(
+            "POSTBOX_SEED",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64),
+        );
+        eprintln!("{test}: POSTBOX_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Parses a decimal word printed by a child.
+pub fn num(word: &str) -> u64 {
+    word.parse()
+        .unwrap_or_else(|_| panic!("not a number: {word:?}"))
+}
+
+/// A deadline guard for loops that retry until the engine shows the expected state.
+pub struct Guard {
+    until: Instant,
+    what: String,
+}
+
+impl Guard {
+    pub fn new(limit: Duration, what: impl Into<String>) -> Guard {
+        Guard {
+            until: Instant::now() + limit,
+            what: what.into(),
+        }
+    }
+
+    /// Fails the test once the limit passed.
+    pub fn check(&self) {
+        assert!(
+            Instant::now() < self.until,
+            "gave up waiting for: {}",
+            self.what
+        );
+    }
+
+    /// What is left of the limit (for a receive timeout).
+    pub fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+}
+
+/// The path as a `&str` for a child's argument list.
+pub fn arg(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}

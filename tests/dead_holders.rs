@@ -1,0 +1,184 @@
+//! The locks of a process that died are released at once (not after `lock_duration`), with the
+//! delivery counts they incremented kept.
+//!
+//! Every queue here has a 60 s lock duration and every wait is far shorter, so lock expiry can
+//! never be what released a lock.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use postbox::{Message, QueueOptions, Store};
+use postbox_tests::{Guard, Proc, arg, num};
+
+const CHILD: &str = env!("CARGO_BIN_EXE_pbx-child");
+const LOCK: Duration = Duration::from_secs(60);
+/// Failure guard for "promptly": a fraction of `LOCK`.
+const PROMPT: Duration = Duration::from_secs(20);
+
+fn options() -> QueueOptions {
+    QueueOptions::default().lock_duration(LOCK)
+}
+
+/// Starts a holder child that locks `n` messages; returns it and `id -> delivery count`.
+fn holder(mode: &str, path: &std::path::Path, n: usize) -> (Proc, BTreeMap<u64, u32>) {
+    let mut p = Proc::spawn(CHILD, "holder", &[mode, arg(path), "jobs", &n.to_string()]);
+    let mut locked = BTreeMap::new();
+    p.expect_with("HELD", |w| {
+        if w.first() == Some(&"LOCKED") {
+            locked.insert(num(w[1]), num(w[2]) as u32);
+        }
+        assert_ne!(w.first(), Some(&"ERR"), "holder failed: {w:?}");
+    });
+    assert_eq!(locked.len(), n);
+    (p, locked)
+}
+
+/// Multi-process: a holder is killed while another process is already blocked in receive on
+/// the same queue, and a third (this one) has the store open. The blocked process gets every
+/// message the dead one held, well before the locks could expire, with delivery count 2.
+#[test]
+fn killed_holder_releases_its_locks_to_live_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dead.postbox");
+    let store = Store::builder().multi_process(true).open(&path).unwrap();
+    let q = store.queue_with("jobs", options()).unwrap();
+    for i in 0..4 {
+        q.send(Message::new(format!("job-{i}"))).unwrap();
+    }
+    let (mut h, locked) = holder("hold", &path, 4);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked), (0, 4));
+
+    // A waiter that is blocked before the holder dies: only the holder's death can feed it.
+    let mut w = Proc::spawn(
+        CHILD,
+        "observer",
+        &[
+            "observe",
+            arg(&path),
+            "jobs",
+            "4",
+            &PROMPT.as_millis().to_string(),
+        ],
+    );
+    w.expect("READY");
+    w.expect("WAITING");
+    h.kill9();
+    let mut got = BTreeMap::new();
+    for _ in 0..4 {
+        let line = w.expect("GOT");
+        got.insert(num(&line[0]), num(&line[1]) as u32);
+        w.expect("DONE");
+    }
+    w.finish();
+    let expected: BTreeMap<u64, u32> = locked.iter().map(|(id, dc)| (*id, dc + 1)).collect();
+    assert_eq!(
+        got, expected,
+        "the dead holder's messages, each delivered once more"
+    );
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked), (0, 0));
+
+    // Again, and this time this process (open all along) picks them up.
+    for i in 0..3 {
+        q.send(Message::new(format!("job-b{i}"))).unwrap();
+    }
+    let (mut h, locked) = holder("hold", &path, 3);
+    h.kill9();
+    let guard = Guard::new(PROMPT, "the dead holder's locks to be released");
+    let mut got = BTreeMap::new();
+    while got.len() < locked.len() {
+        guard.check();
+        if let Some(m) = q.receive(guard.left()).unwrap() {
+            got.insert(m.id().get(), m.delivery_count());
+            m.complete().unwrap();
+        }
+    }
+    let expected: BTreeMap<u64, u32> = locked.iter().map(|(id, dc)| (*id, dc + 1)).collect();
+    assert_eq!(got, expected);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.dead_lettered), (0, 0, 0));
+}
+
+/// A process that dies while merely having the store open (no locks) leaves nothing behind, and
+/// one holding locks on several queues has all of them released.
+#[test]
+fn killed_holder_of_several_messages_keeps_delivery_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.postbox");
+    {
+        let store = Store::builder().multi_process(true).open(&path).unwrap();
+        let q = store.queue_with("jobs", options()).unwrap();
+        for i in 0..5 {
+            q.send(Message::new(format!("job-{i}"))).unwrap();
+        }
+        store.close().unwrap();
+    }
+    // Three holders in a row, each killed: the counts climb to 3 for the messages all of
+    // them held.
+    let mut history: BTreeMap<u64, u32> = BTreeMap::new();
+    for _ in 0..3 {
+        let (mut h, locked) = holder("hold", &path, 5);
+        for (id, dc) in &locked {
+            let prev = history.insert(*id, *dc).unwrap_or(0);
+            assert_eq!(*dc, prev + 1, "message {id}: delivery count");
+        }
+        h.kill9();
+    }
+    // A fresh open in multi-process mode reaps the dead registrations at once.
+    let store = Store::builder().multi_process(true).open(&path).unwrap();
+    let q = store.queue("jobs").unwrap();
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked), (5, 0));
+    for e in q.browse() {
+        let e = e.unwrap();
+        assert_eq!(e.delivery_count(), 3, "message {}", e.id());
+    }
+}
+
+/// Single-process mode: reopening after the holder was killed releases every stale lock at once.
+#[test]
+fn single_process_reopen_after_kill_releases_every_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("single.postbox");
+    {
+        let store = Store::open(&path).unwrap();
+        let q = store.queue_with("jobs", options()).unwrap();
+        for i in 0..6 {
+            q.send(Message::new(format!("job-{i}"))).unwrap();
+        }
+        store.close().unwrap();
+    }
+    let (mut h, locked) = holder("hold-single", &path, 4);
+    // While it lives, the store is its alone.
+    let err = Store::open(&path).unwrap_err();
+    assert_eq!(err.kind(), postbox::ErrorKind::AlreadyOpen, "{err}");
+    h.kill9();
+
+    let store = Store::open(&path).unwrap();
+    let q = store.queue("jobs").unwrap();
+    let s = q.stats().unwrap();
+    assert_eq!(
+        (s.active, s.locked),
+        (6, 0),
+        "every stale lock released on open"
+    );
+    let counts: BTreeMap<u64, u32> = q
+        .browse()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.id().get(), e.delivery_count())
+        })
+        .collect();
+    for (id, dc) in &counts {
+        let expected = if locked.contains_key(id) { 1 } else { 0 };
+        assert_eq!(*dc, expected, "message {id}");
+    }
+    // And they are receivable right away, in send order.
+    let mut ids = Vec::new();
+    while let Some(m) = q.try_receive().unwrap() {
+        ids.push(m.id().get());
+        m.complete().unwrap();
+    }
+    assert_eq!(ids, counts.keys().copied().collect::<Vec<_>>());
+}

@@ -1,0 +1,248 @@
+//! A child process for the cross-process tests. It opens a store, does what its arguments say,
+//! and prints one line per thing it did — always *after* the call returned, and flushed — so the
+//! parent can verify it and synchronize on it:
+//!
+//! ```text
+//! READY                 store open (and setup done)
+//! SENT <id> <body>      a send returned Ok
+//! LOCKED <id> <dc>      a receive returned a locked message with delivery count <dc>
+//! HELD                  every requested lock is held; the child now waits to be killed
+//! WAITING               about to block in receive
+//! GOT <id> <dc> <body>  a blocking receive returned a message
+//! DONE <id> <body>      a complete returned Ok
+//! ERR <kind> <text>     an unexpected error (exit status 2)
+//! END                   finished normally
+//! ```
+//!
+//! Usage: `pbx-child <mode> <store> <queue> [args…]`; the modes are documented on their
+//! functions. Every mode opens the store with `multi_process(true)` except `hold-single`.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use postbox::{Message, Queue, QueueOptions, Received, Store};
+
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    // The parent may have stopped reading (it killed us or gave up): nothing to do then.
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+macro_rules! say {
+    ($($t:tt)*) => { say(format_args!($($t)*)) };
+}
+
+fn die(e: &postbox::Error) -> ! {
+    say!("ERR {:?} {e}", e.kind());
+    std::process::exit(2);
+}
+
+trait OrDie<T> {
+    fn or_die(self) -> T;
+}
+
+impl<T> OrDie<T> for postbox::Result<T> {
+    fn or_die(self) -> T {
+        self.unwrap_or_else(|e| die(&e))
+    }
+}
+
+fn open(path: &str, multi: bool) -> Store {
+    Store::builder().multi_process(multi).open(path).or_die()
+}
+
+fn body(r: &Received) -> String {
+    String::from_utf8_lossy(r.body()).into_owned()
+}
+
+/// Blocks until the parent closes our stdin (or kills us).
+fn wait_for_stdin_eof() {
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+}
+
+/// `mixed <tag> <count> <receivers>`: one thread sends `count` messages with bodies
+/// `<tag>-<i>` while `receivers` threads receive and complete whatever arrives (from any
+/// process), until the parent closes stdin.
+fn mixed(q: &Queue, args: &[String]) {
+    let tag = args[0].clone();
+    let count: u64 = args[1].parse().expect("count");
+    let receivers: usize = args[2].parse().expect("receivers");
+    let stop = Arc::new(AtomicBool::new(false));
+    say!("READY");
+    let mut threads = Vec::new();
+    for _ in 0..receivers {
+        let (q, stop) = (q.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                // The timeout only bounds how late the stop flag is noticed.
+                if let Some(m) = q.receive(Duration::from_millis(200)).or_die() {
+                    let (id, b) = (m.id(), body(&m));
+                    m.complete().or_die();
+                    say!("DONE {id} {b}");
+                }
+            }
+        }));
+    }
+    let sender = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            for i in 0..count {
+                let b = format!("{tag}-{i}");
+                let id = q.send(Message::new(b.clone())).or_die();
+                say!("SENT {id} {b}");
+            }
+            say!("SENT-ALL");
+        })
+    };
+    sender.join().expect("sender");
+    wait_for_stdin_eof();
+    stop.store(true, Ordering::Release);
+    for t in threads {
+        t.join().expect("receiver");
+    }
+}
+
+/// `hold <n>`: locks `n` messages (waiting for each), prints them, then holds the locks until
+/// killed (or until stdin closes, when it exits without settling).
+fn hold(q: &Queue, args: &[String]) {
+    let n: usize = args[0].parse().expect("n");
+    let mut held = Vec::new();
+    say!("READY");
+    while held.len() < n {
+        match q.receive(Duration::from_secs(60)).or_die() {
+            Some(m) => {
+                say!("LOCKED {} {}", m.id(), m.delivery_count());
+                held.push(m);
+            }
+            None => {
+                say!("ERR Timeout no message to hold");
+                std::process::exit(2);
+            }
+        }
+    }
+    say!("HELD");
+    wait_for_stdin_eof();
+    std::mem::forget(held);
+}
+
+/// `observe <n> <timeout_ms>`: blocks in receive until it got `n` messages, completing each;
+/// prints `TIMEOUT` and exits 1 if one does not come within the timeout.
+fn observe(q: &Queue, args: &[String]) {
+    let n: usize = args[0].parse().expect("n");
+    let timeout = Duration::from_millis(args[1].parse().expect("timeout"));
+    say!("READY");
+    for _ in 0..n {
+        say!("WAITING");
+        match q.receive(timeout).or_die() {
+            Some(m) => {
+                let (id, dc, b) = (m.id(), m.delivery_count(), body(&m));
+                say!("GOT {id} {dc} {b}");
+                m.complete().or_die();
+                say!("DONE {id} {b}");
+            }
+            None => {
+                say!("TIMEOUT");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// `crash <iteration> <hold>`: locks up to `hold` messages without waiting, prints `READY`, then
+/// sends `crash-<iteration>-<i>` forever, printing each id after its send returned — until the
+/// parent kills it.
+fn crash(q: &Queue, args: &[String]) {
+    let iteration = &args[0];
+    let n: usize = args[1].parse().expect("hold");
+    let mut held = Vec::new();
+    while held.len() < n {
+        match q.try_receive().or_die() {
+            Some(m) => {
+                say!("LOCKED {} {}", m.id(), m.delivery_count());
+                held.push(m);
+            }
+            None => break,
+        }
+    }
+    say!("READY");
+    for i in 0u64.. {
+        let b = format!("crash-{iteration}-{i}");
+        let id = q.send(Message::new(b.clone())).or_die();
+        say!("SENT {id} {b}");
+    }
+}
+
+/// `send-keys <window_ms> <key>…`: opens the queue with that `dedup_window` and sends one
+/// message per key (body = key), printing `SENT <id> <key>`.
+fn send_keys(store: &Store, name: &str, args: &[String]) {
+    let window = Duration::from_millis(args[0].parse().expect("window"));
+    let q = store
+        .queue_with(name, QueueOptions::default().dedup_window(window))
+        .or_die();
+    say!("READY");
+    for key in &args[1..] {
+        let id = q.send(Message::new(key.clone()).message_key(key)).or_die();
+        say!("SENT {id} {key}");
+    }
+}
+
+/// `send <body>…`: sends one message per body.
+fn send(q: &Queue, args: &[String]) {
+    say!("READY");
+    for b in args {
+        let id = q.send(Message::new(b.clone())).or_die();
+        say!("SENT {id} {b}");
+    }
+}
+
+/// `churn <count>`: sends, receives and completes `count` messages one after the other, then
+/// waits for stdin to close; used while another process reopens the store.
+fn churn(q: &Queue, args: &[String]) {
+    let count: u64 = args[0].parse().expect("count");
+    say!("READY");
+    for i in 0..count {
+        let b = format!("churn-{i}");
+        let id = q.send(Message::new(b.clone())).or_die();
+        say!("SENT {id} {b}");
+        if let Some(m) = q.try_receive().or_die() {
+            let (id, b) = (m.id(), body(&m));
+            m.complete().or_die();
+            say!("DONE {id} {b}");
+        }
+    }
+    say!("SENT-ALL");
+    wait_for_stdin_eof();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 3 {
+        eprintln!("usage: pbx-child <mode> <store> <queue> [args…]");
+        std::process::exit(64);
+    }
+    let (mode, path, name, rest) = (&args[0], &args[1], &args[2], &args[3..]);
+    let store = open(path, mode != "hold-single");
+    if mode == "send-keys" {
+        send_keys(&store, name, rest);
+    } else {
+        let q = store.queue(name).or_die();
+        match mode.as_str() {
+            "mixed" => mixed(&q, rest),
+            "hold" | "hold-single" => hold(&q, rest),
+            "observe" => observe(&q, rest),
+            "crash" => crash(&q, rest),
+            "send" => send(&q, rest),
+            "churn" => churn(&q, rest),
+            other => {
+                eprintln!("unknown mode {other}");
+                std::process::exit(64);
+            }
+        }
+    }
+    store.close().or_die();
+    say!("END");
+}
