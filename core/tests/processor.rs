@@ -461,3 +461,43 @@ fn a_handler_may_shut_its_own_processor_down() {
     assert!(report.finished);
     assert_eq!(report.processed, 1);
 }
+
+#[test]
+fn closing_the_store_stops_the_processor() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    let p = Processor::builder(&q)
+        .workers(2)
+        .start(|_| -> Result<(), String> { Ok(()) })
+        .unwrap();
+    store.close().unwrap();
+    let report = p.join(WAIT);
+    assert!(report.finished, "{report:?}");
+    assert!(p.is_stopped());
+}
+
+#[test]
+fn dead_letter_requested_by_the_handler() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("bad input").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .start(move |d| -> Result<(), String> {
+            d.dead_letter("Invalid", "no such customer")
+                .map_err(|e| e.to_string())?;
+            let _ = tx.send(d.dead_letter("again", "").is_err());
+            Ok(())
+        })
+        .unwrap();
+    assert!(rx.recv_timeout(WAIT).unwrap());
+    let report = p.shutdown(WAIT);
+    assert_eq!((report.processed, report.dead_lettered), (0, 1));
+    let dead = q.dead_letters().unwrap().peek().unwrap().unwrap();
+    let info = dead.dead_letter_info().unwrap();
+    assert_eq!(
+        (info.reason.as_str(), info.description.as_str()),
+        ("Invalid", "no such customer")
+    );
+}

@@ -251,6 +251,14 @@ impl Worker<'_> {
                             sh.counters.failed.fetch_add(1, Ordering::Relaxed);
                         }
                         self.settle_failed(id.0, &e);
+                        if let Error::InvalidArgument(_) = e {
+                            // e.g. a dead letter requested on a dead-letter queue: release the
+                            // message now instead of leaving it locked until its lock expires.
+                            let abandon = Settle::Abandon { delay_ms: 0 };
+                            if let Err(e) = self.settle(track.id, track.token, abandon) {
+                                self.settle_failed(id.0, &e);
+                            }
+                        }
                     }
                 }
                 got
