@@ -16,7 +16,7 @@ pub enum Lock {
     /// From `peek`, `browse` or `get`: never locked.
     Unlocked,
     /// Received: held under this lock until settled.
-    Held(Received),
+    Held(Box<Received>),
     /// Received through, or enlisted in, a transaction: settled by its commit or abort.
     Transaction,
     /// Settled (the text says how) or being settled right now.
@@ -54,7 +54,7 @@ impl PyMessage {
         let (token, until) = (r.lock_token(), r.locked_until());
         PyMessage::new(
             r.envelope().clone(),
-            Lock::Held(r),
+            Lock::Held(Box::new(r)),
             Some(token),
             Some(until),
         )
@@ -78,7 +78,7 @@ impl PyMessage {
     pub fn take(&self, after: &'static str) -> PyResult<Received> {
         let mut lock = self.lock.lock();
         match std::mem::replace(&mut *lock, Lock::Settled(after)) {
-            Lock::Held(r) => Ok(r),
+            Lock::Held(r) => Ok(*r),
             other => {
                 let why = match &other {
                     Lock::Unlocked => format!(

@@ -223,7 +223,7 @@ impl PyQueue {
         if let Some(e) = failure {
             // Put back what was taken: nothing was settled.
             for (m, r) in taken {
-                *m.get().lock.lock() = Lock::Held(r);
+                *m.get().lock.lock() = Lock::Held(Box::new(r));
             }
             return Err(e);
         }

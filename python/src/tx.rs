@@ -145,7 +145,7 @@ impl PyTransaction {
                 tx.complete(r);
                 Ok(())
             }
-            State::Finished(how) => Err((r, *how)),
+            State::Finished(how) => Err((Box::new(r), *how)),
         });
         match back {
             Ok(()) => {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Python: build and install the postbox module into a venv under the repo (python/.venv,
+# git-ignored), check the type stubs with mypy.stubtest, then run the pytest suite.
+# The last line printed is pytest's summary.
+set -euxo pipefail
+cd "$(dirname "$0")/.."
+
+venv=python/.venv
+py=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  if ! "$py" -m venv "$venv"; then
+    # Debian's python3 ships venv separately.
+    apt-get update -qq && apt-get install -y -qq python3-venv python3-pip
+    "$py" -m venv "$venv"
+  fi
+fi
+# shellcheck disable=SC1091
+source "$venv/bin/activate"
+python -m pip install -q --disable-pip-version-check maturin pytest pytest-timeout mypy
+
+# The documented install command (a release build through maturin's PEP 517 backend).
+python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
+
+# Run from outside python/ so that `import postbox` is the installed package, not the sources.
+python -m mypy.stubtest postbox
+python -m pytest python/tests -p no:cacheprovider -q
