@@ -213,6 +213,15 @@ typedef struct postbox_browser postbox_browser;
 typedef struct postbox_message postbox_message;
 
 /**
+ * A running processor: worker threads that receive from one queue and call a C callback.
+ * Started by `postbox_processor_start` or `postbox_processor_start_transactional`; stopped by
+ * `postbox_processor_shutdown` (or `_stop` then `_join`); freed with `postbox_processor_free`.
+ * Thread-safe: stop, join, stats and shutdown may be called from any thread, but not from
+ * inside the processor's own callback (a join there returns at once, unfinished).
+ */
+typedef struct postbox_processor postbox_processor;
+
+/**
  * A handle to one queue of a store. Created by `postbox_queue_open` or
  * `postbox_queue_dead_letters`; freed with `postbox_queue_free`. Thread-safe: any number of
  * threads may send and receive through one queue handle at once.
@@ -503,6 +512,169 @@ typedef struct postbox_send_item {
    */
   const struct postbox_send_options *options;
 } postbox_send_item;
+
+/**
+ * Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
+ * defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
+ */
+typedef struct postbox_processor_options {
+  /**
+   * `sizeof(postbox_processor_options)`.
+   */
+  uint32_t struct_size;
+  /**
+   * Number of receiver threads; 0 means 4. With autoscaling, the starting count.
+   */
+  uint32_t workers;
+  /**
+   * Retry delay after a failed first delivery, in ms; 0 means 100 ms.
+   */
+  uint64_t retry_initial_ms;
+  /**
+   * Growth factor of the retry delay per further delivery; 0 means 2.
+   */
+  uint32_t retry_multiplier;
+  /**
+   * Non-zero: retry failed messages at once (no delay), ignoring the other retry fields.
+   */
+  int retry_immediately;
+  /**
+   * Upper bound of the retry delay, in ms; 0 means 60 s.
+   */
+  uint64_t retry_max_ms;
+  /**
+   * Time limit per callback, in ms; 0 means none. Past it, the message is failed when the
+   * callback returns, whatever it returns (callbacks are never interrupted).
+   */
+  uint64_t handler_timeout_ms;
+  /**
+   * How long after its receive a message's lock keeps being renewed while the callback runs,
+   * in ms; 0 means 5 minutes.
+   */
+  uint64_t max_auto_renew_ms;
+  /**
+   * Non-zero: never renew locks (a callback running past the queue's lock duration loses its
+   * message to another receiver).
+   */
+  int disable_auto_renew;
+  /**
+   * Messages each worker locks ahead of the one it handles; 0 means none.
+   */
+  uint32_t prefetch;
+  /**
+   * Autoscaling: the most workers; 0 turns autoscaling off.
+   */
+  uint32_t autoscale_max_workers;
+  /**
+   * Autoscaling: the fewest workers (may be 0).
+   */
+  uint32_t autoscale_min_workers;
+  /**
+   * Autoscaling: spare workers kept above what the backlog asks for.
+   */
+  uint32_t autoscale_reserve;
+  /**
+   * Autoscaling: backlog per worker; 0 means 20.
+   */
+  uint64_t autoscale_messages_per_worker;
+  /**
+   * Autoscaling: how often the backlog is checked, in ms; 0 means 5 s.
+   */
+  uint64_t autoscale_check_interval_ms;
+} postbox_processor_options;
+
+/**
+ * A peek-lock processor callback. Called on one of the processor's worker threads — several
+ * at once when there are several workers, so `user_data` must be safe to share between them.
+ *
+ * `message` is borrowed for the duration of the call: read it with the `postbox_message_*`
+ * accessors, never free, settle or keep it. Return `POSTBOX_OK` to complete the message; any
+ * other value fails it: it is abandoned for a later retry (after the retry delay), and
+ * dead-lettered once it has used up the queue's `max_deliveries`, with the status's
+ * description as the dead-letter description. To dead-letter it at once, call
+ * `postbox_processor_dead_letter` before returning.
+ */
+typedef int (*postbox_handler)(void *user_data, const struct postbox_message *message);
+
+/**
+ * A transactional processor callback: as `postbox_handler`, plus a transaction lent for the
+ * call. Sends made with it (`postbox_send(queue, tx, …)`) and receives (`postbox_receive(queue,
+ * tx, …)`) commit together with the message's completion when the callback returns
+ * `POSTBOX_OK`, and are discarded otherwise. Never commit, abort or keep `tx`: the processor
+ * does that.
+ */
+typedef int (*postbox_tx_handler)(void *user_data,
+                                  const struct postbox_message *message,
+                                  struct postbox_tx *tx);
+
+/**
+ * What `postbox_processor_shutdown` and `postbox_processor_join` report.
+ */
+typedef struct postbox_shutdown_report {
+  /**
+   * Messages processed and completed over the processor's life.
+   */
+  uint64_t processed;
+  /**
+   * Callback failures over the processor's life.
+   */
+  uint64_t failed;
+  /**
+   * Messages dead-lettered by the processor over its life.
+   */
+  uint64_t dead_lettered;
+  /**
+   * Settlements refused with a lost lock over the processor's life.
+   */
+  uint64_t lock_lost;
+  /**
+   * Messages returned untouched because they were received as the processor stopped.
+   */
+  uint64_t returned;
+  /**
+   * Callbacks still running when the timeout hit (0 after a complete shutdown).
+   */
+  uint64_t still_running;
+  /**
+   * Non-zero when every worker had finished: all callbacks returned, their commits applied,
+   * nothing left locked by the processor.
+   */
+  int finished;
+} postbox_shutdown_report;
+
+/**
+ * Counters of a processor, filled by `postbox_processor_stats`.
+ */
+typedef struct postbox_processor_counters {
+  /**
+   * Messages whose callback succeeded and whose completion was committed.
+   */
+  uint64_t processed;
+  /**
+   * Callback failures (non-OK status, time limit, failed transaction commit).
+   */
+  uint64_t failed;
+  /**
+   * Messages the processor moved to the dead-letter queue.
+   */
+  uint64_t dead_lettered;
+  /**
+   * Settlements refused because the lock had been lost (the message comes again).
+   */
+  uint64_t lock_lost;
+  /**
+   * Messages received as the processor stopped and returned untouched.
+   */
+  uint64_t returned;
+  /**
+   * Callbacks running now (including their commit or abort).
+   */
+  uint64_t in_flight;
+  /**
+   * Live workers now.
+   */
+  uint64_t workers;
+} postbox_processor_counters;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1135,6 +1307,117 @@ int postbox_tx_commit(struct postbox_tx *tx);
  * is freed anyway and the locks run out on their own.
  */
 int postbox_tx_abort(struct postbox_tx *tx);
+
+/**
+ * Fills `options` with the defaults and sets its `struct_size`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
+ */
+int postbox_processor_options_init(struct postbox_processor_options *options);
+
+/**
+ * Starts a processor on `queue` in peek-lock mode: worker threads receive messages and call
+ * `handler(user_data, message)` for each; `POSTBOX_OK` completes the message, any other
+ * status fails it (see `postbox_handler`). Locks are renewed while a callback runs (up to
+ * `max_auto_renew_ms`).
+ *
+ * `options` may be NULL for the defaults (4 workers, retry 100 ms doubling to 60 s). The
+ * processor keeps its own reference to the queue, so `queue` may be freed afterwards;
+ * `user_data` must stay valid until the processor is shut down. `processor_out` receives a
+ * handle the caller shuts down with `postbox_processor_shutdown` and frees with
+ * `postbox_processor_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
+ * `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
+ * started); `POSTBOX_CLOSED`.
+ */
+int postbox_processor_start(const struct postbox_queue *queue,
+                            const struct postbox_processor_options *options,
+                            postbox_handler handler,
+                            void *user_data,
+                            struct postbox_processor **processor_out);
+
+/**
+ * Starts a processor on `queue` in transactional mode: as `postbox_processor_start`, but the
+ * callback also gets a transaction (see `postbox_tx_handler`) so that replies and follow-up
+ * sends commit atomically with the message's completion.
+ *
+ * # Returns
+ * As `postbox_processor_start`.
+ */
+int postbox_processor_start_transactional(const struct postbox_queue *queue,
+                                          const struct postbox_processor_options *options,
+                                          postbox_tx_handler handler,
+                                          void *user_data,
+                                          struct postbox_processor **processor_out);
+
+/**
+ * Asks the processor to move the message of the running callback to the dead-letter queue
+ * when the callback returns, whatever it returns. Only for the `message` passed to a
+ * processor callback, during the call. `reason` is NUL-terminated UTF-8; `description` may be
+ * NULL.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `reason`, invalid UTF-8, a
+ * message that did not come from a processor callback, or a second request for the same
+ * message).
+ */
+int postbox_processor_dead_letter(const struct postbox_message *message,
+                                  const char *reason,
+                                  const char *description);
+
+/**
+ * Makes every worker stop taking messages, without waiting; running callbacks finish normally.
+ * No callback starts after this returns. Not async-signal-safe: from a signal handler, set a
+ * flag (or use `sigwait` in a thread) and call this from normal code.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ */
+int postbox_processor_stop(const struct postbox_processor *processor);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit) for a stopped processor to finish: every
+ * callback returned, its commit or abort applied, prefetched messages returned — waiting on a
+ * condition variable, not polling. `report_out` (may be NULL) receives the report; its
+ * `finished` field says whether the processor finished in time.
+ *
+ * # Returns
+ * `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
+ * processor).
+ */
+int postbox_processor_join(const struct postbox_processor *processor,
+                           int64_t timeout_ms,
+                           struct postbox_shutdown_report *report_out);
+
+/**
+ * Graceful shutdown: `postbox_processor_stop`, then `postbox_processor_join` with
+ * `timeout_ms`. After a finished shutdown nothing is left locked by the processor.
+ *
+ * # Returns
+ * As `postbox_processor_join`.
+ */
+int postbox_processor_shutdown(const struct postbox_processor *processor,
+                               int64_t timeout_ms,
+                               struct postbox_shutdown_report *report_out);
+
+/**
+ * Reads the processor's counters (readable at any time) into `stats_out`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ */
+int postbox_processor_stats(const struct postbox_processor *processor,
+                            struct postbox_processor_counters *stats_out);
+
+/**
+ * Frees a processor handle. Call `postbox_processor_shutdown` first: freeing a processor that
+ * still runs shuts it down, waiting up to 30 s for running callbacks. NULL is a no-op.
+ * Never call it from the processor's own callback.
+ */
+void postbox_processor_free(struct postbox_processor *processor);
 
 #ifdef __cplusplus
 }  // extern "C"

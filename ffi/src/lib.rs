@@ -29,7 +29,10 @@ mod message;
 
 mod tx;
 
+mod processor;
+
 pub use message::*;
+pub use processor::*;
 pub use queue::*;
 pub use status::*;
 pub use store::*;

@@ -26,6 +26,11 @@ pub(crate) enum Hold {
     Unlocked,
     /// Settled (or enlisted in a transaction) through this handle; only readable now.
     Settled,
+    /// Handed to a processor callback: the processor settles it from the callback's status,
+    /// or dead-letters it when the callback asked so with `postbox_processor_dead_letter`.
+    Processor {
+        dead_letter: Option<(String, String)>,
+    },
 }
 
 /// A message: its body and properties, and — when it came from a peek-lock receive — its lock.
@@ -88,6 +93,9 @@ impl postbox_message {
                         "it was received in a transaction (commit or abort settles it)"
                     }
                     Hold::Unlocked => "it was peeked, browsed or looked up, not received",
+                    Hold::Processor { .. } => {
+                        "a processor settles it from the callback's status (use postbox_processor_dead_letter)"
+                    }
                     _ => "it was already settled or enlisted in a transaction",
                 };
                 *hold = other;

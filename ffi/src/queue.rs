@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use postbox::{Browse, Message, MessageId, Queue, QueueOptions};
+use postbox::{Browse, Message, MessageId, Queue, QueueOptions, Store};
 
 use crate::guard::{
     Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
@@ -23,6 +23,8 @@ use crate::{
 /// threads may send and receive through one queue handle at once.
 pub struct postbox_queue {
     pub(crate) queue: Queue,
+    /// The store the queue was opened from (a processor's transactional mode needs it).
+    pub(crate) store: Store,
     pub(crate) tag: StoreTag,
 }
 
@@ -249,6 +251,7 @@ pub extern "C" fn postbox_queue_open(
         };
         out.write(Box::into_raw(Box::new(postbox_queue {
             queue: q,
+            store: store.store.clone(),
             tag: store.tag,
         })));
         Ok(POSTBOX_OK)
@@ -300,6 +303,7 @@ pub extern "C" fn postbox_queue_dead_letters(
         let dlq = q.queue.dead_letters()?;
         out.write(Box::into_raw(Box::new(postbox_queue {
             queue: dlq,
+            store: q.store.clone(),
             tag: q.tag,
         })));
         Ok(POSTBOX_OK)

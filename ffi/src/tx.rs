@@ -19,8 +19,19 @@ use crate::store::postbox_store;
 /// Thread-safe in the sense that concurrent calls are serialised (a receive waiting inside the
 /// transaction blocks other calls on it), but a transaction is meant for one thread.
 pub struct postbox_tx {
-    tx: Mutex<Option<Transaction>>,
-    tag: StoreTag,
+    pub(crate) tx: Mutex<Option<Transaction>>,
+    pub(crate) tag: StoreTag,
+    /// Lent to a transactional processor callback: the processor commits it, not the caller.
+    pub(crate) lent: bool,
+}
+
+fn refuse_lent(tx: *mut postbox_tx) -> Outcome<()> {
+    if arg_ref(tx.cast_const(), "tx")?.lent {
+        return Err(Failure::invalid(
+            "this transaction belongs to a processor, which commits or aborts it when the callback returns",
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `f` on the open transaction behind `tx`, checking that it belongs to the store `tag`.
@@ -63,6 +74,7 @@ pub extern "C" fn postbox_tx_begin(
         out.write(Box::into_raw(Box::new(postbox_tx {
             tx: Mutex::new(Some(s.store.begin())),
             tag: s.tag,
+            lent: false,
         })));
         Ok(POSTBOX_OK)
     })
@@ -99,9 +111,7 @@ pub extern "C" fn postbox_tx_complete(tx: *mut postbox_tx, message: *mut postbox
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_tx_commit(tx: *mut postbox_tx) -> c_int {
     guard(|| {
-        if tx.is_null() {
-            return Err(Failure::null("tx"));
-        }
+        refuse_lent(tx)?;
         if let Some(t) = take(tx) {
             t.commit()?;
         }
@@ -122,6 +132,7 @@ pub extern "C" fn postbox_tx_abort(tx: *mut postbox_tx) -> c_int {
         if tx.is_null() {
             return Ok(POSTBOX_OK);
         }
+        refuse_lent(tx)?;
         if let Some(t) = take(tx) {
             t.abort()?;
         }

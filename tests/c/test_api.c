@@ -1229,7 +1229,282 @@ static void test_error_message_per_thread(const char *dir) {
     CHECK(strcmp(mine, postbox_last_error_message()) == 0);
 }
 
-/* Processor tests live in test_processor.c once the processor is bound. */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Processor                                                                                 */
+
+struct proc_state {
+    pthread_mutex_t mutex;
+    int calls;
+    int status;           /* what the callback returns */
+    int dead_letter;      /* ask for a dead letter */
+    long sleep_ms;        /* simulated work */
+    int misuse_checked;   /* settle calls on the lent message were refused */
+    postbox_queue *reply; /* transactional mode: where replies go */
+};
+
+static int proc_handler(void *user_data, const postbox_message *msg) {
+    struct proc_state *st = (struct proc_state *)user_data;
+    if (st->sleep_ms > 0) sleep_ms(st->sleep_ms);
+    /* The lent message cannot be settled or dead-lettered through the message API. */
+    postbox_message *mut = (postbox_message *)(uintptr_t)msg;
+    int refused = postbox_message_complete(mut) == POSTBOX_INVALID_ARGUMENT &&
+                  postbox_message_dead_letter(mut, "x", NULL) == POSTBOX_INVALID_ARGUMENT &&
+                  postbox_message_is_held(msg) == false && postbox_message_body(msg).data != NULL;
+    if (st->dead_letter) {
+        if (postbox_processor_dead_letter(msg, "Poison", "cannot parse") != POSTBOX_OK) refused = 0;
+        if (postbox_processor_dead_letter(msg, "Twice", NULL) != POSTBOX_INVALID_ARGUMENT)
+            refused = 0;
+    }
+    pthread_mutex_lock(&st->mutex);
+    st->calls++;
+    st->misuse_checked += refused;
+    pthread_mutex_unlock(&st->mutex);
+    return st->status;
+}
+
+static int proc_tx_handler(void *user_data, const postbox_message *msg, postbox_tx *tx) {
+    struct proc_state *st = (struct proc_state *)user_data;
+    postbox_bytes body = postbox_message_body(msg);
+    int rc = postbox_send(st->reply, tx, body.data, body.len, NULL, NULL);
+    int refused = postbox_tx_commit(tx) == POSTBOX_INVALID_ARGUMENT &&
+                  postbox_tx_abort(tx) == POSTBOX_INVALID_ARGUMENT;
+    pthread_mutex_lock(&st->mutex);
+    st->calls++;
+    st->misuse_checked += refused;
+    pthread_mutex_unlock(&st->mutex);
+    return rc != POSTBOX_OK ? rc : st->status;
+}
+
+static int proc_calls(struct proc_state *st) {
+    pthread_mutex_lock(&st->mutex);
+    int n = st->calls;
+    pthread_mutex_unlock(&st->mutex);
+    return n;
+}
+
+/* Waits (bounded) until the processor has counted `n` processed + failed + dead-lettered. */
+static void wait_settled(postbox_processor *p, uint64_t n) {
+    for (int i = 0; i < 3000; i++) {
+        postbox_processor_counters s;
+        if (postbox_processor_stats(p, &s) != POSTBOX_OK) return;
+        if (s.processed + s.failed >= n) return;
+        sleep_ms(10);
+    }
+}
+
+static void test_processor_basic(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "jobs", NULL);
+    if (q == NULL) return;
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    for (int i = 0; i < 30; i++) send_text(q, "job");
+
+    postbox_processor_options o;
+    CHECK_RC(postbox_processor_options_init(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_processor_options_init(&o));
+    CHECK(o.struct_size == sizeof o && o.workers == 0);
+    o.workers = 3;
+    o.prefetch = 1;
+    o.handler_timeout_ms = 60000;
+    o.max_auto_renew_ms = 60000;
+    postbox_processor *p = NULL;
+    CHECK_RC(postbox_processor_start(NULL, &o, proc_handler, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_start(q, &o, NULL, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_start(q, &o, proc_handler, &st, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_processor_options bad = o;
+    bad.struct_size = 2;
+    CHECK_RC(postbox_processor_start(q, &bad, proc_handler, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    bad = o;
+    bad.autoscale_min_workers = 5;
+    bad.autoscale_max_workers = 2;
+    CHECK_RC(postbox_processor_start(q, &bad, proc_handler, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+
+    REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
+    postbox_queue_free(q); /* the processor keeps its own reference */
+    wait_settled(p, 30);
+    postbox_processor_counters ps;
+    CHECK_RC(postbox_processor_stats(NULL, &ps), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_stats(p, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_processor_stats(p, &ps));
+    CHECK(ps.processed == 30 && ps.failed == 0);
+    CHECK(ps.workers == 3);
+
+    postbox_shutdown_report r;
+    memset(&r, 0, sizeof r);
+    CHECK_RC(postbox_processor_shutdown(NULL, 1000, &r), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished && r.processed == 30 && r.failed == 0 && r.still_running == 0);
+    CHECK(proc_calls(&st) == 30 && st.misuse_checked == 30);
+    CHECK_OK(postbox_processor_shutdown(p, 0, NULL)); /* idempotent */
+    postbox_processor_free(p);
+    postbox_processor_free(NULL);
+
+    q = open_queue(store, "jobs", NULL);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0);
+    postbox_queue_free(q);
+    pthread_mutex_destroy(&st.mutex);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_processor_failures(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_deliveries = 2;
+    postbox_queue *q = open_queue(store, "fragile", &qo);
+    if (q == NULL) return;
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    st.status = POSTBOX_QUEUE_FULL; /* any non-OK status fails the message */
+    send_text(q, "bad");
+
+    postbox_processor_options o;
+    postbox_processor_options_init(&o);
+    o.workers = 1;
+    o.retry_immediately = 1;
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
+    wait_settled(p, 2);
+    postbox_shutdown_report r;
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished && r.failed == 2 && r.processed == 0 && r.dead_lettered == 1);
+    postbox_processor_free(p);
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_peek(dlq, &m));
+    CHECK(strstr((const char *)postbox_message_dead_letter_description(m).data, "status 3") !=
+          NULL);
+    postbox_message_free(m);
+    CHECK_OK(postbox_queue_purge(dlq, NULL));
+
+    /* An explicit dead letter from the callback, with a custom retry policy. */
+    st.status = POSTBOX_OK;
+    st.dead_letter = 1;
+    send_text(q, "poison");
+    postbox_processor_options_init(&o);
+    o.workers = 1;
+    o.retry_initial_ms = 10;
+    o.retry_multiplier = 3;
+    o.retry_max_ms = 100;
+    o.disable_auto_renew = 1;
+    REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
+    for (int i = 0; i < 500 && stats_of(q).dead_lettered == 0; i++) sleep_ms(10);
+    CHECK_OK(postbox_processor_shutdown(p, -1, &r));
+    CHECK(r.finished && r.dead_lettered == 1);
+    postbox_processor_free(p);
+    REQUIRE_OK(postbox_peek(dlq, &m));
+    CHECK(bytes_is(postbox_message_dead_letter_reason(m), "Poison"));
+    CHECK(bytes_is(postbox_message_dead_letter_description(m), "cannot parse"));
+    /* Only a callback's message can be dead-lettered this way. */
+    CHECK_RC(postbox_processor_dead_letter(m, "x", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_dead_letter(NULL, "x", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_dead_letter(m, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    CHECK(st.misuse_checked == proc_calls(&st));
+
+    pthread_mutex_destroy(&st.mutex);
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_processor_transactional(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "requests", NULL);
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    st.reply = open_queue(store, "replies", NULL);
+    if (q == NULL || st.reply == NULL) return;
+    for (int i = 0; i < 10; i++) send_text(q, "req");
+
+    postbox_processor *p = NULL;
+    CHECK_RC(postbox_processor_start_transactional(q, NULL, NULL, &st, &p),
+             POSTBOX_INVALID_ARGUMENT);
+    REQUIRE_OK(postbox_processor_start_transactional(q, NULL, proc_tx_handler, &st, &p));
+    wait_settled(p, 10);
+    postbox_shutdown_report r;
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished && r.processed == 10);
+    postbox_processor_free(p);
+    CHECK(stats_of(st.reply).active == 10);
+    CHECK(stats_of(q).active == 0);
+
+    /* A failing callback leaves neither the reply nor the completion. */
+    st.status = POSTBOX_NOT_FOUND;
+    send_text(q, "req");
+    postbox_processor_options o;
+    postbox_processor_options_init(&o);
+    o.workers = 1;
+    o.retry_initial_ms = 60000; /* so the failed message waits, scheduled */
+    REQUIRE_OK(postbox_processor_start_transactional(q, &o, proc_tx_handler, &st, &p));
+    wait_settled(p, 1);
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished && r.failed == 1 && r.processed == 0);
+    postbox_processor_free(p);
+    CHECK(stats_of(st.reply).active == 10);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active + s.scheduled == 1 && s.locked == 0);
+    CHECK(st.misuse_checked == proc_calls(&st));
+
+    pthread_mutex_destroy(&st.mutex);
+    postbox_queue_free(st.reply);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_processor_shutdown_waits(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "slow", NULL);
+    if (q == NULL) return;
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    st.sleep_ms = 700;
+    send_text(q, "slow job");
+    postbox_processor_options o;
+    postbox_processor_options_init(&o);
+    o.workers = 2;
+    o.autoscale_min_workers = 1;
+    o.autoscale_max_workers = 2;
+    o.autoscale_messages_per_worker = 1;
+    o.autoscale_check_interval_ms = 50;
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
+    postbox_processor_counters ps;
+    memset(&ps, 0, sizeof ps);
+    for (int i = 0; i < 500; i++) {
+        CHECK_OK(postbox_processor_stats(p, &ps));
+        if (ps.in_flight > 0) break;
+        sleep_ms(5);
+    }
+    CHECK(ps.in_flight == 1);
+    CHECK_RC(postbox_processor_stop(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_processor_stop(p));
+    postbox_shutdown_report r;
+    CHECK_RC(postbox_processor_join(NULL, 0, &r), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_processor_join(p, 0, &r)); /* too short: reported, not an error */
+    CHECK(!r.finished && r.still_running == 1);
+    CHECK_OK(postbox_processor_join(p, -1, &r));
+    CHECK(r.finished && r.processed == 1 && r.still_running == 0);
+    postbox_processor_free(p);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0);
+    pthread_mutex_destroy(&st.mutex);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
 
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
@@ -1252,6 +1527,10 @@ int main(int argc, char **argv) {
         {"use_after_close", test_use_after_close},
         {"multithreaded_consumers", test_multithreaded_consumers},
         {"error_message_per_thread", test_error_message_per_thread},
+        {"processor_basic", test_processor_basic},
+        {"processor_failures", test_processor_failures},
+        {"processor_transactional", test_processor_transactional},
+        {"processor_shutdown_waits", test_processor_shutdown_waits},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }

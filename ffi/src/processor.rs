@@ -1,0 +1,492 @@
+//! `postbox_processor`: N receivers calling a C callback, with lock renewal, retries and
+//! graceful shutdown.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postbox::{Autoscale, Delivery, Processor, RetryPolicy, ShutdownReport, Store, Transaction};
+
+use crate::guard::{
+    Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, read_versioned, take_box,
+};
+use crate::message::{Hold, postbox_message};
+use crate::queue::postbox_queue;
+use crate::status::POSTBOX_OK;
+use crate::tx::postbox_tx;
+use crate::{StoreTag, timeout};
+
+/// A peek-lock processor callback. Called on one of the processor's worker threads — several
+/// at once when there are several workers, so `user_data` must be safe to share between them.
+///
+/// `message` is borrowed for the duration of the call: read it with the `postbox_message_*`
+/// accessors, never free, settle or keep it. Return `POSTBOX_OK` to complete the message; any
+/// other value fails it: it is abandoned for a later retry (after the retry delay), and
+/// dead-lettered once it has used up the queue's `max_deliveries`, with the status's
+/// description as the dead-letter description. To dead-letter it at once, call
+/// `postbox_processor_dead_letter` before returning.
+pub type postbox_handler =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const postbox_message) -> c_int>;
+
+/// A transactional processor callback: as `postbox_handler`, plus a transaction lent for the
+/// call. Sends made with it (`postbox_send(queue, tx, …)`) and receives (`postbox_receive(queue,
+/// tx, …)`) commit together with the message's completion when the callback returns
+/// `POSTBOX_OK`, and are discarded otherwise. Never commit, abort or keep `tx`: the processor
+/// does that.
+pub type postbox_tx_handler = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        message: *const postbox_message,
+        tx: *mut postbox_tx,
+    ) -> c_int,
+>;
+
+/// Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
+/// defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_processor_options {
+    /// `sizeof(postbox_processor_options)`.
+    pub struct_size: u32,
+    /// Number of receiver threads; 0 means 4. With autoscaling, the starting count.
+    pub workers: u32,
+    /// Retry delay after a failed first delivery, in ms; 0 means 100 ms.
+    pub retry_initial_ms: u64,
+    /// Growth factor of the retry delay per further delivery; 0 means 2.
+    pub retry_multiplier: u32,
+    /// Non-zero: retry failed messages at once (no delay), ignoring the other retry fields.
+    pub retry_immediately: c_int,
+    /// Upper bound of the retry delay, in ms; 0 means 60 s.
+    pub retry_max_ms: u64,
+    /// Time limit per callback, in ms; 0 means none. Past it, the message is failed when the
+    /// callback returns, whatever it returns (callbacks are never interrupted).
+    pub handler_timeout_ms: u64,
+    /// How long after its receive a message's lock keeps being renewed while the callback runs,
+    /// in ms; 0 means 5 minutes.
+    pub max_auto_renew_ms: u64,
+    /// Non-zero: never renew locks (a callback running past the queue's lock duration loses its
+    /// message to another receiver).
+    pub disable_auto_renew: c_int,
+    /// Messages each worker locks ahead of the one it handles; 0 means none.
+    pub prefetch: u32,
+    /// Autoscaling: the most workers; 0 turns autoscaling off.
+    pub autoscale_max_workers: u32,
+    /// Autoscaling: the fewest workers (may be 0).
+    pub autoscale_min_workers: u32,
+    /// Autoscaling: spare workers kept above what the backlog asks for.
+    pub autoscale_reserve: u32,
+    /// Autoscaling: backlog per worker; 0 means 20.
+    pub autoscale_messages_per_worker: u64,
+    /// Autoscaling: how often the backlog is checked, in ms; 0 means 5 s.
+    pub autoscale_check_interval_ms: u64,
+}
+
+const PROCESSOR_OPTIONS_V1: usize = size_of::<postbox_processor_options>();
+
+/// Counters of a processor, filled by `postbox_processor_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_processor_counters {
+    /// Messages whose callback succeeded and whose completion was committed.
+    pub processed: u64,
+    /// Callback failures (non-OK status, time limit, failed transaction commit).
+    pub failed: u64,
+    /// Messages the processor moved to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Settlements refused because the lock had been lost (the message comes again).
+    pub lock_lost: u64,
+    /// Messages received as the processor stopped and returned untouched.
+    pub returned: u64,
+    /// Callbacks running now (including their commit or abort).
+    pub in_flight: u64,
+    /// Live workers now.
+    pub workers: u64,
+}
+
+/// What `postbox_processor_shutdown` and `postbox_processor_join` report.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_shutdown_report {
+    /// Messages processed and completed over the processor's life.
+    pub processed: u64,
+    /// Callback failures over the processor's life.
+    pub failed: u64,
+    /// Messages dead-lettered by the processor over its life.
+    pub dead_lettered: u64,
+    /// Settlements refused with a lost lock over the processor's life.
+    pub lock_lost: u64,
+    /// Messages returned untouched because they were received as the processor stopped.
+    pub returned: u64,
+    /// Callbacks still running when the timeout hit (0 after a complete shutdown).
+    pub still_running: u64,
+    /// Non-zero when every worker had finished: all callbacks returned, their commits applied,
+    /// nothing left locked by the processor.
+    pub finished: c_int,
+}
+
+/// A running processor: worker threads that receive from one queue and call a C callback.
+/// Started by `postbox_processor_start` or `postbox_processor_start_transactional`; stopped by
+/// `postbox_processor_shutdown` (or `_stop` then `_join`); freed with `postbox_processor_free`.
+/// Thread-safe: stop, join, stats and shutdown may be called from any thread, but not from
+/// inside the processor's own callback (a join there returns at once, unfinished).
+pub struct postbox_processor {
+    processor: Processor,
+}
+
+/// The caller's `user_data`, shared by the worker threads.
+#[derive(Clone, Copy)]
+struct UserData(*mut c_void);
+
+// SAFETY: postbox never dereferences `user_data`; it only passes it back to the callback. The
+// header documents that the callback runs on several threads at once, so making the pointer
+// safe to use from them is the caller's part of the contract.
+unsafe impl Send for UserData {}
+// SAFETY: as above.
+unsafe impl Sync for UserData {}
+
+/// Fills `options` with the defaults and sets its `struct_size`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_options_init(options: *mut postbox_processor_options) -> c_int {
+    guard(|| {
+        Out::required(options, "options")?.write(postbox_processor_options {
+            struct_size: PROCESSOR_OPTIONS_V1 as u32,
+            ..Default::default()
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+fn builder(
+    q: &postbox_queue,
+    options: *const postbox_processor_options,
+) -> Outcome<postbox::ProcessorBuilder> {
+    let o = read_versioned(options, PROCESSOR_OPTIONS_V1, "options")?.unwrap_or_default();
+    let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+    let ms = Duration::from_millis;
+    let mut b = Processor::builder(&q.queue);
+    if o.workers != 0 {
+        b = b.workers(count(o.workers));
+    }
+    if o.retry_immediately != 0 {
+        b = b.retry(RetryPolicy::immediate());
+    } else if o.retry_initial_ms != 0 || o.retry_multiplier != 0 || o.retry_max_ms != 0 {
+        let d = RetryPolicy::default();
+        let mut p = RetryPolicy::exponential(
+            if o.retry_initial_ms == 0 {
+                d.initial
+            } else {
+                ms(o.retry_initial_ms)
+            },
+            if o.retry_max_ms == 0 {
+                d.max
+            } else {
+                ms(o.retry_max_ms)
+            },
+        );
+        if o.retry_multiplier != 0 {
+            p.multiplier = o.retry_multiplier;
+        }
+        b = b.retry(p);
+    }
+    if o.handler_timeout_ms != 0 {
+        b = b.handler_timeout(ms(o.handler_timeout_ms));
+    }
+    if o.disable_auto_renew != 0 {
+        b = b.max_auto_renew(Duration::ZERO);
+    } else if o.max_auto_renew_ms != 0 {
+        b = b.max_auto_renew(ms(o.max_auto_renew_ms));
+    }
+    if o.prefetch != 0 {
+        b = b.prefetch(count(o.prefetch));
+    }
+    if o.autoscale_max_workers != 0 {
+        let mut a = Autoscale::new(
+            count(o.autoscale_min_workers),
+            count(o.autoscale_max_workers),
+        )
+        .reserve(count(o.autoscale_reserve));
+        if o.autoscale_messages_per_worker != 0 {
+            a = a.messages_per_worker(o.autoscale_messages_per_worker);
+        }
+        if o.autoscale_check_interval_ms != 0 {
+            a = a.check_interval(ms(o.autoscale_check_interval_ms));
+        }
+        b = b.autoscale(a);
+    }
+    Ok(b)
+}
+
+/// The message handle lent to one callback call.
+fn lend(d: &Delivery, tag: StoreTag) -> postbox_message {
+    postbox_message::unlocked(
+        d.envelope().clone(),
+        Hold::Processor { dead_letter: None },
+        tag,
+    )
+}
+
+/// After the callback: forwards a dead-letter request, turns a status into the handler result.
+fn finish(d: &Delivery, m: postbox_message, status: c_int) -> Result<(), String> {
+    if let Hold::Processor {
+        dead_letter: Some((reason, description)),
+    } = m.hold.into_inner()
+    {
+        d.dead_letter(&reason, &description)
+            .map_err(|e| e.to_string())?;
+    }
+    if status == POSTBOX_OK {
+        Ok(())
+    } else {
+        // SAFETY: postbox_strerror returns a static NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(crate::postbox_strerror(status)) };
+        Err(format!(
+            "the handler returned status {status} ({})",
+            text.to_string_lossy()
+        ))
+    }
+}
+
+fn started(p: postbox::Result<Processor>, out: Out<*mut postbox_processor>) -> Outcome<c_int> {
+    let processor = p?;
+    out.write(Box::into_raw(Box::new(postbox_processor { processor })));
+    Ok(POSTBOX_OK)
+}
+
+/// Starts a processor on `queue` in peek-lock mode: worker threads receive messages and call
+/// `handler(user_data, message)` for each; `POSTBOX_OK` completes the message, any other
+/// status fails it (see `postbox_handler`). Locks are renewed while a callback runs (up to
+/// `max_auto_renew_ms`).
+///
+/// `options` may be NULL for the defaults (4 workers, retry 100 ms doubling to 60 s). The
+/// processor keeps its own reference to the queue, so `queue` may be freed afterwards;
+/// `user_data` must stay valid until the processor is shut down. `processor_out` receives a
+/// handle the caller shuts down with `postbox_processor_shutdown` and frees with
+/// `postbox_processor_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
+/// `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
+/// started); `POSTBOX_CLOSED`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_start(
+    queue: *const postbox_queue,
+    options: *const postbox_processor_options,
+    handler: postbox_handler,
+    user_data: *mut c_void,
+    processor_out: *mut *mut postbox_processor,
+) -> c_int {
+    guard(|| {
+        let q = arg_ref(queue, "queue")?;
+        let handler = handler.ok_or_else(|| Failure::null("handler"))?;
+        let out = Out::required(processor_out, "processor_out")?;
+        let b = builder(q, options)?;
+        let (tag, user) = (q.tag, UserData(user_data));
+        let p = b.start(move |d: &Delivery| {
+            let user = user;
+            let m = lend(d, tag);
+            // SAFETY: `handler` is a non-NULL function pointer of the documented type, and the
+            // header requires it to stay callable while the processor runs; `m` outlives the
+            // call; `user.0` is passed back untouched.
+            let status = unsafe { handler(user.0, &m) };
+            finish(d, m, status)
+        });
+        started(p, out)
+    })
+}
+
+/// Starts a processor on `queue` in transactional mode: as `postbox_processor_start`, but the
+/// callback also gets a transaction (see `postbox_tx_handler`) so that replies and follow-up
+/// sends commit atomically with the message's completion.
+///
+/// # Returns
+/// As `postbox_processor_start`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_start_transactional(
+    queue: *const postbox_queue,
+    options: *const postbox_processor_options,
+    handler: postbox_tx_handler,
+    user_data: *mut c_void,
+    processor_out: *mut *mut postbox_processor,
+) -> c_int {
+    guard(|| {
+        let q = arg_ref(queue, "queue")?;
+        let handler = handler.ok_or_else(|| Failure::null("handler"))?;
+        let out = Out::required(processor_out, "processor_out")?;
+        let b = builder(q, options)?;
+        let (tag, user, store) = (q.tag, UserData(user_data), q.store.clone());
+        let p = b.start_transactional(move |d: &Delivery, tx: &mut Transaction| {
+            let user = user;
+            let m = lend(d, tag);
+            let lent = lend_tx(tx, &store, tag);
+            // SAFETY: as in `postbox_processor_start`; `lent` is a live transaction handle for
+            // the duration of the call, which the callback must not free.
+            let status = unsafe { handler(user.0, &m, lent) };
+            *tx = reclaim_tx(lent, &store);
+            finish(d, m, status)
+        });
+        started(p, out)
+    })
+}
+
+/// Moves the processor's transaction into a heap handle C can use during the callback. The
+/// processor keeps an empty placeholder meanwhile (its drop does nothing: no locks, no sends).
+fn lend_tx(tx: &mut Transaction, store: &Store, tag: StoreTag) -> *mut postbox_tx {
+    let t = std::mem::replace(tx, store.begin());
+    Box::into_raw(Box::new(postbox_tx {
+        tx: Mutex::new(Some(t)),
+        tag,
+        lent: true,
+    }))
+}
+
+fn reclaim_tx(lent: *mut postbox_tx, store: &Store) -> Transaction {
+    take_box(lent)
+        .and_then(|h| h.tx.into_inner())
+        .unwrap_or_else(|| store.begin())
+}
+
+/// Asks the processor to move the message of the running callback to the dead-letter queue
+/// when the callback returns, whatever it returns. Only for the `message` passed to a
+/// processor callback, during the call. `reason` is NUL-terminated UTF-8; `description` may be
+/// NULL.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `reason`, invalid UTF-8, a
+/// message that did not come from a processor callback, or a second request for the same
+/// message).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_dead_letter(
+    message: *const postbox_message,
+    reason: *const c_char,
+    description: *const c_char,
+) -> c_int {
+    guard(|| {
+        let m = arg_ref(message, "message")?;
+        let reason = arg_str(reason, "reason")?;
+        let description = arg_opt_str(description, "description")?.unwrap_or("");
+        let mut hold = m.hold.lock();
+        match &mut *hold {
+            Hold::Processor { dead_letter } if dead_letter.is_none() => {
+                *dead_letter = Some((reason.to_owned(), description.to_owned()));
+                Ok(POSTBOX_OK)
+            }
+            Hold::Processor { .. } => Err(Failure::invalid(
+                "this delivery is already marked for the dead-letter queue",
+            )),
+            _ => Err(Failure::invalid(
+                "postbox_processor_dead_letter applies to the message of a processor callback; use postbox_message_dead_letter for received messages",
+            )),
+        }
+    })
+}
+
+fn processor<'a>(p: *const postbox_processor) -> Outcome<&'a postbox_processor> {
+    arg_ref(p, "processor")
+}
+
+fn report(r: ShutdownReport) -> postbox_shutdown_report {
+    postbox_shutdown_report {
+        processed: r.processed,
+        failed: r.failed,
+        dead_lettered: r.dead_lettered,
+        lock_lost: r.lock_lost,
+        returned: r.returned,
+        still_running: r.still_running as u64,
+        finished: c_int::from(r.finished),
+    }
+}
+
+/// Makes every worker stop taking messages, without waiting; running callbacks finish normally.
+/// No callback starts after this returns. Not async-signal-safe: from a signal handler, set a
+/// flag (or use `sigwait` in a thread) and call this from normal code.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_stop(processor: *const postbox_processor) -> c_int {
+    guard(|| {
+        self::processor(processor)?.processor.stop();
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Waits up to `timeout_ms` (negative: without limit) for a stopped processor to finish: every
+/// callback returned, its commit or abort applied, prefetched messages returned — waiting on a
+/// condition variable, not polling. `report_out` (may be NULL) receives the report; its
+/// `finished` field says whether the processor finished in time.
+///
+/// # Returns
+/// `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
+/// processor).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_join(
+    processor: *const postbox_processor,
+    timeout_ms: i64,
+    report_out: *mut postbox_shutdown_report,
+) -> c_int {
+    guard(|| {
+        let p = self::processor(processor)?;
+        let out = Out::optional(report_out);
+        out.write(report(p.processor.join(timeout(timeout_ms))));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Graceful shutdown: `postbox_processor_stop`, then `postbox_processor_join` with
+/// `timeout_ms`. After a finished shutdown nothing is left locked by the processor.
+///
+/// # Returns
+/// As `postbox_processor_join`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_shutdown(
+    processor: *const postbox_processor,
+    timeout_ms: i64,
+    report_out: *mut postbox_shutdown_report,
+) -> c_int {
+    guard(|| {
+        let p = self::processor(processor)?;
+        let out = Out::optional(report_out);
+        out.write(report(p.processor.shutdown(timeout(timeout_ms))));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the processor's counters (readable at any time) into `stats_out`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_stats(
+    processor: *const postbox_processor,
+    stats_out: *mut postbox_processor_counters,
+) -> c_int {
+    guard(|| {
+        let p = self::processor(processor)?;
+        let out = Out::required(stats_out, "stats_out")?;
+        let s = p.processor.stats();
+        out.write(postbox_processor_counters {
+            processed: s.processed,
+            failed: s.failed,
+            dead_lettered: s.dead_lettered,
+            lock_lost: s.lock_lost,
+            returned: s.returned,
+            in_flight: s.in_flight as u64,
+            workers: s.workers as u64,
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Frees a processor handle. Call `postbox_processor_shutdown` first: freeing a processor that
+/// still runs shuts it down, waiting up to 30 s for running callbacks. NULL is a no-op.
+/// Never call it from the processor's own callback.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_free(processor: *mut postbox_processor) {
+    guard(|| {
+        drop(take_box(processor));
+        Ok(())
+    })
+}
