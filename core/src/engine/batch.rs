@@ -38,8 +38,23 @@ pub enum Settle {
     Resubmit,
 }
 
+/// The earliest time at which each time index may hold due work; 0 means "unknown: look".
+///
+/// Valid only while this process is the store's one writer (single-process mode): every insert
+/// into an index lowers its hint, so a sweep can skip indexes with nothing due without opening
+/// them. Multi-process stores always look, since other processes insert too.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DueHints {
+    lock: u64,
+    scheduled: u64,
+    expiring: u64,
+    dedup: u64,
+}
+
 pub struct Batch<'t> {
     txn: &'t WriteTransaction,
+    /// Carried from batch to batch by the pipeline; see [`DueHints`].
+    pub hints: DueHints,
     pub now: u64,
     pub mutations: u64,
     /// Queues that gained receivable messages; their waiters are woken after the commit.
@@ -79,9 +94,10 @@ fn corrupted(what: &str, e: String) -> Error {
 }
 
 impl<'t> Batch<'t> {
-    pub fn open(txn: &'t WriteTransaction, now: u64) -> Result<Batch<'t>> {
+    pub fn open(txn: &'t WriteTransaction, now: u64, hints: DueHints) -> Result<Batch<'t>> {
         Ok(Batch {
             txn,
+            hints,
             now,
             mutations: 0,
             woken: HashSet::new(),
@@ -426,13 +442,16 @@ impl<'t> Batch<'t> {
             }
             Status::Scheduled => {
                 self.t_scheduled()?.insert((st.visible_at, id), ())?;
+                self.hints.scheduled = self.hints.scheduled.min(st.visible_at);
             }
             Status::Locked => {
                 self.t_lock_expiry()?.insert((st.locked_until, id), ())?;
+                self.hints.lock = self.hints.lock.min(st.locked_until);
             }
         }
         if status != Status::Locked && st.expires_at != 0 {
             self.t_expiring()?.insert((st.expires_at, id), ())?;
+            self.hints.expiring = self.hints.expiring.min(st.expires_at);
         }
         *self.counters_mut(st.queue)?.slot(status) += 1;
         self.t_state()?.insert(id, st.encode())?;
@@ -515,6 +534,31 @@ impl<'t> Batch<'t> {
     /// expired messages: the lazy time-driven work, done inside transactions that run anyway.
     pub fn sweep(&mut self) -> Result<()> {
         let now = self.now;
+        if self.hints.lock <= now {
+            self.sweep_locks()?;
+            self.hints.lock = next_at(self.t_lock_expiry()?)?;
+        }
+        if self.hints.scheduled <= now {
+            self.sweep_scheduled()?;
+            self.hints.scheduled = next_at(self.t_scheduled()?)?;
+        }
+        if self.hints.expiring <= now {
+            self.sweep_expiring()?;
+            self.hints.expiring = next_at(self.t_expiring()?)?;
+        }
+        if self.hints.dedup <= now {
+            self.sweep_dedup()?;
+            let next = self
+                .t_dedup_expiry()?
+                .first()?
+                .map_or(u64::MAX, |(k, _)| k.value().0);
+            self.hints.dedup = next;
+        }
+        Ok(())
+    }
+
+    fn sweep_locks(&mut self) -> Result<()> {
+        let now = self.now;
         for _ in 0..SWEEP_LIMIT {
             let Some((until, id)) = first_due(self.t_lock_expiry()?, now)? else {
                 break;
@@ -529,6 +573,11 @@ impl<'t> Batch<'t> {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn sweep_scheduled(&mut self) -> Result<()> {
+        let now = self.now;
         for _ in 0..SWEEP_LIMIT {
             let Some((at, id)) = first_due(self.t_scheduled()?, now)? else {
                 break;
@@ -543,6 +592,11 @@ impl<'t> Batch<'t> {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn sweep_expiring(&mut self) -> Result<()> {
+        let now = self.now;
         for _ in 0..SWEEP_LIMIT {
             let Some((at, id)) = first_due(self.t_expiring()?, now)? else {
                 break;
@@ -557,6 +611,11 @@ impl<'t> Batch<'t> {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn sweep_dedup(&mut self) -> Result<()> {
+        let now = self.now;
         for _ in 0..SWEEP_LIMIT {
             let first = match self.t_dedup_expiry()?.first()? {
                 Some((k, _)) => {
@@ -791,6 +850,7 @@ impl<'t> Batch<'t> {
                 self.t_dedup_expiry()?.remove((old_at, q, key))?;
             }
             self.t_dedup_expiry()?.insert((forget_at, q, key), ())?;
+            self.hints.dedup = self.hints.dedup.min(forget_at);
         }
         Ok(id)
     }
@@ -984,6 +1044,11 @@ fn index_ids(table: &Table<'_, (u64, u64), ()>) -> Result<Vec<u64>> {
         ids.push(e?.0.value().1);
     }
     Ok(ids)
+}
+
+/// The time of the first entry of a time index, or `u64::MAX` when it is empty.
+fn next_at(table: &Table<'_, (u64, u64), ()>) -> Result<u64> {
+    Ok(table.first()?.map_or(u64::MAX, |(k, _)| k.value().0))
 }
 
 fn first_due(table: &Table<'_, (u64, u64), ()>, now: u64) -> Result<Option<(u64, u64)>> {

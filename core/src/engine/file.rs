@@ -41,11 +41,18 @@ pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
         Err(e) => return Err(io_to_error(e)),
     }
     check_header(path)?;
-    let db = redb_builder(b).open(path)?;
+    // Look before opening for writing: a writable open (and its integrity check) writes to the
+    // file, and a database that is not ours must be left exactly as it was.
     let version = {
-        let txn = db.begin_read()?;
+        let ro = redb_builder(b).open_read_only(path)?;
+        let txn = ro.begin_read()?;
         super::read::format_version(&txn)?
     };
+    check_version(path, version)?;
+    Ok(redb_builder(b).open(path)?)
+}
+
+fn check_version(path: &Path, version: Option<u64>) -> Result<()> {
     match version {
         None => Err(Error::NotAStore(format!(
             "{} is a redb database without postbox tables",
@@ -55,7 +62,7 @@ pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
             found: u32::try_from(v).unwrap_or(u32::MAX),
             supported: FORMAT_VERSION as u32,
         }),
-        Some(_) => Ok(db),
+        Some(_) => Ok(()),
     }
 }
 

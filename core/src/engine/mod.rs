@@ -90,7 +90,7 @@ impl Engine {
         let setup = catch_unwind(AssertUnwindSafe(|| -> Result<u64> {
             let txn = db.begin_write()?;
             let owner = {
-                let mut batch = Batch::open(&txn, clock.now_ms())?;
+                let mut batch = Batch::open(&txn, clock.now_ms(), Default::default())?;
                 if multi {
                     batch.reap_dead_owners(0, owners::is_alive)?;
                 } else {
@@ -113,6 +113,7 @@ impl Engine {
             signals: signals.clone(),
             stats: stats.clone(),
             reap_as: multi.then_some(setup),
+            hints: Default::default(),
         })?;
         Ok(Engine {
             db: parking_lot::RwLock::new(Some(db)),

@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use redb::Database;
 
-use super::batch::Batch;
+use super::batch::{Batch, DueHints};
 use super::clock::Clock;
 use super::signal::Signals;
 use crate::error::{Error, Result};
@@ -103,6 +103,8 @@ pub struct WriterContext {
     pub stats: Arc<PipelineStats>,
     /// `Some(owner)` in multi-process mode: reap the locks of dead processes now and then.
     pub reap_as: Option<u64>,
+    /// Carried between batches; only in single-process mode (see [`DueHints`]).
+    pub hints: Mutex<DueHints>,
 }
 
 impl Pipeline {
@@ -246,8 +248,14 @@ fn run_batch(
     let mut fatal: Option<Error> = None;
     let woken;
     let dirty;
+    let final_hints;
     {
-        let mut batch = match Batch::open(&txn, ctx.clock.now_ms()) {
+        let hints = if ctx.reap_as.is_none() {
+            std::mem::take(&mut *ctx.hints.lock())
+        } else {
+            DueHints::default()
+        };
+        let mut batch = match Batch::open(&txn, ctx.clock.now_ms(), hints) {
             Ok(b) => b,
             Err(e) => return fail_all(jobs, &e),
         };
@@ -277,6 +285,7 @@ fn run_batch(
         }
         dirty = batch.mutations > 0;
         woken = std::mem::take(&mut batch.woken);
+        final_hints = batch.hints;
     }
     let outcome = match fatal {
         Some(e) => {
@@ -295,6 +304,11 @@ fn run_batch(
             Err(e) => Some(Error::from(e)),
         },
     };
+    if outcome.is_none() && ctx.reap_as.is_none() {
+        // Hints taken from the store are kept only if what they describe was committed; on
+        // failure the default (look everywhere) stays in place.
+        *ctx.hints.lock() = final_hints;
+    }
     ctx.stats.operations.fetch_add(n, Ordering::Relaxed);
     for r in ran {
         (r.deliver)(outcome.as_ref());
