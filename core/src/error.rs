@@ -278,6 +278,10 @@ impl From<redb::DatabaseError> for Error {
                 Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
                     Error::NotAStore(io.to_string())
                 }
+                // redb hit the end of the file while reading its header: a truncated store.
+                Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    Error::Corrupted(format!("the file is truncated ({io})"))
+                }
                 other => other,
             },
             other => {
