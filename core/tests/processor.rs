@@ -311,7 +311,10 @@ fn autoscaling_grows_to_max_under_backlog_and_shrinks_to_min_when_empty() {
     }
     assert_eq!(p.workers(), 4);
     gate.open();
-    // Drain the backlog, then wait for the scale-down to reach the minimum.
+    // Every message reaches a handler; then the scale-down reaches the minimum.
+    for _ in 4..20 {
+        start_rx.recv_timeout(WAIT).unwrap();
+    }
     let mut observed = Vec::new();
     loop {
         let n = scale_rx.recv_timeout(WAIT).unwrap();

@@ -95,8 +95,8 @@ impl RetryPolicy {
 
 /// Autoscaling by backlog: every `check_interval` the processor wants
 /// `ceil(backlog / messages_per_worker) + reserve` workers, clamped to
-/// `min_workers..=max_workers`, where the backlog is the queue's receivable messages plus the
-/// processor's in-flight ones. Workers are added at once and retired when they find the queue
+/// `min_workers..=max_workers`, where the backlog is the queue's receivable messages plus those
+/// the processor holds locked (being handled or prefetched). Workers are added at once and retired when they find the queue
 /// empty.
 ///
 /// # Defaults

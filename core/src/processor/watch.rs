@@ -176,7 +176,8 @@ fn autoscaler(sh: &Arc<Shared>) {
         };
         let (spawn, shrink) = {
             let mut st = sh.state.lock();
-            let backlog = active.saturating_add(st.in_flight as u64);
+            // Every lock the processor holds (handled or prefetched) is backlog too.
+            let backlog = active.saturating_add(st.watched.len() as u64);
             let desired = a.desired(backlog);
             st.target = desired;
             (desired.saturating_sub(st.live), desired < st.live)
