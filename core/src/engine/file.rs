@@ -42,14 +42,30 @@ pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
     }
     check_header(path)?;
     // Look before opening for writing: a writable open (and its integrity check) writes to the
-    // file, and a database that is not ours must be left exactly as it was.
-    let version = {
-        let ro = redb_builder(b).open_read_only(path)?;
-        let txn = ro.begin_read()?;
-        super::read::format_version(&txn)?
-    };
-    check_version(path, version)?;
-    Ok(redb_builder(b).open(path)?)
+    // file, and a database that is not ours must be left exactly as it was. A file that needs
+    // recovery (its last writer crashed, or in multi-process mode a writer is live) cannot be
+    // opened read-only; then the writable open recovers it and the check comes after.
+    match redb_builder(b).open_read_only(path) {
+        Ok(ro) => {
+            let version = {
+                let txn = ro.begin_read()?;
+                super::read::format_version(&txn)?
+            };
+            drop(ro);
+            check_version(path, version)?;
+            Ok(redb_builder(b).open(path)?)
+        }
+        Err(redb::DatabaseError::RepairAborted) => {
+            let db = redb_builder(b).open(path)?;
+            let version = {
+                let txn = db.begin_read()?;
+                super::read::format_version(&txn)?
+            };
+            check_version(path, version)?;
+            Ok(db)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn check_version(path: &Path, version: Option<u64>) -> Result<()> {
