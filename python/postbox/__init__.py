@@ -17,6 +17,8 @@ Every call that waits or touches the disk releases the GIL.
 
 from __future__ import annotations
 
+import atexit
+
 from . import _postbox
 from ._errors import (
     AlreadyOpenError,
@@ -50,13 +52,19 @@ from ._postbox import (
     Browse,
     Consumer,
     Message,
+    Processor,
     Queue,
     QueueStats,
+    ShutdownReport,
     Store,
     Transaction,
 )
 
 __version__: str = _postbox.__version__
+
+# Processor workers are native threads that call into Python: stop them while the interpreter
+# can still run their handlers (each waits up to its drop_timeout).
+atexit.register(_postbox._shutdown_all)
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -77,6 +85,7 @@ __all__ = [
     "IoError",
     "LockLostError",
     "Message",
+    "Processor",
     "MessageNotFoundError",
     "MessageTooLargeError",
     "NotAStoreError",
@@ -87,6 +96,7 @@ __all__ = [
     "QueueFullError",
     "QueueNotFoundError",
     "QueueStats",
+    "ShutdownReport",
     "StorageFullError",
     "Store",
     "StoreCorruptedError",

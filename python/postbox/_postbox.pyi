@@ -1,6 +1,6 @@
 """Type stubs of the native module postbox._postbox (checked by mypy.stubtest in CI)."""
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from os import PathLike
 from pathlib import Path
@@ -17,10 +17,13 @@ __all__ = [
     "Browse",
     "Consumer",
     "Message",
+    "Processor",
     "Queue",
     "QueueStats",
+    "ShutdownReport",
     "Store",
     "Transaction",
+    "_shutdown_all",
     "__version__",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
@@ -200,6 +203,8 @@ class Message:
         "dead-lettered",
         "resubmitted",
         "enlisted",
+        "processor",
+        "settled by the processor",
     ]: ...
     def complete(self) -> None: ...
     def abandon(self, delay: _Seconds | None = None) -> None: ...
@@ -258,3 +263,58 @@ class Transaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool: ...
+
+@final
+class ShutdownReport:
+    @property
+    def processed(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def dead_lettered(self) -> int: ...
+    @property
+    def lock_lost(self) -> int: ...
+    @property
+    def returned(self) -> int: ...
+    @property
+    def still_running(self) -> int: ...
+    @property
+    def finished(self) -> bool: ...
+
+@final
+class Processor:
+    def __new__(
+        cls,
+        queue: Queue,
+        handler: Callable[[Message], object],
+        workers: int = 4,
+        *,
+        retry_delay: _Seconds | None = None,
+        max_retry_delay: _Seconds | None = None,
+        handler_timeout: _Seconds | None = None,
+        max_auto_renew: _Seconds | None = None,
+        prefetch: int = 0,
+        autoscale: tuple[int, int] | None = None,
+        drop_timeout: _Seconds | None = None,
+    ) -> Processor: ...
+    @property
+    def queue(self) -> Queue: ...
+    @property
+    def is_stopped(self) -> bool: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+    def stop(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    def join(self, timeout: _Seconds | None = None) -> ShutdownReport: ...
+    def shutdown(self, timeout: _Seconds | None = None) -> ShutdownReport: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+def _shutdown_all() -> None: ...

@@ -8,6 +8,7 @@
 mod convert;
 mod errors;
 mod message;
+mod processor;
 mod queue;
 mod store;
 mod tx;
@@ -18,6 +19,8 @@ use pyo3::prelude::*;
 mod _postbox {
     #[pymodule_export]
     use crate::message::PyMessage;
+    #[pymodule_export]
+    use crate::processor::{_shutdown_all, PyProcessor, PyShutdownReport};
     #[pymodule_export]
     use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats};
     #[pymodule_export]

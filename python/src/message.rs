@@ -19,6 +19,9 @@ pub enum Lock {
     Held(Box<Received>),
     /// Received through, or enlisted in, a transaction: settled by its commit or abort.
     Transaction,
+    /// Handed to a `Processor` handler: settled by the processor when the handler returns;
+    /// holds the dead letter the handler asked for.
+    Processor(Option<(String, String)>),
     /// Settled (the text says how) or being settled right now.
     Settled(&'static str),
 }
@@ -29,6 +32,7 @@ impl Lock {
             Lock::Unlocked => "unlocked",
             Lock::Held(_) => "locked",
             Lock::Transaction => "transaction",
+            Lock::Processor(_) => "processor",
             Lock::Settled(how) => how,
         }
     }
@@ -60,6 +64,10 @@ impl PyMessage {
         )
     }
 
+    pub fn for_processor(env: Envelope, locked_until: SystemTime) -> PyMessage {
+        PyMessage::new(env, Lock::Processor(None), None, Some(locked_until))
+    }
+
     pub fn in_transaction(env: Envelope) -> PyMessage {
         PyMessage::new(env, Lock::Transaction, None, None)
     }
@@ -87,6 +95,10 @@ impl PyMessage {
                     ),
                     Lock::Transaction => format!(
                         "message {} belongs to a transaction: it is settled by the transaction's commit or abort",
+                        self.env.id()
+                    ),
+                    Lock::Processor(_) => format!(
+                        "message {} is settled by the processor when the handler returns: return to complete it, raise to retry it, or call dead_letter()",
                         self.env.id()
                     ),
                     Lock::Settled(how) => {
@@ -246,6 +258,16 @@ impl PyMessage {
     #[pyo3(signature = (reason, description=""))]
     fn dead_letter(&self, py: Python<'_>, reason: String, description: &str) -> PyResult<()> {
         let description = description.to_owned();
+        if let Lock::Processor(slot) = &mut *self.lock.lock() {
+            if slot.is_some() {
+                return Err(invalid(format!(
+                    "message {} is already marked for the dead-letter queue",
+                    self.env.id()
+                )));
+            }
+            *slot = Some((reason, description));
+            return Ok(());
+        }
         self.settle(py, "dead-lettered", move |r| {
             r.dead_letter(&reason, &description)
         })
@@ -270,7 +292,7 @@ impl PyMessage {
         let until = match until {
             Ok(r) => r.py_err()?,
             Err(state) => {
-                let why = if matches!(state, "unlocked" | "transaction") {
+                let why = if matches!(state, "unlocked" | "transaction" | "processor") {
                     format!("message {} holds no lock to renew ({state})", self.env.id())
                 } else {
                     format!("message {} was already settled ({state})", self.env.id())

@@ -1,0 +1,348 @@
+//! `postbox.Processor`: the Rust processor's worker threads running a Python handler.
+//!
+//! Workers are Rust threads: they receive, renew locks and commit without the GIL and take it
+//! only to call the handler. Waiting for shutdown releases the GIL (in slices, so Ctrl-C works),
+//! which is what lets in-flight handlers finish.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use postbox::{Autoscale, Delivery, Processor, RetryPolicy, ShutdownReport};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+
+use crate::convert;
+use crate::errors::{IntoPy, invalid};
+use crate::message::{Lock, PyMessage};
+use crate::queue::{PyQueue, SLICE};
+
+struct Inner {
+    /// `None` once shut down. An `Arc` so that waits happen without holding the mutex.
+    processor: Mutex<Option<Arc<Processor>>>,
+    drop_timeout: Duration,
+}
+
+impl Inner {
+    fn get(&self) -> PyResult<Arc<Processor>> {
+        self.processor
+            .lock()
+            .clone()
+            .ok_or_else(|| invalid("the processor was already shut down"))
+    }
+
+    /// Stops, waits up to `timeout`, and forgets the processor once it has finished.
+    fn shutdown(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<ShutdownReport> {
+        let p = self.get()?;
+        let report = shutdown_sliced(py, &p, timeout)?;
+        if report.finished {
+            let last = self.processor.lock().take();
+            // Dropping the last handle joins the worker threads: never with the GIL held.
+            py.detach(move || drop((last, p)));
+        }
+        Ok(report)
+    }
+}
+
+/// Every processor alive, so that interpreter exit can shut them down while Python still runs
+/// (a worker calling into a finalizing interpreter would hang).
+static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+/// Shuts down every processor still running (registered with `atexit` by the package).
+#[pyfunction]
+pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
+    let live: Vec<Arc<Inner>> = LIVE.lock().drain(..).filter_map(|w| w.upgrade()).collect();
+    for inner in live {
+        if inner.processor.lock().is_some() {
+            let timeout = inner.drop_timeout;
+            inner.shutdown(py, Some(timeout))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `handler(message)` on `workers` threads for every message of `queue`. A handler that
+/// returns completes its message; one that raises abandons it for a retry with backoff (after
+/// `max_deliveries` it is dead-lettered with the exception text). `msg.dead_letter(reason)`
+/// inside the handler dead-letters it instead.
+#[pyclass(frozen, module = "postbox._postbox", name = "Processor")]
+pub struct PyProcessor {
+    inner: Arc<Inner>,
+    queue: Py<PyQueue>,
+}
+
+impl Drop for PyProcessor {
+    fn drop(&mut self) {
+        let last = self.inner.processor.lock().take();
+        if let Some(p) = last {
+            // Processor::drop waits for running handlers, which need the GIL.
+            Python::attach(|py| py.detach(move || drop(p)));
+        }
+    }
+}
+
+fn failure_text(py: Python<'_>, e: &PyErr) -> String {
+    let name = e
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
+    format!("{name}: {}", e.value(py))
+}
+
+fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
+    let requested = Python::attach(|py| -> Result<Option<(String, String)>, String> {
+        let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until());
+        let msg = Bound::new(py, msg).map_err(|e| failure_text(py, &e))?;
+        let result = handler.bind(py).call1((&msg,));
+        let after = std::mem::replace(
+            &mut *msg.get().lock.lock(),
+            Lock::Settled("settled by the processor"),
+        );
+        if let Err(e) = result {
+            return Err(failure_text(py, &e));
+        }
+        Ok(match after {
+            Lock::Processor(dead) => dead,
+            _ => None,
+        })
+    })?;
+    if let Some((reason, description)) = requested {
+        d.dead_letter(&reason, &description)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn report_to_py(r: ShutdownReport) -> PyShutdownReport {
+    PyShutdownReport {
+        processed: r.processed,
+        failed: r.failed,
+        dead_lettered: r.dead_lettered,
+        lock_lost: r.lock_lost,
+        returned: r.returned,
+        still_running: r.still_running,
+        finished: r.finished,
+    }
+}
+
+/// Waits up to `timeout` (`None`: until done) for `p` to finish, in slices, checking signals.
+fn join_sliced(
+    py: Python<'_>,
+    p: &Processor,
+    timeout: Option<Duration>,
+) -> PyResult<ShutdownReport> {
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    loop {
+        let slice = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+            None => SLICE,
+        };
+        let report = py.detach(|| p.join(slice));
+        if report.finished || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(report);
+        }
+        py.check_signals()?;
+    }
+}
+
+fn shutdown_sliced(
+    py: Python<'_>,
+    p: &Processor,
+    timeout: Option<Duration>,
+) -> PyResult<ShutdownReport> {
+    p.stop();
+    join_sliced(py, p, timeout)
+}
+
+#[pymethods]
+impl PyProcessor {
+    #[new]
+    #[pyo3(signature = (queue, handler, workers=4, *, retry_delay=None, max_retry_delay=None,
+        handler_timeout=None, max_auto_renew=None, prefetch=0, autoscale=None, drop_timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        queue: Bound<'_, PyQueue>,
+        handler: Bound<'_, PyAny>,
+        workers: usize,
+        retry_delay: Option<&Bound<'_, PyAny>>,
+        max_retry_delay: Option<&Bound<'_, PyAny>>,
+        handler_timeout: Option<&Bound<'_, PyAny>>,
+        max_auto_renew: Option<&Bound<'_, PyAny>>,
+        prefetch: usize,
+        autoscale: Option<(usize, usize)>,
+        drop_timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyProcessor> {
+        if !handler.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "handler must be callable: handler(message) -> None",
+            ));
+        }
+        let initial = convert::opt_duration(retry_delay, "retry_delay")?
+            .unwrap_or(Duration::from_millis(100));
+        let max = convert::opt_duration(max_retry_delay, "max_retry_delay")?
+            .unwrap_or(Duration::from_secs(60));
+        let drop_timeout =
+            convert::opt_duration(drop_timeout, "drop_timeout")?.unwrap_or(Duration::from_secs(30));
+        let mut b = Processor::builder(&queue.get().q)
+            .workers(workers)
+            .retry(RetryPolicy::exponential(initial, max))
+            .prefetch(prefetch)
+            .drop_timeout(drop_timeout);
+        if let Some(t) = convert::opt_duration(handler_timeout, "handler_timeout")? {
+            b = b.handler_timeout(t);
+        }
+        if let Some(t) = convert::opt_duration(max_auto_renew, "max_auto_renew")? {
+            b = b.max_auto_renew(t);
+        }
+        if let Some((lo, hi)) = autoscale {
+            b = b.autoscale(Autoscale::new(lo, hi));
+        }
+        let handler = handler.unbind();
+        let p = py
+            .detach(|| b.start(move |d: &Delivery| run_handler(&handler, d)))
+            .py_err()?;
+        let inner = Arc::new(Inner {
+            processor: Mutex::new(Some(Arc::new(p))),
+            drop_timeout,
+        });
+        let mut live = LIVE.lock();
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&inner));
+        drop(live);
+        Ok(PyProcessor {
+            inner,
+            queue: queue.unbind(),
+        })
+    }
+
+    /// The queue being processed.
+    #[getter]
+    fn queue(&self, py: Python<'_>) -> Py<PyQueue> {
+        self.queue.clone_ref(py)
+    }
+
+    /// Stops taking new messages, without waiting; running handlers finish normally.
+    fn stop(&self) {
+        if let Ok(p) = self.inner.get() {
+            p.stop();
+        }
+    }
+
+    /// Whether stop() or shutdown() was called.
+    #[getter]
+    fn is_stopped(&self) -> bool {
+        self.inner.get().map(|p| p.is_stopped()).unwrap_or(true)
+    }
+
+    /// Handlers running now.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.inner.get().map(|p| p.in_flight()).unwrap_or(0)
+    }
+
+    /// Live workers now.
+    #[getter]
+    fn workers(&self) -> usize {
+        self.inner.get().map(|p| p.workers()).unwrap_or(0)
+    }
+
+    /// Counters: processed, failed, dead_lettered, lock_lost, returned, in_flight, workers.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.get()?.stats();
+        let d = PyDict::new(py);
+        d.set_item("processed", s.processed)?;
+        d.set_item("failed", s.failed)?;
+        d.set_item("dead_lettered", s.dead_lettered)?;
+        d.set_item("lock_lost", s.lock_lost)?;
+        d.set_item("returned", s.returned)?;
+        d.set_item("in_flight", s.in_flight)?;
+        d.set_item("workers", s.workers)?;
+        Ok(d)
+    }
+
+    /// Waits up to `timeout` (`None`: until done) for the workers to finish after stop().
+    #[pyo3(signature = (timeout=None))]
+    fn join(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyShutdownReport> {
+        let timeout = convert::opt_duration(timeout, "timeout")?;
+        let p = self.inner.get()?;
+        join_sliced(py, &p, timeout).map(report_to_py)
+    }
+
+    /// Stops taking messages and waits up to `timeout` (`None`: until done) for every running
+    /// handler to return and its commit or abort to be applied. Leaves nothing locked when the
+    /// report says `finished`. Calling it again after it finished raises.
+    #[pyo3(signature = (timeout=None))]
+    fn shutdown(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyShutdownReport> {
+        let timeout = convert::opt_duration(timeout, "timeout")?;
+        self.inner.shutdown(py, timeout).map(report_to_py)
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Shuts down, waiting for running handlers.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if self.inner.processor.lock().is_some() {
+            self.inner.shutdown(py, None)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        match self.inner.get() {
+            Ok(p) => format!(
+                "<postbox.Processor queue={:?} workers={} in_flight={}{}>",
+                p.queue().name(),
+                p.workers(),
+                p.in_flight(),
+                if p.is_stopped() { " stopped" } else { "" }
+            ),
+            Err(_) => "<postbox.Processor shut down>".into(),
+        }
+    }
+}
+
+/// What shutdown() and join() report.
+#[pyclass(frozen, get_all, module = "postbox._postbox", name = "ShutdownReport")]
+pub struct PyShutdownReport {
+    processed: u64,
+    failed: u64,
+    dead_lettered: u64,
+    lock_lost: u64,
+    returned: u64,
+    still_running: usize,
+    finished: bool,
+}
+
+#[pymethods]
+impl PyShutdownReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "ShutdownReport(processed={}, failed={}, dead_lettered={}, lock_lost={}, returned={}, still_running={}, finished={})",
+            self.processed,
+            self.failed,
+            self.dead_lettered,
+            self.lock_lost,
+            self.returned,
+            self.still_running,
+            if self.finished { "True" } else { "False" }
+        )
+    }
+}
