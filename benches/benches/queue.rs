@@ -1,0 +1,824 @@
+//! The postbox criterion suite.
+//!
+//! `cargo bench -p postbox-benches` runs everything in a few minutes on 2 cores;
+//! `POSTBOX_BENCH_LONG=1` measures ten times longer; a filter argument
+//! (`cargo bench -p postbox-benches -- send/`) runs the matching benchmarks only.
+//! `POSTBOX_BENCH_MAX_BACKLOG` caps the backlog benchmarks (default 1000000),
+//! `POSTBOX_BENCH_DIR` chooses the filesystem the stores (and the fsync probe) live on.
+//!
+//! Every throughput benchmark reports messages per second (`Throughput::Elements`). After the
+//! criterion run, a summary prints each result beside the fsync probe measured in the same
+//! group (the machine's durable-commit ceiling) and beside raw redb (the floor), then checks
+//! the targets of issue 4. The summary is also written to `target/postbox-bench-summary.md`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use postbox::{Durability, Message, Queue, Store};
+use postbox_benches as pb;
+
+// ---- configuration ----------------------------------------------------------------------
+
+fn long() -> bool {
+    std::env::var("POSTBOX_BENCH_LONG").is_ok_and(|v| v != "0" && !v.is_empty())
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse::<f64>().ok())
+        .map_or(default, |v| v as u64)
+}
+
+fn probe_time() -> Duration {
+    Duration::from_millis(env_u64("POSTBOX_BENCH_PROBE_MS", 2000))
+}
+
+/// Plain (non-criterion) parts honour the same filter words as criterion.
+fn filters() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a.starts_with('-') {
+            // Options criterion takes with a value.
+            if matches!(
+                a.as_str(),
+                "--save-baseline"
+                    | "--baseline"
+                    | "--load-baseline"
+                    | "--measurement-time"
+                    | "--warm-up-time"
+                    | "--sample-size"
+                    | "--output-format"
+                    | "--color"
+                    | "--profile-time"
+                    | "--noise-threshold"
+                    | "--confidence-level"
+                    | "--significance-level"
+                    | "--nresamples"
+                    | "--plotting-backend"
+                    | "--format"
+            ) {
+                args.next();
+            }
+            continue;
+        }
+        out.push(a);
+    }
+    out
+}
+
+fn selected(id: &str) -> bool {
+    let f = filters();
+    f.is_empty() || f.iter().any(|w| id.contains(w.as_str()))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Single,
+    Multi,
+}
+
+#[derive(Clone, Copy)]
+struct Setup {
+    mode: Mode,
+    durability: Durability,
+}
+
+impl Setup {
+    const ALL: [Setup; 3] = [
+        Setup {
+            mode: Mode::Single,
+            durability: Durability::Immediate,
+        },
+        Setup {
+            mode: Mode::Single,
+            durability: Durability::None,
+        },
+        // Multi-process stores commit durably only.
+        Setup {
+            mode: Mode::Multi,
+            durability: Durability::Immediate,
+        },
+    ];
+
+    fn label(self) -> &'static str {
+        match (self.mode, self.durability) {
+            (Mode::Single, Durability::None) => "sp-none",
+            (Mode::Single, _) => "sp-durable",
+            (Mode::Multi, _) => "mp-durable",
+        }
+    }
+
+    fn open(self, dir: &Path) -> Store {
+        Store::builder()
+            .durability(self.durability)
+            .multi_process(self.mode == Mode::Multi)
+            .verify_on_open(false)
+            .open(dir.join("bench.postbox"))
+            .expect("open store")
+    }
+}
+
+// ---- results ----------------------------------------------------------------------------
+
+#[derive(Default, Clone)]
+struct Acc {
+    elements: u64,
+    nanos: u128,
+    probe: f64,
+    note: String,
+}
+
+impl Acc {
+    fn rate(&self) -> f64 {
+        if self.nanos == 0 {
+            0.0
+        } else {
+            self.elements as f64 / (self.nanos as f64 / 1e9)
+        }
+    }
+}
+
+static RESULTS: Mutex<BTreeMap<String, Acc>> = Mutex::new(BTreeMap::new());
+static PROBES: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
+static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The fsync probe of `group`, measured the first time one of its benchmarks runs.
+fn probe(group: &str) -> f64 {
+    let mut p = PROBES.lock().unwrap();
+    if let Some(v) = p.get(group) {
+        return *v;
+    }
+    let dir = pb::temp_dir("postbox-probe-");
+    let v = pb::fsync_probe(dir.path(), probe_time());
+    eprintln!("fsync probe before {group}: {v:.0} fdatasync/s");
+    p.insert(group.to_owned(), v);
+    v
+}
+
+fn record(id: &str, elements: u64, d: Duration, probe: f64) {
+    let mut r = RESULTS.lock().unwrap();
+    let a = r.entry(id.to_owned()).or_default();
+    a.elements += elements;
+    a.nanos += d.as_nanos();
+    a.probe = probe;
+}
+
+fn note(id: &str, text: String) {
+    let mut r = RESULTS.lock().unwrap();
+    r.entry(id.to_owned()).or_default().note = text;
+}
+
+fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sampling_mode(SamplingMode::Flat);
+    if long() {
+        g.warm_up_time(Duration::from_secs(2));
+        g.measurement_time(Duration::from_secs(10));
+        g.sample_size(30);
+    } else {
+        g.warm_up_time(Duration::from_millis(300));
+        g.measurement_time(Duration::from_millis(1500));
+        g.sample_size(10);
+    }
+    g
+}
+
+/// Runs `f(n)` on `threads` threads splitting `iters` between them; returns the wall time.
+fn parallel(threads: usize, iters: u64, f: &(dyn Fn(u64) + Sync)) -> Duration {
+    let t = threads as u64;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for i in 0..t {
+            let n = iters / t + u64::from(i < iters % t);
+            if n > 0 {
+                s.spawn(move || f(n));
+            }
+        }
+    });
+    start.elapsed()
+}
+
+/// Sends `n` messages of `body` in batches (untimed set-up).
+fn fill(q: &Queue, n: u64, body: &[u8]) {
+    let chunk = if body.len() > 8 << 10 { 16 } else { 500 };
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(chunk);
+        q.send_batch((0..k).map(|_| Message::new(body.to_vec())))
+            .expect("fill");
+        left -= k;
+    }
+}
+
+// ---- queue operations ---------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Send,
+    ReceiveComplete,
+    TxReceiveSendCommit,
+    SendBatch100,
+    ReceiveBatch100,
+}
+
+impl Op {
+    const ALL: [Op; 5] = [
+        Op::Send,
+        Op::ReceiveComplete,
+        Op::TxReceiveSendCommit,
+        Op::SendBatch100,
+        Op::ReceiveBatch100,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::ReceiveComplete => "receive_complete",
+            Op::TxReceiveSendCommit => "tx_receive_send_commit",
+            Op::SendBatch100 => "send_batch100",
+            Op::ReceiveBatch100 => "receive_batch100_complete",
+        }
+    }
+
+    fn per_iter(self) -> u64 {
+        match self {
+            Op::SendBatch100 | Op::ReceiveBatch100 => 100,
+            _ => 1,
+        }
+    }
+
+    /// Messages each iteration consumes from the source queue.
+    fn consumes(self) -> u64 {
+        match self {
+            Op::Send | Op::SendBatch100 => 0,
+            _ => self.per_iter(),
+        }
+    }
+}
+
+struct Bench {
+    _dir: tempfile::TempDir,
+    _store: Store,
+    src: Queue,
+    dst: Queue,
+    available: u64,
+    produced: u64,
+    commits: u64,
+    ops: u64,
+}
+
+fn queue_ops(c: &mut Criterion) {
+    const WAIT: Duration = Duration::from_secs(10);
+    for op in Op::ALL {
+        let mut g = configure(c, op.name());
+        g.throughput(Throughput::Elements(op.per_iter()));
+        for setup in Setup::ALL {
+            for size in [1024usize, 64 << 10] {
+                for threads in [1usize, 8, 32] {
+                    let id = format!("{}/{}KiB/t{threads}", setup.label(), size >> 10);
+                    let full = format!("{}/{id}", op.name());
+                    let body = pb::body(size);
+                    let mut state: Option<Bench> = None;
+                    let group = op.name();
+                    g.bench_function(&id, |b| {
+                        b.iter_custom(|iters| {
+                            let ceiling = probe(group);
+                            let s = state.get_or_insert_with(|| {
+                                let dir = pb::temp_dir("postbox-bench-");
+                                let store = setup.open(dir.path());
+                                let src = store.queue("src").expect("queue");
+                                let dst = store.queue("dst").expect("queue");
+                                Bench {
+                                    _dir: dir,
+                                    _store: store,
+                                    src,
+                                    dst,
+                                    available: 0,
+                                    produced: 0,
+                                    commits: 0,
+                                    ops: 0,
+                                }
+                            });
+                            // Untimed: keep the source stocked and the file from growing.
+                            let need = iters * op.consumes();
+                            if s.available < need {
+                                fill(&s.src, need - s.available, &body);
+                                s.available = need;
+                            }
+                            let limit = if size > 8 << 10 { 3_000 } else { 50_000 };
+                            if s.produced > limit {
+                                if op == Op::TxReceiveSendCommit {
+                                    s.dst.purge().expect("purge");
+                                } else {
+                                    s.src.purge().expect("purge");
+                                    s.available = 0;
+                                }
+                                s.produced = 0;
+                            }
+                            let (src, dst) = (&s.src, &s.dst);
+                            let body = &body;
+                            let work = |n: u64| match op {
+                                Op::Send => {
+                                    for _ in 0..n {
+                                        src.send(Message::new(body.clone())).expect("send");
+                                    }
+                                }
+                                Op::SendBatch100 => {
+                                    for _ in 0..n {
+                                        src.send_batch(
+                                            (0..100).map(|_| Message::new(body.clone())),
+                                        )
+                                        .expect("send_batch");
+                                    }
+                                }
+                                Op::ReceiveComplete => {
+                                    for _ in 0..n {
+                                        let m =
+                                            src.receive(WAIT).expect("receive").expect("a message");
+                                        m.complete().expect("complete");
+                                    }
+                                }
+                                Op::ReceiveBatch100 => {
+                                    for _ in 0..n {
+                                        let ms =
+                                            src.receive_batch(100, WAIT).expect("receive_batch");
+                                        assert!(!ms.is_empty(), "receive_batch timed out");
+                                        src.complete_batch(ms).expect("complete_batch");
+                                    }
+                                }
+                                Op::TxReceiveSendCommit => {
+                                    let store = &s._store;
+                                    for _ in 0..n {
+                                        let mut tx = store.begin();
+                                        tx.receive(src, WAIT).expect("receive").expect("a message");
+                                        tx.send(dst, Message::new(body.clone())).expect("send");
+                                        tx.commit().expect("commit");
+                                    }
+                                }
+                            };
+                            let before = s._store.stats();
+                            let d = parallel(threads, iters, &work);
+                            let after = s._store.stats();
+                            s.commits += after.commits - before.commits;
+                            s.ops += after.operations - before.operations;
+                            note(
+                                &full,
+                                format!("{:.1} ops/commit", s.ops as f64 / s.commits.max(1) as f64),
+                            );
+                            s.available -= need;
+                            if op != Op::ReceiveComplete && op != Op::ReceiveBatch100 {
+                                s.produced += iters * op.per_iter();
+                            }
+                            record(&full, iters * op.per_iter(), d, ceiling);
+                            d
+                        });
+                    });
+                }
+            }
+        }
+        g.finish();
+    }
+}
+
+// ---- raw redb floor -----------------------------------------------------------------------
+
+fn raw_redb(c: &mut Criterion) {
+    let mut g = configure(c, "raw_redb");
+    let body = pb::body(1024);
+    for (mode, multi) in [("sp", false), ("mp", true)] {
+        for batch in [1usize, 8, 32, 100] {
+            let id = format!("{mode}/batch{batch}");
+            let full = format!("raw_redb/{id}");
+            g.throughput(Throughput::Elements(batch as u64));
+            let mut state: Option<(tempfile::TempDir, pb::RawRedb)> = None;
+            g.bench_function(&id, |b| {
+                b.iter_custom(|iters| {
+                    let ceiling = probe("raw_redb");
+                    let (_, db) = state.get_or_insert_with(|| {
+                        let dir = pb::temp_dir("postbox-raw-");
+                        let db = pb::RawRedb::create(&dir.path().join("raw.redb"), multi);
+                        (dir, db)
+                    });
+                    if db.inserted() > 100_000 {
+                        db.clear();
+                    }
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        db.insert_batch(batch, &body);
+                    }
+                    let d = start.elapsed();
+                    record(&full, iters * batch as u64, d, ceiling);
+                    d
+                });
+            });
+        }
+    }
+    g.finish();
+}
+
+// ---- backlog --------------------------------------------------------------------------------
+
+fn backlog(c: &mut Criterion) {
+    let max = env_u64("POSTBOX_BENCH_MAX_BACKLOG", 1_000_000);
+    let levels: Vec<u64> = [1_000u64, 100_000, 1_000_000]
+        .into_iter()
+        .filter(|l| *l <= max)
+        .collect();
+    if !levels.iter().any(|l| {
+        ["durable", "none"]
+            .iter()
+            .any(|d| selected(&format!("backlog/{d}/{}", level_name(*l))))
+    }) {
+        return;
+    }
+    let body = pb::body(1024);
+    let dir = pb::temp_dir("postbox-backlog-");
+    let path = dir.path().to_path_buf();
+    let cache = 64usize << 20;
+    let open = |d: Durability| {
+        Store::builder()
+            .durability(d)
+            .cache_size(cache)
+            .verify_on_open(false)
+            .open(path.join("bench.postbox"))
+            .expect("open store")
+    };
+    let mut g = configure(c, "backlog");
+    g.throughput(Throughput::Elements(1));
+    let mut have = 0u64;
+    for level in levels {
+        // Prefill up to `level` without fsyncs, in batches, then close (one sync).
+        let start = Instant::now();
+        {
+            let store = open(Durability::None);
+            let q = store.queue("backlog").expect("queue");
+            let mut left = level.saturating_sub(have);
+            while left > 0 {
+                let k = left.min(1000);
+                q.send_batch((0..k).map(|_| Message::new(body.clone())))
+                    .expect("prefill");
+                left -= k;
+            }
+            have = q.len().expect("len");
+            store.close().expect("close");
+        }
+        eprintln!(
+            "backlog prefill to {level}: {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        for (dname, d) in [
+            ("durable", Durability::Immediate),
+            ("none", Durability::None),
+        ] {
+            let id = format!("{dname}/{}", level_name(level));
+            let full = format!("backlog/{id}");
+            let store = open(d);
+            let q = store.queue("backlog").expect("queue");
+            let mut consumed = 0u64;
+            g.bench_function(&id, |b| {
+                b.iter_custom(|iters| {
+                    let ceiling = probe("backlog");
+                    // Untimed: put back what the previous samples took, so the backlog stays
+                    // at `level`.
+                    if consumed > 0 {
+                        fill(&q, consumed, &body);
+                        consumed = 0;
+                    }
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let m = q
+                            .receive(Duration::from_secs(10))
+                            .expect("receive")
+                            .expect("a message");
+                        m.complete().expect("complete");
+                    }
+                    let d = start.elapsed();
+                    consumed += iters;
+                    record(&full, iters, d, ceiling);
+                    d
+                });
+            });
+            if consumed > 0 {
+                fill(&q, consumed, &body);
+            }
+            let (rss, hwm) = pb::memory_kib();
+            note(
+                &full,
+                format!(
+                    "RSS {} MiB (peak {} MiB), cache {} MiB",
+                    rss >> 10,
+                    hwm >> 10,
+                    cache >> 20
+                ),
+            );
+            store.close().expect("close");
+        }
+    }
+    g.finish();
+}
+
+fn level_name(l: u64) -> String {
+    match l {
+        1_000 => "1e3".into(),
+        100_000 => "1e5".into(),
+        1_000_000 => "1e6".into(),
+        other => other.to_string(),
+    }
+}
+
+// ---- wake-up latency (plain loops: criterion would spend its time in the idle gaps) -------
+
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+    n: usize,
+}
+
+static LATENCIES: Mutex<Vec<(String, Latency)>> = Mutex::new(Vec::new());
+
+fn summarize(mut v: Vec<Duration>) -> Latency {
+    let n = v.len();
+    let mean = v.iter().sum::<Duration>() / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+    Latency {
+        p50: pb::percentile(&mut v, 50.0),
+        p99: pb::percentile(&mut v, 99.0),
+        mean,
+        n,
+    }
+}
+
+fn wake_in_process(durability: Durability, label: &str, n: usize) {
+    let id = format!("wakeup/in_process/{label}");
+    if !selected(&id) {
+        return;
+    }
+    let dir = pb::temp_dir("postbox-wake-");
+    let store = Store::builder()
+        .durability(durability)
+        .open(dir.path().join("wake.postbox"))
+        .expect("open");
+    let q = store.queue("wake").expect("queue");
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<Instant>();
+    let (again_tx, again_rx) = std::sync::mpsc::channel::<()>();
+    let receiver = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            loop {
+                let _ = again_tx.send(());
+                let Some(m) = q.receive(Duration::from_secs(30)).expect("receive") else {
+                    break;
+                };
+                let at = Instant::now();
+                let quit = m.body() == b"quit";
+                m.complete().expect("complete");
+                if quit {
+                    break;
+                }
+                let _ = got_tx.send(at);
+            }
+        })
+    };
+    let body = pb::body(1024);
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        again_rx.recv().expect("receiver alive");
+        // Let the receiver find the queue empty and park.
+        std::thread::sleep(Duration::from_micros(500));
+        let t0 = Instant::now();
+        q.send(Message::new(body.clone())).expect("send");
+        let at = got_rx.recv().expect("receiver alive");
+        lat.push(at.duration_since(t0));
+    }
+    q.send("quit").expect("send");
+    receiver.join().expect("receiver");
+    let l = summarize(lat);
+    eprintln!(
+        "{id}: p50 {:?} p99 {:?} mean {:?} (n = {})",
+        l.p50, l.p99, l.mean, l.n
+    );
+    LATENCIES.lock().unwrap().push((id, l));
+}
+
+fn wake_cross_process(n: usize) {
+    let id = "wakeup/cross_process/mp-durable".to_string();
+    if !selected(&id) {
+        return;
+    }
+    let dir = pb::temp_dir("postbox-xwake-");
+    let path = dir.path().join("wake.postbox");
+    let store = Store::builder()
+        .multi_process(true)
+        .open(&path)
+        .expect("open");
+    let q = store.queue("wake").expect("queue");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_postbox-wake-child"))
+        .arg(&path)
+        .arg("wake")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn postbox-wake-child");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(|l| l.ok()).as_deref(), Some("ready"));
+    let mut rng = pb::XorShift::new(0x5EED);
+    let mut lat = Vec::with_capacity(n);
+    for _ in 0..n {
+        // A random idle gap of 0–20 ms, so the child's poll backoff is caught at every stage.
+        std::thread::sleep(Duration::from_micros(rng.below(20_000)));
+        q.send(pb::epoch_nanos().to_string().as_str())
+            .expect("send");
+        let ns: u64 = lines
+            .next()
+            .and_then(|l| l.ok())
+            .and_then(|l| l.trim().parse().ok())
+            .expect("latency from child");
+        lat.push(Duration::from_nanos(ns));
+    }
+    q.send("quit").expect("send");
+    let _ = child.wait();
+    let l = summarize(lat);
+    eprintln!(
+        "{id}: p50 {:?} p99 {:?} mean {:?} (n = {}, poll 1–50 ms backoff)",
+        l.p50, l.p99, l.mean, l.n
+    );
+    LATENCIES.lock().unwrap().push((id, l));
+}
+
+fn wakeups() {
+    let scale = if long() { 5 } else { 1 };
+    wake_in_process(Durability::None, "sp-none", 2000 * scale);
+    wake_in_process(Durability::Immediate, "sp-durable", 300 * scale);
+    wake_cross_process(200 * scale);
+}
+
+// ---- summary --------------------------------------------------------------------------------
+
+fn summary() -> String {
+    use std::fmt::Write;
+    let r = RESULTS.lock().unwrap().clone();
+    let probes = PROBES.lock().unwrap().clone();
+    let mut out = String::new();
+    let _ = writeln!(out, "## Criterion summary\n");
+    let _ = writeln!(
+        out,
+        "fsync probe (1 KiB append + fdatasync, {} ms, same filesystem), per group: {}\n",
+        probe_time().as_millis(),
+        probes
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.0}/s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "| benchmark | msgs/s | × fsync ceiling | note |\n| --- | ---: | ---: | --- |"
+    );
+    for (id, a) in &r {
+        if a.nanos == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "| {id} | {:.0} | {:.2} | {} |",
+            a.rate(),
+            if a.probe > 0.0 {
+                a.rate() / a.probe
+            } else {
+                0.0
+            },
+            a.note
+        );
+    }
+    let lats = LATENCIES.lock().unwrap();
+    if !lats.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| wake-up latency (send → blocked receiver returns) | p50 | p99 | mean | n |\n| --- | ---: | ---: | ---: | ---: |"
+        );
+        for (id, l) in lats.iter() {
+            let _ = writeln!(
+                out,
+                "| {id} | {:.0} µs | {:.0} µs | {:.0} µs | {} |",
+                l.p50.as_secs_f64() * 1e6,
+                l.p99.as_secs_f64() * 1e6,
+                l.mean.as_secs_f64() * 1e6,
+                l.n
+            );
+        }
+    }
+
+    // Targets of issue 4, as ratios within this run.
+    let rate = |id: &str| r.get(id).map(Acc::rate).filter(|v| *v > 0.0);
+    let mut t = String::new();
+    let mut check = |what: String, got: Option<f64>, floor: Option<f64>, need: f64| {
+        let line = match (got, floor) {
+            (Some(g), Some(f)) => {
+                let ratio = g / f;
+                format!(
+                    "| {what} | {g:.0} / {f:.0} = {ratio:.2} | ≥ {need} | {} |",
+                    if ratio >= need { "met" } else { "MISSED" }
+                )
+            }
+            _ => format!("| {what} | not measured | ≥ {need} | – |"),
+        };
+        let _ = writeln!(t, "{line}");
+    };
+    for m in ["sp", "mp"] {
+        let q = |op: &str, th: u32| format!("{op}/{m}-durable/1KiB/t{th}");
+        let raw = |n: u32| rate(&format!("raw_redb/{m}/batch{n}"));
+        check(
+            format!("{m}: send t1 vs raw batch1"),
+            rate(&q("send", 1)),
+            raw(1),
+            0.9,
+        );
+        check(
+            format!("{m}: send t8 vs raw batch8"),
+            rate(&q("send", 8)),
+            raw(8),
+            0.8,
+        );
+        check(
+            format!("{m}: send t32 vs raw batch32"),
+            rate(&q("send", 32)),
+            raw(32),
+            0.8,
+        );
+        check(
+            format!("{m}: receive+complete t8 vs raw batch8"),
+            rate(&q("receive_complete", 8)),
+            raw(8),
+            0.4,
+        );
+        check(
+            format!("{m}: send_batch(100) t1 vs raw batch100"),
+            rate(&q("send_batch100", 1)),
+            raw(100),
+            0.8,
+        );
+        check(
+            format!("{m}: receive_batch(100)+complete_batch t1 vs raw batch100"),
+            rate(&q("receive_batch100_complete", 1)),
+            raw(100),
+            0.8,
+        );
+    }
+    for d in ["durable", "none"] {
+        // Cost ratio = rate at 1e3 / rate at 1e6; the target is ≤ 1.25.
+        let small = rate(&format!("backlog/{d}/1e3"));
+        let big = rate(&format!("backlog/{d}/1e6"));
+        let line = match (small, big) {
+            (Some(s), Some(b)) => format!(
+                "| backlog {d}: cost at 1e6 / cost at 1e3 | {s:.0} / {b:.0} = {:.2} | ≤ 1.25 | {} |",
+                s / b,
+                if s / b <= 1.25 { "met" } else { "MISSED" }
+            ),
+            _ => format!("| backlog {d}: cost at 1e6 / cost at 1e3 | not measured | ≤ 1.25 | – |"),
+        };
+        let _ = writeln!(t, "{line}");
+    }
+    if let Some((_, l)) = lats
+        .iter()
+        .find(|(id, _)| id == "wakeup/in_process/sp-none")
+    {
+        let us = l.p99.as_secs_f64() * 1e6;
+        let _ = writeln!(
+            t,
+            "| in-process wake-up p99, Durability::None | {us:.0} µs | ≤ 200 µs | {} |",
+            if us <= 200.0 { "met" } else { "MISSED" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n### Targets (issue 4; durable, 1 KiB, ratios within this run)\n\n| target | measured | need | |\n| --- | ---: | ---: | --- |\n{t}"
+    );
+    for n in NOTES.lock().unwrap().iter() {
+        let _ = writeln!(out, "{n}");
+    }
+    out
+}
+
+fn summary_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/postbox-bench-summary.md")
+}
+
+fn main() {
+    let mut c = Criterion::default().without_plots().configure_from_args();
+    wakeups();
+    raw_redb(&mut c);
+    queue_ops(&mut c);
+    backlog(&mut c);
+    c.final_summary();
+    let text = summary();
+    println!("\n{text}");
+    if let Err(e) = std::fs::write(summary_path(), &text) {
+        eprintln!("could not write {}: {e}", summary_path().display());
+    }
+}

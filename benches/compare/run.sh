@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# The comparison harness: postbox against what its users would pick instead, same machine,
+# same run. Prints one table and writes BENCHMARKS.md at the repository root.
+#
+#   benches/compare/run.sh
+#
+# Knobs (environment): POSTBOX_COMPARE_COUNT (workload A size, 20000), POSTBOX_COMPARE_CAP
+# (seconds a phase of A may take before it stops and reports its rate so far, 15),
+# POSTBOX_COMPARE_SECONDS (workload B window, 10), POSTBOX_COMPARE_ONLY (comma-separated
+# systems to run, for development), POSTBOX_COMPARE_OUT (the markdown file, BENCHMARKS.md),
+# POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails).
+#
+# Everything the script installs goes to benches/compare/.work (git-ignored) or comes from
+# apt; servers it starts listen on 127.0.0.1 only and are stopped on exit.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+WORK=$HERE/.work
+mkdir -p "$WORK"
+COUNT=${POSTBOX_COMPARE_COUNT:-20000}
+CAP=${POSTBOX_COMPARE_CAP:-15}
+SECS=${POSTBOX_COMPARE_SECONDS:-10}
+ONLY=${POSTBOX_COMPARE_ONLY:-}
+OUT=${POSTBOX_COMPARE_OUT:-$ROOT/BENCHMARKS.md}
+REDIS_PORT=${POSTBOX_COMPARE_REDIS_PORT:-6390}
+AMQP_PORT=${POSTBOX_COMPARE_AMQP_PORT:-5682}
+RESULTS=$WORK/results.jsonl
+STATUS=$WORK/status.jsonl
+META=$WORK/meta.json
+DATA=$WORK/data
+VENV=$WORK/venv
+PY=$VENV/bin/python
+: >"$RESULTS"
+: >"$STATUS"
+rm -rf "$DATA"
+mkdir -p "$DATA"
+STARTED=$(date +%s)
+
+log() { printf '[compare %3ds] %s\n' "$(($(date +%s) - STARTED))" "$*" >&2; }
+wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+# status SYSTEM MESSAGE: a system that could not run, reported in the table.
+status() { printf '{"system": "%s", "status": "%s"}\n' "$1" "${2//\"/\'}" >>"$STATUS"; log "$1: $2"; }
+
+# ---- servers we start are stopped on exit -----------------------------------------------------
+REDIS_PID=""
+RABBIT_PID=""
+EPMD_OURS=0
+cleanup() {
+    if [ -n "$REDIS_PID" ]; then
+        kill "$REDIS_PID" 2>/dev/null
+        wait "$REDIS_PID" 2>/dev/null
+    fi
+    if [ -n "$RABBIT_PID" ]; then
+        HOME=$WORK/rabbit/home RABBITMQ_NODENAME=postbox-bench@localhost \
+            timeout 30 rabbitmqctl -n postbox-bench@localhost stop >/dev/null 2>&1
+        kill "$RABBIT_PID" 2>/dev/null
+        wait "$RABBIT_PID" 2>/dev/null
+    fi
+    if [ "$EPMD_OURS" = 1 ]; then
+        epmd -kill >/dev/null 2>&1
+    fi
+    rm -rf "$DATA"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+apt_install() {
+    # Install without starting the distribution's own service (we start private instances).
+    local policy=/usr/sbin/policy-rc.d created=0
+    if [ ! -e $policy ]; then
+        printf '#!/bin/sh\nexit 101\n' >$policy && chmod +x $policy && created=1
+    fi
+    if [ ! -f "$WORK/.apt-updated" ]; then
+        apt-get update -qq >/dev/null 2>&1 && touch "$WORK/.apt-updated"
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >"$WORK/apt.log" 2>&1
+    local rc=$?
+    [ $created = 1 ] && rm -f $policy
+    return $rc
+}
+
+# ---- build ---------------------------------------------------------------------------------------
+log "building postbox-compare (bench profile, shared with cargo bench)"
+if ! (cd "$ROOT" && cargo build -q --profile bench -p postbox-benches --bins); then
+    echo "cannot build the postbox benchmark binaries" >&2
+    exit 1
+fi
+BIN=$ROOT/target/release
+
+# ---- python venv with the Python peers ----------------------------------------------------------
+if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV" || { echo "python3 -m venv failed" >&2; exit 1; }
+fi
+if ! "$PY" -c "import persistqueue, litequeue, pika, redis" 2>/dev/null; then
+    log "installing persist-queue litequeue pika redis into $VENV"
+    "$PY" -m pip install -q --disable-pip-version-check persist-queue litequeue pika redis >"$WORK/pip.log" 2>&1 ||
+        log "pip install failed (see $WORK/pip.log)"
+fi
+
+# ---- Redis: AOF appendfsync always, loopback only ------------------------------------------------
+REDIS_OK=0
+if wanted redis-streams; then
+    command -v redis-server >/dev/null || { log "installing redis-server"; apt_install redis-server; }
+    if command -v redis-server >/dev/null; then
+        mkdir -p "$WORK/redis"
+        rm -f "$WORK/redis/"*.aof "$WORK/redis/appendonlydir" -r 2>/dev/null
+        redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes --dir "$WORK/redis" \
+            --appendonly yes --appendfsync always --save '' --daemonize no \
+            --logfile "$WORK/redis/redis.log" &
+        REDIS_PID=$!
+        for _ in $(seq 50); do
+            redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && { REDIS_OK=1; break; }
+            sleep 0.2
+        done
+        [ $REDIS_OK = 1 ] || status redis-streams "redis-server did not start (see $WORK/redis/redis.log)"
+    else
+        status redis-streams "redis-server not installed and apt-get install failed"
+    fi
+fi
+
+# ---- RabbitMQ: private node on loopback ----------------------------------------------------------
+RABBIT_OK=0
+if wanted rabbitmq-quorum; then
+    command -v rabbitmq-server >/dev/null || { log "installing rabbitmq-server"; apt_install rabbitmq-server; }
+    if command -v rabbitmq-server >/dev/null; then
+        epmd -names >/dev/null 2>&1 || EPMD_OURS=1
+        R=$WORK/rabbit
+        rm -rf "$R/mnesia"
+        mkdir -p "$R/home" "$R/log" "$R/mnesia"
+        cat >"$R/rabbitmq.conf" <<EOF
+listeners.tcp.default = 127.0.0.1:$AMQP_PORT
+loopback_users = none
+EOF
+        export ERL_EPMD_ADDRESS=127.0.0.1
+        HOME=$R/home RABBITMQ_NODENAME=postbox-bench@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+            RABBITMQ_NODE_PORT=$AMQP_PORT RABBITMQ_DIST_PORT=$((AMQP_PORT + 20000)) \
+            RABBITMQ_CONFIG_FILE=$R/rabbitmq RABBITMQ_MNESIA_BASE=$R/mnesia RABBITMQ_LOG_BASE=$R/log \
+            RABBITMQ_ENABLED_PLUGINS_FILE=$R/enabled_plugins RABBITMQ_ENABLED_PLUGINS= \
+            rabbitmq-server >"$R/server.out" 2>&1 &
+        RABBIT_PID=$!
+        log "waiting for RabbitMQ"
+        if HOME=$R/home timeout 90 rabbitmqctl -n postbox-bench@localhost await_startup >/dev/null 2>&1; then
+            RABBIT_OK=1
+        else
+            status rabbitmq-quorum "rabbitmq-server did not start within 90 s (see $R/server.out)"
+        fi
+    else
+        status rabbitmq-quorum "rabbitmq-server not installed and apt-get install failed"
+    fi
+fi
+
+# ---- machine facts, fsync ceiling and raw redb floor ----------------------------------------------
+probe() { "$BIN/postbox-probe" "$DATA" 2 2>/dev/null || echo '{}'; }
+log "fsync probe and raw redb floor"
+PROBE_BEFORE=$(probe)
+
+run_json() { # SYSTEM-LABEL command...: append the JSON lines it prints, or a status line
+    local label=$1
+    shift
+    local out rc
+    out=$(timeout 300 "$@" 2>"$WORK/last.err")
+    rc=$?
+    if [ $rc -ne 0 ] || [ -z "$out" ]; then
+        status "$label" "failed (exit $rc): $(tail -c 300 "$WORK/last.err" | tr '\n"' ' _')"
+    fi
+    printf '%s\n' "$out" | grep '^{' >>"$RESULTS"
+}
+
+rust() { run_json postbox "$BIN/postbox-compare" --dir "$DATA" --count "$COUNT" --cap "$CAP" --seconds "$SECS" "$@"; }
+peer() { # NAME args...
+    local name=$1
+    shift
+    local d="$DATA/$name-$RANDOM"
+    mkdir -p "$d"
+    run_json "$name" "$PY" "$HERE/peers.py" --peer "$name" --dir "$d" --count "$COUNT" --cap "$CAP" \
+        --seconds "$SECS" --redis-port "$REDIS_PORT" --amqp-port "$AMQP_PORT" "$@"
+    rm -rf "$d"
+}
+
+PEERS_PM="persist-queue litequeue litequeue-full sqlite-wal-full rabbitmq-quorum redis-streams"
+PEERS_BATCHED="sqlite-wal-full rabbitmq-quorum redis-streams"
+available() { # a peer that needs a server is skipped (already reported) when it did not start
+    case $1 in
+    redis-streams) [ $REDIS_OK = 1 ] ;;
+    rabbitmq-quorum) [ $RABBIT_OK = 1 ] ;;
+    *) "$PY" -c "import persistqueue, litequeue" 2>/dev/null || { status "$1" "python packages missing (pip failed)"; return 1; } ;;
+    esac
+}
+
+for W in A B; do
+    for CLASS in per-message batched; do
+        if wanted postbox; then
+            log "workload $W $CLASS: postbox"
+            rust --workload "$W" --class "$CLASS"
+        fi
+        if [ $CLASS = per-message ]; then list=$PEERS_PM; else list=$PEERS_BATCHED; fi
+        for P in $list; do
+            wanted "$P" || continue
+            available "$P" || continue
+            log "workload $W $CLASS: $P"
+            peer "$P" --workload "$W" --class "$CLASS"
+        done
+    done
+done
+
+# ---- (C) the same workloads through the Python binding ------------------------------------------
+if wanted postbox-python; then
+    WL=$HERE/python/workload.py
+    if ! "$PY" -c "import postbox" 2>/dev/null && [ "${POSTBOX_COMPARE_BUILD_PY:-1}" != 0 ] &&
+        [ -f "$ROOT/python/pyproject.toml" ] && [ -f "$WL" ]; then
+        log "building the Python binding into the venv (maturin develop --release)"
+        "$PY" -m pip install -q --disable-pip-version-check maturin >>"$WORK/pip.log" 2>&1
+        (cd "$ROOT/python" && VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH timeout 600 \
+            maturin develop --release -q >"$WORK/maturin.log" 2>&1) ||
+            log "maturin develop failed (see $WORK/maturin.log)"
+    fi
+    if [ ! -f "$WL" ]; then
+        status postbox-python "not available: benches/compare/python/workload.py does not exist yet"
+    elif ! "$PY" -c "import postbox" 2>/dev/null; then
+        status postbox-python "not available: import postbox fails in the harness venv"
+    else
+        for W in A B; do
+            for CLASS in per-message batched; do
+                log "workload $W $CLASS: postbox (Python)"
+                d="$DATA/py-$RANDOM"
+                mkdir -p "$d"
+                run_json postbox-python "$PY" "$WL" --workload "$W" --class "$CLASS" --dir "$d" \
+                    --count "$COUNT" --cap "$CAP" --seconds "$SECS"
+                rm -rf "$d"
+            done
+        done
+    fi
+fi
+
+# ---- workload A through the C API ----------------------------------------------------------------
+if wanted postbox-c; then
+    CW=$HERE/c/workload_a.c
+    if [ ! -f "$CW" ]; then
+        status postbox-c "not available: benches/compare/c/workload_a.c does not exist yet"
+    elif ! (cd "$ROOT" && cargo build -q --profile bench -p postbox-ffi) 2>"$WORK/ffi.log" ||
+        ! cc -O2 -std=c11 -I"$ROOT/include" "$CW" -L"$BIN" -lpostbox -Wl,-rpath,"$BIN" \
+            -o "$WORK/workload_a" 2>>"$WORK/ffi.log"; then
+        status postbox-c "not available: build failed (see $WORK/ffi.log)"
+    else
+        for CLASS in per-message batched; do
+            log "workload A $CLASS: postbox (C)"
+            d="$DATA/c-$RANDOM"
+            mkdir -p "$d"
+            run_json postbox-c "$WORK/workload_a" --class "$CLASS" --dir "$d" --count "$COUNT" --cap "$CAP"
+            rm -rf "$d"
+        done
+    fi
+fi
+
+PROBE_AFTER=$(probe)
+
+# ---- versions and the table ---------------------------------------------------------------------
+pyver() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || echo "?"; }
+RABBIT_VER=$(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo "?")
+ERLANG_VER=$(dpkg-query -W -f='${Version}' erlang-base 2>/dev/null || echo "?")
+REDIS_VER=$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+"$PY" - "$META" <<EOF
+import json, sys
+json.dump({
+  "date": "$(date -u '+%Y-%m-%d %H:%M UTC')",
+  "cpu": "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)",
+  "cores": "$(nproc)",
+  "memory": "$(free -h 2>/dev/null | awk '/^Mem:/ {print $2}')",
+  "kernel": "$(uname -sr)",
+  "filesystem": "$(df -T "$WORK" 2>/dev/null | awk 'NR==2 {print $2 " on " $1}')",
+  "load": "$(cut -d' ' -f1-3 /proc/loadavg)",
+  "rustc": "$(rustc --version 2>/dev/null)",
+  "postbox": "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD -- core 2>/dev/null || echo '+uncommitted core changes')",
+  "redb": "4.6.0",
+  "python": "$("$PY" -c 'import sys, sqlite3; print(sys.version.split()[0], "/ SQLite", sqlite3.sqlite_version)')",
+  "persist-queue": "$(pyver persist-queue)",
+  "litequeue": "$(pyver litequeue)",
+  "pika": "$(pyver pika)",
+  "redis-py": "$(pyver redis)",
+  "redis": "${REDIS_VER:-?}",
+  "rabbitmq": "$RABBIT_VER (Erlang $ERLANG_VER)",
+  "count": $COUNT, "cap": $CAP, "seconds": $SECS,
+  "probe_before": $PROBE_BEFORE, "probe_after": $PROBE_AFTER,
+  "elapsed_s": $(($(date +%s) - STARTED)),
+}, open(sys.argv[1], "w"))
+EOF
+"$PY" "$HERE/render.py" "$RESULTS" "$STATUS" "$META" "$ROOT/target/postbox-bench-summary.md" "$OUT"
+log "done; wrote $OUT"
