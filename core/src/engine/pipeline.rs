@@ -167,9 +167,19 @@ impl Pipeline {
 /// and lets redb reclaim pages that only a durable commit frees.
 const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The longest a durable batch waits for the callers of the previous batch to come back.
+const MAX_GATHER: std::time::Duration = std::time::Duration::from_micros(500);
+
 fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
     let mut last_reap = std::time::Instant::now();
     let mut last_checkpoint = std::time::Instant::now();
+    // Callers of a batch are answered together and come back together, but a woken thread
+    // takes a while to run: without waiting, the first one back would get a commit of its own
+    // and the rest would queue behind its fsync. So a durable batch waits briefly (a quarter
+    // of the last commit's cost, at most MAX_GATHER) for as many callers as the last batch had.
+    // A lone caller (expect == 1) never waits.
+    let mut expect = 1usize;
+    let mut last_cost = std::time::Duration::ZERO;
     while let Ok(first) = rx.recv() {
         let mut jobs = Vec::new();
         let mut stop = None;
@@ -177,13 +187,21 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
             Msg::Job(j) => jobs.push(j),
             Msg::Stop(j) => stop = Some(j),
         }
+        let gather = matches!(ctx.durability, Durability::Immediate) && expect > 1;
+        let deadline = std::time::Instant::now() + (last_cost / 4).min(MAX_GATHER);
         while stop.is_none() && jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(Msg::Job(j)) => jobs.push(j),
-                Ok(Msg::Stop(j)) => stop = Some(j),
-                Err(_) => break,
+            let next = if gather && jobs.len() < expect {
+                rx.recv_deadline(deadline).ok()
+            } else {
+                rx.try_recv().ok()
+            };
+            match next {
+                Some(Msg::Job(j)) => jobs.push(j),
+                Some(Msg::Stop(j)) => stop = Some(j),
+                None => break,
             }
         }
+        expect = jobs.len().max(1);
         let reap = match ctx.reap_as {
             Some(owner) if last_reap.elapsed() >= std::time::Duration::from_millis(100) => {
                 last_reap = std::time::Instant::now();
@@ -199,7 +217,9 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
                 }
                 other => other,
             };
+            let started = std::time::Instant::now();
             run_guarded(ctx, jobs, durability, reap);
+            last_cost = started.elapsed();
         }
         if let Some(last) = stop {
             run_guarded(ctx, vec![last], Durability::Immediate, None);
