@@ -51,6 +51,9 @@ pub struct DueHints {
     dedup: u64,
 }
 
+/// (queue id, message_key) → (message id, forget at ms).
+type DedupTable<'t> = Table<'t, (u32, &'static str), (u64, u64)>;
+
 pub struct Batch<'t> {
     txn: &'t WriteTransaction,
     /// Carried from batch to batch by the pipeline; see [`DueHints`].
@@ -70,7 +73,7 @@ pub struct Batch<'t> {
     expiring: Option<Table<'t, (u64, u64), ()>>,
     lock_expiry: Option<Table<'t, (u64, u64), ()>>,
     owners: Option<Table<'t, u64, (u32, u64)>>,
-    dedup: Option<Table<'t, (u32, &'static str), (u64, u64)>>,
+    dedup: Option<DedupTable<'t>>,
     dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
     seqs: HashMap<&'static str, u64>,
     counter_cache: HashMap<u32, Counters>,
@@ -166,7 +169,7 @@ impl<'t> Batch<'t> {
         lazy(self.txn, &mut self.owners, OWNERS)
     }
 
-    fn t_dedup(&mut self) -> Result<&mut Table<'t, (u32, &'static str), (u64, u64)>> {
+    fn t_dedup(&mut self) -> Result<&mut DedupTable<'t>> {
         lazy(self.txn, &mut self.dedup, DEDUP)
     }
 
@@ -642,10 +645,10 @@ impl<'t> Batch<'t> {
     pub fn release_locks_of(&mut self, owner: Option<u64>) -> Result<u64> {
         let mut victims = Vec::new();
         for id in index_ids(self.t_lock_expiry()?)? {
-            if let Some(st) = self.load_state(id)? {
-                if owner.is_none_or(|o| st.lock_owner == o) {
-                    victims.push((id, st));
-                }
+            if let Some(st) = self.load_state(id)?
+                && owner.is_none_or(|o| st.lock_owner == o)
+            {
+                victims.push((id, st));
             }
         }
         let n = victims.len() as u64;
@@ -759,11 +762,11 @@ impl<'t> Batch<'t> {
                 .filter(|_| o.dedup_window.is_some());
             if let Some(key) = key {
                 let now = self.now;
-                if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value()) {
-                    if forget_at > now {
-                        steps.push(SendStep::Existing(id));
-                        continue;
-                    }
+                if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value())
+                    && forget_at > now
+                {
+                    steps.push(SendStep::Existing(id));
+                    continue;
                 }
                 if let Some(&j) = keys_here.get(key) {
                     steps.push(SendStep::SameAs(j));
@@ -776,21 +779,21 @@ impl<'t> Batch<'t> {
             new_bytes += m.body.len() as u64;
         }
         let c = self.counters(q)?;
-        if let Some(max) = o.max_messages {
-            if c.total() + already.0 + new_count > max {
-                return Err(Error::QueueFull {
-                    queue: qname.clone(),
-                    limit: format!("max_messages = {max}"),
-                });
-            }
+        if let Some(max) = o.max_messages
+            && c.total() + already.0 + new_count > max
+        {
+            return Err(Error::QueueFull {
+                queue: qname.clone(),
+                limit: format!("max_messages = {max}"),
+            });
         }
-        if let Some(max) = o.max_bytes {
-            if c.bytes + already.1 + new_bytes > max {
-                return Err(Error::QueueFull {
-                    queue: qname.clone(),
-                    limit: format!("max_bytes = {max}"),
-                });
-            }
+        if let Some(max) = o.max_bytes
+            && c.bytes + already.1 + new_bytes > max
+        {
+            return Err(Error::QueueFull {
+                queue: qname.clone(),
+                limit: format!("max_bytes = {max}"),
+            });
         }
         Ok(SendPlan {
             steps,

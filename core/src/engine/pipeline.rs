@@ -35,11 +35,14 @@ pub trait Job: Send {
     fn fail(self: Box<Self>, error: &Error);
 }
 
+/// Hands a job's result to its caller once the batch's outcome (`Some` = failed) is known.
+type Deliver = Box<dyn FnOnce(Option<&Error>) + Send>;
+
 /// A job that has run and waits for the batch's outcome.
 pub struct Ran {
     /// Set when the job failed after writing: the batch cannot commit.
     fatal: Option<Error>,
-    deliver: Box<dyn FnOnce(Option<&Error>) + Send>,
+    deliver: Deliver,
 }
 
 struct Call<F, T> {
@@ -259,10 +262,10 @@ fn run_batch(
         Ok(t) => t,
         Err(e) => return fail_all(jobs, &e.into()),
     };
-    if matches!(durability, Durability::None) {
-        if let Err(e) = txn.set_durability(redb::Durability::None) {
-            return fail_all(jobs, &Error::Config(e.to_string()));
-        }
+    if matches!(durability, Durability::None)
+        && let Err(e) = txn.set_durability(redb::Durability::None)
+    {
+        return fail_all(jobs, &Error::Config(e.to_string()));
     }
     let mut ran = Vec::with_capacity(jobs.len());
     let mut fatal: Option<Error> = None;

@@ -90,6 +90,9 @@ pub fn get(txn: &ReadTransaction, id: u64) -> Result<Option<Envelope>> {
     Ok(Some(build_envelope(id, &st, qname, env, source)))
 }
 
+/// Where a browse stopped: `(7 - priority, message id)` of the last message returned.
+pub type BrowsePosition = (u8, u64);
+
 /// Up to `limit` receivable messages of queue `q` in delivery order, starting after `after`
 /// (a `(7 - priority, id)` position).
 pub fn browse_page(
@@ -97,7 +100,7 @@ pub fn browse_page(
     q: u32,
     after: Option<(u8, u64)>,
     limit: usize,
-) -> Result<(Vec<Envelope>, Option<(u8, u64)>)> {
+) -> Result<(Vec<Envelope>, Option<BrowsePosition>)> {
     let ready = txn.open_table(READY)?;
     let range = match after {
         None => ready.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?,
