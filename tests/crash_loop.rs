@@ -8,6 +8,8 @@
 //! - the store opens without error, and the exact counts match what is found.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use postbox::{Message, QueueOptions, Received, Store};
@@ -52,6 +54,10 @@ fn sigkill_while_holding_locks_and_sending() {
         let q = store.queue("crash").unwrap();
 
         let hold = 1 + rng.below(5);
+        // Enough receivable messages for the child to lock.
+        while q.stats().unwrap().active < hold {
+            acked.insert(q.send(Message::new(format!("top-up-{it}"))).unwrap().get());
+        }
         let mut child = Proc::spawn(
             CHILD,
             &format!("crash-{it}"),
@@ -76,6 +82,20 @@ fn sigkill_while_holding_locks_and_sending() {
             _ => {}
         });
         assert!(!held.is_empty(), "iteration {it}: the child holds no lock");
+        // Meanwhile this process sends too, so the kill also lands while a live process waits
+        // for (or holds) the file's writer lock.
+        let stop = Arc::new(AtomicBool::new(false));
+        let parent_sender = {
+            let (q, stop) = (q.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut ids = Vec::new();
+                while !stop.load(Ordering::Acquire) {
+                    let id = q.send(Message::new(format!("parent-{it}"))).unwrap();
+                    ids.push(id.get());
+                }
+                ids
+            })
+        };
         // Kill at a random moment: after a random number of acknowledged sends, plus a random
         // delay of up to 3 ms so the kill lands anywhere in the next send's commit.
         let sends = rng.below(25);
@@ -94,6 +114,9 @@ fn sigkill_while_holding_locks_and_sending() {
                 _ => {}
             }
         }
+
+        stop.store(true, Ordering::Release);
+        acked.extend(parent_sender.join().expect("parent sender"));
 
         // Take everything that must be there, and whatever else is. The dead child's locks
         // have to be released for this to finish.

@@ -100,8 +100,8 @@ fn killed_holder_releases_its_locks_to_live_processes() {
     assert_eq!((s.active, s.locked, s.dead_lettered), (0, 0, 0));
 }
 
-/// A process that dies while merely having the store open (no locks) leaves nothing behind, and
-/// one holding locks on several queues has all of them released.
+/// Holders killed one after another: each finds the previous one's locks released with their
+/// delivery counts kept, and a fresh multi-process open reaps the last one at once.
 #[test]
 fn killed_holder_of_several_messages_keeps_delivery_counts() {
     let dir = tempfile::tempdir().unwrap();
