@@ -1,15 +1,14 @@
-//! The postbox demo: post 10,000 jobs to a durable store and process them with 4 receiver
-//! threads, each job inside a transaction that completes it and records its result atomically.
+//! The postbox demo: post 10,000 jobs to a durable store and process them with a 4-worker
+//! processor, each job inside a transaction that completes it and records its result atomically.
 //!
 //! ```text
 //! cargo run --release --example demo [-- --jobs N --workers N --path FILE]
 //! ```
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use postbox::{Message, QueueOptions, Store};
+use postbox::{Message, Processor, QueueOptions, Store};
 
 struct Args {
     jobs: u64,
@@ -72,41 +71,47 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.jobs as f64 / posted.as_secs_f64()
     );
 
-    // Process them: each job is received, "worked" and answered inside one transaction.
-    let done = Arc::new(AtomicU64::new(0));
+    // Process them with a processor: 4 workers, each job received, "worked" and answered inside
+    // one transaction, so a job is gone exactly when its result exists.
     let t1 = Instant::now();
-    let handles: Vec<_> = (0..args.workers)
-        .map(|_| {
-            let (store, jobs, results, done) =
-                (store.clone(), jobs.clone(), results.clone(), done.clone());
-            std::thread::spawn(move || -> postbox::Result<()> {
-                loop {
-                    let mut tx = store.begin();
-                    let Some(job) = tx.receive(&jobs, Duration::from_millis(200))? else {
-                        return Ok(());
-                    };
-                    let checksum = job
-                        .body()
-                        .iter()
-                        .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(*b));
-                    tx.send(
-                        &results,
-                        Message::new(format!("{checksum:08x}"))
-                            .correlation_id(job.id().to_string()),
-                    )?;
-                    tx.commit()?;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().map_err(|_| "worker panicked")??;
+    let answers = results.clone();
+    let processor = Processor::builder(&jobs)
+        .workers(args.workers)
+        .start_transactional(move |job, tx| -> postbox::Result<()> {
+            let checksum = job
+                .body()
+                .iter()
+                .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(*b));
+            tx.send(
+                &answers,
+                Message::new(format!("{checksum:08x}")).correlation_id(job.id().to_string()),
+            )
+        })?;
+    let mut out = std::io::stdout();
+    loop {
+        let s = processor.stats();
+        let elapsed = t1.elapsed().as_secs_f64();
+        write!(
+            out,
+            "\r  {:>6}/{} done  {:>5.0} msgs/s  {} in flight  {} failed  ",
+            s.processed,
+            args.jobs,
+            s.processed as f64 / elapsed.max(1e-9),
+            s.in_flight,
+            s.failed
+        )?;
+        out.flush()?;
+        if s.processed + s.dead_lettered >= args.jobs {
+            break;
+        }
+        // Screen refresh only; the work does not depend on this loop.
+        std::thread::sleep(Duration::from_millis(100));
     }
+    let report = processor.shutdown(Duration::from_secs(10));
     let processed = t1.elapsed();
-    let n = done.load(Ordering::Relaxed);
+    let n = report.processed;
     println!(
-        "processed {n} jobs with {} workers in {:.2?} ({:.0} msgs/s, one durable transaction each)",
+        "\nprocessed {n} jobs with {} workers in {:.2?} ({:.0} msgs/s, one durable transaction each)",
         args.workers,
         processed,
         n as f64 / processed.as_secs_f64()
