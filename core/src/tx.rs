@@ -4,11 +4,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
-use crate::engine::batch::{Settle, validate_message};
+use crate::engine::batch::{Batch, Locked, Settle, validate_message};
 use crate::error::Result;
 use crate::message::{Envelope, Message};
 use crate::queue::Queue;
 use crate::received::Received;
+
+/// Messages to send to one queue: (queue id, queue name, messages).
+type SendGroup = (u32, String, Vec<Message>);
 
 /// A transaction, begun with [`Store::begin`](crate::Store::begin).
 ///
@@ -40,7 +43,7 @@ use crate::received::Received;
 pub struct Transaction {
     engine: Arc<Engine>,
     locks: Vec<(u64, u64)>,
-    sends: Vec<(u32, String, Vec<Message>)>,
+    sends: Vec<SendGroup>,
     finished: bool,
 }
 
@@ -126,21 +129,61 @@ impl Transaction {
         }
         let result = self.engine.call({
             let locks = locks.clone();
-            move |b| {
-                for &(id, token) in &locks {
-                    b.check_lock(id, token)?;
-                }
-                b.send_many(sends)?;
-                for &(id, token) in &locks {
-                    b.settle(id, token, &Settle::Complete)?;
-                }
-                Ok(())
-            }
+            move |b| apply_commit(b, &locks, sends)
         });
         if result.is_err() {
             release(&self.engine, locks);
         }
         result
+    }
+
+    /// Commits and, in the same durable commit, locks up to `want` messages of `queue` for
+    /// `owner` — so that a busy transactional processor pays one commit per message. A commit
+    /// or receive that fails before writing does not spoil the other.
+    pub(crate) fn commit_then_receive(
+        mut self,
+        queue: &Queue,
+        want: usize,
+    ) -> (Result<()>, Result<Vec<Locked>>) {
+        self.finished = true;
+        let locks = std::mem::take(&mut self.locks);
+        let sends = std::mem::take(&mut self.sends);
+        let (qid, name, owner) = (queue.id, queue.name.to_string(), queue.engine.owner);
+        let r = self.engine.call({
+            let locks = locks.clone();
+            move |b| {
+                let before = b.mutations;
+                let committed = apply_commit(b, &locks, sends);
+                if let Err(e) = &committed
+                    && b.mutations != before
+                {
+                    return Err(e.duplicate());
+                }
+                let got = if want == 0 {
+                    Ok(Vec::new())
+                } else {
+                    let before = b.mutations;
+                    match b.receive(qid, &name, owner, want) {
+                        Err(e) if b.mutations != before => return Err(e),
+                        r => r,
+                    }
+                };
+                Ok((committed, got))
+            }
+        });
+        match r {
+            Ok((committed, got)) => {
+                if committed.is_err() {
+                    release(&self.engine, locks);
+                }
+                (committed, got)
+            }
+            Err(e) => {
+                release(&self.engine, locks);
+                let again = e.duplicate();
+                (Err(e), Err(again))
+            }
+        }
     }
 
     /// Discards the sends and returns the received messages to their queues.
@@ -153,6 +196,19 @@ impl Transaction {
         let locks = std::mem::take(&mut self.locks);
         abandon_all(&self.engine, locks)
     }
+}
+
+/// Checks every lock, then stores every send and completes every received message: validation
+/// first, so a refused commit writes nothing.
+fn apply_commit(b: &mut Batch<'_>, locks: &[(u64, u64)], sends: Vec<SendGroup>) -> Result<()> {
+    for &(id, token) in locks {
+        b.check_lock(id, token)?;
+    }
+    b.send_many(sends)?;
+    for &(id, token) in locks {
+        b.settle(id, token, &Settle::Complete)?;
+    }
+    Ok(())
 }
 
 fn abandon_all(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) -> Result<()> {

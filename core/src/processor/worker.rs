@@ -208,18 +208,24 @@ impl Worker<'_> {
                     settled: false,
                 };
                 tx.complete(received);
-                match tx.commit() {
+                let (committed, got) = if sh.config.combined_commit {
+                    tx.commit_then_receive(&sh.queue, want)
+                } else {
+                    let committed = tx.commit();
+                    let got = if want > 0 && self.buffer.is_empty() {
+                        self.receive(want)
+                    } else {
+                        Ok(Vec::new())
+                    };
+                    (committed, got)
+                };
+                match committed {
                     Ok(()) => {
                         sh.counters.processed.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => self.settle_failed(id.0, &e),
                 }
-                // The transaction's commit cannot carry the next receive; prefetch amortises it.
-                if want > 0 && self.buffer.is_empty() {
-                    self.receive(want)
-                } else {
-                    Ok(Vec::new())
-                }
+                got
             }
             (outcome, tx) => {
                 // A failed or dead-lettered transactional run: its sends and receives are
