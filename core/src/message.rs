@@ -222,6 +222,12 @@ impl From<Vec<u8>> for Message {
     }
 }
 
+impl From<String> for Message {
+    fn from(body: String) -> Self {
+        Message::new(body.into_bytes())
+    }
+}
+
 impl From<&[u8]> for Message {
     fn from(body: &[u8]) -> Self {
         Message::new(body.to_vec())

@@ -222,9 +222,14 @@ impl Engine {
                 if self.multi_process {
                     let now_ms = self.clock.now_ms();
                     let me = self.owner;
-                    if self.read(|t| {
-                        Ok(read::has_candidate(t, q, now_ms)? || read::has_dead_owner(t, me)?)
-                    })? {
+                    if self.read(|t| read::has_dead_owner(t, me))? {
+                        // Release the dead process's locks now rather than at the pipeline's
+                        // next periodic reap, so the retry below can take them.
+                        self.call(move |b| b.reap_dead_owners(me, owners::is_alive))?;
+                        backoff = self.poll_floor;
+                        break;
+                    }
+                    if self.read(|t| read::has_candidate(t, q, now_ms))? {
                         backoff = self.poll_floor;
                         break;
                     }
