@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
     }
     /* Block SIGINT/SIGTERM before any thread starts, so every worker thread inherits the mask
      * and the signals are only ever taken by sigwait below: no async-signal-safety concerns. */
+    setvbuf(stdout, NULL, _IOLBF, 0); /* one line per message, even into a pipe or file */
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# C API: builds libpostbox, compiles include/postbox.h as C99 and as C++ with -Wall -Wextra
+# -Werror, builds the examples and the workload-A benchmark, runs the C test suite under valgrind
+# (shared library) and again against the static library, runs the examples end to end (with a
+# SIGINT shutdown of the worker), and the C + Rust shared-store test.
+set -euxo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+if ! command -v valgrind >/dev/null || ! command -v cc >/dev/null || ! command -v c++ >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq valgrind gcc g++ libc6-dev
+fi
+
+cargo build -p postbox-ffi
+cargo build -p postbox-ffi --example pbx_peer
+cargo test -q -p postbox-ffi
+LIB=$ROOT/target/debug
+PEER=$LIB/examples/pbx_peer
+OUT=$(mktemp -d /tmp/postbox-c-ci-XXXXXX)
+trap 'rm -rf "$OUT"' EXIT
+WARN=(-Wall -Wextra -Werror)
+extra_passed=0
+
+# The header, as C99 and as C++.
+cc -std=c99 -pedantic "${WARN[@]}" -Iinclude tests/c/header_check.c -L"$LIB" -lpostbox -o "$OUT/header_c"
+c++ -std=c++11 -pedantic "${WARN[@]}" -x c++ -Iinclude tests/c/header_check.c -L"$LIB" -lpostbox -o "$OUT/header_cpp"
+LD_LIBRARY_PATH=$LIB "$OUT/header_c"
+LD_LIBRARY_PATH=$LIB "$OUT/header_cpp"
+extra_passed=$((extra_passed + 2))
+
+# Examples, the peers and the benchmark compile cleanly.
+for ex in producer consumer_tx worker; do
+    cc -std=c99 "${WARN[@]}" -Iinclude "examples/c/$ex.c" -L"$LIB" -lpostbox -lpthread -o "$OUT/$ex"
+done
+cc -std=c99 "${WARN[@]}" -Iinclude tests/c/mp_peer.c -L"$LIB" -lpostbox -o "$OUT/mp_peer"
+cc -O2 -std=c11 "${WARN[@]}" -Iinclude benches/compare/c/workload_a.c -L"$LIB" -lpostbox -o "$OUT/workload_a"
+
+# The test suite against the shared library, under valgrind: zero errors, zero leaks (the
+# suppressions file lists the Rust runtime's one-time allocations, each explained).
+cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_api.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_api"
+LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER valgrind -q --leak-check=full \
+    --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
+    --suppressions=tests/c/valgrind.supp "$OUT/test_api" | tee "$OUT/shared.log"
+
+# The same suite linked against the static library.
+cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_api.c "$LIB/libpostbox.a" -lpthread -ldl -lm -o "$OUT/test_api_static"
+POSTBOX_PEER=$PEER "$OUT/test_api_static" | tee "$OUT/static.log"
+
+# The examples end to end: produce 5 orders, invoice them in transactions, then a processor
+# worker handles the invoices and shuts down gracefully on SIGINT.
+export LD_LIBRARY_PATH=$LIB
+store=$OUT/demo.postbox
+"$OUT/producer" "$store" orders 5 | grep -c '^sent' | grep -qx 5
+"$OUT/consumer_tx" "$store" orders invoices | grep -qx '5 orders invoiced'
+"$OUT/worker" "$store" invoices 2 >"$OUT/worker.out" 2>"$OUT/worker.err" &
+worker=$!
+for _ in $(seq 1 300); do
+    [ "$(grep -c '^handled' "$OUT/worker.out" || true)" = 5 ] && break
+    sleep 0.1
+done
+kill -INT "$worker"
+wait "$worker"
+grep -q 'finished; processed 5, failed 0' "$OUT/worker.err"
+extra_passed=$((extra_passed + 1))
+
+# A C process and a Rust process share one multi-process store: exactly-once processing.
+tests/c/cross_process.sh "$OUT/mp_peer" "$PEER" "${POSTBOX_C_CROSS_COUNT:-1000}"
+extra_passed=$((extra_passed + 1))
+
+counts() { # FIELD: sums field 1 (passed) or 2 (failed) of the suites' closing lines
+    sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\'"$1"'/p' "$OUT/shared.log" "$OUT/static.log" | paste -sd+
+}
+passed=$(($(counts 1) + extra_passed))
+failed=$(($(counts 2)))
+echo "c: $passed passed, $failed failed"

@@ -1,0 +1,37 @@
+/*
+ * Compiled by .ci/c.sh as C99 and as C++ (same file) with -Wall -Wextra -Werror -pedantic:
+ * include/postbox.h must be clean in both languages, and its types usable as written here.
+ */
+#include "postbox.h"
+
+static int use_everything(void) {
+    postbox_store_options so;
+    postbox_queue_options qo;
+    postbox_send_options mo;
+    postbox_processor_options po;
+    postbox_store_options_init(&so);
+    postbox_queue_options_init(&qo);
+    postbox_send_options_init(&mo);
+    postbox_processor_options_init(&po);
+    postbox_bytes b = postbox_message_body(0);
+    postbox_stats s;
+    postbox_commit_stats cs;
+    postbox_processor_counters pc;
+    postbox_shutdown_report r;
+    postbox_property p;
+    postbox_send_item item;
+    postbox_handler h = 0;
+    postbox_tx_handler th = 0;
+    (void)s;
+    (void)cs;
+    (void)pc;
+    (void)r;
+    (void)p;
+    (void)item;
+    (void)h;
+    (void)th;
+    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + (int)POSTBOX_VERSION_NUMBER +
+           (int)POSTBOX_DURABILITY_NONE + (int)POSTBOX_PROPERTY_BYTES;
+}
+
+int main(void) { return use_everything() == 0 ? 1 : 0; }
