@@ -73,6 +73,7 @@ pub struct Batch<'t> {
     expiring: Option<Table<'t, (u64, u64), ()>>,
     lock_expiry: Option<Table<'t, (u64, u64), ()>>,
     owners: Option<Table<'t, u64, (u32, u64)>>,
+    owner_scopes: Option<Table<'t, u64, u64>>,
     dedup: Option<DedupTable<'t>>,
     dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
     seqs: HashMap<&'static str, u64>,
@@ -115,6 +116,7 @@ impl<'t> Batch<'t> {
             expiring: None,
             lock_expiry: None,
             owners: None,
+            owner_scopes: None,
             dedup: None,
             dedup_expiry: None,
             seqs: HashMap::new(),
@@ -163,6 +165,10 @@ impl<'t> Batch<'t> {
 
     fn t_lock_expiry(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         lazy(self.txn, &mut self.lock_expiry, LOCK_EXPIRY)
+    }
+
+    fn t_owner_scopes(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        lazy(self.txn, &mut self.owner_scopes, OWNER_SCOPES)
     }
 
     fn t_owners(&mut self) -> Result<&mut Table<'t, u64, (u32, u64)>> {
@@ -659,33 +665,41 @@ impl<'t> Batch<'t> {
     }
 
     /// Registers a process that opened the store; returns its owner id.
-    pub fn register_owner(&mut self, pid: u32, start: u64) -> Result<u64> {
+    pub fn register_owner(&mut self, pid: u32, start: u64, scope: u64) -> Result<u64> {
         let id = self.next_seq(KEY_NEXT_OWNER)?;
         self.mutations += 1;
         self.t_owners()?.insert(id, (pid, start))?;
+        self.t_owner_scopes()?.insert(id, scope)?;
         Ok(id)
     }
 
     pub fn unregister_owner(&mut self, owner: u64) -> Result<()> {
         self.mutations += 1;
         self.t_owners()?.remove(owner)?;
+        self.t_owner_scopes()?.remove(owner)?;
         Ok(())
     }
 
     pub fn clear_owners(&mut self) -> Result<()> {
         self.mutations += 1;
         self.t_owners()?.retain(|_, _| false)?;
+        self.t_owner_scopes()?.retain(|_, _| false)?;
         Ok(())
     }
 
-    /// Releases the locks of registered processes that are no longer alive.
-    pub fn reap_dead_owners(&mut self, me: u64, is_alive: impl Fn(u32, u64) -> bool) -> Result<()> {
-        let mut dead = Vec::new();
+    /// Releases the locks of registered processes that are no longer alive (as judged from
+    /// `my_scope`; see [`super::owners::owner_alive`]).
+    pub fn reap_dead_owners(&mut self, me: u64, my_scope: u64) -> Result<()> {
+        let mut registered = Vec::new();
         for e in self.t_owners()?.iter()? {
             let (k, v) = e?;
-            let (pid, start) = v.value();
-            if k.value() != me && !is_alive(pid, start) {
-                dead.push(k.value());
+            registered.push((k.value(), v.value()));
+        }
+        let mut dead = Vec::new();
+        for (owner, (pid, start)) in registered {
+            let scope = self.t_owner_scopes()?.get(owner)?.map_or(0, |g| g.value());
+            if owner != me && !super::owners::owner_alive(pid, start, scope, my_scope) {
+                dead.push(owner);
             }
         }
         for owner in dead {

@@ -156,6 +156,7 @@ fn build_new(tmp: &Path, b: &StoreBuilder) -> Result<()> {
         txn.open_table(EXPIRING)?;
         txn.open_table(LOCK_EXPIRY)?;
         txn.open_table(OWNERS)?;
+        txn.open_table(OWNER_SCOPES)?;
         txn.open_table(DEDUP)?;
         txn.open_table(DEDUP_EXPIRY)?;
     }

@@ -34,6 +34,8 @@ pub struct Engine {
     pub signals: Arc<Signals>,
     pub clock: Arc<dyn Clock>,
     pub owner: u64,
+    /// Where this process runs, to judge other owners' liveness (see `owners::owner_alive`).
+    scope: u64,
     pub path: PathBuf,
     pub multi_process: bool,
     pub durability: Durability,
@@ -86,18 +88,19 @@ impl Engine {
         // Register this process. In single-process mode nobody else can hold a lock, so every
         // lock in the file is stale: release them all at once.
         let (pid, start) = owners::current();
+        let scope = owners::current_scope();
         let multi = b.multi_process;
         let setup = catch_unwind(AssertUnwindSafe(|| -> Result<u64> {
             let txn = db.begin_write()?;
             let owner = {
                 let mut batch = Batch::open(&txn, clock.now_ms(), Default::default())?;
                 if multi {
-                    batch.reap_dead_owners(0, owners::is_alive)?;
+                    batch.reap_dead_owners(0, scope)?;
                 } else {
                     batch.release_locks_of(None)?;
                     batch.clear_owners()?;
                 }
-                let owner = batch.register_owner(pid, start)?;
+                let owner = batch.register_owner(pid, start, scope)?;
                 batch.flush()?;
                 owner
             };
@@ -112,7 +115,7 @@ impl Engine {
             clock: clock.clone(),
             signals: signals.clone(),
             stats: stats.clone(),
-            reap_as: multi.then_some(setup),
+            reap_as: multi.then_some((setup, scope)),
             hints: Default::default(),
         })?;
         Ok(Engine {
@@ -121,6 +124,7 @@ impl Engine {
             signals,
             clock,
             owner: setup,
+            scope,
             path: path.to_owned(),
             multi_process: multi,
             durability: b.durability,
@@ -222,10 +226,11 @@ impl Engine {
                 if self.multi_process {
                     let now_ms = self.clock.now_ms();
                     let me = self.owner;
-                    if self.read(|t| read::has_dead_owner(t, me))? {
+                    let scope = self.scope;
+                    if self.read(|t| read::has_dead_owner(t, me, scope))? {
                         // Release the dead process's locks now rather than at the pipeline's
                         // next periodic reap, so the retry below can take them.
-                        self.call(move |b| b.reap_dead_owners(me, owners::is_alive))?;
+                        self.call(move |b| b.reap_dead_owners(me, scope))?;
                         backoff = self.poll_floor;
                         break;
                     }

@@ -5,6 +5,37 @@
 //! for the process that held the locks. On systems without `/proc` every registered process is
 //! assumed alive and its locks simply expire.
 
+/// Where this process runs: a hash of the boot id and the PID namespace, so that pids are only
+/// compared between processes that see the same process table. 0 when unknown.
+pub fn current_scope() -> u64 {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let ns = std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if boot.is_empty() && ns.is_empty() {
+        return 0;
+    }
+    // FNV-1a: stable across builds and platforms, unlike `DefaultHasher`.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in boot.trim().bytes().chain([0]).chain(ns.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.max(1)
+}
+
+/// Whether an owner registered with `(pid, start, scope)` is alive, judged from `my_scope`.
+///
+/// A process in another scope (another container's PID namespace, or another boot) cannot be
+/// checked: its pid means nothing here. It is assumed alive and its locks simply expire —
+/// releasing a live holder's locks would break "one holder at a time".
+pub fn owner_alive(pid: u32, start: u64, scope: u64, my_scope: u64) -> bool {
+    if scope != 0 && scope != my_scope {
+        return true;
+    }
+    is_alive(pid, start)
+}
+
 /// The pid and start time of the calling process.
 pub fn current() -> (u32, u64) {
     let pid = std::process::id();
@@ -45,5 +76,17 @@ mod tests {
         let (pid, start) = super::current();
         assert!(super::is_alive(pid, start));
         assert!(!super::is_alive(pid, start + 1) || start == 0);
+    }
+
+    #[test]
+    fn owners_from_another_scope_are_never_judged_dead() {
+        let me = super::current_scope();
+        // A pid that cannot exist: dead when local, presumed alive when registered elsewhere.
+        let (pid, start) = (u32::MAX - 1, 1);
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert!(!super::owner_alive(pid, start, me, me));
+            assert!(!super::owner_alive(pid, start, 0, me));
+        }
+        assert!(super::owner_alive(pid, start, me.wrapping_add(1).max(1), me));
     }
 }

@@ -105,7 +105,8 @@ pub struct WriterContext {
     pub signals: Arc<Signals>,
     pub stats: Arc<PipelineStats>,
     /// `Some(owner)` in multi-process mode: reap the locks of dead processes now and then.
-    pub reap_as: Option<u64>,
+    /// `Some((owner, scope))` in multi-process mode: reap the locks of dead processes now and then.
+    pub reap_as: Option<(u64, u64)>,
     /// Carried between batches; only in single-process mode (see [`DueHints`]).
     pub hints: Mutex<DueHints>,
 }
@@ -236,7 +237,7 @@ fn run_guarded(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
     durability: Durability,
-    reap: Option<u64>,
+    reap: Option<(u64, u64)>,
 ) {
     // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
     // callers get an error instead of hanging; the writer thread lives on.
@@ -250,7 +251,7 @@ fn run_batch(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
     durability: Durability,
-    reap: Option<u64>,
+    reap: Option<(u64, u64)>,
 ) {
     let n = jobs.len() as u64;
     let fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
@@ -284,7 +285,7 @@ fn run_batch(
         };
         let mut maintenance = batch.sweep();
         if let (Ok(()), Some(me)) = (&maintenance, reap) {
-            maintenance = batch.reap_dead_owners(me, super::owners::is_alive);
+            maintenance = batch.reap_dead_owners(me.0, me.1);
         }
         if let Err(e) = maintenance {
             drop(batch);

@@ -144,12 +144,22 @@ pub fn has_candidate(txn: &ReadTransaction, q: u32, now: u64) -> Result<bool> {
 
 /// Whether a process other than `me` registered in the store has died: its locks can be
 /// released by the next write transaction.
-pub fn has_dead_owner(txn: &ReadTransaction, me: u64) -> Result<bool> {
+pub fn has_dead_owner(txn: &ReadTransaction, me: u64, my_scope: u64) -> Result<bool> {
     let owners = txn.open_table(OWNERS)?;
+    // Absent in stores written before scopes were recorded: every owner is then local.
+    let scopes = match txn.open_table(OWNER_SCOPES) {
+        Ok(t) => Some(t),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
     for e in owners.iter()? {
         let (k, v) = e?;
         let (pid, start) = v.value();
-        if k.value() != me && !super::owners::is_alive(pid, start) {
+        let scope = match &scopes {
+            Some(t) => t.get(k.value())?.map_or(0, |g| g.value()),
+            None => 0,
+        };
+        if k.value() != me && !super::owners::owner_alive(pid, start, scope, my_scope) {
             return Ok(true);
         }
     }

@@ -31,6 +31,9 @@ pub const LOCK_EXPIRY: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("postbox.lock_expiry");
 /// Owner id → (pid, process start time): the processes that have the store open.
 pub const OWNERS: TableDefinition<u64, (u32, u64)> = TableDefinition::new("postbox.owners");
+/// Owner id → where the owner runs (a hash of the boot id and PID namespace; see `owners`).
+/// Kept apart from `OWNERS` so that stores created before it existed stay readable.
+pub const OWNER_SCOPES: TableDefinition<u64, u64> = TableDefinition::new("postbox.owner_scopes");
 /// (queue id, message_key) → (message id, forget at ms): duplicate detection.
 pub const DEDUP: TableDefinition<(u32, &str), (u64, u64)> = TableDefinition::new("postbox.dedup");
 /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are forgotten.
