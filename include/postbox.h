@@ -11,6 +11,8 @@
  * reused). POSTBOX_TIMEOUT ("nothing arrived") is a normal outcome of a receive.
  * postbox_strerror(code) gives a static description; postbox_last_error_message() the detailed
  * message of this thread's last failed call. Out-parameters are written only on POSTBOX_OK.
+ * "Storage errors" in the lists of each function means POSTBOX_IO, POSTBOX_CORRUPTED,
+ * POSTBOX_STORAGE_FULL and, for calls that commit, POSTBOX_OUTCOME_UNKNOWN.
  *
  * Safety. NULL where a pointer is required gives POSTBOX_INVALID_ARGUMENT, never a crash; so do
  * invalid lengths, invalid UTF-8 and bad struct sizes. A panic inside the library is caught and
