@@ -278,9 +278,12 @@ impl From<redb::DatabaseError> for Error {
                 Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
                     Error::NotAStore(io.to_string())
                 }
-                // redb hit the end of the file while reading its header: a truncated store.
+                // redb hit the end of the file while reading what its header describes: the
+                // store is truncated or its header is damaged.
                 Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    Error::Corrupted(format!("the file is truncated ({io})"))
+                    Error::Corrupted(format!(
+                        "the file is truncated or its header damaged ({io})"
+                    ))
                 }
                 other => other,
             },

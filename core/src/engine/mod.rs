@@ -156,6 +156,9 @@ impl Engine {
         self.check_open()?;
         self.pipeline.call(f).map_err(|e| match e {
             Error::Panic(_) if self.is_closed() => Error::Closed,
+            // The writer caught a panic in this batch: redb panics on damaged pages, and
+            // invariant 9 promises `Corrupted` for a damaged file, as `read` and `open` give.
+            Error::Panic(m) => Error::Corrupted(format!("storage failure: {m}")),
             other => other,
         })
     }
