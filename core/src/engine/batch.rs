@@ -62,7 +62,6 @@ pub struct Batch<'t> {
     pub mutations: u64,
     /// Queues that gained receivable messages; their waiters are woken after the commit.
     pub woken: HashSet<u32>,
-    meta: Option<Table<'t, &'static str, u64>>,
     queues: Option<Table<'t, &'static str, &'static [u8]>>,
     queue_ids: Option<Table<'t, u32, &'static str>>,
     counters: Option<Table<'t, u32, [u8; COUNTERS_LEN]>>,
@@ -76,8 +75,11 @@ pub struct Batch<'t> {
     owner_scopes: Option<Table<'t, u64, u64>>,
     dedup: Option<DedupTable<'t>>,
     dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
-    seqs: HashMap<&'static str, u64>,
+    /// The sequences, once read in this batch; written back by `flush`.
+    seqs: Option<[u64; 4]>,
     counter_cache: HashMap<u32, Counters>,
+    /// Queues deleted in this batch.
+    deleted: HashSet<u32>,
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
 }
 
@@ -105,7 +107,6 @@ impl<'t> Batch<'t> {
             now,
             mutations: 0,
             woken: HashSet::new(),
-            meta: None,
             queues: None,
             queue_ids: None,
             counters: None,
@@ -119,18 +120,15 @@ impl<'t> Batch<'t> {
             owner_scopes: None,
             dedup: None,
             dedup_expiry: None,
-            seqs: HashMap::new(),
+            seqs: None,
             counter_cache: HashMap::new(),
+            deleted: HashSet::new(),
             queue_cache: HashMap::new(),
         })
     }
 
     // Tables are opened on first use: opening one costs a lookup and a type check in redb,
     // and most operations touch only a few of them.
-    fn t_meta(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
-        lazy(self.txn, &mut self.meta, META)
-    }
-
     fn t_queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
         lazy(self.txn, &mut self.queues, QUEUES)
     }
@@ -185,24 +183,31 @@ impl<'t> Batch<'t> {
 
     /// Writes the cached sequences and counters. Called once, before the commit.
     pub fn flush(&mut self) -> Result<()> {
-        for (k, v) in std::mem::take(&mut self.seqs) {
-            self.t_meta()?.insert(k, v)?;
+        if let Some(seqs) = self.seqs.take() {
+            self.t_counters()?
+                .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
         }
         for (q, c) in std::mem::take(&mut self.counter_cache) {
-            // A deleted queue's counters were removed; do not resurrect them.
-            if self.t_queue_ids()?.get(q)?.is_some() {
+            // A queue deleted in this batch lost its counters; do not resurrect them.
+            if !self.deleted.contains(&q) {
                 self.t_counters()?.insert(q, c.encode())?;
             }
         }
         Ok(())
     }
 
-    fn next_seq(&mut self, key: &'static str) -> Result<u64> {
-        let current = match self.seqs.get(key) {
-            Some(v) => *v,
-            None => self.t_meta()?.get(key)?.map_or(1, |g| g.value()),
+    fn next_seq(&mut self, seq: Seq) -> Result<u64> {
+        let mut seqs = match self.seqs {
+            Some(s) => s,
+            None => match self.t_counters()?.get(SEQUENCES_KEY)? {
+                Some(g) => decode_sequences(&g.value()),
+                None => return Err(Error::corrupted("the id sequences are missing")),
+            },
         };
-        self.seqs.insert(key, current + 1);
+        let slot = &mut seqs[seq as usize];
+        let current = (*slot).max(1);
+        *slot = current + 1;
+        self.seqs = Some(seqs);
         Ok(current)
     }
 
@@ -312,9 +317,9 @@ impl<'t> Batch<'t> {
             )));
         }
         let options = options.cloned().unwrap_or_default();
-        let id = u32::try_from(self.next_seq(KEY_NEXT_QUEUE)?)
+        let id = u32::try_from(self.next_seq(Seq::Queue)?)
             .map_err(|_| Error::invalid("too many queues"))?;
-        let dlq_id = u32::try_from(self.next_seq(KEY_NEXT_QUEUE)?)
+        let dlq_id = u32::try_from(self.next_seq(Seq::Queue)?)
             .map_err(|_| Error::invalid("too many queues"))?;
         let rec = QueueRecord {
             id,
@@ -359,6 +364,7 @@ impl<'t> Batch<'t> {
             self.t_counters()?.remove(q)?;
             self.counter_cache.remove(&q);
             self.queue_cache.remove(&q);
+            self.deleted.insert(q);
             let keys: Vec<String> = self
                 .t_dedup()?
                 .range((q, "")..(q.saturating_add(1), ""))?
@@ -666,7 +672,7 @@ impl<'t> Batch<'t> {
 
     /// Registers a process that opened the store; returns its owner id.
     pub fn register_owner(&mut self, pid: u32, start: u64, scope: u64) -> Result<u64> {
-        let id = self.next_seq(KEY_NEXT_OWNER)?;
+        let id = self.next_seq(Seq::Owner)?;
         self.mutations += 1;
         self.t_owners()?.insert(id, (pid, start))?;
         self.t_owner_scopes()?.insert(id, scope)?;
@@ -818,7 +824,7 @@ impl<'t> Batch<'t> {
 
     fn insert_message(&mut self, q: u32, o: &QueueOptions, m: Message) -> Result<u64> {
         let now = self.now;
-        let id = self.next_seq(KEY_NEXT_ID)?;
+        let id = self.next_seq(Seq::Message)?;
         let visible_at = match m.visibility {
             Visibility::Now => 0,
             Visibility::After(d) => now.saturating_add(super::clock::duration_ms(d)),
@@ -904,7 +910,7 @@ impl<'t> Batch<'t> {
             self.detach(id, &st)?;
             st.delivery_count += 1;
             st.lock_owner = owner;
-            st.lock_token = self.next_seq(KEY_NEXT_TOKEN)?;
+            st.lock_token = self.next_seq(Seq::Token)?;
             st.locked_until = self.now.saturating_add(lock_ms);
             self.attach(id, &mut st, Status::Locked)?;
             let envelope = self.envelope(id, &st)?;

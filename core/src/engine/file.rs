@@ -143,9 +143,8 @@ fn build_new(tmp: &Path, b: &StoreBuilder) -> Result<()> {
     {
         let mut meta = txn.open_table(META)?;
         meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
-        for k in [KEY_NEXT_ID, KEY_NEXT_QUEUE, KEY_NEXT_TOKEN, KEY_NEXT_OWNER] {
-            meta.insert(k, 1)?;
-        }
+        txn.open_table(COUNTERS)?
+            .insert(SEQUENCES_KEY, encode_sequences(&[1; 4]))?;
         txn.open_table(QUEUES)?;
         txn.open_table(QUEUE_IDS)?;
         txn.open_table(COUNTERS)?;

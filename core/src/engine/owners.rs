@@ -87,6 +87,11 @@ mod tests {
             assert!(!super::owner_alive(pid, start, me, me));
             assert!(!super::owner_alive(pid, start, 0, me));
         }
-        assert!(super::owner_alive(pid, start, me.wrapping_add(1).max(1), me));
+        assert!(super::owner_alive(
+            pid,
+            start,
+            me.wrapping_add(1).max(1),
+            me
+        ));
     }
 }

@@ -6,7 +6,7 @@
 
 use redb::TableDefinition;
 
-/// Small named integers: format version and id sequences.
+/// Small named integers: the format version.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("postbox.meta");
 /// Queue name → encoded queue record.
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("postbox.queues");
@@ -44,10 +44,38 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 pub const FORMAT_VERSION: u64 = 1;
 
 pub const KEY_FORMAT: &str = "format_version";
-pub const KEY_NEXT_ID: &str = "next_message_id";
-pub const KEY_NEXT_QUEUE: &str = "next_queue_id";
-pub const KEY_NEXT_TOKEN: &str = "next_lock_token";
-pub const KEY_NEXT_OWNER: &str = "next_owner_id";
+
+/// The `COUNTERS` key that holds the id sequences instead of a queue's counts (queue ids start
+/// at 1). Sharing the table with the counters means a send dirties one page fewer per commit.
+pub const SEQUENCES_KEY: u32 = 0;
+
+/// The store-wide sequences, each the next value to hand out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seq {
+    Message = 0,
+    Queue = 1,
+    Token = 2,
+    Owner = 3,
+}
+
+/// Encodes the four sequences as one `COUNTERS` value.
+pub fn encode_sequences(seqs: &[u64; 4]) -> [u8; COUNTERS_LEN] {
+    let mut b = [0u8; COUNTERS_LEN];
+    for (i, v) in seqs.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+pub fn decode_sequences(b: &[u8; COUNTERS_LEN]) -> [u64; 4] {
+    let mut out = [0u64; 4];
+    for (i, v) in out.iter_mut().enumerate() {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[i * 8..i * 8 + 8]);
+        *v = u64::from_le_bytes(a);
+    }
+    out
+}
 
 pub const STATE_LEN: usize = 64;
 pub const COUNTERS_LEN: usize = 32;
