@@ -625,10 +625,10 @@ fn damaged_headers_give_typed_errors() {
         bytes[offset] ^= 1 << rng.below(8);
         let path = dir.path().join("header.postbox");
         fs::write(&path, &bytes).unwrap();
-        if let Err(e) = open_damaged(&path) {
-            if offset < 4 {
-                assert_eq!(e.kind(), ErrorKind::NotAStore, "offset {offset}: {e:?}");
-            }
+        if let Err(e) = open_damaged(&path)
+            && offset < 4
+        {
+            assert_eq!(e.kind(), ErrorKind::NotAStore, "offset {offset}: {e:?}");
         }
     }
     assert_fresh_store_works(dir.path());

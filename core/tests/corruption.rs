@@ -42,7 +42,7 @@ fn build_base(dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let mut batch: Vec<Vec<Message>> = vec![Vec::new(), Vec::new(), Vec::new()];
     for i in 0..MESSAGES {
         // Bodies of varied sizes, a few spanning pages.
-        let len = if i % 25 == 0 {
+        let len = if i.is_multiple_of(25) {
             6000
         } else {
             [0, 10, 40, 100, 300][i % 5]
@@ -51,13 +51,13 @@ fn build_base(dir: &Path) -> (Vec<u8>, Vec<u8>) {
             .label(format!("m{i}"))
             .priority((i % 8) as u8)
             .property("n", i.to_string());
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             m = m.message_key(format!("k{i}")).correlation_id("c");
         }
-        if i % 11 == 0 {
+        if i.is_multiple_of(11) {
             m = m.delay(Duration::from_secs(3600 * 24));
         }
-        if i % 13 == 0 {
+        if i.is_multiple_of(13) {
             m = m.ttl(Duration::from_secs(3600 * 24));
         }
         batch[i % 3].push(m);
@@ -278,7 +278,11 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                     }
                     let mut rng =
                         XorShift::new(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                    let base = if i % 2 == 0 { &locked } else { &closed };
+                    let base = if i.is_multiple_of(2) {
+                        &locked
+                    } else {
+                        &closed
+                    };
                     let (bytes, how) = damage(base, &mut rng);
                     let verify = i % 4 < 2;
                     let path = dir.path().join(format!("copy-{i}.postbox"));
