@@ -318,3 +318,37 @@ pub(crate) fn take_box<T>(ptr: *mut T) -> Option<Box<T>> {
         Some(unsafe { Box::from_raw(ptr) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_postbox_panic_and_a_message() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
+        let status: c_int = guard(|| -> Outcome<c_int> { panic!("boom {}", 42) });
+        let nothing: u64 = guard(|| -> Outcome<u64> { panic!("static boom") });
+        std::panic::set_hook(hook);
+        assert_eq!(status, POSTBOX_PANIC);
+        assert_eq!(nothing, 0);
+        // SAFETY: last_error_ptr returns a NUL-terminated string owned by this thread.
+        let text = unsafe { CStr::from_ptr(last_error_ptr()) }
+            .to_str()
+            .unwrap();
+        assert!(text.contains("static boom"), "{text}");
+    }
+
+    #[test]
+    fn null_and_lengths_are_rejected_before_any_work() {
+        assert!(arg_ref::<u8>(std::ptr::null(), "x").is_err());
+        assert!(arg_slice::<u8>(std::ptr::null(), 3, "x").is_err());
+        assert_eq!(arg_slice::<u8>(std::ptr::null(), 0, "x").unwrap().len(), 0);
+        let big = [0u64; 1];
+        assert!(arg_slice(big.as_ptr(), usize::MAX, "x").is_err());
+        let failure = Out::<u8>::required(std::ptr::null_mut(), "out")
+            .err()
+            .unwrap();
+        assert_eq!(failure.code, POSTBOX_INVALID_ARGUMENT);
+    }
+}
