@@ -173,26 +173,20 @@ fn invalid_arguments_are_rejected() {
     invalid(tx.send(&q, Message::new("x").priority(9)), "tx priority 9");
     drop(tx);
 
-    // Settling the wrong way: the message stays locked for the rest of its lock, then returns.
+    // Settling the wrong way changes nothing, and the message goes straight back to its queue
+    // (its delivery counted) instead of staying locked until its lock expires.
     q.send("m").unwrap();
     let m = q.try_receive().unwrap().unwrap();
     invalid(m.resubmit(), "resubmit from a normal queue");
-    m_back_after_lock(&t, &q, 1);
+    assert_eq!(counts(&q), (1, 0, 0, 0, 1));
     let m = q.try_receive().unwrap().unwrap();
+    assert_eq!(m.delivery_count(), 2);
     m.dead_letter("r", "d").unwrap();
     let d = dlq.try_receive().unwrap().unwrap();
     invalid(d.dead_letter("again", ""), "dead-letter a dead letter");
-    m_back_after_lock(&t, &dlq, 1);
+    assert_eq!(counts(&dlq), (1, 0, 0, 0, 1));
     assert_eq!(counts(&q), (0, 0, 0, 1, 0));
     assert_store_works(store);
-}
-
-/// The message of `q` locked by a failed settle comes back when its lock expires.
-fn m_back_after_lock(t: &TestStore, q: &postbox::Queue, n: u64) {
-    assert_eq!(q.stats().unwrap().locked, n);
-    t.clock.advance(Duration::from_secs(31));
-    let s = q.stats().unwrap();
-    assert_eq!((s.active, s.locked), (n, 0));
 }
 
 #[test]
@@ -325,9 +319,8 @@ fn plain_redb_databases_are_refused_untouched() {
     let before = fs::read(&other).unwrap();
     let e = open_err(&other);
     assert_eq!(e.kind(), ErrorKind::NotAStore, "{e:?}");
-    assert_eq!(
-        fs::read(&other).unwrap(),
-        before,
+    assert!(
+        fs::read(&other).unwrap() == before,
         "a foreign database was modified"
     );
     // Its data is intact.
