@@ -62,9 +62,13 @@ impl Received {
     }
 
     fn settle(mut self, how: Settle) -> Result<()> {
-        self.settled = true;
         let (id, token) = (self.envelope.id.0, self.token);
-        self.engine.call(move |b| b.settle(id, token, &how))
+        let result = self.engine.call(move |b| b.settle(id, token, &how));
+        // A refused request (e.g. resubmitting a message that is not a dead letter) changed
+        // nothing and the lock is still ours: leave it to `Drop`, which returns the message
+        // to its queue now instead of after the lock expires.
+        self.settled = !matches!(result, Err(Error::InvalidArgument(_)));
+        result
     }
 
     /// Removes the message for good (it never reappears).

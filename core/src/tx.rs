@@ -63,6 +63,7 @@ impl Transaction {
     ///
     /// As [`Queue::receive`].
     pub fn receive(&mut self, queue: &Queue, timeout: Duration) -> Result<Option<Envelope>> {
+        self.same_store(queue)?;
         let deadline = Instant::now().checked_add(timeout);
         let got = self.engine.receive(queue.id, &queue.name, 1, deadline)?;
         Ok(got.into_iter().next().map(|l| {
@@ -82,8 +83,19 @@ impl Transaction {
 
     /// Enlists a message received outside the transaction: commit completes it, abort returns
     /// it to its queue.
-    pub fn complete(&mut self, message: Received) {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the message comes from
+    /// another store (it is then returned to its queue).
+    pub fn complete(&mut self, message: Received) -> Result<()> {
+        if !Arc::ptr_eq(&self.engine, &message.engine) {
+            return Err(crate::Error::InvalidArgument(
+                "the message was received from another store than this transaction".into(),
+            ));
+        }
         self.locks.push(message.take_lock());
+        Ok(())
     }
 
     /// Sends `message` to `queue` when the transaction commits.
@@ -93,6 +105,7 @@ impl Transaction {
     /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) and
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) at once; quota errors at commit.
     pub fn send(&mut self, queue: &Queue, message: impl Into<Message>) -> Result<()> {
+        self.same_store(queue)?;
         let m = message.into();
         validate_message(&m, queue.options.max_message_size)?;
         match self.sends.iter_mut().find(|(q, _, _)| *q == queue.id) {
@@ -100,6 +113,17 @@ impl Transaction {
             None => self.sends.push((queue.id, queue.name.to_string(), vec![m])),
         }
         Ok(())
+    }
+
+    fn same_store(&self, queue: &Queue) -> Result<()> {
+        if Arc::ptr_eq(&self.engine, &queue.engine) {
+            Ok(())
+        } else {
+            Err(crate::Error::InvalidArgument(format!(
+                "queue {:?} belongs to another store than this transaction",
+                queue.name()
+            )))
+        }
     }
 
     /// How many messages this transaction has received and will send.

@@ -92,7 +92,7 @@ pub extern "C" fn postbox_tx_complete(tx: *mut postbox_tx, message: *mut postbox
     guard(|| {
         let m = arg_ref(message.cast_const(), "message")?;
         with_tx(tx, m.tag, |t| {
-            t.complete(m.take_received()?);
+            t.complete(m.take_received()?)?;
             Ok(())
         })?;
         Ok(POSTBOX_OK)

@@ -141,16 +141,18 @@ impl PyTransaction {
         let msg = message.get();
         let r = msg.take("enlisted")?;
         let back = py.detach(|| match &mut *self.state.lock() {
-            State::Open(tx) => {
-                tx.complete(r);
-                Ok(())
-            }
+            State::Open(tx) => Ok(tx.complete(r)),
             State::Finished(how) => Err((Box::new(r), *how)),
         });
         match back {
-            Ok(()) => {
+            Ok(Ok(())) => {
                 *msg.lock.lock() = Lock::Transaction;
                 Ok(())
+            }
+            Ok(Err(e)) => {
+                // A message of another store: refused, and returned to its queue.
+                *msg.lock.lock() = Lock::Settled("abandoned");
+                Err(crate::errors::to_py(e))
             }
             Err((r, how)) => {
                 *msg.lock.lock() = Lock::Held(r);

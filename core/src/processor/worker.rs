@@ -207,7 +207,8 @@ impl Worker<'_> {
                     locked_until: track.locked_until.load(Ordering::Acquire),
                     settled: false,
                 };
-                tx.complete(received);
+                // Same store by construction: the transaction was begun on this queue's engine.
+                let _ = tx.complete(received);
                 let (committed, got) = if sh.config.combined_commit {
                     tx.commit_then_receive(&sh.queue, want)
                 } else {
