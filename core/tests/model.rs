@@ -15,6 +15,7 @@ use postbox::{Durability, ManualClock, Message, MessageId, Queue, QueueOptions, 
 use proptest::prelude::*;
 
 const LOCK: Duration = Duration::from_secs(10);
+const DELAY: Duration = Duration::from_secs(5);
 /// Queue 0 dead-letters on the third delivery; queue 1 keeps the default of 10. Queues 2 and 3
 /// are their dead-letter queues.
 const MAX_DELIVERIES: [u32; 4] = [3, 10, u32::MAX, u32::MAX];
@@ -35,6 +36,8 @@ enum Op {
     },
     Complete(usize),
     Abandon(usize),
+    /// Abandons with a delay of `DELAY`: the message is scheduled.
+    AbandonAfter(usize),
     /// Dead-letters a message of a normal queue, resubmits one of a dead-letter queue.
     DeadLetter(usize),
     /// Drops the handle unsettled (an implicit abandon).
@@ -47,7 +50,7 @@ enum Op {
         priority: u8,
         end: TxEnd,
     },
-    /// Moves the clock past every lock.
+    /// Moves the clock past every lock and every delay.
     ExpireLocks,
     /// Closes the store (releasing every lock) and opens it again.
     Reopen,
@@ -68,6 +71,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0..4usize).prop_map(|q| Op::Receive { q }),
         3 => any::<usize>().prop_map(Op::Complete),
         2 => any::<usize>().prop_map(Op::Abandon),
+        1 => any::<usize>().prop_map(Op::AbandonAfter),
         1 => any::<usize>().prop_map(Op::DeadLetter),
         1 => any::<usize>().prop_map(Op::Drop),
         3 => (0..4usize, 0..3usize, 0..2usize, 0..3usize, 0..8u8, prop_oneof![
@@ -87,12 +91,16 @@ struct MMsg {
     dc: u32,
     len: u64,
     locked: bool,
+    /// Scheduled (abandoned with a delay) until this model time, in ms.
+    due: Option<u64>,
 }
 
 #[derive(Debug, Default)]
 struct Model {
     msgs: BTreeMap<u64, MMsg>,
     last_id: u64,
+    /// Milliseconds the clock has been advanced.
+    now: u64,
 }
 
 impl Model {
@@ -100,7 +108,7 @@ impl Model {
         let mut v: Vec<(std::cmp::Reverse<u8>, u64)> = self
             .msgs
             .iter()
-            .filter(|(_, m)| m.queue == q && !m.locked)
+            .filter(|(_, m)| m.queue == q && !m.locked && m.due.is_none())
             .map(|(id, m)| (std::cmp::Reverse(m.priority), *id))
             .collect();
         v.sort();
@@ -118,6 +126,7 @@ impl Model {
                 dc: 0,
                 len: len as u64,
                 locked: false,
+                due: None,
             },
         );
     }
@@ -143,6 +152,34 @@ impl Model {
         m.locked = false;
         if m.dc >= MAX_DELIVERIES[m.queue] {
             m.queue += 2;
+        }
+    }
+
+    fn abandon_after(&mut self, id: u64) {
+        let now = self.now;
+        let m = self.msgs.get_mut(&id).unwrap();
+        assert!(m.locked);
+        if m.dc >= MAX_DELIVERIES[m.queue] {
+            return self.requeue(id);
+        }
+        m.locked = false;
+        m.due = Some(now + DELAY.as_millis() as u64);
+    }
+
+    /// Time passes: locks expire, delays end.
+    fn advance(&mut self, by: Duration) {
+        self.now += by.as_millis() as u64;
+        for id in self.locked_ids() {
+            self.requeue(id);
+        }
+        let now = self.now;
+        for m in self.msgs.values_mut() {
+            if m.due.is_some_and(|d| d <= now) {
+                m.due = None;
+                if m.dc >= MAX_DELIVERIES[m.queue] {
+                    m.queue += 2;
+                }
+            }
         }
     }
 
@@ -221,6 +258,7 @@ impl Harness {
         let result = match how {
             "complete" => h.r.complete(),
             "abandon" => h.r.abandon(),
+            "abandon_after" => h.r.abandon_after(DELAY),
             // A message received from a dead-letter queue is resubmitted instead.
             _ if h.r.queue().ends_with("/$deadletterqueue") => h.r.resubmit(),
             _ => h.r.dead_letter("ModelReason", "model description"),
@@ -234,6 +272,7 @@ impl Harness {
         match how {
             "complete" => self.model.complete(h.id),
             "abandon" => self.model.requeue(h.id),
+            "abandon_after" => self.model.abandon_after(h.id),
             _ => self.model.dead_letter_or_resubmit(h.id),
         }
     }
@@ -276,6 +315,7 @@ impl Harness {
             }
             Op::Complete(i) => self.settle(*i, "complete"),
             Op::Abandon(i) => self.settle(*i, "abandon"),
+            Op::AbandonAfter(i) => self.settle(*i, "abandon_after"),
             Op::DeadLetter(i) => self.settle(*i, "dead_letter"),
             Op::Drop(i) => {
                 if let Some(i) = self.pick(*i) {
@@ -296,9 +336,7 @@ impl Harness {
             } => self.tx(*from, *n_recv, *to, *n_send, *priority, *end),
             Op::ExpireLocks => {
                 self.clock.advance(LOCK);
-                for id in self.model.locked_ids() {
-                    self.model.requeue(id);
-                }
+                self.model.advance(LOCK);
                 for h in &mut self.held {
                     h.lost = true;
                 }
@@ -394,9 +432,9 @@ impl Harness {
             };
             let s = queue.stats().unwrap();
             let expected = (
-                in_q(&|m| !m.locked),
+                in_q(&|m| !m.locked && m.due.is_none()),
                 in_q(&|m| m.locked),
-                0,
+                in_q(&|m| m.due.is_some()),
                 if q < 2 {
                     self.model
                         .msgs
@@ -459,6 +497,11 @@ fn run(ops: &[Op]) {
     }
     // Drain everything: what the model holds is exactly what the store delivers.
     h.held.clear();
+    for id in h.model.locked_ids() {
+        h.model.requeue(id);
+    }
+    // Let every delay run out.
+    h.step(&Op::ExpireLocks);
     for q in 0..4 {
         for id in h.model.locked_ids() {
             h.model.requeue(id);
@@ -552,5 +595,17 @@ fn model_smoke_sequence() {
         Abandon(0),
         Receive { q: 0 },
         Abandon(0),
+        Send {
+            q: 1,
+            priority: 4,
+            len: 3,
+        },
+        Receive { q: 1 },
+        AbandonAfter(0),
+        Receive { q: 1 },
+        Reopen,
+        ExpireLocks,
+        Receive { q: 1 },
+        AbandonAfter(0),
     ]);
 }

@@ -869,7 +869,7 @@ fn tx_complete_enlists_a_message_received_outside() {
     src.send("b").unwrap();
     let m = src.try_receive().unwrap().unwrap();
     let mut tx = t.store().begin();
-    tx.complete(m);
+    tx.complete(m).unwrap();
     tx.send(&dst, "done a").unwrap();
     tx.commit().unwrap();
     assert_eq!(counts(&src), (1, 0, 0, 0, 1));
@@ -877,11 +877,22 @@ fn tx_complete_enlists_a_message_received_outside() {
     // Aborting returns an enlisted message.
     let m = src.try_receive().unwrap().unwrap();
     let mut tx = t.store().begin();
-    tx.complete(m);
+    tx.complete(m).unwrap();
     tx.abort().unwrap();
     assert_eq!(counts(&src), (1, 0, 0, 0, 1));
     // An empty transaction commits trivially.
     t.store().begin().commit().unwrap();
+    // A message of another store cannot be enlisted; it goes back to its own queue.
+    let other = TestStore::new();
+    let oq = other.store().queue("elsewhere").unwrap();
+    oq.send("foreign").unwrap();
+    let foreign = oq.try_receive().unwrap().unwrap();
+    let mut tx = t.store().begin();
+    let e = tx.complete(foreign).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    tx.commit().unwrap();
+    assert_eq!(counts(&oq), (1, 0, 0, 0, 7));
+    assert_eq!(counts(&src), (1, 0, 0, 0, 1));
 }
 
 // ---- priority, scheduling, expiry, dead letters ---------------------------------------
