@@ -418,12 +418,13 @@ def workload_b(args, p):
                 if state["depth"] >= args.depth:
                     time.sleep(0.0001)
                     continue
+                # Counted before the send returns: a consumer may see it first.
+                with lock:
+                    state["depth"] += batch
                 if batched:
                     c.send_many(batch)
                 else:
                     c.send()
-                with lock:
-                    state["depth"] += batch
         except Exception as e:  # noqa: BLE001 - reported in the JSON line
             errors.append(repr(e))
 

@@ -139,7 +139,8 @@ def main():
         if not p:
             return "not measured"
         raw = p.get("raw_redb_inserts_per_s", {})
-        return (f"{p.get('fsync_per_s', 0):.0f} fdatasync/s; raw redb inserts/s at 1/8/32/100 per commit: "
+        return (f"{p.get('fsync_per_s', 0):.0f} fdatasync/s appending 1 KiB "
+                f"({p.get('fsync_overwrite_per_s', 0):.0f}/s rewriting in place); raw redb inserts/s at 1/8/32/100 per commit: "
                 + " / ".join(fmt(raw.get(k, 0)) for k in ["1", "8", "32", "100"]))
 
     md = []

@@ -52,8 +52,8 @@ cleanup() {
         wait "$REDIS_PID" 2>/dev/null
     fi
     if [ -n "$RABBIT_PID" ]; then
-        HOME=$WORK/rabbit/home RABBITMQ_NODENAME=postbox-bench@localhost \
-            timeout 30 rabbitmqctl -n postbox-bench@localhost stop >/dev/null 2>&1
+        HOME=$WORK/rabbit/home timeout 30 "${RBIN:-/usr/lib/rabbitmq/bin}/rabbitmqctl" \
+            -n postbox-bench@localhost stop >/dev/null 2>&1
         kill "$RABBIT_PID" 2>/dev/null
         wait "$RABBIT_PID" 2>/dev/null
     fi
@@ -132,19 +132,29 @@ if wanted rabbitmq-quorum; then
 listeners.tcp.default = 127.0.0.1:$AMQP_PORT
 loopback_users = none
 EOF
+        printf '[].\n' >"$R/enabled_plugins"
+        # Debian's /usr/sbin wrappers switch to the rabbitmq user, who cannot write here: use
+        # the scripts behind them when they exist.
+        RBIN=/usr/lib/rabbitmq/bin
+        [ -x $RBIN/rabbitmq-server ] || RBIN=$(dirname "$(command -v rabbitmq-server)")
         export ERL_EPMD_ADDRESS=127.0.0.1
         HOME=$R/home RABBITMQ_NODENAME=postbox-bench@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
             RABBITMQ_NODE_PORT=$AMQP_PORT RABBITMQ_DIST_PORT=$((AMQP_PORT + 20000)) \
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
             RABBITMQ_CONFIG_FILE=$R/rabbitmq RABBITMQ_MNESIA_BASE=$R/mnesia RABBITMQ_LOG_BASE=$R/log \
-            RABBITMQ_ENABLED_PLUGINS_FILE=$R/enabled_plugins RABBITMQ_ENABLED_PLUGINS= \
-            rabbitmq-server >"$R/server.out" 2>&1 &
+            RABBITMQ_ENABLED_PLUGINS_FILE=$R/enabled_plugins \
+            $RBIN/rabbitmq-server >"$R/server.out" 2>&1 &
         RABBIT_PID=$!
         log "waiting for RabbitMQ"
-        if HOME=$R/home timeout 90 rabbitmqctl -n postbox-bench@localhost await_startup >/dev/null 2>&1; then
-            RABBIT_OK=1
-        else
-            status rabbitmq-quorum "rabbitmq-server did not start within 90 s (see $R/server.out)"
-        fi
+        for _ in $(seq 90); do
+            if HOME=$R/home $RBIN/rabbitmqctl -n postbox-bench@localhost await_startup --timeout 5 >/dev/null 2>&1; then
+                RABBIT_OK=1
+                break
+            fi
+            kill -0 "$RABBIT_PID" 2>/dev/null || break
+            sleep 1
+        done
+        [ $RABBIT_OK = 1 ] || status rabbitmq-quorum "rabbitmq-server did not start (see $R/server.out)"
     else
         status rabbitmq-quorum "rabbitmq-server not installed and apt-get install failed"
     fi

@@ -193,13 +193,14 @@ fn workload_b(a: &Args, store: &Store, q: &Queue) {
                     std::thread::sleep(Duration::from_micros(50));
                     continue;
                 }
+                // Counted before the send returns: a consumer may see it first.
+                depth.fetch_add(batch as i64, Ordering::Relaxed);
                 if batch > 1 {
                     q.send_batch((0..batch).map(|_| Message::new(body.clone())))
                         .expect("send_batch");
                 } else {
                     q.send(Message::new(body.clone())).expect("send");
                 }
-                depth.fetch_add(batch as i64, Ordering::Relaxed);
             }
         }));
     }

@@ -1,6 +1,7 @@
 //! The machine's durable-commit ceiling and the raw redb floor, for the comparison table.
 //!
-//! `postbox-probe DIR [SECONDS]` prints one JSON line: fdatasync/s of 1 KiB appends in DIR,
+//! `postbox-probe DIR [SECONDS]` prints one JSON line: fdatasync/s of 1 KiB appends in DIR
+//! (and of 1 KiB rewritten in place),
 //! and inserts/s of raw redb with 1, 8, 32 and 100 inserts per durable transaction.
 
 use std::time::Duration;
@@ -17,6 +18,7 @@ fn main() {
         .tempdir_in(root)
         .expect("temp dir");
     let fsync = pb::fsync_probe(dir.path(), Duration::from_secs_f64(secs));
+    let overwrite = pb::fsync_probe_overwrite(dir.path(), Duration::from_secs_f64(secs / 2.0));
     let body = pb::body(1024);
     let raw: serde_json::Map<String, serde_json::Value> = [1usize, 8, 32, 100]
         .into_iter()
@@ -33,6 +35,6 @@ fn main() {
         .collect();
     println!(
         "{}",
-        json!({"fsync_per_s": fsync, "raw_redb_inserts_per_s": raw})
+        json!({"fsync_per_s": fsync, "fsync_overwrite_per_s": overwrite, "raw_redb_inserts_per_s": raw})
     );
 }
