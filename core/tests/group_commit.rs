@@ -1,8 +1,8 @@
 //! Group commit: concurrent callers share redb commits (and fsyncs), and an invalid operation in
 //! a shared batch fails alone while every other caller gets its own success.
 //!
-//! These stores use the default durability on the ordinary temporary directory: the fsync is
-//! what makes callers pile up behind a commit.
+//! These stores use the default durability on the build disk: the fsync is what makes callers
+//! pile up behind a commit.
 
 mod common;
 
@@ -15,7 +15,8 @@ use postbox::{Error, ErrorKind, ManualClock, MessageId, QueueOptions, Store};
 fn concurrent_single_sends_share_commits() {
     const THREADS: usize = 8;
     let per_thread = common::knob("POSTBOX_STRESS", 2_000).clamp(200, 10_000) / 80;
-    let dir = tempfile::tempdir().unwrap();
+    // On the build disk rather than a RAM /tmp: the fsync is what makes callers pile up.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let store = Store::open(dir.path().join("gc.postbox")).unwrap();
     let q = store.queue("q").unwrap();
     let before = store.stats();
