@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 scripts=(rust header c python stress bench-smoke)
+
+# The stress concern runs a CI-sized pass (40 SIGKILLs, one round); set these higher for a long
+# run, e.g. POSTBOX_STRESS=10 POSTBOX_STRESS_ROUNDS=2 ./test.sh
+export POSTBOX_STRESS="${POSTBOX_STRESS:-2}"
+export POSTBOX_STRESS_ROUNDS="${POSTBOX_STRESS_ROUNDS:-1}"
 failed=()
 for s in "${scripts[@]}"; do
   f=".ci/$s.sh"
