@@ -182,6 +182,11 @@ def main():
         when = datetime.datetime.utcfromtimestamp(os.path.getmtime(crit_path)).strftime("%Y-%m-%d %H:%M UTC")
         md.append(f"## Criterion suite (last `cargo bench -p postbox-benches`, {when})\n")
         text = open(crit_path).read()
+        # When the paired measurement exists, the criterion-based target table (two sides
+        # minutes apart) is noise: leave it out of BENCHMARKS.md.
+        cut = text.find("\n### Targets from the criterion runs above")
+        if cut >= 0 and "paired:" in text:
+            text = text[:cut] + "\n"
         md.append(text.replace("## Criterion summary\n", "").strip() + "\n")
     open(out_path, "w").write("\n".join(md) + "\n")
     print(table)
