@@ -217,13 +217,20 @@ done
 # ---- (C) the same workloads through the Python binding ------------------------------------------
 if wanted postbox-python; then
     WL=$HERE/python/workload.py
-    if ! "$PY" -c "import postbox" 2>/dev/null && [ "${POSTBOX_COMPARE_BUILD_PY:-1}" != 0 ] &&
-        [ -f "$ROOT/python/pyproject.toml" ] && [ -f "$WL" ]; then
-        log "building the Python binding into the venv (maturin develop --release)"
+    # Build the binding from this tree as a wheel and install it into the harness venv (a
+    # `maturin develop` would drop a native module into python/, the binding's source tree).
+    if [ "${POSTBOX_COMPARE_BUILD_PY:-1}" != 0 ] && [ -f "$ROOT/python/pyproject.toml" ] && [ -f "$WL" ]; then
+        log "building the Python binding wheel (maturin build --release)"
         "$PY" -m pip install -q --disable-pip-version-check maturin >>"$WORK/pip.log" 2>&1
-        (cd "$ROOT/python" && VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH timeout 600 \
-            maturin develop --release -q >"$WORK/maturin.log" 2>&1) ||
-            log "maturin develop failed (see $WORK/maturin.log)"
+        rm -rf "$WORK/wheels"
+        if (cd "$ROOT/python" && timeout 600 "$VENV/bin/maturin" build --release -q -i "$PY" \
+            -o "$WORK/wheels" >"$WORK/maturin.log" 2>&1); then
+            "$PY" -m pip uninstall -q -y postbox >/dev/null 2>&1
+            "$PY" -m pip install -q --disable-pip-version-check --no-deps "$WORK"/wheels/postbox-*.whl \
+                >>"$WORK/pip.log" 2>&1 || log "installing the postbox wheel failed (see $WORK/pip.log)"
+        else
+            log "maturin build failed (see $WORK/maturin.log)"
+        fi
     fi
     if [ ! -f "$WL" ]; then
         status postbox-python "not available: benches/compare/python/workload.py does not exist yet"
