@@ -54,6 +54,13 @@ pub struct DueHints {
 /// (queue id, message_key) → (message id, forget at ms).
 type DedupTable<'t> = Table<'t, (u32, &'static str), (u64, u64)>;
 
+impl DueHints {
+    /// When the earliest scheduled message or lock expiry may fall due (ms; 0 = unknown).
+    pub fn next_receivable(&self) -> u64 {
+        self.lock.min(self.scheduled)
+    }
+}
+
 pub struct Batch<'t> {
     txn: &'t WriteTransaction,
     /// Carried from batch to batch by the pipeline; see [`DueHints`].

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod codec;
 mod file;
 pub mod owners;
+pub mod park;
 pub mod pipeline;
 pub mod read;
 pub mod signal;
@@ -78,9 +79,13 @@ impl Engine {
                 "poll_interval needs 0 < floor <= ceiling".into(),
             ));
         }
-        let db =
-            catch_unwind(AssertUnwindSafe(|| file::open(path, b))).map_err(panic_to_error)??;
-        let db = Arc::new(db);
+        // Everything that touches the file runs under one guard: redb can panic on a damaged
+        // store, and even dropping the half-opened database on an error path can.
+        catch_unwind(AssertUnwindSafe(|| Self::open_file(path, b))).map_err(panic_to_error)?
+    }
+
+    fn open_file(path: &Path, b: &StoreBuilder) -> Result<Engine> {
+        let db = Arc::new(file::open(path, b)?);
         let clock = b.clock.clone();
         let signals = Arc::new(Signals::default());
         let stats = Arc::new(PipelineStats::default());
@@ -193,6 +198,71 @@ impl Engine {
         max: usize,
         deadline: Option<Instant>,
     ) -> Result<Vec<Locked>> {
+        if self.multi_process {
+            self.receive_polling(q, name, max, deadline)
+        } else {
+            self.receive_parked(q, name, max, deadline)
+        }
+    }
+
+    /// Single-process receive: the request waits in the writer, which serves it in the batch
+    /// that makes a message receivable (see `park`).
+    fn receive_parked(
+        &self,
+        q: u32,
+        name: &str,
+        max: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Locked>> {
+        self.check_open()?;
+        let state = park::ParkState::new();
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.pipeline.park(park::ParkedReceive {
+            q,
+            name: name.to_owned(),
+            owner: self.owner,
+            max,
+            deadline,
+            state: state.clone(),
+            reply,
+        })?;
+        let gone = || {
+            if self.is_closed() {
+                Error::Closed
+            } else {
+                // The writer caught a panic in this batch; as in `call`, that is redb failing
+                // on a damaged page.
+                Error::Corrupted(
+                    "storage failure: the commit pipeline stopped before answering".into(),
+                )
+            }
+        };
+        let first = match deadline {
+            Some(d) => answer.recv_deadline(d),
+            None => answer
+                .recv()
+                .map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
+        };
+        match first {
+            Ok(r) => r,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) if state.cancel() => Ok(Vec::new()),
+            // The writer has the request: its answer is on the way.
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                answer.recv().unwrap_or_else(|_| Err(gone()))
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(gone()),
+        }
+    }
+
+    /// Multi-process receive: other processes' sends do not pass through this writer, so a
+    /// waiter polls the file with truncated exponential backoff.
+    fn receive_polling(
+        &self,
+        q: u32,
+        name: &str,
+        max: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Locked>> {
         let signal = self.signals.get(q);
         let mut backoff = self.poll_floor;
         loop {
@@ -261,8 +331,14 @@ impl Engine {
         });
         self.signals.notify_all();
         // The writer thread has exited with its handle; dropping this one closes the file.
-        self.db.write().take();
-        result
+        // redb's own drop can panic on a store damaged under it (a lock poisoned by an earlier
+        // caught panic); that must not escape to the caller either.
+        let db = self.db.write().take();
+        let dropped = catch_unwind(AssertUnwindSafe(move || drop(db)));
+        match (result, dropped) {
+            (Ok(()), Err(p)) => Err(panic_to_error(p)),
+            (result, _) => result,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use redb::Database;
 
 use super::batch::{Batch, DueHints};
 use super::clock::Clock;
+use super::park::{self, ParkedReceive};
 use super::signal::Signals;
 use crate::error::{Error, Result};
 use crate::store::Durability;
@@ -82,6 +83,8 @@ where
 
 enum Msg {
     Job(Box<dyn Job>),
+    /// A receive that waits in the writer until a batch makes a message receivable.
+    Park(ParkedReceive),
     /// Finish what is queued, run the closing job durably, exit.
     Stop(Box<dyn Job>),
 }
@@ -140,6 +143,15 @@ impl Pipeline {
         })
     }
 
+    /// Leaves a receive with the writer (see `park`).
+    ///
+    /// # Errors
+    ///
+    /// `Closed` when the writer has stopped.
+    pub fn park(&self, request: ParkedReceive) -> Result<()> {
+        self.tx.send(Msg::Park(request)).map_err(|_| Error::Closed)
+    }
+
     /// Queues `f` without waiting for it (used by `Drop` implementations).
     pub fn detach<F>(&self, f: F)
     where
@@ -184,12 +196,41 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
     // A lone caller (expect == 1) never waits.
     let mut expect = 1usize;
     let mut last_cost = std::time::Duration::ZERO;
-    while let Ok(first) = rx.recv() {
+    let mut parked: Vec<ParkedReceive> = Vec::new();
+    loop {
+        // With receives parked, wake up for their deadlines and for time-driven work that can
+        // make a message receivable (a scheduled message, a lock expiry).
+        let wake_at = if parked.is_empty() {
+            None
+        } else {
+            let due = ctx.hints.lock().next_receivable();
+            let due_in = due.saturating_sub(ctx.clock.now_ms());
+            let due_at = std::time::Instant::now()
+                .checked_add(std::time::Duration::from_millis(due_in.max(1)));
+            [park::next_deadline(&parked), due_at]
+                .into_iter()
+                .flatten()
+                .min()
+        };
+        let first = match wake_at {
+            None => match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => return,
+            },
+            Some(t) => match rx.recv_deadline(t) {
+                Ok(m) => Some(m),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        let timer = first.is_none();
         let mut jobs = Vec::new();
         let mut stop = None;
         match first {
-            Msg::Job(j) => jobs.push(j),
-            Msg::Stop(j) => stop = Some(j),
+            Some(Msg::Job(j)) => jobs.push(j),
+            Some(Msg::Park(p)) => parked.push(p),
+            Some(Msg::Stop(j)) => stop = Some(j),
+            None => {}
         }
         let gather = matches!(ctx.durability, Durability::Immediate) && expect > 1;
         let deadline = std::time::Instant::now() + (last_cost / 4).min(MAX_GATHER);
@@ -201,6 +242,7 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
             };
             match next {
                 Some(Msg::Job(j)) => jobs.push(j),
+                Some(Msg::Park(p)) => parked.push(p),
                 Some(Msg::Stop(j)) => stop = Some(j),
                 None => break,
             }
@@ -213,7 +255,7 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
             }
             _ => None,
         };
-        if !jobs.is_empty() {
+        if !jobs.is_empty() || !parked.is_empty() {
             let durability = match ctx.durability {
                 Durability::None if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL => {
                     last_checkpoint = std::time::Instant::now();
@@ -222,11 +264,20 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
                 other => other,
             };
             let started = std::time::Instant::now();
-            run_guarded(ctx, jobs, durability, reap);
+            run_guarded(ctx, jobs, &mut parked, timer, durability, reap);
             last_cost = started.elapsed();
         }
         if let Some(last) = stop {
-            run_guarded(ctx, vec![last], Durability::Immediate, None);
+            // Parked receives are dropped unanswered: their callers see the store closed.
+            parked.clear();
+            run_guarded(
+                ctx,
+                vec![last],
+                &mut parked,
+                false,
+                Durability::Immediate,
+                None,
+            );
             // Anything sent after the stop is answered with `Closed` when `rx` is dropped.
             return;
         }
@@ -236,12 +287,16 @@ fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
 fn run_guarded(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
+    parked: &mut Vec<ParkedReceive>,
+    timer: bool,
     durability: Durability,
     reap: Option<(u64, u64)>,
 ) {
     // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
     // callers get an error instead of hanging; the writer thread lives on.
-    let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(ctx, jobs, durability, reap)));
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        run_batch(ctx, jobs, parked, timer, durability, reap)
+    }));
     if outcome.is_err() {
         ctx.signals.notify_all();
     }
@@ -250,14 +305,17 @@ fn run_guarded(
 fn run_batch(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
+    parked: &mut Vec<ParkedReceive>,
+    timer: bool,
     durability: Durability,
     reap: Option<(u64, u64)>,
 ) {
     let n = jobs.len() as u64;
-    let fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
+    let mut fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
         for j in jobs {
             j.fail(e);
         }
+        park::expire(parked, Some(e));
     };
     let mut txn = match ctx.db.begin_write() {
         Ok(t) => t,
@@ -269,6 +327,7 @@ fn run_batch(
         return fail_all(jobs, &Error::Config(e.to_string()));
     }
     let mut ran = Vec::with_capacity(jobs.len());
+    let mut served = Vec::new();
     let mut fatal: Option<Error> = None;
     let woken;
     let dirty;
@@ -303,9 +362,19 @@ fn run_batch(
             }
         }
         if let Some(e) = &fatal {
-            fail_all(rest.collect(), e);
-        } else if let Err(e) = batch.flush() {
-            fatal = Some(e);
+            for j in rest {
+                j.fail(e);
+            }
+        } else {
+            match park::serve(&mut batch, parked, timer) {
+                Ok(s) => served = s,
+                Err(e) => fatal = Some(e),
+            }
+            if fatal.is_none()
+                && let Err(e) = batch.flush()
+            {
+                fatal = Some(e);
+            }
         }
         dirty = batch.mutations > 0;
         woken = std::mem::take(&mut batch.woken);
@@ -336,6 +405,9 @@ fn run_batch(
     ctx.stats.operations.fetch_add(n, Ordering::Relaxed);
     for r in ran {
         (r.deliver)(outcome.as_ref());
+    }
+    for s in served {
+        s.answer(outcome.as_ref());
     }
     if outcome.is_none() {
         ctx.signals.notify(woken);

@@ -1,0 +1,171 @@
+//! Parked receives: a receiver waiting on an empty queue leaves its request with the writer,
+//! which serves it inside the very batch that makes a message receivable.
+//!
+//! Without parking, a send wakes the waiter, which then asks for a lock in a batch of its own:
+//! two commits and four thread hand-offs between a send and its delivery. A parked request is
+//! served in the send's own commit. Used in single-process mode, where every send passes
+//! through this writer; multi-process waiters poll the file instead (see `Engine::receive`).
+//!
+//! A request and its caller agree through one atomic state: the writer may serve a request only
+//! after taking it (`WAITING`/`FRESH` → `TAKEN`), the caller may give up only by cancelling a
+//! request that is `WAITING`. A fresh request is always tried once, so `try_receive` works, and
+//! the writer answers every request whose deadline has passed, so a caller that lost the race
+//! to cancel always gets an answer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+
+use super::batch::{Batch, Locked};
+use crate::error::{Error, Result};
+
+const FRESH: u8 = 0;
+const WAITING: u8 = 1;
+const TAKEN: u8 = 2;
+const CANCELLED: u8 = 3;
+
+/// The state shared between a parked request and its caller.
+#[derive(Debug)]
+pub struct ParkState(AtomicU8);
+
+impl ParkState {
+    pub fn new() -> Arc<ParkState> {
+        Arc::new(ParkState(AtomicU8::new(FRESH)))
+    }
+
+    /// The caller gives up; false if the writer has the request (an answer is coming).
+    pub fn cancel(&self) -> bool {
+        self.0
+            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn take(&self) -> bool {
+        let s = self.0.load(Ordering::Acquire);
+        (s == FRESH || s == WAITING)
+            && self
+                .0
+                .compare_exchange(s, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    fn is_fresh(&self) -> bool {
+        self.0.load(Ordering::Acquire) == FRESH
+    }
+
+    fn release(&self) {
+        self.0.store(WAITING, Ordering::Release);
+    }
+}
+
+/// A receive waiting for a message.
+pub struct ParkedReceive {
+    pub q: u32,
+    pub name: String,
+    pub owner: u64,
+    pub max: usize,
+    pub deadline: Option<Instant>,
+    pub state: Arc<ParkState>,
+    pub reply: Sender<Result<Vec<Locked>>>,
+}
+
+impl ParkedReceive {
+    fn expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+}
+
+/// A request served in this batch, to be answered once the batch's outcome is known.
+pub struct Served {
+    request: ParkedReceive,
+    result: Result<Vec<Locked>>,
+}
+
+impl Served {
+    /// Answers the caller. If the batch failed, locks taken for it were rolled back.
+    pub fn answer(self, batch_error: Option<&Error>) {
+        let out = match (self.result, batch_error) {
+            (Ok(v), Some(e)) if !v.is_empty() => Err(e.duplicate()),
+            (r, _) => r,
+        };
+        let _ = self.request.reply.send(out);
+    }
+}
+
+/// Serves the parked requests that may succeed now: fresh ones, those on queues that gained
+/// messages in this batch (`woken`), all of them after a time-driven wake-up; and answers the
+/// ones whose deadline passed. Returns what was served; `Err` is a failure after writing.
+pub fn serve(
+    batch: &mut Batch<'_>,
+    parked: &mut Vec<ParkedReceive>,
+    all: bool,
+) -> std::result::Result<Vec<Served>, Error> {
+    let now = Instant::now();
+    let mut served = Vec::new();
+    let mut keep = Vec::with_capacity(parked.len());
+    let mut pending = std::mem::take(parked).into_iter();
+    for p in pending.by_ref() {
+        let worth_trying = all || p.state.is_fresh() || batch.woken.contains(&p.q);
+        if !worth_trying && !p.expired(now) {
+            keep.push(p);
+            continue;
+        }
+        if !p.state.take() {
+            continue; // cancelled by its caller
+        }
+        if !worth_trying {
+            served.push(Served {
+                request: p,
+                result: Ok(Vec::new()),
+            });
+            continue;
+        }
+        let before = batch.mutations;
+        match batch.receive(p.q, &p.name, p.owner, p.max) {
+            Err(e) if batch.mutations != before => {
+                let fatal = e.duplicate();
+                served.push(Served {
+                    request: p,
+                    result: Err(e),
+                });
+                keep.extend(pending);
+                *parked = keep;
+                return Err(fatal);
+            }
+            Ok(v) if v.is_empty() && !p.expired(Instant::now()) => {
+                p.state.release();
+                keep.push(p);
+            }
+            result => served.push(Served { request: p, result }),
+        }
+    }
+    *parked = keep;
+    Ok(served)
+}
+
+/// Answers every request whose deadline has passed without a batch (used when the store
+/// cannot begin one), and fails fresh requests with `error` if given.
+pub fn expire(parked: &mut Vec<ParkedReceive>, error: Option<&Error>) {
+    let now = Instant::now();
+    parked.retain(|p| {
+        let fail_fresh = error.is_some() && p.state.is_fresh();
+        if !(fail_fresh || p.expired(now)) {
+            return true;
+        }
+        if p.state.take() {
+            let out = match error {
+                Some(e) if fail_fresh => Err(e.duplicate()),
+                _ => Ok(Vec::new()),
+            };
+            let _ = p.reply.send(out);
+        }
+        false
+    });
+}
+
+/// The earliest deadline among the parked requests.
+pub fn next_deadline(parked: &[ParkedReceive]) -> Option<Instant> {
+    parked.iter().filter_map(|p| p.deadline).min()
+}
