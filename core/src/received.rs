@@ -165,16 +165,46 @@ impl Drop for Received {
     }
 }
 
-/// Completes every message in one commit, all or none.
-pub(crate) fn complete_all(engine: &Arc<Engine>, messages: Vec<Received>) -> Result<()> {
-    let locks: Vec<(u64, u64)> = messages.into_iter().map(Received::take_lock).collect();
+/// Returns locked messages to their queues (ignoring locks already lost), e.g. after a batch
+/// settle or a transaction that failed as a whole.
+pub(crate) fn abandon_locks(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) -> Result<()> {
+    if locks.is_empty() {
+        return Ok(());
+    }
     engine.call(move |b| {
-        for &(id, token) in &locks {
-            b.check_lock(id, token)?;
-        }
-        for &(id, token) in &locks {
-            b.settle(id, token, &Settle::Complete)?;
+        for (id, token) in locks {
+            match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
+                Ok(()) | Err(Error::LockLost(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     })
+}
+
+/// Completes every message in one commit, all or none; if one lock was lost, the others are
+/// returned to their queues.
+pub(crate) fn complete_all(engine: &Arc<Engine>, messages: Vec<Received>) -> Result<()> {
+    if messages.iter().any(|m| !Arc::ptr_eq(&m.engine, engine)) {
+        return Err(Error::InvalidArgument(
+            "a message belongs to another store than this queue".into(),
+        ));
+    }
+    let locks: Vec<(u64, u64)> = messages.into_iter().map(Received::take_lock).collect();
+    let result = engine.call({
+        let locks = locks.clone();
+        move |b| {
+            for &(id, token) in &locks {
+                b.check_lock(id, token)?;
+            }
+            for &(id, token) in &locks {
+                b.settle(id, token, &Settle::Complete)?;
+            }
+            Ok(())
+        }
+    });
+    if result.is_err() {
+        let _ = abandon_locks(engine, locks);
+    }
+    result
 }

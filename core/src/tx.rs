@@ -8,7 +8,7 @@ use crate::engine::batch::{Batch, Locked, Settle, validate_message};
 use crate::error::Result;
 use crate::message::{Envelope, Message};
 use crate::queue::Queue;
-use crate::received::Received;
+use crate::received::{Received, abandon_locks};
 
 /// Messages to send to one queue: (queue id, queue name, messages).
 type SendGroup = (u32, String, Vec<Message>);
@@ -156,7 +156,7 @@ impl Transaction {
             move |b| apply_commit(b, &locks, sends)
         });
         if result.is_err() {
-            release(&self.engine, locks);
+            let _ = abandon_locks(&self.engine, locks);
         }
         result
     }
@@ -198,12 +198,12 @@ impl Transaction {
         match r {
             Ok((committed, got)) => {
                 if committed.is_err() {
-                    release(&self.engine, locks);
+                    let _ = abandon_locks(&self.engine, locks);
                 }
                 (committed, got)
             }
             Err(e) => {
-                release(&self.engine, locks);
+                let _ = abandon_locks(&self.engine, locks);
                 let again = e.duplicate();
                 (Err(e), Err(again))
             }
@@ -218,7 +218,7 @@ impl Transaction {
     pub fn abort(mut self) -> Result<()> {
         self.finished = true;
         let locks = std::mem::take(&mut self.locks);
-        abandon_all(&self.engine, locks)
+        abandon_locks(&self.engine, locks)
     }
 }
 
@@ -235,30 +235,11 @@ fn apply_commit(b: &mut Batch<'_>, locks: &[(u64, u64)], sends: Vec<SendGroup>) 
     Ok(())
 }
 
-fn abandon_all(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) -> Result<()> {
-    if locks.is_empty() {
-        return Ok(());
-    }
-    engine.call(move |b| {
-        for (id, token) in locks {
-            match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
-                Ok(()) | Err(crate::Error::LockLost(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    })
-}
-
-fn release(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) {
-    let _ = abandon_all(engine, locks);
-}
-
 impl Drop for Transaction {
     fn drop(&mut self) {
         if !self.finished {
             let locks = std::mem::take(&mut self.locks);
-            let _ = abandon_all(&self.engine, locks);
+            let _ = abandon_locks(&self.engine, locks);
         }
     }
 }
