@@ -360,12 +360,16 @@ fn queue_ops(c: &mut Criterion) {
                                     }
                                 }
                                 Op::ReceiveBatch100 => {
+                                    // Each step completes the last batch and locks the next
+                                    // in one commit.
+                                    let mut held = Vec::new();
                                     for _ in 0..n {
-                                        let ms =
-                                            src.receive_batch(100, WAIT).expect("receive_batch");
-                                        assert!(!ms.is_empty(), "receive_batch timed out");
-                                        src.complete_batch(ms).expect("complete_batch");
+                                        held = src
+                                            .complete_batch_and_receive(held, 100, WAIT)
+                                            .expect("complete_batch_and_receive");
+                                        assert!(!held.is_empty(), "receive_batch timed out");
                                     }
+                                    src.complete_batch(held).expect("complete_batch");
                                 }
                                 Op::TxReceiveSendCommit => {
                                     let store = &s._store;
@@ -770,6 +774,7 @@ fn postbox_side<'a>(setup: Setup, op: Op, threads: usize) -> Side<'a> {
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| {
+                    let mut held = Vec::new();
                     while Instant::now() < deadline {
                         let n = match op {
                             Op::Send => {
@@ -791,20 +796,25 @@ fn postbox_side<'a>(setup: Setup, op: Op, threads: usize) -> Side<'a> {
                                 }
                             }
                             Op::ReceiveBatch100 => {
-                                let ms = q
-                                    .receive_batch(100, Duration::from_secs(5))
-                                    .expect("receive_batch");
-                                let n = ms.len() as u64;
+                                // Completes the last batch and locks the next in one commit.
+                                held = q
+                                    .complete_batch_and_receive(
+                                        std::mem::take(&mut held),
+                                        100,
+                                        Duration::from_secs(5),
+                                    )
+                                    .expect("complete_batch_and_receive");
+                                let n = held.len() as u64;
                                 if n == 0 {
                                     break;
                                 }
-                                q.complete_batch(ms).expect("complete_batch");
                                 n
                             }
                             Op::TxReceiveSendCommit => unreachable!("not a target"),
                         };
                         count.fetch_add(n, Ordering::Relaxed);
                     }
+                    q.complete_batch(held).expect("complete_batch");
                 });
             }
         });

@@ -130,14 +130,18 @@ fn workload_a(a: &Args, store: &Store, q: &Queue) {
     );
     let t = Instant::now();
     let mut got = 0u64;
+    let mut held = Vec::new();
     while got < sent && t.elapsed() < cap {
         if a.batched {
-            let ms = q
-                .receive_batch(a.batch, Duration::from_secs(10))
-                .expect("receive_batch");
-            assert!(!ms.is_empty(), "receive_batch timed out");
-            got += ms.len() as u64;
-            q.complete_batch(ms).expect("complete_batch");
+            // Completes the last batch and locks the next in one commit.
+            let want = a
+                .batch
+                .min(usize::try_from(sent - got).unwrap_or(usize::MAX));
+            held = q
+                .complete_batch_and_receive(held, want, Duration::from_secs(10))
+                .expect("complete_batch_and_receive");
+            assert!(!held.is_empty(), "receive_batch timed out");
+            got += held.len() as u64;
         } else {
             let m = q
                 .receive(Duration::from_secs(10))
@@ -147,6 +151,7 @@ fn workload_a(a: &Args, store: &Store, q: &Queue) {
             got += 1;
         }
     }
+    q.complete_batch(held).expect("complete_batch");
     let recv_s = t.elapsed().as_secs_f64();
     let end = store.stats();
     emit(
@@ -213,16 +218,14 @@ fn workload_b(a: &Args, store: &Store, q: &Queue) {
             measuring.clone(),
         );
         handles.push(std::thread::spawn(move || {
+            let mut held = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let n = if batch > 1 {
-                    let ms = q
-                        .receive_batch(batch, Duration::from_millis(100))
-                        .expect("receive_batch");
-                    let n = ms.len();
-                    if n > 0 {
-                        q.complete_batch(ms).expect("complete_batch");
-                    }
-                    n
+                    // Completes the last batch and locks the next in one commit.
+                    held = q
+                        .complete_batch_and_receive(held, batch, Duration::from_millis(100))
+                        .expect("complete_batch_and_receive");
+                    held.len()
                 } else {
                     match q.receive(Duration::from_millis(100)).expect("receive") {
                         Some(m) => {
@@ -237,6 +240,7 @@ fn workload_b(a: &Args, store: &Store, q: &Queue) {
                     done.fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
+            q.complete_batch(held).expect("complete_batch");
         }));
     }
     // One second of warm-up, then the measured window; depth is sampled every 10 ms.
