@@ -214,6 +214,18 @@ fn open_and_drain(path: &Path, verify: bool) -> Result<usize, Error> {
     Ok(drained)
 }
 
+/// Saves a misbehaving copy for replay (the base store differs from run to run, so the seed
+/// alone does not reproduce it); returns where.
+fn keep(path: &Path) -> String {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corruption-failures");
+    let _ = std::fs::create_dir_all(&dir);
+    let to = dir.join(path.file_name().unwrap_or_default());
+    match std::fs::copy(path, &to) {
+        Ok(_) => to.display().to_string(),
+        Err(e) => format!("(not kept: {e})"),
+    }
+}
+
 fn run_copy(path: &Path, verify: bool) -> Outcome {
     let (tx, rx) = mpsc::channel();
     let owned = path.to_owned();
@@ -233,7 +245,13 @@ fn run_copy(path: &Path, verify: bool) -> Outcome {
     });
     match rx.recv_timeout(HANG) {
         Ok(o) => o,
-        Err(_) => panic!("{}: open-and-drain hung for {HANG:?}", path.display()),
+        Err(_) => {
+            let kept = keep(path);
+            panic!(
+                "{}: open-and-drain hung for {HANG:?}; copy kept at {kept}",
+                path.display()
+            )
+        }
     }
 }
 
@@ -301,7 +319,10 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                     *tally.lock().unwrap().entry(key).or_default() += 1;
                     match &outcome {
                         Outcome::Panicked(_) | Outcome::Failed(ErrorKind::Panic, _) => {
-                            bad.lock().unwrap().push(format!("{what}: {outcome:?}"));
+                            let kept = keep(&path);
+                            bad.lock()
+                                .unwrap()
+                                .push(format!("{what}: {outcome:?}; copy kept at {kept}"));
                         }
                         _ => {}
                     }
