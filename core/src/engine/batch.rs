@@ -897,11 +897,19 @@ impl<'t> Batch<'t> {
                 .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
                 .next()
                 .transpose()?
-                .map(|(k, _)| k.value().2);
-            let Some(id) = head else { break };
+                .map(|(k, _)| k.value());
+            let Some(key) = head else { break };
+            let id = key.2;
             let mut st = self
                 .load_state(id)?
                 .ok_or_else(|| Error::corrupted(format!("ready message {id} has no state")))?;
+            // A state that disagrees with its index entry would not remove that entry below,
+            // and this loop would find the same head forever (seen on damaged files).
+            if st.status != Status::Ready || st.ready_key(id) != key {
+                return Err(Error::corrupted(format!(
+                    "ready message {id} has an inconsistent state"
+                )));
+            }
             if st.expires_at != 0 && st.expires_at <= self.now {
                 self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
                 continue;
