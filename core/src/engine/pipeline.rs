@@ -402,7 +402,10 @@ fn run_batch(
         // failure the default (look everywhere) stays in place.
         *ctx.hints.lock() = final_hints;
     }
-    ctx.stats.operations.fetch_add(n, Ordering::Relaxed);
+    // A parked receive served in this batch is an operation of the batch like any other.
+    ctx.stats
+        .operations
+        .fetch_add(n + served.len() as u64, Ordering::Relaxed);
     for r in ran {
         (r.deliver)(outcome.as_ref());
     }
