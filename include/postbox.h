@@ -1039,6 +1039,30 @@ int postbox_complete_batch(struct postbox_queue *queue,
                            size_t count);
 
 /**
+ * Completes `done_count` received messages of `queue` and locks up to `max` more in **one**
+ * commit — a batched consumer's loop step, one durable commit per batch instead of two. If
+ * nothing is receivable right then, waits up to `timeout_ms` (as in `postbox_receive`; the
+ * completion is durable by then). `done` may be NULL when `done_count` is 0. The completed
+ * handles are settled whatever the outcome and still freed with `postbox_message_free`;
+ * `messages_out` is a caller-provided array of `max` pointers whose first `*count_out` entries
+ * receive new handles, also freed with `postbox_message_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK` (at least one new message); `POSTBOX_TIMEOUT` (the messages were completed and
+ * none arrived in time); `POSTBOX_LOCK_LOST` (a lock of `done` was lost: nothing completed or
+ * received, the others returned to the queue); `POSTBOX_INVALID_ARGUMENT` (NULL argument,
+ * `max` 0, a message not held, listed twice or of another store); `POSTBOX_NOT_FOUND`;
+ * `POSTBOX_CLOSED`; storage errors.
+ */
+int postbox_complete_batch_and_receive(struct postbox_queue *queue,
+                                       struct postbox_message *const *done,
+                                       size_t done_count,
+                                       size_t max,
+                                       int64_t timeout_ms,
+                                       struct postbox_message **messages_out,
+                                       size_t *count_out);
+
+/**
  * Frees a message handle. A message still held (received with peek-lock and not settled) is
  * abandoned: it returns to its queue at once for another delivery. NULL is a no-op.
  * Never free a message passed to a processor callback.

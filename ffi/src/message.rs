@@ -544,6 +544,16 @@ pub(crate) fn complete_batch(
     tag: StoreTag,
     messages: &[*mut postbox_message],
 ) -> Outcome<()> {
+    queue.complete_batch(take_batch(tag, messages)?)?;
+    Ok(())
+}
+
+/// Checks every handle (non-NULL, of this store, held, listed once), then takes their locks:
+/// all or none, so a refused batch leaves every handle as it was.
+pub(crate) fn take_batch(
+    tag: StoreTag,
+    messages: &[*mut postbox_message],
+) -> Outcome<Vec<Received>> {
     let mut handles = Vec::with_capacity(messages.len());
     for (i, &p) in messages.iter().enumerate() {
         let m = arg_ref(p.cast_const(), "messages[i]")
@@ -563,10 +573,5 @@ pub(crate) fn complete_batch(
         handles.push(m);
     }
     // Every handle was checked first, so the batch is all or nothing on the C side too.
-    let received = handles
-        .iter()
-        .map(|m| m.take_received())
-        .collect::<Outcome<Vec<_>>>()?;
-    queue.complete_batch(received)?;
-    Ok(())
+    handles.iter().map(|m| m.take_received()).collect()
 }

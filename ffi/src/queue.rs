@@ -770,3 +770,61 @@ pub extern "C" fn postbox_complete_batch(
         Ok(POSTBOX_OK)
     })
 }
+
+/// Completes `done_count` received messages of `queue` and locks up to `max` more in **one**
+/// commit — a batched consumer's loop step, one durable commit per batch instead of two. If
+/// nothing is receivable right then, waits up to `timeout_ms` (as in `postbox_receive`; the
+/// completion is durable by then). `done` may be NULL when `done_count` is 0. The completed
+/// handles are settled whatever the outcome and still freed with `postbox_message_free`;
+/// `messages_out` is a caller-provided array of `max` pointers whose first `*count_out` entries
+/// receive new handles, also freed with `postbox_message_free`.
+///
+/// # Returns
+/// `POSTBOX_OK` (at least one new message); `POSTBOX_TIMEOUT` (the messages were completed and
+/// none arrived in time); `POSTBOX_LOCK_LOST` (a lock of `done` was lost: nothing completed or
+/// received, the others returned to the queue); `POSTBOX_INVALID_ARGUMENT` (NULL argument,
+/// `max` 0, a message not held, listed twice or of another store); `POSTBOX_NOT_FOUND`;
+/// `POSTBOX_CLOSED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_complete_batch_and_receive(
+    queue: *mut postbox_queue,
+    done: *const *mut postbox_message,
+    done_count: usize,
+    max: usize,
+    timeout_ms: i64,
+    messages_out: *mut *mut postbox_message,
+    count_out: *mut usize,
+) -> c_int {
+    guard(|| {
+        let q = self::queue(queue)?;
+        if max == 0 {
+            return Err(Failure::invalid("max must be at least 1"));
+        }
+        let done = if done_count == 0 {
+            &[][..]
+        } else {
+            arg_slice(done, done_count, "done")?
+        };
+        let slots = arg_slice_mut(messages_out, max, "messages_out")?;
+        let count = Out::required(count_out, "count_out")?;
+        let received = crate::message::take_batch(q.tag, done)?;
+        let got = q
+            .queue
+            .complete_batch_and_receive(received, max, timeout(timeout_ms))?;
+        if got.is_empty() {
+            return Err(Failure::new(
+                POSTBOX_TIMEOUT,
+                format!(
+                    "no message arrived in queue {:?} within {timeout_ms} ms",
+                    q.queue.name()
+                ),
+            ));
+        }
+        let n = got.len().min(max);
+        for (slot, r) in slots.iter_mut().zip(got) {
+            *slot = postbox_message::held(r, q.tag).into_raw();
+        }
+        count.write(n);
+        Ok(POSTBOX_OK)
+    })
+}

@@ -912,7 +912,26 @@ static void test_batches(const char *dir) {
     CHECK(stats_of(q).active == 1);
     REQUIRE_OK(postbox_receive_batch(q, 16, 0, got, &n));
     CHECK(n == 1);
+
+    /* Settle a batch and lock the next in one commit. */
+    postbox_message *next[16];
+    size_t m = 0;
+    CHECK_RC(postbox_complete_batch_and_receive(q, got, n, 0, 0, next, &m),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_complete_batch_and_receive(q, got, n, 4, 0, NULL, &m),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(got[0])); /* refused: nothing changed */
+    CHECK_OK(postbox_send_batch(q, NULL, items, 3, NULL));
+    REQUIRE_OK(postbox_complete_batch_and_receive(q, got, n, 16, 0, next, &m));
+    CHECK(m == 3);
+    CHECK(!postbox_message_is_held(got[0]));
     postbox_message_free(got[0]);
+    /* Nothing left: the three are completed and the call times out. */
+    CHECK_RC(postbox_complete_batch_and_receive(q, next, m, 16, 0, got, &n), POSTBOX_TIMEOUT);
+    for (size_t i = 0; i < m; i++) postbox_message_free(next[i]);
+    s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0);
+    CHECK_RC(postbox_complete_batch_and_receive(q, NULL, 0, 16, 0, got, &n), POSTBOX_TIMEOUT);
 
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));

@@ -90,7 +90,8 @@ int main(int argc, char **argv) {
     uint8_t *body = malloc(body_len > 0 ? body_len : 1);
     postbox_send_item *items = calloc(batch, sizeof *items);
     postbox_message **msgs = calloc(batch, sizeof *msgs);
-    if (body == NULL || items == NULL || msgs == NULL) return 1;
+    postbox_message **next = calloc(batch, sizeof *next);
+    if (body == NULL || items == NULL || msgs == NULL || next == NULL) return 1;
     fill_body(body, body_len);
     for (size_t i = 0; i < batch; i++) {
         items[i].body = body;
@@ -123,13 +124,18 @@ int main(int argc, char **argv) {
 
     double t1 = now_s();
     uint64_t got = 0;
+    size_t held = 0;
     while (got < sent && now_s() - t1 < cap) {
         if (batched) {
+            /* Completes the last batch and locks the next in one commit. */
+            size_t want = (size_t)(sent - got) < batch ? (size_t)(sent - got) : batch;
             size_t n = 0;
-            if ((rc = postbox_receive_batch(q, batch, 10000, msgs, &n)) != POSTBOX_OK)
-                die("receive_batch", rc);
-            if ((rc = postbox_complete_batch(q, msgs, n)) != POSTBOX_OK) die("complete_batch", rc);
-            for (size_t i = 0; i < n; i++) postbox_message_free(msgs[i]);
+            if ((rc = postbox_complete_batch_and_receive(q, msgs, held, want, 10000, next, &n)) !=
+                POSTBOX_OK)
+                die("complete_batch_and_receive", rc);
+            for (size_t i = 0; i < held; i++) postbox_message_free(msgs[i]);
+            memcpy(msgs, next, n * sizeof *msgs);
+            held = n;
             got += n;
         } else {
             postbox_message *m = NULL;
@@ -138,6 +144,10 @@ int main(int argc, char **argv) {
             postbox_message_free(m);
             got++;
         }
+    }
+    if (held > 0) {
+        if ((rc = postbox_complete_batch(q, msgs, held)) != POSTBOX_OK) die("complete_batch", rc);
+        for (size_t i = 0; i < held; i++) postbox_message_free(msgs[i]);
     }
     double recv_s = now_s() - t1;
     postbox_store_stats(store, &c2);
@@ -149,6 +159,7 @@ int main(int argc, char **argv) {
     emit(class_name, "total", sent + got, send_s + recv_s, depth, c2.commits - c0.commits);
 
     free(msgs);
+    free(next);
     free(items);
     free(body);
     postbox_queue_free(q);
