@@ -196,6 +196,21 @@ def test_receive_batch_and_complete_batch(queue: postbox.Queue) -> None:
         queue.receive_batch(0)
 
 
+def test_complete_batch_and_receive_settles_and_locks_in_one_call(queue: postbox.Queue) -> None:
+    queue.send_batch([str(i) for i in range(5)])
+    got = queue.complete_batch_and_receive([], 2, timeout=0)
+    assert [m.text for m in got] == ["0", "1"]
+    nxt = queue.complete_batch_and_receive(got, 2, timeout=0)
+    assert all(m.state == "completed" for m in got)
+    assert [m.text for m in nxt] == ["2", "3"]
+    last = queue.complete_batch_and_receive(nxt, 10, timeout=0)
+    assert [m.text for m in last] == ["4"]
+    assert queue.complete_batch_and_receive(last, 10, timeout=0.05) == []
+    assert len(queue) == 0 and queue.stats().locked == 0
+    with pytest.raises(postbox.InvalidArgumentError):
+        queue.complete_batch_and_receive([], 0)
+
+
 def test_complete_batch_all_or_none(queue: postbox.Queue) -> None:
     queue.send_batch([b"a", b"b"])
     a, b = queue.receive_batch(2, timeout=1)

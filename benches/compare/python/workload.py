@@ -32,6 +32,8 @@ class Client:
     def __init__(self, queue: postbox.Queue, body: bytes) -> None:
         self.q = queue
         self.body = body
+        # The batch each consumer thread holds until its next call settles it.
+        self.local = threading.local()
 
     def send(self) -> None:
         self.q.send(self.body)
@@ -48,10 +50,16 @@ class Client:
         return 1
 
     def receive_complete_many(self, n: int) -> int:
-        batch = self.q.receive_batch(n, timeout=0.1)
-        if batch:
-            self.q.complete_batch(batch)
-        return len(batch)
+        # Completes the batch held since the last call and locks the next in one commit.
+        held = getattr(self.local, "held", [])
+        self.local.held = self.q.complete_batch_and_receive(held, n, timeout=0.1)
+        return len(self.local.held)
+
+    def finish(self) -> None:
+        held = getattr(self.local, "held", [])
+        if held:
+            self.q.complete_batch(held)
+        self.local.held = []
 
 
 def emit(args: argparse.Namespace, phase: str, msgs: int, secs: float, depth: str, **extra: object) -> None:
@@ -88,7 +96,8 @@ def workload_a(args: argparse.Namespace, c: Client) -> None:
     t = time.monotonic()
     got = 0
     while got < sent and time.monotonic() - t < args.cap:
-        got += c.receive_complete_many(args.batch) if batched else c.receive_complete()
+        got += c.receive_complete_many(min(args.batch, sent - got)) if batched else c.receive_complete()
+    c.finish()
     recv_s = time.monotonic() - t
     emit(
         args, "receive+complete", got, recv_s,
@@ -129,6 +138,7 @@ def workload_b(args: argparse.Namespace, c: Client) -> None:
                     state["depth"] -= n
                     if measuring.is_set():
                         state["done"] += n
+            c.finish()
         except Exception as e:  # noqa: BLE001
             errors.append(repr(e))
 
