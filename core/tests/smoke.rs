@@ -73,3 +73,22 @@ fn a_transaction_refuses_queues_and_messages_of_another_store() {
         "the refused message went back to its queue"
     );
 }
+
+#[test]
+fn a_receiver_waiting_on_a_deleted_queue_gets_queue_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.postbox")).unwrap();
+    let q = store.queue("doomed").unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            ready_tx.send(()).unwrap();
+            q.receive_blocking()
+        })
+    };
+    ready_rx.recv().unwrap();
+    assert!(store.delete_queue("doomed").unwrap());
+    let e = waiter.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), postbox::ErrorKind::NotFound, "{e}");
+}

@@ -372,6 +372,8 @@ impl<'t> Batch<'t> {
             self.counter_cache.remove(&q);
             self.queue_cache.remove(&q);
             self.deleted.insert(q);
+            // Waiters on the queue (parked receives, processors) must learn that it is gone.
+            self.woken.insert(q);
             let keys: Vec<String> = self
                 .t_dedup()?
                 .range((q, "")..(q.saturating_add(1), ""))?
