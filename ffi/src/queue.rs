@@ -18,6 +18,32 @@ use crate::{
     POSTBOX_PROPERTY_BYTES, POSTBOX_PROPERTY_STRING, StoreTag, from_unix_ms, postbox_bytes, timeout,
 };
 
+/// Writes the handles of a batch receive into the caller's array, or reports
+/// `POSTBOX_TIMEOUT` when nothing arrived.
+fn hand_out(
+    q: &postbox_queue,
+    got: Vec<postbox::Received>,
+    slots: &mut [*mut postbox_message],
+    count: Out<usize>,
+    timeout_ms: i64,
+) -> Outcome<c_int> {
+    if got.is_empty() {
+        return Err(Failure::new(
+            POSTBOX_TIMEOUT,
+            format!(
+                "no message arrived in queue {:?} within {timeout_ms} ms",
+                q.queue.name()
+            ),
+        ));
+    }
+    let n = got.len().min(slots.len());
+    for (slot, r) in slots.iter_mut().zip(got) {
+        *slot = postbox_message::held(r, q.tag).into_raw();
+    }
+    count.write(n);
+    Ok(POSTBOX_OK)
+}
+
 /// A handle to one queue of a store. Created by `postbox_queue_open` or
 /// `postbox_queue_dead_letters`; freed with `postbox_queue_free`. Thread-safe: any number of
 /// threads may send and receive through one queue handle at once.
@@ -730,21 +756,7 @@ pub extern "C" fn postbox_receive_batch(
         let slots = arg_slice_mut(messages_out, max, "messages_out")?;
         let count = Out::required(count_out, "count_out")?;
         let got = q.queue.receive_batch(max, timeout(timeout_ms))?;
-        if got.is_empty() {
-            return Err(Failure::new(
-                POSTBOX_TIMEOUT,
-                format!(
-                    "no message arrived in queue {:?} within {timeout_ms} ms",
-                    q.queue.name()
-                ),
-            ));
-        }
-        let n = got.len().min(max);
-        for (slot, r) in slots.iter_mut().zip(got) {
-            *slot = postbox_message::held(r, q.tag).into_raw();
-        }
-        count.write(n);
-        Ok(POSTBOX_OK)
+        hand_out(q, got, slots, count, timeout_ms)
     })
 }
 
@@ -811,20 +823,6 @@ pub extern "C" fn postbox_complete_batch_and_receive(
         let got = q
             .queue
             .complete_batch_and_receive(received, max, timeout(timeout_ms))?;
-        if got.is_empty() {
-            return Err(Failure::new(
-                POSTBOX_TIMEOUT,
-                format!(
-                    "no message arrived in queue {:?} within {timeout_ms} ms",
-                    q.queue.name()
-                ),
-            ));
-        }
-        let n = got.len().min(max);
-        for (slot, r) in slots.iter_mut().zip(got) {
-            *slot = postbox_message::held(r, q.tag).into_raw();
-        }
-        count.write(n);
-        Ok(POSTBOX_OK)
+        hand_out(q, got, slots, count, timeout_ms)
     })
 }
