@@ -230,3 +230,116 @@ fn concurrent_transactions_move_each_message_once() {
     assert_eq!(out, (0..n).collect::<Vec<_>>());
     assert_eq!(outbox.stats().unwrap().active, n as u64);
 }
+
+/// Runs `f` on a thread and returns its result, failing the test if it takes more than a
+/// minute: a wait that never ends is the bug these tests look for.
+fn finishes<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the call never returned")
+}
+
+/// Sends to queue `busy` from a thread until told to stop: some thread always commits, so the
+/// timers of waiting receives must fire while others lead the pipeline.
+fn keep_sending(
+    store: &Store,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<u64>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = store.queue("busy").unwrap();
+    let flag = stop.clone();
+    let handle = std::thread::spawn(move || {
+        let mut sent = 0;
+        while !flag.load(Ordering::Acquire) {
+            busy.send("x").unwrap();
+            sent += 1;
+        }
+        sent
+    });
+    (stop, handle)
+}
+
+#[test]
+fn a_waiting_receive_times_out_while_other_threads_keep_writing() {
+    let dir = common::fast_tempdir();
+    let store = open(&dir);
+    let idle = store.queue("idle").unwrap();
+    let (stop, sender) = keep_sending(&store);
+    for _ in 0..5 {
+        let q = idle.clone();
+        let got = finishes(move || q.receive(Duration::from_millis(30)).unwrap());
+        assert!(got.is_none(), "nothing was sent to this queue");
+    }
+    stop.store(true, Ordering::Release);
+    assert!(sender.join().unwrap() > 0);
+}
+
+#[test]
+fn a_due_message_reaches_a_waiting_receiver_while_other_threads_keep_writing() {
+    let dir = common::fast_tempdir();
+    let store = open(&dir);
+    let later = store.queue("later").unwrap();
+    let (stop, sender) = keep_sending(&store);
+    let id = later
+        .send(Message::new("due soon").delay(Duration::from_millis(50)))
+        .unwrap();
+    let q = later.clone();
+    let got = finishes(move || {
+        q.receive(Duration::from_secs(30))
+            .unwrap()
+            .map(|m| (m.id(), m.complete()))
+    });
+    let (got_id, completed) = got.expect("the scheduled message arrives before the deadline");
+    assert_eq!(got_id, id);
+    completed.unwrap();
+    stop.store(true, Ordering::Release);
+    sender.join().unwrap();
+}
+
+#[test]
+fn closing_a_store_answers_every_caller_and_keeps_what_was_acknowledged() {
+    let dir = common::fast_tempdir();
+    let path = dir.path().join("threads.postbox");
+    let store = Store::builder()
+        .durability(Durability::None)
+        .open(&path)
+        .unwrap();
+    let q = store.queue("q").unwrap();
+    let first = Arc::new(std::sync::Barrier::new(5));
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let (q, first) = (q.clone(), first.clone());
+            std::thread::spawn(move || {
+                let mut ok = 0u64;
+                q.send("x").unwrap();
+                ok += 1;
+                first.wait();
+                loop {
+                    match q.send("x") {
+                        Ok(_) => ok += 1,
+                        Err(postbox::Error::Closed) => return ok,
+                        Err(e) => panic!("a send during close failed with {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    first.wait();
+    // Store is a shared handle: closing one clone closes the store for every holder.
+    let closer = store.clone();
+    finishes(move || closer.close()).unwrap();
+    let acknowledged: u64 = senders.into_iter().map(|h| h.join().unwrap()).sum();
+    drop(q);
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    let s = store.queue("q").unwrap().stats().unwrap();
+    assert_eq!(
+        s.active, acknowledged,
+        "every acknowledged send, and only those"
+    );
+}

@@ -1,20 +1,25 @@
-//! The group-commit pipeline: one writer thread per store gathers every operation pending at
-//! that moment into one redb write transaction and one fsync, then hands each caller its own
-//! result.
+//! The group-commit pipeline: every operation pending at one moment goes into one redb write
+//! transaction and one fsync, and each caller gets its own result.
 //!
 //! redb admits one write transaction at a time and a durable commit costs an fsync, so this is
 //! where concurrency turns into throughput: a lone caller pays one commit, a hundred concurrent
 //! callers share one. Operations validate before they write, so an invalid operation fails
 //! alone; a storage failure part way through an operation aborts the whole batch and every
 //! caller in it gets that error.
+//!
+//! Who runs a batch is decided by leader election rather than by a fixed writer thread: a
+//! caller that finds nobody writing runs the batch itself (on its own thread, with no hand-off),
+//! and whatever queues up behind it is handed to the writer thread. See [`Pipeline`].
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
 use redb::Database;
 
 use super::batch::{Batch, DueHints};
@@ -96,8 +101,55 @@ pub struct PipelineStats {
     pub operations: AtomicU64,
 }
 
+/// What waits to be written, and who is writing.
+#[derive(Default)]
+struct Inbox {
+    msgs: VecDeque<Msg>,
+    /// Someone leads: only the leader takes messages and runs batches.
+    leading: bool,
+    /// A leader passed leadership to the writer thread.
+    handoff: bool,
+    /// When the writer thread must run a batch of its own (a parked receive's deadline, or a
+    /// scheduled message or lock expiry that may serve one). Set by each leader on leaving.
+    timer_at: Option<Instant>,
+    /// The writer thread found its timer due while somebody else led, and sleeps until told.
+    timer_blocked: bool,
+    /// No more messages are taken (a stop is queued or done).
+    closed: bool,
+    /// The stop has run: the writer thread exits.
+    exit: bool,
+}
+
+/// What only the leader touches, carried from batch to batch.
+struct Carried {
+    parked: Vec<ParkedReceive>,
+    /// Operations the last batch had: a durable batch waits briefly for as many.
+    expect: usize,
+    last_cost: Duration,
+    last_reap: Instant,
+    last_checkpoint: Instant,
+}
+
+struct Shared {
+    ctx: WriterContext,
+    inbox: Mutex<Inbox>,
+    /// Wakes the writer thread: a handoff, an earlier timer, the exit.
+    writer_cv: Condvar,
+    /// Wakes a leader that gathers a batch.
+    arrived: Condvar,
+    /// Never contended: only the leader locks it.
+    carried: Mutex<Carried>,
+}
+
+/// The group-commit pipeline of one store.
+///
+/// Callers queue their operations in an inbox. If nobody is writing, the caller itself leads:
+/// it runs one batch with everything queued, on its own thread, so a lone caller pays no
+/// thread hand-off (two context switches, a third of the CPU of a small commit). Whatever
+/// arrives while a batch runs is left to the writer thread, which leads until the inbox is
+/// empty; the writer thread also runs the time-driven batches parked receives need.
 pub struct Pipeline {
-    tx: Sender<Msg>,
+    shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -107,21 +159,45 @@ pub struct WriterContext {
     pub clock: Arc<dyn Clock>,
     pub signals: Arc<Signals>,
     pub stats: Arc<PipelineStats>,
-    /// `Some(owner)` in multi-process mode: reap the locks of dead processes now and then.
-    /// `Some((owner, scope))` in multi-process mode: reap the locks of dead processes now and then.
+    /// `Some((owner, scope))` in multi-process mode: reap the locks of dead processes now and
+    /// then.
     pub reap_as: Option<(u64, u64)>,
     /// Carried between batches; only in single-process mode (see [`DueHints`]).
     pub hints: Mutex<DueHints>,
 }
 
+/// A batch taken from the inbox: its jobs, and the closing job if a stop was queued.
+type Taken = (Vec<Box<dyn Job>>, Option<Box<dyn Job>>);
+
+/// Who leads: a caller runs one batch, the writer thread runs until nothing is left.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leader {
+    Caller,
+    Writer,
+}
+
 impl Pipeline {
     pub fn start(ctx: WriterContext) -> Result<Pipeline> {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let now = Instant::now();
+        let shared = Arc::new(Shared {
+            ctx,
+            inbox: Mutex::new(Inbox::default()),
+            writer_cv: Condvar::new(),
+            arrived: Condvar::new(),
+            carried: Mutex::new(Carried {
+                parked: Vec::new(),
+                expect: 1,
+                last_cost: Duration::ZERO,
+                last_reap: now,
+                last_checkpoint: now,
+            }),
+        });
+        let writer = shared.clone();
         let thread = std::thread::Builder::new()
             .name("postbox-writer".into())
-            .spawn(move || writer_loop(&ctx, &rx))?;
+            .spawn(move || writer.writer_loop())?;
         Ok(Pipeline {
-            tx,
+            shared,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -133,9 +209,12 @@ impl Pipeline {
         T: Send + 'static,
     {
         let (reply, rx) = crossbeam_channel::bounded(1);
-        self.tx
-            .send(Msg::Job(Box::new(Call { f, reply })))
-            .map_err(|_| Error::Closed)?;
+        if self
+            .shared
+            .submit(Msg::Job(Box::new(Call { f, reply })), true)?
+        {
+            self.shared.lead(Leader::Caller, false);
+        }
         rx.recv().unwrap_or_else(|_| {
             Err(Error::Panic(
                 "the commit pipeline stopped before answering (see the log for a panic)".into(),
@@ -143,13 +222,17 @@ impl Pipeline {
         })
     }
 
-    /// Leaves a receive with the writer (see `park`).
+    /// Leaves a receive with the writer (see `park`); it is tried at once, on this thread if
+    /// nobody else is writing.
     ///
     /// # Errors
     ///
-    /// `Closed` when the writer has stopped.
+    /// `Closed` when the pipeline has stopped.
     pub fn park(&self, request: ParkedReceive) -> Result<()> {
-        self.tx.send(Msg::Park(request)).map_err(|_| Error::Closed)
+        if self.shared.submit(Msg::Park(request), true)? {
+            self.shared.lead(Leader::Caller, false);
+        }
+        Ok(())
     }
 
     /// Queues `f` without waiting for it (used by `Drop` implementations).
@@ -158,7 +241,9 @@ impl Pipeline {
         F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
     {
         let (reply, _rx) = crossbeam_channel::bounded(1);
-        let _ = self.tx.send(Msg::Job(Box::new(Call { f, reply })));
+        let _ = self
+            .shared
+            .submit(Msg::Job(Box::new(Call { f, reply })), false);
     }
 
     /// Runs `last` durably after everything queued, then stops the writer thread.
@@ -167,10 +252,12 @@ impl Pipeline {
         F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
     {
         let (reply, rx) = crossbeam_channel::bounded(1);
-        let sent = self.tx.send(Msg::Stop(Box::new(Call { f: last, reply })));
+        let sent = self
+            .shared
+            .submit(Msg::Stop(Box::new(Call { f: last, reply })), false);
         let result = match sent {
-            Ok(()) => rx.recv().unwrap_or(Err(Error::Closed)),
-            Err(_) => Err(Error::Closed),
+            Ok(_) => rx.recv().unwrap_or(Err(Error::Closed)),
+            Err(e) => Err(e),
         };
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
@@ -179,107 +266,208 @@ impl Pipeline {
     }
 }
 
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        // Only reached without `stop` if opening failed half-way: let the thread go.
+        let mut inbox = self.shared.inbox.lock();
+        inbox.closed = true;
+        inbox.exit = true;
+        self.shared.writer_cv.notify_one();
+    }
+}
+
 /// With `Durability::None`, a durable commit at least this often bounds what a crash can lose
 /// and lets redb reclaim pages that only a durable commit frees.
-const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The longest a durable batch waits for the callers of the previous batch to come back.
-const MAX_GATHER: std::time::Duration = std::time::Duration::from_micros(500);
+const MAX_GATHER: Duration = Duration::from_micros(500);
 
-fn writer_loop(ctx: &WriterContext, rx: &Receiver<Msg>) {
-    let mut last_reap = std::time::Instant::now();
-    let mut last_checkpoint = std::time::Instant::now();
-    // Callers of a batch are answered together and come back together, but a woken thread
-    // takes a while to run: without waiting, the first one back would get a commit of its own
-    // and the rest would queue behind its fsync. So a durable batch waits briefly (a quarter
-    // of the last commit's cost, at most MAX_GATHER) for as many callers as the last batch had.
-    // A lone caller (expect == 1) never waits.
-    let mut expect = 1usize;
-    let mut last_cost = std::time::Duration::ZERO;
-    let mut parked: Vec<ParkedReceive> = Vec::new();
-    loop {
-        // With receives parked, wake up for their deadlines and for time-driven work that can
-        // make a message receivable (a scheduled message, a lock expiry).
-        let wake_at = if parked.is_empty() {
+impl Shared {
+    /// Queues `msg`. `Ok(true)`: nobody was writing and the caller must now lead. A caller
+    /// that may not block (`may_lead == false`) hands the lead to the writer thread instead.
+    fn submit(&self, msg: Msg, may_lead: bool) -> Result<bool> {
+        let mut inbox = self.inbox.lock();
+        if inbox.closed {
+            return Err(Error::Closed);
+        }
+        if matches!(msg, Msg::Stop(_)) {
+            inbox.closed = true;
+        }
+        inbox.msgs.push_back(msg);
+        if inbox.leading {
+            self.arrived.notify_one();
+            return Ok(false);
+        }
+        inbox.leading = true;
+        if may_lead {
+            return Ok(true);
+        }
+        inbox.handoff = true;
+        self.writer_cv.notify_one();
+        Ok(false)
+    }
+
+    /// The writer thread: leads when handed the lead, and runs the time-driven batches.
+    fn writer_loop(&self) {
+        loop {
+            let timer = {
+                let mut inbox = self.inbox.lock();
+                loop {
+                    if inbox.exit {
+                        return;
+                    }
+                    if inbox.handoff {
+                        inbox.handoff = false;
+                        break false;
+                    }
+                    match inbox.timer_at {
+                        Some(at) if !inbox.leading => {
+                            if Instant::now() >= at {
+                                inbox.leading = true;
+                                inbox.timer_at = None;
+                                break true;
+                            }
+                            self.writer_cv.wait_until(&mut inbox, at);
+                        }
+                        Some(_) => {
+                            // Whoever leads sets a new timer when it leaves, and wakes us.
+                            inbox.timer_blocked = true;
+                            self.writer_cv.wait(&mut inbox);
+                        }
+                        None => self.writer_cv.wait(&mut inbox),
+                    }
+                }
+            };
+            if self.lead(Leader::Writer, timer) {
+                return;
+            }
+        }
+    }
+
+    /// Runs batches as the leader (the caller has set `inbox.leading`). Returns true once
+    /// the stop has run.
+    fn lead(&self, who: Leader, timer: bool) -> bool {
+        let mut carried = self.carried.lock();
+        let c = &mut *carried;
+        let mut timer = timer;
+        loop {
+            let Some((jobs, stop)) = self.take(c, timer) else {
+                return false;
+            };
+            c.expect = jobs.len().max(1);
+            let reap = match self.ctx.reap_as {
+                Some(owner) if c.last_reap.elapsed() >= Duration::from_millis(100) => {
+                    c.last_reap = Instant::now();
+                    Some(owner)
+                }
+                _ => None,
+            };
+            if !jobs.is_empty() || !c.parked.is_empty() {
+                let durability = match self.ctx.durability {
+                    Durability::None if c.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL => {
+                        c.last_checkpoint = Instant::now();
+                        Durability::Immediate
+                    }
+                    other => other,
+                };
+                let started = Instant::now();
+                run_guarded(&self.ctx, jobs, &mut c.parked, timer, durability, reap);
+                c.last_cost = started.elapsed();
+            }
+            timer = false;
+            if let Some(last) = stop {
+                // Parked receives are dropped unanswered: their callers see the store closed.
+                c.parked.clear();
+                run_guarded(
+                    &self.ctx,
+                    vec![last],
+                    &mut c.parked,
+                    false,
+                    Durability::Immediate,
+                    None,
+                );
+                let mut inbox = self.inbox.lock();
+                inbox.exit = true;
+                self.writer_cv.notify_one();
+                return true;
+            }
+            if who == Leader::Caller {
+                // The caller's own operation is done: what came meanwhile goes to the writer
+                // thread, so this caller returns now.
+                let mut inbox = self.inbox.lock();
+                if inbox.msgs.is_empty() {
+                    self.step_down(&mut inbox, c);
+                } else {
+                    inbox.handoff = true;
+                    self.writer_cv.notify_one();
+                }
+                return false;
+            }
+        }
+    }
+
+    /// Takes the next batch from the inbox: its jobs, and the stop if one is queued (parked
+    /// receives go straight to `c.parked`). `None` (and leadership given up) when there is
+    /// nothing to do.
+    fn take(
+        &self,
+        c: &mut Carried,
+        timer: bool,
+    ) -> Option<Taken> {
+        let mut inbox = self.inbox.lock();
+        // Callers of a batch are answered together and come back together, but a woken
+        // thread takes a while to run: without waiting, the first one back would get a commit
+        // of its own and the rest would queue behind its fsync. So a durable batch waits
+        // briefly (a quarter of the last commit's cost, at most MAX_GATHER) for as many
+        // callers as the last batch had. A lone caller (expect == 1) never waits.
+        if matches!(self.ctx.durability, Durability::Immediate) && c.expect > 1 {
+            let deadline = Instant::now() + (c.last_cost / 4).min(MAX_GATHER);
+            while inbox.msgs.len() < c.expect && !inbox.closed {
+                if self.arrived.wait_until(&mut inbox, deadline).timed_out() {
+                    break;
+                }
+            }
+        }
+        if inbox.msgs.is_empty() && !timer {
+            self.step_down(&mut inbox, c);
+            return None;
+        }
+        let mut jobs = Vec::with_capacity(inbox.msgs.len().min(MAX_BATCH));
+        let mut stop = None;
+        while jobs.len() < MAX_BATCH {
+            match inbox.msgs.pop_front() {
+                Some(Msg::Job(j)) => jobs.push(j),
+                Some(Msg::Park(p)) => c.parked.push(p),
+                Some(Msg::Stop(j)) => {
+                    stop = Some(j);
+                    break;
+                }
+                None => break,
+            }
+        }
+        Some((jobs, stop))
+    }
+
+    /// Gives up the lead, leaving the writer thread a timer if parked receives need one.
+    fn step_down(&self, inbox: &mut Inbox, c: &Carried) {
+        inbox.leading = false;
+        let at = if c.parked.is_empty() {
             None
         } else {
-            let due = ctx.hints.lock().next_receivable();
-            let due_in = due.saturating_sub(ctx.clock.now_ms());
-            let due_at = std::time::Instant::now()
-                .checked_add(std::time::Duration::from_millis(due_in.max(1)));
-            [park::next_deadline(&parked), due_at]
+            let due = self.ctx.hints.lock().next_receivable();
+            let due_in = due.saturating_sub(self.ctx.clock.now_ms());
+            let due_at = Instant::now().checked_add(Duration::from_millis(due_in.max(1)));
+            [park::next_deadline(&c.parked), due_at]
                 .into_iter()
                 .flatten()
                 .min()
         };
-        let first = match wake_at {
-            None => match rx.recv() {
-                Ok(m) => Some(m),
-                Err(_) => return,
-            },
-            Some(t) => match rx.recv_deadline(t) {
-                Ok(m) => Some(m),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-            },
-        };
-        let timer = first.is_none();
-        let mut jobs = Vec::new();
-        let mut stop = None;
-        match first {
-            Some(Msg::Job(j)) => jobs.push(j),
-            Some(Msg::Park(p)) => parked.push(p),
-            Some(Msg::Stop(j)) => stop = Some(j),
-            None => {}
-        }
-        let gather = matches!(ctx.durability, Durability::Immediate) && expect > 1;
-        let deadline = std::time::Instant::now() + (last_cost / 4).min(MAX_GATHER);
-        while stop.is_none() && jobs.len() < MAX_BATCH {
-            let next = if gather && jobs.len() < expect {
-                rx.recv_deadline(deadline).ok()
-            } else {
-                rx.try_recv().ok()
-            };
-            match next {
-                Some(Msg::Job(j)) => jobs.push(j),
-                Some(Msg::Park(p)) => parked.push(p),
-                Some(Msg::Stop(j)) => stop = Some(j),
-                None => break,
-            }
-        }
-        expect = jobs.len().max(1);
-        let reap = match ctx.reap_as {
-            Some(owner) if last_reap.elapsed() >= std::time::Duration::from_millis(100) => {
-                last_reap = std::time::Instant::now();
-                Some(owner)
-            }
-            _ => None,
-        };
-        if !jobs.is_empty() || !parked.is_empty() {
-            let durability = match ctx.durability {
-                Durability::None if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL => {
-                    last_checkpoint = std::time::Instant::now();
-                    Durability::Immediate
-                }
-                other => other,
-            };
-            let started = std::time::Instant::now();
-            run_guarded(ctx, jobs, &mut parked, timer, durability, reap);
-            last_cost = started.elapsed();
-        }
-        if let Some(last) = stop {
-            // Parked receives are dropped unanswered: their callers see the store closed.
-            parked.clear();
-            run_guarded(
-                ctx,
-                vec![last],
-                &mut parked,
-                false,
-                Durability::Immediate,
-                None,
-            );
-            // Anything sent after the stop is answered with `Closed` when `rx` is dropped.
-            return;
+        let changed = at != inbox.timer_at;
+        inbox.timer_at = at;
+        if at.is_some() && (changed || inbox.timer_blocked) {
+            inbox.timer_blocked = false;
+            self.writer_cv.notify_one();
         }
     }
 }
