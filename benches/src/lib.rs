@@ -95,6 +95,9 @@ pub fn fsync_probe_overwrite(dir: &Path, duration: Duration) -> f64 {
 
 /// The table of the raw redb floor: what a queue would be if it were only one insert.
 pub const RAW_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("raw");
+const RAW_STATE: TableDefinition<u64, [u8; 64]> = TableDefinition::new("raw_state");
+const RAW_ORDER: TableDefinition<(u32, u8, u64), ()> = TableDefinition::new("raw_order");
+const RAW_COUNTERS: TableDefinition<u32, [u8; 64]> = TableDefinition::new("raw_counters");
 
 /// A bare redb database, used as the floor below which the queue layer adds cost.
 pub struct RawRedb {
@@ -126,6 +129,30 @@ impl RawRedb {
             let mut t = txn.open_table(RAW_TABLE).expect("table");
             for _ in 0..n {
                 t.insert(self.next, body).expect("insert");
+                self.next += 1;
+            }
+        }
+        txn.commit().expect("commit");
+    }
+
+    /// One durable write transaction with `n` inserts of `body`, each also writing what a
+    /// postbox send writes besides the body: a 64-byte row in a second table, a key in a
+    /// third and two 64-byte rows in a fourth. The floor of any layout with a state record, a
+    /// delivery-order index and exact counters kept apart from the bodies.
+    pub fn insert_indexed_batch(&mut self, n: usize, body: &[u8]) {
+        let txn = self.db.begin_write().expect("begin");
+        {
+            let mut t = txn.open_table(RAW_TABLE).expect("table");
+            let mut state = txn.open_table(RAW_STATE).expect("table");
+            let mut order = txn.open_table(RAW_ORDER).expect("table");
+            let mut counters = txn.open_table(RAW_COUNTERS).expect("table");
+            for _ in 0..n {
+                t.insert(self.next, body).expect("insert");
+                state.insert(self.next, [1u8; 64]).expect("insert");
+                order.insert((1u32, 3u8, self.next), ()).expect("insert");
+                let c = [self.next.to_le_bytes()[0]; 64];
+                counters.insert(0u32, c).expect("insert");
+                counters.insert(1u32, c).expect("insert");
                 self.next += 1;
             }
         }

@@ -8,7 +8,8 @@ Prints one JSON line per phase with the fields of the harness (system, class, wo
 msgs, secs, msgs_per_s, depth, durability), the same loops as peers.py runs on the peers:
 
 A (burst): `count` durable sends of `body` bytes from one thread, then receive+complete of all of
-them. A phase still running after `cap` seconds stops and reports the rate over what it did.
+them; per message, then the same count again through the consume loop (complete the held message
+and lock the next in one commit). A phase still running after `cap` seconds stops and reports the rate over what it did.
 B (steady state): `producers` + `consumers` Python threads for `seconds` after 1 s of warm-up,
 producers holding the backlog near `depth`. postbox releases the GIL during every commit, so
 the threads' commits share fsyncs (group commit).
@@ -104,6 +105,33 @@ def workload_a(args: argparse.Namespace, c: Client) -> None:
         f"{sent}→{sent - got}" + (f" (capped at {args.cap:g} s)" if got < sent else ""),
     )
     emit(args, "total", sent + got, send_s + recv_s, f"0→{sent}→{sent - got}")
+    if not batched:
+        consume_loop(args, c, sent, got)
+
+
+def consume_loop(args: argparse.Namespace, c: Client, sent: int, consumed: int) -> None:
+    """Per message, the way a processor consumes: each call completes the message held and
+    locks the next in one commit (one commit per consumed message instead of two). The queue is
+    first refilled, untimed, to the `sent` messages the receive+complete phase started from."""
+    while consumed > 0:
+        k = min(100, consumed)
+        c.send_many(k)
+        consumed -= k
+    q = c.q
+    t = time.monotonic()
+    got = 0
+    held: list[postbox.Message] = []
+    while got < sent and time.monotonic() - t < args.cap:
+        held = q.complete_batch_and_receive(held, 1, timeout=10)
+        if not held:
+            raise RuntimeError("receive timed out")
+        got += 1
+    q.complete_batch(held)
+    secs = time.monotonic() - t
+    emit(
+        args, "consume loop", got, secs,
+        f"{sent}→{sent - got}" + (f" (capped at {args.cap:g} s)" if got < sent else ""),
+    )
 
 
 def workload_b(args: argparse.Namespace, c: Client) -> None:

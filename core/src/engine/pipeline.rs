@@ -410,11 +410,7 @@ impl Shared {
     /// Takes the next batch from the inbox: its jobs, and the stop if one is queued (parked
     /// receives go straight to `c.parked`). `None` (and leadership given up) when there is
     /// nothing to do.
-    fn take(
-        &self,
-        c: &mut Carried,
-        timer: bool,
-    ) -> Option<Taken> {
+    fn take(&self, c: &mut Carried, timer: bool) -> Option<Taken> {
         let mut inbox = self.inbox.lock();
         // Callers of a batch are answered together and come back together, but a woken
         // thread takes a while to run: without waiting, the first one back would get a commit
