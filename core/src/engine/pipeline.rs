@@ -355,7 +355,10 @@ impl Shared {
             let Some((jobs, stop)) = self.take(c, timer) else {
                 return false;
             };
-            c.expect = jobs.len().max(1);
+            // Callers answered by this batch come back together: its jobs, and the parked
+            // receives it serves (or answers at their deadline).
+            let answered = jobs.len();
+            let parked_before = c.parked.len();
             let reap = match self.ctx.reap_as {
                 Some(owner) if c.last_reap.elapsed() >= Duration::from_millis(100) => {
                     c.last_reap = Instant::now();
@@ -375,6 +378,7 @@ impl Shared {
                 run_guarded(&self.ctx, jobs, &mut c.parked, timer, durability, reap);
                 c.last_cost = started.elapsed();
             }
+            c.expect = (answered + parked_before.saturating_sub(c.parked.len())).max(1);
             timer = false;
             if let Some(last) = stop {
                 // Parked receives are dropped unanswered: their callers see the store closed.
