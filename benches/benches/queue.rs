@@ -852,6 +852,27 @@ fn raw_side<'a>(multi: bool, batch: usize) -> Side<'a> {
     })
 }
 
+/// The layout floor: raw redb writing, per message, the body plus the rows a send adds
+/// (state, delivery order, counters) in four tables, `batch` messages per durable transaction.
+fn raw_indexed_side<'a>(batch: usize) -> Side<'a> {
+    let dir = pb::temp_dir("postbox-pair-indexed-");
+    let mut db = pb::RawRedb::create(&dir.path().join("raw.redb"), false);
+    let body = pb::body(1024);
+    Box::new(move |slice| {
+        let _keep = &dir;
+        if db.inserted() > 200_000 {
+            db.clear();
+        }
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < slice {
+            db.insert_indexed_batch(batch, &body);
+            n += batch as u64;
+        }
+        (n, start.elapsed())
+    })
+}
+
 /// A backlog side: receive+complete on one thread, refilled to `level` between slices.
 fn backlog_side<'a>(path: PathBuf, durability: Durability, level: u64) -> Side<'a> {
     let store = Store::builder()
@@ -901,6 +922,14 @@ fn paired_targets() {
                     raw_side(multi, batch),
                 );
             }
+        }
+    }
+    // Not a target: what the four-table layout itself costs in redb, without the queue layer,
+    // so the send targets above can be read as layout cost and queue-layer cost.
+    for batch in [1, 8, 32] {
+        let id = format!("paired/floor/raw indexed batch{batch} vs raw batch{batch}");
+        if selected(&id) {
+            pair(&id, raw_indexed_side(batch), raw_side(false, batch));
         }
     }
     let max = env_u64("POSTBOX_BENCH_MAX_BACKLOG", 1_000_000);
@@ -1098,6 +1127,16 @@ fn summary() -> String {
         );
         for p in paired.iter() {
             let ratio = p.a / p.b.max(1e-9);
+            if p.id.starts_with("paired/floor/") {
+                let _ = writeln!(
+                    out,
+                    "| {} (layout floor, not a target) | {:.0} | {:.0} | {ratio:.2} | – | |",
+                    p.id.trim_start_matches("paired/floor/"),
+                    p.a,
+                    p.b
+                );
+                continue;
+            }
             let (need, ok, shown) = if p.id.starts_with("paired/backlog") {
                 // a = rate at the small backlog, b = at the big one: cost ratio = a / b.
                 (1.25, ratio <= 1.25, format!("cost ×{ratio:.2}"))

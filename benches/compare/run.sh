@@ -266,6 +266,12 @@ if wanted postbox-c; then
             mkdir -p "$d"
             run_json postbox-c "$WORK/workload_a" --class "$CLASS" --dir "$d" --count "$COUNT" --cap "$CAP"
             rm -rf "$d"
+            # The disk's speed drifts over the minutes of a run: C is compared with a Rust run
+            # made right after it, not with the one at the start.
+            if wanted postbox; then
+                log "workload A $CLASS: postbox (Rust) again, next to C"
+                rust --workload A --class "$CLASS" --system postbox-next-to-c --no-consume-loop
+            fi
         done
     fi
 fi

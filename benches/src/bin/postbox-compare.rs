@@ -33,6 +33,9 @@ struct Args {
     batch: usize,
     multi_process: bool,
     cap: f64,
+    /// The `system` field of the output (a second run beside the C workload has its own).
+    system: String,
+    consume_loop: bool,
 }
 
 fn parse() -> Args {
@@ -49,6 +52,8 @@ fn parse() -> Args {
         batch: 100,
         multi_process: false,
         cap: 15.0,
+        system: "postbox".into(),
+        consume_loop: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -66,6 +71,8 @@ fn parse() -> Args {
             "--batch" => a.batch = v().parse().expect("--batch"),
             "--cap" => a.cap = v().parse().expect("--cap"),
             "--multi-process" => a.multi_process = true,
+            "--system" => a.system = v(),
+            "--no-consume-loop" => a.consume_loop = false,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -78,7 +85,7 @@ fn class(a: &Args) -> &'static str {
 
 fn emit(a: &Args, phase: &str, msgs: u64, secs: f64, depth: &str, extra: serde_json::Value) {
     let mut v = json!({
-        "system": "postbox",
+        "system": a.system,
         "class": class(a),
         "workload": a.workload,
         "phase": phase,
@@ -174,7 +181,7 @@ fn workload_a(a: &Args, store: &Store, q: &Queue) {
         &format!("0→{sent}→{}", sent - got),
         json!({}),
     );
-    if !a.batched {
+    if !a.batched && a.consume_loop {
         consume_loop(a, store, q, sent, got);
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! `postbox-profile OP N [none|durable] [threads]` with OP one of `send`, `receive_complete`,
 //! `send_batch100` (N calls of 100), `raw_insert` / `raw_insert100` (raw redb, 1 or 100 inserts
-//! per durable transaction, N inserts in all), `raw_indexed` (raw redb, one insert per durable
-//! transaction plus the index rows a send writes, see `RawRedb::insert_indexed_batch`): does N of them on a fresh store in the
+//! per durable transaction, N inserts in all), `raw_indexed` / `raw_indexed32` (raw redb, 1 or
+//! 32 inserts per durable transaction plus the index rows a send writes, see
+//! `RawRedb::insert_indexed_batch`): does N of them on a fresh store in the
 //! system temporary directory (or `POSTBOX_BENCH_DIR`) and prints the elapsed time.
 //!
 //! ```text
@@ -27,11 +28,13 @@ fn main() {
     let threads: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
     let dir = pb::temp_dir("postbox-profile-");
     let body = pb::body(1024);
-    if op == "raw_indexed" {
+    if let Some(batch) = op.strip_prefix("raw_indexed") {
+        // `raw_indexed` is one insert per transaction, `raw_indexed8` eight, and so on.
+        let batch: u64 = batch.parse().unwrap_or(1).max(1);
         let mut db = pb::RawRedb::create(&dir.path().join("raw.redb"), false);
         let t = Instant::now();
-        for _ in 0..n {
-            db.insert_indexed_batch(1, &body);
+        for _ in 0..n / batch {
+            db.insert_indexed_batch(batch as usize, &body);
         }
         println!("{op}: {n} in {:?}", t.elapsed());
         return;
