@@ -198,23 +198,10 @@ available() { # a peer that needs a server is skipped (already reported) when it
     esac
 }
 
-for W in A B; do
-    for CLASS in per-message batched; do
-        if wanted postbox; then
-            log "workload $W $CLASS: postbox"
-            rust --workload "$W" --class "$CLASS"
-        fi
-        if [ $CLASS = per-message ]; then list=$PEERS_PM; else list=$PEERS_BATCHED; fi
-        for P in $list; do
-            wanted "$P" || continue
-            available "$P" || continue
-            log "workload $W $CLASS: $P"
-            peer "$P" --workload "$W" --class "$CLASS"
-        done
-    done
-done
-
-# ---- (C) the same workloads through the Python binding ------------------------------------------
+# ---- (C) the Python binding ---------------------------------------------------------------------
+# Built here and run right after Rust in the loop below, so the disk's drift over the minutes of
+# a run does not enter the Python ratios.
+PY_OK=0
 if wanted postbox-python; then
     WL=$HERE/python/workload.py
     # Build the binding from this tree as a wheel and install it into the harness venv (a
@@ -237,18 +224,33 @@ if wanted postbox-python; then
     elif ! "$PY" -c "import postbox" 2>/dev/null; then
         status postbox-python "not available: import postbox fails in the harness venv"
     else
-        for W in A B; do
-            for CLASS in per-message batched; do
-                log "workload $W $CLASS: postbox (Python)"
-                d="$DATA/py-$RANDOM"
-                mkdir -p "$d"
-                run_json postbox-python "$PY" "$WL" --workload "$W" --class "$CLASS" --dir "$d" \
-                    --count "$COUNT" --cap "$CAP" --seconds "$SECS"
-                rm -rf "$d"
-            done
-        done
+        PY_OK=1
     fi
 fi
+
+for W in A B; do
+    for CLASS in per-message batched; do
+        if wanted postbox; then
+            log "workload $W $CLASS: postbox"
+            rust --workload "$W" --class "$CLASS"
+        fi
+        if [ "$PY_OK" = 1 ]; then
+            log "workload $W $CLASS: postbox (Python)"
+            d="$DATA/py-$RANDOM"
+            mkdir -p "$d"
+            run_json postbox-python "$PY" "$WL" --workload "$W" --class "$CLASS" --dir "$d" \
+                --count "$COUNT" --cap "$CAP" --seconds "$SECS"
+            rm -rf "$d"
+        fi
+        if [ $CLASS = per-message ]; then list=$PEERS_PM; else list=$PEERS_BATCHED; fi
+        for P in $list; do
+            wanted "$P" || continue
+            available "$P" || continue
+            log "workload $W $CLASS: $P"
+            peer "$P" --workload "$W" --class "$CLASS"
+        done
+    done
+done
 
 # ---- workload A through the C API ----------------------------------------------------------------
 if wanted postbox-c; then
