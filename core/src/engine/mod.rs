@@ -115,7 +115,7 @@ impl Engine {
         .map_err(panic_to_error)??;
 
         let pipeline = Pipeline::start(WriterContext {
-            db: db.clone(),
+            db: parking_lot::Mutex::new(Some(db.clone())),
             durability: b.durability,
             clock: clock.clone(),
             signals: signals.clone(),

@@ -154,7 +154,9 @@ pub struct Pipeline {
 }
 
 pub struct WriterContext {
-    pub db: Arc<Database>,
+    /// Emptied once the stop has run, so that closing releases the file even while handles
+    /// to the store (and so this pipeline) live on.
+    pub db: Mutex<Option<Arc<Database>>>,
     pub durability: Durability,
     pub clock: Arc<dyn Clock>,
     pub signals: Arc<Signals>,
@@ -391,6 +393,7 @@ impl Shared {
                     Durability::Immediate,
                     None,
                 );
+                *self.ctx.db.lock() = None;
                 let mut inbox = self.inbox.lock();
                 inbox.exit = true;
                 self.writer_cv.notify_one();
@@ -505,7 +508,10 @@ fn run_batch(
         }
         park::expire(parked, Some(e));
     };
-    let mut txn = match ctx.db.begin_write() {
+    let Some(db) = ctx.db.lock().clone() else {
+        return fail_all(jobs, &Error::Closed);
+    };
+    let mut txn = match db.begin_write() {
         Ok(t) => t,
         Err(e) => return fail_all(jobs, &e.into()),
     };
