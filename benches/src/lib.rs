@@ -163,6 +163,9 @@ impl RawRedb {
     pub fn clear(&mut self) {
         let txn = self.db.begin_write().expect("begin");
         txn.delete_table(RAW_TABLE).expect("delete");
+        txn.delete_table(RAW_STATE).expect("delete");
+        txn.delete_table(RAW_ORDER).expect("delete");
+        txn.delete_table(RAW_COUNTERS).expect("delete");
         txn.open_table(RAW_TABLE).expect("table");
         txn.commit().expect("commit");
     }
