@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod read;
 pub mod signal;
 pub mod tables;
+mod watch;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,8 @@ pub struct Engine {
     poll_ceiling: Duration,
     closed: AtomicBool,
     pub stats: Arc<PipelineStats>,
+    /// Multi-process mode: wakes waiters when another process writes the file.
+    watch: parking_lot::Mutex<Option<watch::FileWatch>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -123,6 +126,13 @@ impl Engine {
             reap_as: multi.then_some((setup, scope)),
             hints: Default::default(),
         })?;
+        let watch = if multi {
+            let weak = Arc::downgrade(&db);
+            let (signals, clock) = (signals.clone(), clock.clone());
+            watch::FileWatch::start(path, move || wake_waiters(&weak, &signals, clock.as_ref()))
+        } else {
+            None
+        };
         Ok(Engine {
             db: parking_lot::RwLock::new(Some(db)),
             pipeline,
@@ -137,6 +147,7 @@ impl Engine {
             poll_ceiling: b.poll_ceiling,
             closed: AtomicBool::new(false),
             stats,
+            watch: parking_lot::Mutex::new(watch),
         })
     }
 
@@ -330,6 +341,9 @@ impl Engine {
             b.unregister_owner(owner)
         });
         self.signals.notify_all();
+        if let Some(w) = self.watch.lock().take() {
+            w.stop();
+        }
         // The writer thread has exited with its handle; dropping this one closes the file.
         // redb's own drop can panic on a store damaged under it (a lock poisoned by an earlier
         // caught panic); that must not escape to the caller either.
@@ -345,6 +359,41 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.close();
+    }
+}
+
+/// Called by the file watch after another process (or this one) wrote the store: wakes the
+/// waiters whose queue now has a message to take. Anything unexpected wakes them all, to look
+/// for themselves.
+fn wake_waiters(db: &std::sync::Weak<Database>, signals: &Signals, clock: &dyn Clock) {
+    let waited = signals.waited();
+    if waited.is_empty() {
+        return;
+    }
+    let Some(db) = db.upgrade() else {
+        return;
+    };
+    let now = clock.now_ms();
+    let found = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<bool>> {
+        let txn = db.begin_read()?;
+        waited
+            .iter()
+            .map(|(q, _)| read::has_candidate(&txn, *q, now))
+            .collect()
+    }));
+    match found {
+        Ok(Ok(found)) => {
+            for ((_, s), yes) in waited.iter().zip(found) {
+                if yes {
+                    s.notify();
+                }
+            }
+        }
+        _ => {
+            for (_, s) in &waited {
+                s.notify();
+            }
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
@@ -13,6 +14,8 @@ use parking_lot::{Condvar, Mutex};
 pub struct Signal {
     seq: Mutex<u64>,
     cv: Condvar,
+    /// Threads in `wait` now: a file watch checks only the queues somebody waits on.
+    waiters: AtomicUsize,
 }
 
 impl Signal {
@@ -28,17 +31,21 @@ impl Signal {
     /// Waits until the sequence moves past `seen` or until `until`. Returns whether it moved.
     pub fn wait(&self, seen: u64, until: Option<Instant>) -> bool {
         let mut seq = self.seq.lock();
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let mut moved = true;
         while *seq == seen {
             match until {
                 None => self.cv.wait(&mut seq),
                 Some(t) => {
                     if self.cv.wait_until(&mut seq, t).timed_out() {
-                        return *seq != seen;
+                        moved = *seq != seen;
+                        break;
                     }
                 }
             }
         }
-        true
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+        moved
     }
 }
 
@@ -60,6 +67,16 @@ impl Signals {
                 s.notify();
             }
         }
+    }
+
+    /// The queues somebody waits on now, with their signals.
+    pub fn waited(&self) -> Vec<(u32, Arc<Signal>)> {
+        self.map
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.waiters.load(Ordering::Acquire) > 0)
+            .map(|(q, s)| (*q, s.clone()))
+            .collect()
     }
 
     /// Wakes every waiter, e.g. when the store closes.
