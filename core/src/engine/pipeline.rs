@@ -357,8 +357,10 @@ impl Shared {
             let Some((jobs, stop)) = self.take(c, timer) else {
                 return false;
             };
-            // Callers answered by this batch come back together: its jobs, and the parked
-            // receives it serves (or answers at their deadline).
+            // Callers answered by this batch come back together (its jobs, and the parked
+            // receives it serves or answers at their deadline); so do the ones that queued up
+            // while it ran, answered by the next. Waiting for both keeps two halves of the
+            // callers from settling into alternate commits of half the size.
             let answered = jobs.len();
             let parked_before = c.parked.len();
             let reap = match self.ctx.reap_as {
@@ -380,7 +382,8 @@ impl Shared {
                 run_guarded(&self.ctx, jobs, &mut c.parked, timer, durability, reap);
                 c.last_cost = started.elapsed();
             }
-            c.expect = (answered + parked_before.saturating_sub(c.parked.len())).max(1);
+            let queued = self.inbox.lock().msgs.len();
+            c.expect = (answered + parked_before.saturating_sub(c.parked.len()) + queued).max(1);
             timer = false;
             if let Some(last) = stop {
                 // Parked receives are dropped unanswered: their callers see the store closed.
@@ -502,6 +505,9 @@ fn run_batch(
     reap: Option<(u64, u64)>,
 ) {
     let n = jobs.len() as u64;
+    if std::env::var_os("PBX_DEBUG").is_some() {
+        eprintln!("B {} {:?}", n, std::thread::current().name());
+    }
     let mut fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
         for j in jobs {
             j.fail(e);
