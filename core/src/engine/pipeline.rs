@@ -123,7 +123,8 @@ struct Inbox {
 /// What only the leader touches, carried from batch to batch.
 struct Carried {
     parked: Vec<ParkedReceive>,
-    /// Operations the last batch had: a durable batch waits briefly for as many.
+    /// Callers the next batch may expect: those the last batch answered and those that
+    /// queued while it ran. A durable batch waits briefly for as many.
     expect: usize,
     last_cost: Duration,
     last_reap: Instant,
@@ -270,7 +271,8 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        // Only reached without `stop` if opening failed half-way: let the thread go.
+        // After `stop` this changes nothing; without it (opening failed half-way) it lets the
+        // writer thread go.
         let mut inbox = self.shared.inbox.lock();
         inbox.closed = true;
         inbox.exit = true;
@@ -382,8 +384,6 @@ impl Shared {
                 run_guarded(&self.ctx, jobs, &mut c.parked, timer, durability, reap);
                 c.last_cost = started.elapsed();
             }
-            let queued = self.inbox.lock().msgs.len();
-            c.expect = (answered + parked_before.saturating_sub(c.parked.len()) + queued).max(1);
             timer = false;
             if let Some(last) = stop {
                 // Parked receives are dropped unanswered: their callers see the store closed.
@@ -402,10 +402,12 @@ impl Shared {
                 self.writer_cv.notify_one();
                 return true;
             }
+            let mut inbox = self.inbox.lock();
+            c.expect =
+                (answered + parked_before.saturating_sub(c.parked.len()) + inbox.msgs.len()).max(1);
             if who == Leader::Caller {
                 // The caller's own operation is done: what came meanwhile goes to the writer
                 // thread, so this caller returns now.
-                let mut inbox = self.inbox.lock();
                 if inbox.msgs.is_empty() {
                     self.step_down(&mut inbox, c);
                 } else {
