@@ -21,7 +21,8 @@ pub enum ErrorKind {
     QueueFull = 3,
     /// The message body exceeds the queue's `max_message_size`.
     TooLarge = 4,
-    /// The named queue or message does not exist.
+    /// The message does not exist (or, for a peek, the queue has nothing receivable). Queues
+    /// that do not exist are [`ErrorKind::QueueNotFound`].
     NotFound = 5,
     /// An argument was rejected (bad queue name, priority out of range, …).
     InvalidArgument = 6,
@@ -48,6 +49,12 @@ pub enum ErrorKind {
     StorageFull = 16,
     /// A typed body could not be encoded or decoded.
     Codec = 17,
+    /// The named queue does not exist (or was deleted). Distinct from [`ErrorKind::NotFound`],
+    /// which is about a message, so that "no such queue" never looks like "no message".
+    QueueNotFound = 18,
+    /// The handle was opened by another process: it was inherited across `fork()`. It writes
+    /// nothing in this process; open the store again here.
+    Forked = 19,
 }
 
 /// Every error that postbox reports.
@@ -68,10 +75,10 @@ pub enum Error {
         /// Which quota is exhausted, e.g. `max_messages = 100`.
         limit: String,
     },
-    /// The message body is larger than the queue's `max_message_size`.
+    /// The message (body and properties) is larger than the queue's `max_message_size`.
     #[error("message of {size} bytes exceeds the queue's max_message_size of {max} bytes")]
     MessageTooLarge {
-        /// The body size.
+        /// The message size: body plus properties (see [`Message::size`](crate::Message::size)).
         size: usize,
         /// The queue's limit.
         max: usize,
@@ -101,11 +108,10 @@ pub enum Error {
         /// Highest version this build reads.
         supported: u32,
     },
-    /// Another process has the store open in single-process mode.
-    #[error(
-        "the store is already open in another process (open both with multi_process(true) to share it)"
-    )]
-    AlreadyOpen,
+    /// The store is open in single-process mode elsewhere: in another process, or through
+    /// another `Store` in this one. The text says which.
+    #[error("{0}")]
+    AlreadyOpen(String),
     /// The commit failed at a point where the change may already be durable.
     #[error(
         "the outcome of the operation is unknown: the commit failed ({0}); it may or may not have been applied"
@@ -129,6 +135,18 @@ pub enum Error {
     /// A panic inside postbox was caught; the operation did not complete.
     #[error("internal error (caught panic): {0}")]
     Panic(String),
+    /// The handle was inherited across `fork()`: a store handle belongs to the process that
+    /// opened it (the parent's in-memory state would otherwise overwrite the child's writes).
+    /// Nothing was written; the child opens the store itself.
+    #[error(
+        "this handle was opened by process {opened_by}; open the store again in this process (pid {current})"
+    )]
+    Forked {
+        /// The process that opened the store.
+        opened_by: u32,
+        /// The process that tried to use the handle.
+        current: u32,
+    },
 }
 
 impl Error {
@@ -138,12 +156,13 @@ impl Error {
             Error::LockLost(_) => ErrorKind::LockLost,
             Error::QueueFull { .. } => ErrorKind::QueueFull,
             Error::MessageTooLarge { .. } => ErrorKind::TooLarge,
-            Error::QueueNotFound(_) | Error::MessageNotFound(_) => ErrorKind::NotFound,
+            Error::QueueNotFound(_) => ErrorKind::QueueNotFound,
+            Error::MessageNotFound(_) => ErrorKind::NotFound,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Corrupted(_) => ErrorKind::Corrupted,
             Error::NotAStore(_) => ErrorKind::NotAStore,
             Error::IncompatibleVersion { .. } => ErrorKind::IncompatibleVersion,
-            Error::AlreadyOpen => ErrorKind::AlreadyOpen,
+            Error::AlreadyOpen(_) => ErrorKind::AlreadyOpen,
             Error::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
             Error::Config(_) => ErrorKind::Config,
             Error::StorageFull(_) => ErrorKind::StorageFull,
@@ -151,12 +170,19 @@ impl Error {
             Error::Closed => ErrorKind::Closed,
             Error::Codec(_) => ErrorKind::Codec,
             Error::Panic(_) => ErrorKind::Panic,
+            Error::Forked { .. } => ErrorKind::Forked,
         }
     }
 
     /// True for [`Error::LockLost`].
     pub fn is_lock_lost(&self) -> bool {
         matches!(self, Error::LockLost(_))
+    }
+
+    /// True for failures of the file itself (I/O, disk full), after which the store opens its
+    /// file again before the next operation.
+    pub(crate) fn is_io_failure(&self) -> bool {
+        matches!(self, Error::Io(_) | Error::StorageFull(_))
     }
 
     /// True when the failed operation may nevertheless have been applied.
@@ -193,7 +219,7 @@ impl Error {
                 found: *found,
                 supported: *supported,
             },
-            Error::AlreadyOpen => Error::AlreadyOpen,
+            Error::AlreadyOpen(m) => Error::AlreadyOpen(m.clone()),
             Error::OutcomeUnknown(m) => Error::OutcomeUnknown(m.clone()),
             Error::Config(m) => Error::Config(m.clone()),
             Error::StorageFull(m) => Error::StorageFull(m.clone()),
@@ -201,6 +227,10 @@ impl Error {
             Error::Closed => Error::Closed,
             Error::Codec(m) => Error::Codec(m.clone()),
             Error::Panic(m) => Error::Panic(m.clone()),
+            Error::Forked { opened_by, current } => Error::Forked {
+                opened_by: *opened_by,
+                current: *current,
+            },
         }
     }
 }
@@ -273,7 +303,9 @@ impl From<redb::CommitError> for Error {
 impl From<redb::DatabaseError> for Error {
     fn from(e: redb::DatabaseError) -> Self {
         match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen,
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen(
+                "the store is already open in another process (open every handle with multi_process(true) to share it)".into(),
+            ),
             redb::DatabaseError::Storage(s) => match Error::from(s) {
                 Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
                     Error::NotAStore(io.to_string())

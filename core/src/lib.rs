@@ -109,7 +109,8 @@ mod typed;
 pub use engine::clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
 pub use message::{
-    DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_PRIORITY, MIN_PRIORITY, Message, MessageId,
+    DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
+    MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
     PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED,
 };
 pub use processor::{
@@ -117,7 +118,7 @@ pub use processor::{
     RetryPolicy, ScaleCallback, ShutdownReport,
 };
 pub use queue::{Browse, Queue, QueueOptions, QueueStats};
-pub use received::Received;
+pub use received::{Received, SettleError};
 pub use store::{Durability, Store, StoreBuilder, StoreStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};

@@ -64,6 +64,31 @@ pub const MAX_PRIORITY: u8 = 7;
 /// The priority of a message that does not set one (as MSMQ).
 pub const DEFAULT_PRIORITY: u8 = 3;
 
+/// The longest text property (`label`, `content_type`, `correlation_id`, `reply_to`,
+/// `message_key`, `group`), in bytes of UTF-8. Longer ones are refused by `send` with
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+pub const MAX_TEXT_PROPERTY_LEN: usize = 1024;
+/// The longest user property key, in bytes of UTF-8 (keys are 1 to this many bytes).
+pub const MAX_PROPERTY_KEY_LEN: usize = 256;
+/// The longest dead-letter reason, in bytes; a longer one is refused with
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+pub const MAX_REASON_LEN: usize = 256;
+/// The longest dead-letter description, in bytes; a longer one is cut to this length (at a
+/// character boundary), since it usually carries an error text nobody sized.
+pub const MAX_DESCRIPTION_LEN: usize = 4096;
+
+/// `description` cut to [`MAX_DESCRIPTION_LEN`] bytes at a character boundary.
+pub(crate) fn truncate_description(description: &str) -> &str {
+    if description.len() <= MAX_DESCRIPTION_LEN {
+        return description;
+    }
+    let mut end = MAX_DESCRIPTION_LEN;
+    while !description.is_char_boundary(end) {
+        end -= 1;
+    }
+    &description[..end]
+}
+
 /// When a message becomes receivable: now, after a delay, or at a point in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Visibility {
@@ -117,6 +142,65 @@ pub(crate) struct Properties {
     pub user: BTreeMap<String, PropertyValue>,
 }
 
+impl Properties {
+    /// Bytes of every text property and user property (keys and values).
+    pub fn size(&self) -> u64 {
+        let text = [
+            &self.label,
+            &self.content_type,
+            &self.correlation_id,
+            &self.reply_to,
+            &self.message_key,
+            &self.group,
+        ]
+        .into_iter()
+        .map(|t| t.as_ref().map_or(0, |s| s.len() as u64))
+        .sum::<u64>();
+        let user = self
+            .user
+            .iter()
+            .map(|(k, v)| {
+                k.len() as u64
+                    + match v {
+                        PropertyValue::String(s) => s.len() as u64,
+                        PropertyValue::Bytes(b) => b.len() as u64,
+                    }
+            })
+            .sum::<u64>();
+        text + user
+    }
+
+    fn validate(&self) -> crate::Result<()> {
+        let text = [
+            ("label", &self.label),
+            ("content_type", &self.content_type),
+            ("correlation_id", &self.correlation_id),
+            ("reply_to", &self.reply_to),
+            ("message_key", &self.message_key),
+            ("group", &self.group),
+        ];
+        for (name, value) in text {
+            if let Some(v) = value
+                && v.len() > MAX_TEXT_PROPERTY_LEN
+            {
+                return Err(crate::Error::invalid(format!(
+                    "{name} is {} bytes long; the limit is {MAX_TEXT_PROPERTY_LEN}",
+                    v.len()
+                )));
+            }
+        }
+        for k in self.user.keys() {
+            if k.is_empty() || k.len() > MAX_PROPERTY_KEY_LEN {
+                return Err(crate::Error::invalid(format!(
+                    "property keys are 1 to {MAX_PROPERTY_KEY_LEN} bytes long, got {} bytes",
+                    k.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Message {
     /// A message with this body, priority [`DEFAULT_PRIORITY`], visible now, with the queue's
     /// default time-to-live.
@@ -135,7 +219,25 @@ impl Message {
         &self.body
     }
 
-    /// A short description for people (MSMQ `Label`, Service Bus `Subject`).
+    /// The size that counts against a queue's `max_message_size` and `max_bytes`: the body plus
+    /// every text property and every user property key and value, in bytes.
+    pub fn size(&self) -> u64 {
+        self.body.len() as u64 + self.props.size()
+    }
+
+    /// Checks what can be checked without a queue: priority range and property bounds.
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        if self.priority > MAX_PRIORITY {
+            return Err(crate::Error::invalid(format!(
+                "priority {} is out of range 0..=7",
+                self.priority
+            )));
+        }
+        self.props.validate()
+    }
+
+    /// A short description for people (MSMQ `Label`, Service Bus `Subject`). Text properties are
+    /// at most [`MAX_TEXT_PROPERTY_LEN`] bytes each.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.props.label = Some(label.into());
         self
@@ -165,13 +267,16 @@ impl Message {
         self
     }
 
-    /// The ordered group (session) this message belongs to.
+    /// The group this message belongs to. Stored and returned with the message; ordered
+    /// delivery by group (sessions) is not built yet, so today it does not change the order
+    /// in which messages are handed out.
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.props.group = Some(group.into());
         self
     }
 
-    /// The sender's sequence number within its group.
+    /// The sender's sequence number within its group. Stored and returned with the message;
+    /// like `group`, it does not change delivery order today.
     pub fn sequence(mut self, sequence: u64) -> Self {
         self.props.sequence = Some(sequence);
         self
@@ -209,7 +314,8 @@ impl Message {
         self
     }
 
-    /// Sets a user property (string → string or bytes).
+    /// Sets a user property (string → string or bytes); setting a key again replaces its value.
+    /// Keys are 1 to [`MAX_PROPERTY_KEY_LEN`] bytes; values count towards the message size.
     pub fn property(mut self, key: impl Into<String>, value: impl Into<PropertyValue>) -> Self {
         self.props.user.insert(key.into(), value.into());
         self

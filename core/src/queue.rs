@@ -1,28 +1,52 @@
 //! Queue handles: send, peek, browse, receive, stats, purge.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
-use crate::engine::batch::{DEAD_LETTER_SUFFIX, Locked, dead_letter_name, validate_message};
+use crate::engine::batch::{DEAD_LETTER_SUFFIX, Locked, dead_letter_name};
 use crate::engine::codec::{QueueKind, QueueRecord};
 use crate::engine::read;
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::received::Received;
 
-/// Per-queue settings.
+/// Per-queue settings: what [`Queue::options`] reads back, and what
+/// [`Store::queue_with`](crate::Store::queue_with) applies.
 ///
 /// # Defaults
 ///
 /// - `lock_duration`: 30 s — how long a received message stays locked before it is returned
 /// - `max_deliveries`: 10 — deliveries before a message is dead-lettered
 /// - `default_ttl`: none — messages live until received
-/// - `max_message_size`: 4 MiB (as MSMQ)
+/// - `max_message_size`: 4 MiB (as MSMQ) — counts the whole message: body, every text
+///   property and every user property (see [`Message`])
 /// - `max_messages`, `max_bytes`: none — quotas past which `send` fails with `QueueFull`
+///   (`max_bytes` counts whole messages as `max_message_size` does)
 /// - `dedup_window`: none — how long a `message_key` is remembered for duplicate detection
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// # Changing the options of an existing queue
+///
+/// Opening an existing queue with options changes **only the options mentioned**; the others
+/// keep their stored values (the same rule as in C and Python). An option is mentioned when its
+/// builder method was called (`.max_deliveries(5)`, `.no_default_ttl()`) or when its field holds
+/// a value other than the default. To put an option back to its default, call its builder
+/// method with the default value; to clear an optional one, call its `no_*` method.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+/// use postbox::QueueOptions;
+/// use std::time::Duration;
+/// store.queue_with("jobs", QueueOptions::default().max_deliveries(3).default_ttl(Duration::from_secs(60)))?;
+/// // Later, perhaps in another process: only the lock duration changes.
+/// let jobs = store.queue_with("jobs", QueueOptions::default().lock_duration(Duration::from_secs(5)))?;
+/// assert_eq!(jobs.options()?.max_deliveries, 3);
+/// let jobs = store.queue_with("jobs", QueueOptions::default().no_default_ttl())?;
+/// assert_eq!(jobs.options()?.default_ttl, None);
+/// # Ok::<(), postbox::Error>(())
+/// ```
+#[derive(Debug, Clone)]
 pub struct QueueOptions {
     /// How long a receive holds a message before it returns to the queue.
     pub lock_duration: Duration,
@@ -30,16 +54,45 @@ pub struct QueueOptions {
     pub max_deliveries: u32,
     /// Time to live of messages that do not set their own.
     pub default_ttl: Option<Duration>,
-    /// Largest accepted body, in bytes.
+    /// Largest accepted message, in bytes (body and properties).
     pub max_message_size: usize,
     /// Most messages (receivable, locked and scheduled) the queue may hold.
     pub max_messages: Option<u64>,
-    /// Most body bytes the queue may hold.
+    /// Most message bytes the queue may hold.
     pub max_bytes: Option<u64>,
     /// How long a `message_key` is remembered: a second send with the same key inside the window
     /// is accepted and discarded, returning the first message's id.
     pub dedup_window: Option<Duration>,
+    /// The options named by builder methods (bit per [`Opt`]).
+    pub(crate) mentioned: u8,
 }
+
+/// One bit per option, for [`QueueOptions::mentioned`].
+#[derive(Clone, Copy)]
+enum Opt {
+    LockDuration = 1,
+    MaxDeliveries = 2,
+    DefaultTtl = 4,
+    MaxMessageSize = 8,
+    MaxMessages = 16,
+    MaxBytes = 32,
+    DedupWindow = 64,
+}
+
+impl PartialEq for QueueOptions {
+    /// Compares the settings only, not which of them were mentioned.
+    fn eq(&self, o: &Self) -> bool {
+        self.lock_duration == o.lock_duration
+            && self.max_deliveries == o.max_deliveries
+            && self.default_ttl == o.default_ttl
+            && self.max_message_size == o.max_message_size
+            && self.max_messages == o.max_messages
+            && self.max_bytes == o.max_bytes
+            && self.dedup_window == o.dedup_window
+    }
+}
+
+impl Eq for QueueOptions {}
 
 impl Default for QueueOptions {
     fn default() -> Self {
@@ -51,45 +104,105 @@ impl Default for QueueOptions {
             max_messages: None,
             max_bytes: None,
             dedup_window: None,
+            mentioned: 0,
         }
     }
 }
 
 impl QueueOptions {
+    fn mention(mut self, o: Opt) -> Self {
+        self.mentioned |= o as u8;
+        self
+    }
+
     /// Sets `lock_duration`.
     pub fn lock_duration(mut self, d: Duration) -> Self {
         self.lock_duration = d;
-        self
+        self.mention(Opt::LockDuration)
     }
     /// Sets `max_deliveries`.
     pub fn max_deliveries(mut self, n: u32) -> Self {
         self.max_deliveries = n;
-        self
+        self.mention(Opt::MaxDeliveries)
     }
     /// Sets `default_ttl`.
     pub fn default_ttl(mut self, ttl: Duration) -> Self {
         self.default_ttl = Some(ttl);
-        self
+        self.mention(Opt::DefaultTtl)
+    }
+    /// Clears `default_ttl`: messages that set no TTL live until received.
+    pub fn no_default_ttl(mut self) -> Self {
+        self.default_ttl = None;
+        self.mention(Opt::DefaultTtl)
     }
     /// Sets `max_message_size`.
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.max_message_size = bytes;
-        self
+        self.mention(Opt::MaxMessageSize)
     }
     /// Sets `max_messages`.
     pub fn max_messages(mut self, n: u64) -> Self {
         self.max_messages = Some(n);
-        self
+        self.mention(Opt::MaxMessages)
+    }
+    /// Clears `max_messages` (no limit).
+    pub fn no_max_messages(mut self) -> Self {
+        self.max_messages = None;
+        self.mention(Opt::MaxMessages)
     }
     /// Sets `max_bytes`.
     pub fn max_bytes(mut self, n: u64) -> Self {
         self.max_bytes = Some(n);
-        self
+        self.mention(Opt::MaxBytes)
+    }
+    /// Clears `max_bytes` (no limit).
+    pub fn no_max_bytes(mut self) -> Self {
+        self.max_bytes = None;
+        self.mention(Opt::MaxBytes)
     }
     /// Sets `dedup_window`.
     pub fn dedup_window(mut self, d: Duration) -> Self {
         self.dedup_window = Some(d);
-        self
+        self.mention(Opt::DedupWindow)
+    }
+    /// Clears `dedup_window` (no duplicate detection).
+    pub fn no_dedup_window(mut self) -> Self {
+        self.dedup_window = None;
+        self.mention(Opt::DedupWindow)
+    }
+
+    /// These options applied over `stored`: each option mentioned here (or holding a value
+    /// other than its default) replaces the stored one; the rest are kept.
+    pub(crate) fn apply_to(&self, stored: &QueueOptions) -> QueueOptions {
+        let d = QueueOptions::default();
+        let take = |o: Opt, differs: bool| self.mentioned & o as u8 != 0 || differs;
+        let mut out = stored.clone();
+        out.mentioned = 0;
+        if take(Opt::LockDuration, self.lock_duration != d.lock_duration) {
+            out.lock_duration = self.lock_duration;
+        }
+        if take(Opt::MaxDeliveries, self.max_deliveries != d.max_deliveries) {
+            out.max_deliveries = self.max_deliveries;
+        }
+        if take(Opt::DefaultTtl, self.default_ttl != d.default_ttl) {
+            out.default_ttl = self.default_ttl;
+        }
+        if take(
+            Opt::MaxMessageSize,
+            self.max_message_size != d.max_message_size,
+        ) {
+            out.max_message_size = self.max_message_size;
+        }
+        if take(Opt::MaxMessages, self.max_messages != d.max_messages) {
+            out.max_messages = self.max_messages;
+        }
+        if take(Opt::MaxBytes, self.max_bytes != d.max_bytes) {
+            out.max_bytes = self.max_bytes;
+        }
+        if take(Opt::DedupWindow, self.dedup_window != d.dedup_window) {
+            out.dedup_window = self.dedup_window;
+        }
+        out
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -137,7 +250,6 @@ pub struct Queue {
     pub(crate) id: u32,
     pub(crate) peer: u32,
     pub(crate) kind: QueueKind,
-    pub(crate) options: QueueOptions,
 }
 
 impl Queue {
@@ -148,7 +260,6 @@ impl Queue {
             id: rec.id,
             peer: rec.peer,
             kind: rec.kind,
-            options: rec.options,
         }
     }
 
@@ -157,9 +268,18 @@ impl Queue {
         &self.name
     }
 
-    /// The options in force when this handle was opened.
-    pub fn options(&self) -> &QueueOptions {
-        &self.options
+    /// The queue's options as stored now (another handle or process may have changed them
+    /// since this handle was opened; every decision uses the stored ones).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueNotFound`] if the queue was deleted; storage errors.
+    pub fn options(&self) -> Result<QueueOptions> {
+        let (q, name) = (self.id, self.name.clone());
+        self.engine
+            .read(|t| read::queue_by_id(t, q))?
+            .map(|rec| rec.options)
+            .ok_or_else(|| Error::QueueNotFound(name.to_string()))
     }
 
     /// Whether this is a dead-letter queue.
@@ -185,7 +305,7 @@ impl Queue {
     /// [`Error::OutcomeUnknown`] when the commit failed after it may have reached the disk.
     pub fn send(&self, message: impl Into<Message>) -> Result<MessageId> {
         let m = message.into();
-        validate_message(&m, self.options.max_message_size)?;
+        m.validate()?;
         let (q, name) = (self.id, self.name.to_string());
         let mut ids = self.engine.call(move |b| b.send(q, &name, vec![m]))?;
         ids.pop()
@@ -204,34 +324,38 @@ impl Queue {
     {
         let msgs: Vec<Message> = messages.into_iter().map(Into::into).collect();
         for m in &msgs {
-            validate_message(m, self.options.max_message_size)?;
+            m.validate()?;
         }
         let (q, name) = (self.id, self.name.to_string());
         self.engine.call(move |b| b.send(q, &name, msgs))
     }
 
     /// The message at the head of the queue (the next one `receive` would take), without
-    /// locking it.
+    /// locking it. A message whose lock expired or whose scheduled time came counts as
+    /// receivable, as it does for `receive`, even before any write has put it back.
     ///
     /// # Errors
     ///
-    /// Storage errors only.
+    /// [`Error::QueueNotFound`] if the queue was deleted; storage errors.
     pub fn peek(&self) -> Result<Option<Envelope>> {
-        let q = self.id;
+        let (q, name) = (self.id, self.name.clone());
+        let now = self.engine.clock.now_ms();
         self.engine
-            .read(|t| read::browse_page(t, q, None, 1))
-            .map(|(mut v, _)| v.pop())
+            .read(|t| read::browse_next(t, q, &name, None, now))
+            .map(|next| next.map(|(env, _)| env))
     }
 
     /// Iterates over the receivable messages in delivery order (priority, then send order),
-    /// without locking them. Each step reads a fresh snapshot, so the iteration reflects
-    /// concurrent changes and never blocks writers.
+    /// without locking them: what successive receives would take. Each step reads a fresh
+    /// snapshot, so the iteration reflects concurrent changes (a message completed or purged
+    /// meanwhile is not returned) and never blocks writers. A step on a deleted queue yields
+    /// [`Error::QueueNotFound`].
     pub fn browse(&self) -> Browse {
         Browse {
             engine: self.engine.clone(),
             q: self.id,
+            name: self.name.clone(),
             after: None,
-            buffer: VecDeque::new(),
             done: false,
         }
     }
@@ -497,34 +621,36 @@ impl Queue {
 pub struct Browse {
     engine: Arc<Engine>,
     q: u32,
-    after: Option<(u8, u64)>,
-    buffer: VecDeque<Envelope>,
+    name: Arc<str>,
+    after: Option<read::BrowsePosition>,
     done: bool,
 }
-
-const BROWSE_PAGE: usize = 64;
 
 impl Iterator for Browse {
     type Item = Result<Envelope>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.buffer.is_empty() && !self.done {
-            let (q, after) = (self.q, self.after);
-            match self
-                .engine
-                .read(|t| read::browse_page(t, q, after, BROWSE_PAGE))
-            {
-                Ok((page, last)) => {
-                    self.done = page.len() < BROWSE_PAGE;
-                    self.after = last;
-                    self.buffer.extend(page);
-                }
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
+        if self.done {
+            return None;
+        }
+        let (q, after, name) = (self.q, self.after, self.name.clone());
+        let now = self.engine.clock.now_ms();
+        match self
+            .engine
+            .read(|t| read::browse_next(t, q, &name, after, now))
+        {
+            Ok(Some((env, pos))) => {
+                self.after = Some(pos);
+                Some(Ok(env))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
             }
         }
-        self.buffer.pop_front().map(Ok)
     }
 }

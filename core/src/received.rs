@@ -61,22 +61,34 @@ impl Received {
         to_system_time(self.locked_until)
     }
 
-    fn settle(mut self, how: Settle) -> Result<()> {
+    fn settle(mut self, how: Settle) -> Result<(), SettleError> {
         let (id, token) = (self.envelope.id.0, self.token);
-        let result = self.engine.call(move |b| b.settle(id, token, &how));
-        // A refused request (e.g. resubmitting a message that is not a dead letter) changed
-        // nothing and the lock is still ours: leave it to `Drop`, which returns the message
-        // to its queue now instead of after the lock expires.
-        self.settled = !matches!(result, Err(Error::InvalidArgument(_)));
-        result
+        match self.engine.call(move |b| b.settle(id, token, &how)) {
+            Ok(()) => {
+                self.settled = true;
+                Ok(())
+            }
+            Err(error) => {
+                // A lost lock has nothing left to release; any other failure (a refused
+                // request, a full disk, a closed store) changed nothing, or may not have, and
+                // the message comes back so the caller can retry or drop it (which abandons).
+                self.settled = error.is_lock_lost();
+                Err(SettleError {
+                    error,
+                    message: Box::new(self),
+                })
+            }
+        }
     }
 
     /// Removes the message for good (it never reappears).
     ///
     /// # Errors
     ///
-    /// [`Error::LockLost`] if the lock expired or was released; nothing changed then.
-    pub fn complete(self) -> Result<()> {
+    /// [`Error::LockLost`] if the lock expired or was released; nothing changed then. Every
+    /// error gives the message back ([`SettleError::into_message`]) still holding its lock
+    /// (unless the lock was lost), so a transient failure (`StorageFull`, `Io`) can be retried.
+    pub fn complete(self) -> Result<(), SettleError> {
         self.settle(Settle::Complete)
     }
 
@@ -86,7 +98,7 @@ impl Received {
     /// # Errors
     ///
     /// [`Error::LockLost`].
-    pub fn abandon(self) -> Result<()> {
+    pub fn abandon(self) -> Result<(), SettleError> {
         self.settle(Settle::Abandon { delay_ms: 0 })
     }
 
@@ -95,19 +107,22 @@ impl Received {
     /// # Errors
     ///
     /// [`Error::LockLost`].
-    pub fn abandon_after(self, delay: Duration) -> Result<()> {
+    pub fn abandon_after(self, delay: Duration) -> Result<(), SettleError> {
         self.settle(Settle::Abandon {
             delay_ms: duration_ms(delay),
         })
     }
 
-    /// Moves the message to the dead-letter queue with a reason and a description.
+    /// Moves the message to the dead-letter queue with a reason (at most
+    /// [`MAX_REASON_LEN`](crate::MAX_REASON_LEN) bytes) and a description (cut to
+    /// [`MAX_DESCRIPTION_LEN`](crate::MAX_DESCRIPTION_LEN) bytes).
     ///
     /// # Errors
     ///
     /// [`Error::LockLost`]; [`Error::InvalidArgument`] for a message already in a dead-letter
-    /// queue.
-    pub fn dead_letter(self, reason: &str, description: &str) -> Result<()> {
+    /// queue or a reason that is too long. As for [`Received::complete`], errors give the
+    /// message back.
+    pub fn dead_letter(self, reason: &str, description: &str) -> Result<(), SettleError> {
         self.settle(Settle::DeadLetter {
             reason: reason.to_owned(),
             description: description.to_owned(),
@@ -121,7 +136,7 @@ impl Received {
     ///
     /// [`Error::LockLost`]; [`Error::InvalidArgument`] if it was not received from a
     /// dead-letter queue.
-    pub fn resubmit(self) -> Result<()> {
+    pub fn resubmit(self) -> Result<(), SettleError> {
         self.settle(Settle::Resubmit)
     }
 
@@ -147,6 +162,68 @@ impl Received {
     pub(crate) fn take_lock(mut self) -> (u64, u64) {
         self.settled = true;
         (self.envelope.id.0, self.token)
+    }
+}
+
+/// A settle call ([`Received::complete`], `abandon`, `dead_letter`, …) that failed, with the
+/// message given back — as crossbeam's `SendError` gives back what could not be sent.
+///
+/// Unless the error is [`Error::LockLost`], the message still holds its lock: retry the settle,
+/// or drop the message to abandon it at once. `?` turns it into an [`Error`].
+#[derive(Debug)]
+pub struct SettleError {
+    error: Error,
+    /// Boxed: a `Result` carrying the whole message inline would be large for the `Ok` path.
+    message: Box<Received>,
+}
+
+impl SettleError {
+    /// Why the settle failed.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The stable classification of the error.
+    pub fn kind(&self) -> crate::ErrorKind {
+        self.error.kind()
+    }
+
+    /// True for [`Error::LockLost`]: the message is gone from this receiver.
+    pub fn is_lock_lost(&self) -> bool {
+        self.error.is_lock_lost()
+    }
+
+    /// The message, to retry the settle on (it still holds its lock unless the lock was lost).
+    pub fn into_message(self) -> Received {
+        *self.message
+    }
+
+    /// The error and the message.
+    pub fn into_parts(self) -> (Error, Received) {
+        (self.error, *self.message)
+    }
+
+    /// The error alone; the message is dropped (which abandons it if it still holds its lock).
+    pub fn into_error(self) -> Error {
+        self.error
+    }
+}
+
+impl std::fmt::Display for SettleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for SettleError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<SettleError> for Error {
+    fn from(e: SettleError) -> Error {
+        e.error
     }
 }
 

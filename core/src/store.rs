@@ -177,6 +177,19 @@ impl Store {
         self.engine.multi_process
     }
 
+    /// Whether [`Store::close`] was called on this store (through any of its handles).
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    /// Whether this handle was inherited across `fork()`: a store belongs to the process that
+    /// opened it, and in a child every call fails with [`Error::Forked`] and writes nothing
+    /// (closing or dropping it there only lets go of the handle). The child opens the store
+    /// itself.
+    pub fn is_forked(&self) -> bool {
+        self.engine.is_forked()
+    }
+
     /// The durability of this handle's commits.
     pub fn durability(&self) -> Durability {
         self.engine.durability
@@ -194,13 +207,15 @@ impl Store {
     }
 
     /// Opens queue `name` with `options`, creating it if missing. An existing queue keeps its
-    /// messages and takes the new options.
+    /// messages and its stored options, except those `options` mention (see
+    /// [`QueueOptions`]: options not mentioned keep their stored values).
     ///
     /// # Errors
     ///
-    /// As [`Store::queue`], plus [`Error::InvalidArgument`] for invalid options.
+    /// As [`Store::queue`], plus [`Error::InvalidArgument`] for invalid options (checked after
+    /// merging with the stored ones).
     pub fn queue_with(&self, name: &str, options: QueueOptions) -> Result<Queue> {
-        options.validate()?;
+        options.apply_to(&QueueOptions::default()).validate()?;
         self.open_queue(name, Some(options))
     }
 
@@ -209,7 +224,13 @@ impl Store {
         // Opening an existing queue with nothing to change needs no write transaction.
         let existing = self.engine.read(|t| read::queue_by_name(t, name))?;
         let rec: QueueRecord = match existing {
-            Some(rec) if options.as_ref().is_none_or(|o| *o == rec.options) => rec,
+            Some(rec)
+                if options
+                    .as_ref()
+                    .is_none_or(|o| o.apply_to(&rec.options) == rec.options) =>
+            {
+                rec
+            }
             _ => {
                 let owned = name.to_owned();
                 self.engine
@@ -240,9 +261,21 @@ impl Store {
         self.engine.call(move |b| b.delete_queue(&owned))
     }
 
-    /// Begins a transaction: receives and sends that commit together or not at all.
+    /// Begins a transaction: receives and sends that commit together or not at all. On a
+    /// closed store (or in a forked child) its first call fails with [`Error::Closed`]
+    /// ([`Error::Forked`]); [`Store::try_begin`] reports that at once.
     pub fn begin(&self) -> Transaction {
         Transaction::new(self.engine.clone())
+    }
+
+    /// Begins a transaction, failing at once when the store cannot take one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] after [`Store::close`]; [`Error::Forked`] in a forked child.
+    pub fn try_begin(&self) -> Result<Transaction> {
+        self.engine.check_open()?;
+        Ok(self.begin())
     }
 
     /// Counters of this process's commit pipeline (how many commits carried how many

@@ -1,12 +1,14 @@
 //! Transactions: receives and sends (to any queues of the store) that commit together.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::engine::Engine;
 use crate::engine::batch::{Batch, Locked, Settle, validate_message};
-use crate::error::Result;
-use crate::message::{Envelope, Message};
+use crate::engine::clock::to_system_time;
+use crate::engine::read;
+use crate::error::{Error, Result};
+use crate::message::{Envelope, Message, MessageId};
 use crate::queue::Queue;
 use crate::received::{Received, abandon_locks};
 
@@ -43,6 +45,8 @@ type SendGroup = (u32, String, Vec<Message>);
 pub struct Transaction {
     engine: Arc<Engine>,
     locks: Vec<(u64, u64)>,
+    /// `locked_until` (ms) of each entry of `locks`.
+    until: Vec<u64>,
     sends: Vec<SendGroup>,
     finished: bool,
 }
@@ -52,6 +56,7 @@ impl Transaction {
         Transaction {
             engine,
             locks: Vec::new(),
+            until: Vec::new(),
             sends: Vec::new(),
             finished: false,
         }
@@ -68,8 +73,53 @@ impl Transaction {
         let got = self.engine.receive(queue.id, &queue.name, 1, deadline)?;
         Ok(got.into_iter().next().map(|l| {
             self.locks.push((l.envelope.id.0, l.token));
+            self.until.push(l.locked_until);
             l.envelope
         }))
+    }
+
+    /// The lock token of message `id`, received through this transaction.
+    pub fn lock_token(&self, id: MessageId) -> Option<u64> {
+        self.locks.iter().find(|l| l.0 == id.0).map(|l| l.1)
+    }
+
+    /// When the lock on message `id` (received or enlisted in this transaction) expires unless
+    /// renewed.
+    pub fn locked_until(&self, id: MessageId) -> Option<SystemTime> {
+        let i = self.locks.iter().position(|l| l.0 == id.0)?;
+        Some(to_system_time(self.until[i]))
+    }
+
+    /// Extends the lock on message `id` (received or enlisted in this transaction) by its
+    /// queue's current `lock_duration` from now, so a long transaction keeps what it holds.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// # let q = store.queue("jobs")?;
+    /// q.send("work")?;
+    /// let mut tx = store.begin();
+    /// let msg = tx.receive(&q, std::time::Duration::from_secs(1))?.unwrap();
+    /// let until = tx.renew_lock(msg.id())?;
+    /// assert_eq!(tx.locked_until(msg.id()), Some(until));
+    /// tx.commit()?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if the lock already expired; [`Error::MessageNotFound`] if the
+    /// message is not held by this transaction.
+    pub fn renew_lock(&mut self, id: MessageId) -> Result<SystemTime> {
+        let i = self
+            .locks
+            .iter()
+            .position(|l| l.0 == id.0)
+            .ok_or(Error::MessageNotFound(id))?;
+        let (msg, token) = self.locks[i];
+        let until = self.engine.call(move |b| b.renew(msg, token))?;
+        self.until[i] = until;
+        Ok(to_system_time(until))
     }
 
     /// Receives without waiting.
@@ -94,7 +144,10 @@ impl Transaction {
                 "the message was received from another store than this transaction".into(),
             ));
         }
+        self.engine.check_open()?;
+        let until = message.locked_until;
         self.locks.push(message.take_lock());
+        self.until.push(until);
         Ok(())
     }
 
@@ -102,12 +155,19 @@ impl Transaction {
     ///
     /// # Errors
     ///
-    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) and
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) at once; quota errors at commit.
+    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) (against the queue's current
+    /// options), [`Error::InvalidArgument`](crate::Error::InvalidArgument),
+    /// [`Error::QueueNotFound`] and [`Error::Closed`] at once; quota errors at commit.
     pub fn send(&mut self, queue: &Queue, message: impl Into<Message>) -> Result<()> {
         self.same_store(queue)?;
         let m = message.into();
-        validate_message(&m, queue.options.max_message_size)?;
+        m.validate()?;
+        let (q, name) = (queue.id, queue.name.clone());
+        let rec = self
+            .engine
+            .read(|t| read::queue_by_id(t, q))?
+            .ok_or_else(|| Error::QueueNotFound(name.to_string()))?;
+        validate_message(&m, rec.options.max_message_size)?;
         match self.sends.iter_mut().find(|(q, _, _)| *q == queue.id) {
             Some((_, _, v)) => v.push(m),
             None => self.sends.push((queue.id, queue.name.to_string(), vec![m])),
@@ -116,8 +176,11 @@ impl Transaction {
     }
 
     fn same_store(&self, queue: &Queue) -> Result<()> {
+        if self.finished {
+            return Err(Error::invalid("the transaction has already finished"));
+        }
         if Arc::ptr_eq(&self.engine, &queue.engine) {
-            Ok(())
+            self.engine.check_open()
         } else {
             Err(crate::Error::InvalidArgument(format!(
                 "queue {:?} belongs to another store than this transaction",
@@ -149,7 +212,7 @@ impl Transaction {
         let locks = std::mem::take(&mut self.locks);
         let sends = std::mem::take(&mut self.sends);
         if locks.is_empty() && sends.is_empty() {
-            return Ok(());
+            return self.engine.check_open();
         }
         let result = self.engine.call({
             let locks = locks.clone();

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::processor::{Processor, ProcessorBuilder, REASON_DECODE_FAILED};
 use crate::queue::Queue;
-use crate::received::Received;
+use crate::received::{Received, SettleError};
 use crate::tx::Transaction;
 
 /// The one place that knows the body encoding of typed queues (bincode 2, standard
@@ -219,7 +219,10 @@ fn decode_received<T: DeserializeOwned>(received: Received) -> Result<TypedRecei
         Ok(value) => Ok(TypedReceived { received, value }),
         Err(e) => {
             let text = e.to_string();
-            match received.dead_letter(REASON_DECODE_FAILED, &text) {
+            match received
+                .dead_letter(REASON_DECODE_FAILED, &text)
+                .map_err(Error::from)
+            {
                 Ok(()) | Err(Error::LockLost(_)) => Err(e),
                 Err(other) => Err(Error::Codec(format!(
                     "{text}; moving the message to the dead-letter queue failed too: {other}"
@@ -260,7 +263,7 @@ impl<T> TypedReceived<T> {
     /// # Errors
     ///
     /// As [`Received::complete`].
-    pub fn complete(self) -> Result<()> {
+    pub fn complete(self) -> Result<(), SettleError> {
         self.received.complete()
     }
 
@@ -269,7 +272,7 @@ impl<T> TypedReceived<T> {
     /// # Errors
     ///
     /// As [`Received::abandon`].
-    pub fn abandon(self) -> Result<()> {
+    pub fn abandon(self) -> Result<(), SettleError> {
         self.received.abandon()
     }
 
@@ -278,7 +281,7 @@ impl<T> TypedReceived<T> {
     /// # Errors
     ///
     /// As [`Received::abandon_after`].
-    pub fn abandon_after(self, delay: Duration) -> Result<()> {
+    pub fn abandon_after(self, delay: Duration) -> Result<(), SettleError> {
         self.received.abandon_after(delay)
     }
 
@@ -287,7 +290,7 @@ impl<T> TypedReceived<T> {
     /// # Errors
     ///
     /// As [`Received::dead_letter`].
-    pub fn dead_letter(self, reason: &str, description: &str) -> Result<()> {
+    pub fn dead_letter(self, reason: &str, description: &str) -> Result<(), SettleError> {
         self.received.dead_letter(reason, description)
     }
 

@@ -72,17 +72,27 @@ fn deleted_queue_is_queue_not_found_everywhere() {
         q.stats().unwrap_err(),
         q.purge().unwrap_err(),
         q.dead_letters().unwrap_err(),
+        q.peek().unwrap_err(),
+        q.browse().next().unwrap().unwrap_err(),
+        q.options().unwrap_err(),
     ] {
-        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+        assert_eq!(e.kind(), ErrorKind::QueueNotFound, "{e}");
         assert_clear(&e);
     }
     assert!(matches!(q.len(), Err(Error::QueueNotFound(_))));
-    // A transaction sending to the deleted queue fails as a whole and returns its receive.
+    // A transactional send to the deleted queue is refused at once.
+    let mut tx = t.store().begin();
+    let e = tx.send(&q, "into the void").unwrap_err();
+    assert!(matches!(&e, Error::QueueNotFound(n) if n == "gone"), "{e}");
+    drop(tx);
+    // A queue deleted after the send fails the commit as a whole, which returns its receive.
+    let later = t.store().queue("later").unwrap();
     let mut tx = t.store().begin();
     tx.receive(&src, Duration::ZERO).unwrap().unwrap();
-    tx.send(&q, "into the void").unwrap();
+    tx.send(&later, "into the void").unwrap();
+    assert!(t.store().delete_queue("later").unwrap());
     let e = tx.commit().unwrap_err();
-    assert!(matches!(&e, Error::QueueNotFound(n) if n == "gone"), "{e}");
+    assert!(matches!(&e, Error::QueueNotFound(n) if n == "later"), "{e}");
     assert_eq!(counts(&src), (1, 0, 0, 0, 1));
     assert_eq!(t.store().queues().unwrap(), vec!["src"]);
     assert_store_works(t.store());
@@ -146,7 +156,10 @@ fn invalid_arguments_are_rejected() {
     );
     invalid(
         store
-            .queue_with("q/$deadletterqueue", QueueOptions::default())
+            .queue_with(
+                "q/$deadletterqueue",
+                QueueOptions::default().max_deliveries(3),
+            )
             .map(drop),
         "options of a dead-letter queue",
     );
@@ -177,13 +190,21 @@ fn invalid_arguments_are_rejected() {
     // (its delivery counted) instead of staying locked until its lock expires.
     q.send("m").unwrap();
     let m = q.try_receive().unwrap().unwrap();
-    invalid(m.resubmit(), "resubmit from a normal queue");
+    let refused = m.resubmit().expect_err("resubmit from a normal queue");
+    assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
+    // The refused message comes back still locked; dropping it abandons it.
+    let m = refused.into_message();
+    assert_eq!(counts(&q), (0, 1, 0, 0, 1));
+    drop(m);
     assert_eq!(counts(&q), (1, 0, 0, 0, 1));
     let m = q.try_receive().unwrap().unwrap();
     assert_eq!(m.delivery_count(), 2);
     m.dead_letter("r", "d").unwrap();
     let d = dlq.try_receive().unwrap().unwrap();
-    invalid(d.dead_letter("again", ""), "dead-letter a dead letter");
+    invalid(
+        d.dead_letter("again", "").map_err(Error::from),
+        "dead-letter a dead letter",
+    );
     assert_eq!(counts(&dlq), (1, 0, 0, 0, 1));
     assert_eq!(counts(&q), (0, 0, 0, 1, 0));
     assert_store_works(store);

@@ -137,11 +137,11 @@ fn fixture_v1_reads_back_exactly() {
     assert_eq!(store.queues().unwrap(), vec!["audit", "orders"]);
     let orders = store.queue("orders").unwrap();
     let audit = store.queue("audit").unwrap();
-    assert_eq!(orders.options(), &orders_options());
-    assert_eq!(audit.options(), &audit_options());
+    assert_eq!(orders.options().unwrap(), orders_options());
+    assert_eq!(audit.options().unwrap(), audit_options());
     let dlq = orders.dead_letters().unwrap();
-    assert_eq!(dlq.options().lock_duration, 45 * SEC);
-    assert_eq!(dlq.options().max_message_size, 65_536);
+    assert_eq!(dlq.options().unwrap().lock_duration, 45 * SEC);
+    assert_eq!(dlq.options().unwrap().max_message_size, 65_536);
 
     let full = FULL_BODY.len() as u64;
     assert_eq!(counts(&orders), (2, 0, 1, 1, full + 5));

@@ -38,6 +38,9 @@ fn a_refused_settle_returns_the_message_at_once() {
     // Only dead letters can be resubmitted: refused, and the lock is not left to expire.
     let e = m.resubmit().unwrap_err();
     assert_eq!(e.kind(), postbox::ErrorKind::InvalidArgument);
+    // The error gives the message back, still locked; dropping it abandons it at once.
+    assert_eq!(q.stats().unwrap().locked, 1);
+    drop(e);
     let s = q.stats().unwrap();
     assert_eq!((s.active, s.locked), (1, 0));
     assert_eq!(q.try_receive().unwrap().unwrap().delivery_count(), 2);
@@ -90,5 +93,5 @@ fn a_receiver_waiting_on_a_deleted_queue_gets_queue_not_found() {
     ready_rx.recv().unwrap();
     assert!(store.delete_queue("doomed").unwrap());
     let e = waiter.join().unwrap().unwrap_err();
-    assert_eq!(e.kind(), postbox::ErrorKind::NotFound, "{e}");
+    assert_eq!(e.kind(), postbox::ErrorKind::QueueNotFound, "{e}");
 }

@@ -154,7 +154,10 @@ pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_int {
     guard(|| {
-        msg(message)?.take_received()?.complete()?;
+        msg(message)?
+            .take_received()?
+            .complete()
+            .map_err(postbox::Error::from)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -170,9 +173,10 @@ pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_m
     guard(|| {
         let r = msg(message)?.take_received()?;
         if delay_ms == 0 {
-            r.abandon()?;
+            r.abandon().map_err(postbox::Error::from)?;
         } else {
-            r.abandon_after(Duration::from_millis(delay_ms))?;
+            r.abandon_after(Duration::from_millis(delay_ms))
+                .map_err(postbox::Error::from)?;
         }
         Ok(POSTBOX_OK)
     })
@@ -203,7 +207,9 @@ pub extern "C" fn postbox_message_dead_letter(
                 "a dead letter cannot be dead-lettered again",
             ));
         }
-        m.take_received()?.dead_letter(reason, description)?;
+        m.take_received()?
+            .dead_letter(reason, description)
+            .map_err(postbox::Error::from)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -226,7 +232,9 @@ pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_i
                 "only a message received from a dead-letter queue can be resubmitted",
             ));
         }
-        m.take_received()?.resubmit()?;
+        m.take_received()?
+            .resubmit()
+            .map_err(postbox::Error::from)?;
         Ok(POSTBOX_OK)
     })
 }

@@ -3,13 +3,13 @@
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
-use postbox::{Envelope, Received};
+use postbox::{Envelope, Received, SettleError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyDict, PyType};
 
 use crate::convert;
-use crate::errors::{IntoPy, invalid};
+use crate::errors::{self, IntoPy, invalid};
 
 /// Where a message stands with respect to its lock.
 pub enum Lock {
@@ -112,14 +112,26 @@ impl PyMessage {
         }
     }
 
+    /// Settles through `f`. A failed settle gives the message back still holding its lock
+    /// (unless the lock was lost), so the call can be retried and `__exit__` or garbage
+    /// collection still releases it.
     fn settle(
         &self,
         py: Python<'_>,
         after: &'static str,
-        f: impl FnOnce(Received) -> postbox::Result<()> + Send,
+        f: impl FnOnce(Received) -> Result<(), SettleError> + Send,
     ) -> PyResult<()> {
         let r = self.take(after)?;
-        py.detach(move || f(r)).py_err()
+        match py.detach(move || f(r)) {
+            Ok(()) => Ok(()),
+            Err(failed) => {
+                let (error, message) = failed.into_parts();
+                if !error.is_lock_lost() {
+                    *self.lock.lock() = Lock::Held(Box::new(message));
+                }
+                Err(errors::to_py(error))
+            }
+        }
     }
 }
 

@@ -97,7 +97,9 @@ impl PyQueue {
     /// The queue's options when this handle was opened (durations as `timedelta`).
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        options_to_py(py, self.q.options())
+        let q = &self.q;
+        let o = py.detach(|| q.options()).py_err()?;
+        options_to_py(py, &o)
     }
 
     #[getter]

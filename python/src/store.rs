@@ -131,34 +131,29 @@ impl PyStore {
         let store = &self.store;
         let q = py
             .detach(|| -> postbox::Result<postbox::Queue> {
-                let q = store.queue(name)?;
-                let mut o: QueueOptions = q.options().clone();
+                let mut o = QueueOptions::default();
                 if let Some(v) = lock_duration {
-                    o.lock_duration = v;
+                    o = o.lock_duration(v);
                 }
                 if let Some(v) = max_deliveries {
-                    o.max_deliveries = v;
+                    o = o.max_deliveries(v);
                 }
                 if let Some(v) = default_ttl {
-                    o.default_ttl = Some(v);
+                    o = o.default_ttl(v);
                 }
                 if let Some(v) = max_message_size {
-                    o.max_message_size = v;
+                    o = o.max_message_size(v);
                 }
                 if let Some(v) = max_messages {
-                    o.max_messages = Some(v);
+                    o = o.max_messages(v);
                 }
                 if let Some(v) = max_bytes {
-                    o.max_bytes = Some(v);
+                    o = o.max_bytes(v);
                 }
                 if let Some(v) = dedup_window {
-                    o.dedup_window = Some(v);
+                    o = o.dedup_window(v);
                 }
-                if o == *q.options() {
-                    Ok(q)
-                } else {
-                    store.queue_with(name, o)
-                }
+                store.queue_with(name, o)
             })
             .py_err()?;
         Ok(PyQueue { q })

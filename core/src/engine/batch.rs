@@ -293,7 +293,8 @@ impl<'t> Batch<'t> {
     }
 
     /// Opens queue `name`, creating it and its dead-letter queue if missing. With `options`,
-    /// an existing queue takes the new options; its messages are kept.
+    /// an existing queue takes the options they mention (see `QueueOptions::apply_to`); its
+    /// messages are kept.
     pub fn open_queue(
         &mut self,
         name: &str,
@@ -306,12 +307,14 @@ impl<'t> Batch<'t> {
                         "the options of a dead-letter queue follow its source queue",
                     ));
                 }
-                if rec.options != *o {
-                    rec.options = o.clone();
+                let merged = o.apply_to(&rec.options);
+                merged.validate()?;
+                if rec.options != merged {
+                    rec.options = merged;
                     self.put_queue(name, &rec)?;
                     let dlq_name = dead_letter_name(name);
                     if let Some(mut dlq) = self.queue_by_name(&dlq_name)? {
-                        dlq.options = dead_letter_options(o);
+                        dlq.options = dead_letter_options(&rec.options);
                         self.put_queue(&dlq_name, &dlq)?;
                     }
                 }
@@ -323,7 +326,10 @@ impl<'t> Batch<'t> {
                 "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
             )));
         }
-        let options = options.cloned().unwrap_or_default();
+        let options = options.map_or_else(QueueOptions::default, |o| {
+            o.apply_to(&QueueOptions::default())
+        });
+        options.validate()?;
         let id = u32::try_from(self.next_seq(Seq::Queue)?)
             .map_err(|_| Error::invalid("too many queues"))?;
         let dlq_id = u32::try_from(self.next_seq(Seq::Queue)?)
@@ -533,7 +539,7 @@ impl<'t> Batch<'t> {
         let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
         let dl = DeadLetter {
             reason: reason.to_owned(),
-            description: description.to_owned(),
+            description: crate::message::truncate_description(description).to_owned(),
             source_queue: st.queue,
             at_ms: self.now,
         };
@@ -692,14 +698,14 @@ impl<'t> Batch<'t> {
         self.mutations += 1;
         self.t_owners()?.remove(owner)?;
         self.t_owner_scopes()?.remove(owner)?;
-        Ok(())
+        super::db::remove_mark(self.txn, Some(owner))
     }
 
     pub fn clear_owners(&mut self) -> Result<()> {
         self.mutations += 1;
         self.t_owners()?.retain(|_, _| false)?;
         self.t_owner_scopes()?.retain(|_, _| false)?;
-        Ok(())
+        super::db::remove_mark(self.txn, None)
     }
 
     /// Releases the locks of registered processes that are no longer alive (as judged from
@@ -805,7 +811,7 @@ impl<'t> Batch<'t> {
             }
             steps.push(SendStep::New);
             new_count += 1;
-            new_bytes += m.body.len() as u64;
+            new_bytes += m.size();
         }
         let c = self.counters(q)?;
         if let Some(max) = o.max_messages
@@ -846,7 +852,8 @@ impl<'t> Batch<'t> {
             Expiry::After(d) => now.saturating_add(super::clock::duration_ms(d)),
             Expiry::At(t) => super::clock::from_system_time(t).max(1),
         };
-        let size = u32::try_from(m.body.len()).map_err(|_| Error::invalid("body too large"))?;
+        // The whole message counts against `max_bytes`, as it does against `max_message_size`.
+        let size = u32::try_from(m.size()).map_err(|_| Error::invalid("message too large"))?;
         let mut st = State {
             queue: q,
             priority: m.priority,
@@ -979,6 +986,13 @@ impl<'t> Batch<'t> {
                         "a dead letter cannot be dead-lettered again",
                     ));
                 }
+                if reason.len() > crate::message::MAX_REASON_LEN {
+                    return Err(Error::invalid(format!(
+                        "dead-letter reasons are at most {} bytes, got {}",
+                        crate::message::MAX_REASON_LEN,
+                        reason.len()
+                    )));
+                }
                 self.move_to_dead_letter(id, st, reason, description)
             }
             Settle::Resubmit => {
@@ -1060,17 +1074,14 @@ struct SendPlan {
     new_bytes: u64,
 }
 
-/// Checks what can be checked without the store: priority range and body size.
+/// Checks a message against the queue's current `max_message_size` (which counts the whole
+/// message: body and properties), its priority and its property bounds.
 pub fn validate_message(m: &Message, max_message_size: usize) -> Result<()> {
-    if m.priority > crate::message::MAX_PRIORITY {
-        return Err(Error::invalid(format!(
-            "priority {} is out of range 0..=7",
-            m.priority
-        )));
-    }
-    if m.body.len() > max_message_size || u32::try_from(m.body.len()).is_err() {
+    m.validate()?;
+    let size = m.size();
+    if size > max_message_size as u64 || u32::try_from(size).is_err() {
         return Err(Error::MessageTooLarge {
-            size: m.body.len(),
+            size: usize::try_from(size).unwrap_or(usize::MAX),
             max: max_message_size,
         });
     }
@@ -1106,13 +1117,8 @@ pub fn dead_letter_name(source: &str) -> String {
 }
 
 fn dead_letter_options(source: &QueueOptions) -> QueueOptions {
-    QueueOptions {
-        lock_duration: source.lock_duration,
-        max_deliveries: u32::MAX,
-        default_ttl: None,
-        max_message_size: source.max_message_size,
-        max_messages: None,
-        max_bytes: None,
-        dedup_window: None,
-    }
+    QueueOptions::default()
+        .lock_duration(source.lock_duration)
+        .max_deliveries(u32::MAX)
+        .max_message_size(source.max_message_size)
 }

@@ -298,6 +298,7 @@ pub fn decode_queue(buf: &[u8]) -> DecodeResult<QueueRecord> {
             max_messages,
             max_bytes,
             dedup_window,
+            mentioned: 0,
         },
     })
 }

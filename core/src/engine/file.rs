@@ -188,3 +188,12 @@ fn publish(tmp: &Path, path: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// Opens an existing store again after a failed write (see `db`): like [`open`], but never
+/// creates the file.
+pub fn reopen(path: &Path, b: &StoreBuilder) -> Result<Database> {
+    if let Err(e) = fs::metadata(path) {
+        return Err(io_to_error(e));
+    }
+    open(path, b)
+}

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod clock;
 pub mod codec;
+mod db;
 mod file;
 pub mod owners;
 pub mod park;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadTransaction, ReadableDatabase};
+use redb::{ReadTransaction, ReadableDatabase};
 
 use self::batch::{Batch, Locked};
 use self::clock::Clock;
@@ -29,9 +30,12 @@ use crate::error::{Error, Result};
 use crate::store::{Durability, StoreBuilder};
 
 pub struct Engine {
-    /// `None` once closed, so that closing releases the file (and its lock) even while
-    /// handles such as queues are still alive.
-    db: parking_lot::RwLock<Option<Arc<Database>>>,
+    /// Emptied once closed, so that closing releases the file (and its lock) even while
+    /// handles such as queues are still alive; reopened after a failed write.
+    db: Arc<db::DbSlot>,
+    /// The process that opened the store: a handle inherited across `fork()` must not touch
+    /// the file (invariant 11).
+    opened_by: u32,
     pipeline: Pipeline,
     pub signals: Arc<Signals>,
     pub clock: Arc<dyn Clock>,
@@ -88,7 +92,16 @@ impl Engine {
     }
 
     fn open_file(path: &Path, b: &StoreBuilder) -> Result<Engine> {
-        let db = Arc::new(file::open(path, b)?);
+        let db = match file::open(path, b) {
+            Ok(db) => Arc::new(db),
+            Err(Error::AlreadyOpen(_)) if in_process::is_open(path) => {
+                return Err(Error::AlreadyOpen(format!(
+                    "{} is already open in this process: share that Store (it is a cheap clone) instead of opening it twice",
+                    path.display()
+                )));
+            }
+            Err(e) => return Err(e),
+        };
         let clock = b.clock.clone();
         let signals = Arc::new(Signals::default());
         let stats = Arc::new(PipelineStats::default());
@@ -117,8 +130,10 @@ impl Engine {
         }))
         .map_err(panic_to_error)??;
 
+        let slot = Arc::new(db::DbSlot::new(db, path.to_owned(), b.clone()));
         let pipeline = Pipeline::start(WriterContext {
-            db: parking_lot::Mutex::new(Some(db.clone())),
+            db: slot.clone(),
+            owner: setup,
             durability: b.durability,
             clock: clock.clone(),
             signals: signals.clone(),
@@ -127,14 +142,16 @@ impl Engine {
             hints: Default::default(),
         })?;
         let watch = if multi {
-            let weak = Arc::downgrade(&db);
+            let weak = Arc::downgrade(&slot);
             let (signals, clock) = (signals.clone(), clock.clone());
             watch::FileWatch::start(path, move || wake_waiters(&weak, &signals, clock.as_ref()))
         } else {
             None
         };
+        in_process::opened(path);
         Ok(Engine {
-            db: parking_lot::RwLock::new(Some(db)),
+            db: slot,
+            opened_by: std::process::id(),
             pipeline,
             signals,
             clock,
@@ -155,7 +172,27 @@ impl Engine {
         self.closed.load(Ordering::Acquire)
     }
 
-    fn check_open(&self) -> Result<()> {
+    /// Whether this handle was inherited across `fork()` (this process did not open it).
+    pub fn is_forked(&self) -> bool {
+        std::process::id() != self.opened_by
+    }
+
+    /// Fails in a forked child before anything else is touched: a lock that another thread of
+    /// the parent held at fork time stays locked forever in the child.
+    pub fn check_process(&self) -> Result<()> {
+        let current = std::process::id();
+        if current == self.opened_by {
+            Ok(())
+        } else {
+            Err(Error::Forked {
+                opened_by: self.opened_by,
+                current,
+            })
+        }
+    }
+
+    pub fn check_open(&self) -> Result<()> {
+        self.check_process()?;
         if self.is_closed() {
             Err(Error::Closed)
         } else {
@@ -184,7 +221,7 @@ impl Engine {
     where
         F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
     {
-        if !self.is_closed() {
+        if self.check_open().is_ok() {
             self.pipeline.detach(f);
         }
     }
@@ -193,11 +230,16 @@ impl Engine {
     pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_open()?;
         catch_unwind(AssertUnwindSafe(|| {
-            let db = self.db.read().clone().ok_or(Error::Closed)?;
+            let db = self.db.get()?;
             let txn = db.begin_read()?;
             f(&txn)
         }))
         .map_err(panic_to_error)?
+        .inspect_err(|e| {
+            if e.is_io_failure() {
+                self.db.mark_broken();
+            }
+        })
     }
 
     /// Locks up to `max` messages of queue `q`, waiting until `deadline` (forever if `None`)
@@ -329,7 +371,12 @@ impl Engine {
     }
 
     /// Stops the pipeline after releasing this process's locks; later calls fail with `Closed`.
+    /// In a forked child it only marks this handle closed: the file belongs to the parent.
     pub fn close(&self) -> Result<()> {
+        if self.is_forked() {
+            self.closed.store(true, Ordering::Release);
+            return Ok(());
+        }
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -347,7 +394,8 @@ impl Engine {
         // The writer thread has exited with its handle; dropping this one closes the file.
         // redb's own drop can panic on a store damaged under it (a lock poisoned by an earlier
         // caught panic); that must not escape to the caller either.
-        let db = self.db.write().take();
+        let db = self.db.close();
+        in_process::closed(&self.path);
         let dropped = catch_unwind(AssertUnwindSafe(move || drop(db)));
         match (result, dropped) {
             (Ok(()), Err(p)) => Err(panic_to_error(p)),
@@ -358,19 +406,75 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        if self.is_forked() {
+            // The parent's database, writer and watch live on in the parent; here their
+            // destructors would write its stale view of the file or wait for threads that do
+            // not exist. Leak them.
+            if let Some(db) = Arc::get_mut(&mut self.db) {
+                db.leak();
+            } else {
+                std::mem::forget(self.db.clone());
+            }
+            self.pipeline.leak();
+            if let Some(w) = self.watch.get_mut().take() {
+                std::mem::forget(w);
+            }
+            return;
+        }
         let _ = self.close();
+    }
+}
+
+/// The stores this process has open, to tell "open in this process" from "open in another"
+/// when the file lock is taken.
+mod in_process {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+
+    use parking_lot::Mutex;
+
+    static OPEN: Mutex<Option<HashMap<PathBuf, usize>>> = Mutex::new(None);
+
+    fn key(path: &Path) -> PathBuf {
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+    }
+
+    pub fn opened(path: &Path) {
+        *OPEN
+            .lock()
+            .get_or_insert_with(HashMap::new)
+            .entry(key(path))
+            .or_default() += 1;
+    }
+
+    pub fn closed(path: &Path) {
+        let k = key(path);
+        if let Some(map) = OPEN.lock().as_mut()
+            && let Some(n) = map.get_mut(&k)
+        {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&k);
+            }
+        }
+    }
+
+    pub fn is_open(path: &Path) -> bool {
+        OPEN.lock()
+            .as_ref()
+            .is_some_and(|m| m.contains_key(&key(path)))
     }
 }
 
 /// Called by the file watch after another process (or this one) wrote the store: wakes the
 /// waiters whose queue now has a message to take. Anything unexpected wakes them all, to look
 /// for themselves.
-fn wake_waiters(db: &std::sync::Weak<Database>, signals: &Signals, clock: &dyn Clock) {
+fn wake_waiters(db: &std::sync::Weak<db::DbSlot>, signals: &Signals, clock: &dyn Clock) {
     let waited = signals.waited();
     if waited.is_empty() {
         return;
     }
-    let Some(db) = db.upgrade() else {
+    let Some(db) = db.upgrade().and_then(|slot| slot.peek()) else {
         return;
     };
     let now = clock.now_ms();

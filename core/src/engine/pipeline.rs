@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
-use redb::Database;
 
 use super::batch::{Batch, DueHints};
 use super::clock::Clock;
+use super::db::{self, DbSlot};
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
 use crate::error::{Error, Result};
@@ -123,6 +123,8 @@ struct Inbox {
 /// What only the leader touches, carried from batch to batch.
 struct Carried {
     parked: Vec<ParkedReceive>,
+    /// Number of the last batch run (its commit mark; see `db`).
+    batch_no: u64,
     /// Callers the next batch may expect: those the last batch answered and those that
     /// queued while it ran. A durable batch waits briefly for as many.
     expect: usize,
@@ -152,12 +154,16 @@ struct Shared {
 pub struct Pipeline {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set by [`Pipeline::leak`]: `Drop` must not touch the shared state.
+    leaked: bool,
 }
 
 pub struct WriterContext {
-    /// Emptied once the stop has run, so that closing releases the file even while handles
+    /// Closed once the stop has run, so that closing releases the file even while handles
     /// to the store (and so this pipeline) live on.
-    pub db: Mutex<Option<Arc<Database>>>,
+    pub db: Arc<DbSlot>,
+    /// This process's owner id: its commit marks tell whether a failed commit landed.
+    pub owner: u64,
     pub durability: Durability,
     pub clock: Arc<dyn Clock>,
     pub signals: Arc<Signals>,
@@ -189,6 +195,7 @@ impl Pipeline {
             arrived: Condvar::new(),
             carried: Mutex::new(Carried {
                 parked: Vec::new(),
+                batch_no: 0,
                 expect: 1,
                 last_cost: Duration::ZERO,
                 last_reap: now,
@@ -202,6 +209,7 @@ impl Pipeline {
         Ok(Pipeline {
             shared,
             thread: Mutex::new(Some(thread)),
+            leaked: false,
         })
     }
 
@@ -249,6 +257,17 @@ impl Pipeline {
             .submit(Msg::Job(Box::new(Call { f, reply })), false);
     }
 
+    /// In a forked child: keeps the shared state alive forever, so that dropping this handle
+    /// neither locks the inbox (another thread of the parent may have held it at fork time)
+    /// nor drops the database the parent's writer thread owned.
+    pub fn leak(&mut self) {
+        std::mem::forget(self.shared.clone());
+        if let Some(t) = self.thread.get_mut().take() {
+            std::mem::forget(t);
+        }
+        self.leaked = true;
+    }
+
     /// Runs `last` durably after everything queued, then stops the writer thread.
     pub fn stop<F>(&self, last: F) -> Result<()>
     where
@@ -271,6 +290,9 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
+        if self.leaked {
+            return;
+        }
         // After `stop` this changes nothing; without it (opening failed half-way) it lets the
         // writer thread go.
         let mut inbox = self.shared.inbox.lock();
@@ -381,13 +403,23 @@ impl Shared {
                     other => other,
                 };
                 let started = Instant::now();
-                run_guarded(&self.ctx, jobs, &mut c.parked, timer, durability, reap);
+                c.batch_no += 1;
+                run_guarded(
+                    &self.ctx,
+                    jobs,
+                    &mut c.parked,
+                    timer,
+                    durability,
+                    reap,
+                    c.batch_no,
+                );
                 c.last_cost = started.elapsed();
             }
             timer = false;
             if let Some(last) = stop {
                 // Parked receives are dropped unanswered: their callers see the store closed.
                 c.parked.clear();
+                // Batch 0 writes no commit mark: the closing batch unregisters this owner.
                 run_guarded(
                     &self.ctx,
                     vec![last],
@@ -395,8 +427,8 @@ impl Shared {
                     false,
                     Durability::Immediate,
                     None,
+                    0,
                 );
-                *self.ctx.db.lock() = None;
                 let mut inbox = self.inbox.lock();
                 inbox.exit = true;
                 self.writer_cv.notify_one();
@@ -487,14 +519,40 @@ fn run_guarded(
     timer: bool,
     durability: Durability,
     reap: Option<(u64, u64)>,
+    batch_no: u64,
 ) {
     // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
     // callers get an error instead of hanging; the writer thread lives on.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        run_batch(ctx, jobs, parked, timer, durability, reap)
+        run_batch(ctx, jobs, parked, timer, durability, reap, batch_no)
     }));
     if outcome.is_err() {
         ctx.signals.notify_all();
+    }
+}
+
+/// A commit failed: find out whether it landed, so that callers hear the truth. `None` when
+/// the batch is durable after all; its error (`StorageFull` for a full disk) when it is not; a
+/// commit whose outcome cannot be learnt is `OutcomeUnknown`.
+fn settle_failed_commit(ctx: &WriterContext, batch_no: u64, failed: Error) -> Option<Error> {
+    if batch_no == 0 {
+        // The closing batch writes no mark; the next open settles what it left.
+        ctx.db.mark_broken();
+        return Some(failed);
+    }
+    match ctx.db.resolve(ctx.owner, batch_no, &failed) {
+        Ok(true) => {
+            tracing::warn!(error = %failed, "a commit reported failure but is durable");
+            ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Ok(false) => Some(match failed {
+            Error::OutcomeUnknown(text) => Error::Io(std::io::Error::other(format!(
+                "the commit failed and was not applied: {text}"
+            ))),
+            other => other,
+        }),
+        Err(unknown) => Some(unknown),
     }
 }
 
@@ -505,19 +563,21 @@ fn run_batch(
     timer: bool,
     durability: Durability,
     reap: Option<(u64, u64)>,
+    batch_no: u64,
 ) {
     let n = jobs.len() as u64;
-    if std::env::var_os("PBX_DEBUG").is_some() {
-        eprintln!("B {} {:?}", n, std::thread::current().name());
-    }
     let mut fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
+        if e.is_io_failure() {
+            ctx.db.mark_broken();
+        }
         for j in jobs {
             j.fail(e);
         }
         park::expire(parked, Some(e));
     };
-    let Some(db) = ctx.db.lock().clone() else {
-        return fail_all(jobs, &Error::Closed);
+    let db = match ctx.db.get() {
+        Ok(db) => db,
+        Err(e) => return fail_all(jobs, &e),
     };
     let mut txn = match db.begin_write() {
         Ok(t) => t,
@@ -579,12 +639,22 @@ fn run_batch(
             }
         }
         dirty = batch.mutations > 0;
+        if fatal.is_none()
+            && dirty
+            && batch_no != 0
+            && let Err(e) = db::write_mark(&txn, ctx.owner, batch_no)
+        {
+            fatal = Some(e);
+        }
         woken = std::mem::take(&mut batch.woken);
         final_hints = batch.hints;
     }
     let outcome = match fatal {
         Some(e) => {
             let _ = txn.abort();
+            if e.is_io_failure() {
+                ctx.db.mark_broken();
+            }
             Some(e)
         }
         None if !dirty => {
@@ -596,7 +666,11 @@ fn run_batch(
                 ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
                 None
             }
-            Err(e) => Some(Error::from(e)),
+            Err(e) => {
+                let failed = Error::from(e);
+                drop(db);
+                settle_failed_commit(ctx, batch_no, failed)
+            }
         },
     };
     if outcome.is_none() && ctx.reap_as.is_none() {

@@ -7,7 +7,7 @@ use super::clock::to_system_time;
 use super::codec::{self, QueueKind, QueueRecord, StoredEnvelope};
 use super::tables::*;
 use crate::error::{Error, Result};
-use crate::message::{DeadLetterInfo, Envelope, MessageId};
+use crate::message::{DeadLetterInfo, Envelope, MAX_PRIORITY, MessageId};
 
 pub fn build_envelope(
     id: u64,
@@ -46,6 +46,14 @@ pub fn queue_by_name(txn: &ReadTransaction, name: &str) -> Result<Option<QueueRe
         Some(g) => Ok(Some(
             codec::decode_queue(g.value()).map_err(|e| corrupted("queue record", e))?,
         )),
+    }
+}
+
+/// The record of queue id `q`, if it exists.
+pub fn queue_by_id(txn: &ReadTransaction, q: u32) -> Result<Option<QueueRecord>> {
+    match queue_name(txn, q)? {
+        Some(name) => queue_by_name(txn, &name),
+        None => Ok(None),
     }
 }
 
@@ -93,14 +101,39 @@ pub fn get(txn: &ReadTransaction, id: u64) -> Result<Option<Envelope>> {
 /// Where a browse stopped: `(7 - priority, message id)` of the last message returned.
 pub type BrowsePosition = (u8, u64);
 
-/// Up to `limit` receivable messages of queue `q` in delivery order, starting after `after`
-/// (a `(7 - priority, id)` position).
-pub fn browse_page(
+/// The next message of queue `q` that a receive would take at `now`, after position `after`,
+/// in delivery order — or `None` at the end. "Would take" includes the time-driven work a
+/// write transaction applies first (expired locks and due scheduled messages return to the
+/// queue unless spent; expired messages leave it), so peek and browse agree with receive even
+/// when nothing has written since that work fell due.
+///
+/// # Errors
+///
+/// `QueueNotFound` (named `name`) when the queue does not exist.
+pub fn browse_next(
     txn: &ReadTransaction,
     q: u32,
-    after: Option<(u8, u64)>,
-    limit: usize,
-) -> Result<(Vec<Envelope>, Option<BrowsePosition>)> {
+    name: &str,
+    after: Option<BrowsePosition>,
+    now: u64,
+) -> Result<Option<(Envelope, BrowsePosition)>> {
+    let Some(rec) = queue_by_id(txn, q)? else {
+        return Err(Error::QueueNotFound(name.to_owned()));
+    };
+    let max_deliveries = rec.options.max_deliveries;
+    let states = txn.open_table(STATE)?;
+    let load = |id: u64| -> Result<Option<State>> {
+        match states.get(id)? {
+            Some(g) => Ok(Some(
+                State::decode(&g.value()).map_err(|e| corrupted("message state", e))?,
+            )),
+            None => Ok(None),
+        }
+    };
+    let live = |st: &State| st.expires_at == 0 || st.expires_at > now;
+    let past = |pos: BrowsePosition| after.is_none_or(|a| pos > a);
+
+    // The first ready message past `after` that has not expired.
     let ready = txn.open_table(READY)?;
     let range = match after {
         None => ready.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?,
@@ -109,17 +142,61 @@ pub fn browse_page(
             None => ready.range((q, p.saturating_add(1), 0)..=(q, u8::MAX, u64::MAX))?,
         },
     };
-    let mut out = Vec::new();
-    let mut last = after;
-    for e in range.take(limit) {
+    let mut best: Option<(BrowsePosition, State)> = None;
+    for e in range {
         let (k, _) = e?;
         let (_, p, id) = k.value();
-        last = Some((p, id));
-        if let Some(env) = get(txn, id)? {
-            out.push(env);
+        if let Some(st) = load(id)?
+            && live(&st)
+        {
+            best = Some(((p, id), st));
+            break;
         }
     }
-    Ok((out, last))
+    // Messages that the next write would return to the queue: expired locks and due
+    // scheduled messages, unless they used up their deliveries or their time to live.
+    for (def, status) in [
+        (LOCK_EXPIRY, Status::Locked),
+        (SCHEDULED, Status::Scheduled),
+    ] {
+        let t = txn.open_table(def)?;
+        for e in t.range((0, 0)..=(now, u64::MAX))? {
+            let (k, _) = e?;
+            let (at, id) = k.value();
+            let Some(st) = load(id)? else { continue };
+            let at_matches = match status {
+                Status::Locked => st.locked_until == at,
+                _ => st.visible_at == at,
+            };
+            let pos = (MAX_PRIORITY - st.priority, id);
+            if st.queue == q
+                && st.status == status
+                && at_matches
+                && st.delivery_count < max_deliveries
+                && live(&st)
+                && past(pos)
+                && best.as_ref().is_none_or(|(b, _)| pos < *b)
+            {
+                best = Some((pos, st));
+            }
+        }
+    }
+    let Some((pos, st)) = best else {
+        return Ok(None);
+    };
+    let data = txn.open_table(DATA)?;
+    let raw = data
+        .get(pos.1)?
+        .ok_or_else(|| Error::corrupted(format!("message {} has state but no data", pos.1)))?;
+    let env = codec::decode_envelope(raw.value()).map_err(|e| corrupted("envelope", e))?;
+    let source = match &env.dead_letter {
+        Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
+        None => None,
+    };
+    Ok(Some((
+        build_envelope(pos.1, &st, name.to_owned(), env, source),
+        pos,
+    )))
 }
 
 /// Whether a receive on queue `q` could find something now: a ready message, or due time-driven

@@ -42,7 +42,12 @@ pub(super) fn spawn_autoscaler(sh: &Arc<Shared>) -> Result<()> {
 /// limit. Runs until the processor has stopped and its last worker has exited: locks of
 /// handlers that finish during a graceful shutdown still need renewing.
 fn watchdog(sh: &Arc<Shared>) {
-    let half = (sh.queue.options().lock_duration / 2).max(Duration::from_millis(1));
+    let half = (sh
+        .queue
+        .options()
+        .map_or(Duration::from_secs(30), |o| o.lock_duration)
+        / 2)
+    .max(Duration::from_millis(1));
     let mut st = sh.state.lock();
     loop {
         if st.stopping && st.live == 0 {

@@ -308,7 +308,8 @@ impl Worker<'_> {
             // On the last allowed delivery the message is dead-lettered here rather than by the
             // engine's abandon, so that the handler's error text is kept as the description.
             Outcome::Fail(text)
-                if delivery_count >= q.options().max_deliveries && !q.is_dead_letter_queue() =>
+                if delivery_count >= q.options().map_or(u32::MAX, |o| o.max_deliveries)
+                    && !q.is_dead_letter_queue() =>
             {
                 Settle::DeadLetter {
                     reason: REASON_MAX_DELIVERIES.to_owned(),
@@ -496,7 +497,12 @@ impl Worker<'_> {
         let sh = self.sh;
         let now = Instant::now();
         let auto_renew = sh.config.max_auto_renew;
-        let half = (sh.queue.options().lock_duration / 2).max(Duration::from_millis(1));
+        let half = (sh
+            .queue
+            .options()
+            .map_or(Duration::from_secs(30), |o| o.lock_duration)
+            / 2)
+        .max(Duration::from_millis(1));
         {
             let mut st = sh.state.lock();
             for l in got {

@@ -50,6 +50,12 @@ impl<T> OrDie<T> for postbox::Result<T> {
     }
 }
 
+impl OrDie<()> for Result<(), postbox::SettleError> {
+    fn or_die(self) {
+        self.map_err(postbox::Error::from).or_die()
+    }
+}
+
 fn open(path: &str, multi: bool) -> Store {
     Store::builder().multi_process(multi).open(path).or_die()
 }

@@ -1,0 +1,180 @@
+//! The open redb database of a store, and its recovery after an I/O failure.
+//!
+//! redb refuses every later transaction once a write failed part way ("previous I/O error"),
+//! and the only way back is to open the file again. A store whose disk filled up must not stay
+//! dead until the application reopens it (invariant 9, `docs/design.md` § "I/O failures"), so
+//! the slot drops the failed database and opens the file again on the next use: the
+//! operations that fail while that is impossible keep saying why (`StorageFull` while the disk
+//! is full), and the first one after space was freed finds a working store.
+//!
+//! Only the file is reopened. The process's registration, its locks and everything the
+//! pipeline acknowledged are in the file already, so nothing is replayed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
+
+use crate::error::{Error, Result};
+use crate::store::StoreBuilder;
+
+/// Owner id → number of the last batch that owner committed. Written in every committing
+/// batch, so that after a commit that failed with an unknown outcome the reopened file tells
+/// whether it landed (see [`DbSlot::resolve`]).
+const COMMIT_MARKS: TableDefinition<u64, u64> = TableDefinition::new("postbox.commit_marks");
+
+enum State {
+    Open(Arc<Database>),
+    /// The last write failed; the file is opened again on the next use.
+    Broken,
+    Closed,
+}
+
+/// Holds the database, hands out clones of it, and reopens it after a failure.
+pub struct DbSlot {
+    state: RwLock<State>,
+    path: PathBuf,
+    builder: StoreBuilder,
+}
+
+impl DbSlot {
+    pub fn new(db: Arc<Database>, path: PathBuf, builder: StoreBuilder) -> DbSlot {
+        DbSlot {
+            state: RwLock::new(State::Open(db)),
+            path,
+            builder,
+        }
+    }
+
+    /// The database, reopening the file first if the last write failed.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` after [`DbSlot::close`]; the reopen's error (e.g. `StorageFull`) while the file
+    /// cannot be opened again.
+    pub fn get(&self) -> Result<Arc<Database>> {
+        match &*self.state.read() {
+            State::Open(db) => return Ok(db.clone()),
+            State::Closed => return Err(Error::Closed),
+            State::Broken => {}
+        }
+        self.reopen()
+    }
+
+    /// The database if it is open now, without trying to reopen it (for wake-ups, which must
+    /// not do I/O on a failed store).
+    pub fn peek(&self) -> Option<Arc<Database>> {
+        match &*self.state.read() {
+            State::Open(db) => Some(db.clone()),
+            _ => None,
+        }
+    }
+
+    /// Drops the database after a failed write: redb refuses it from now on.
+    pub fn mark_broken(&self) {
+        let mut state = self.state.write();
+        if matches!(*state, State::Open(_)) {
+            *state = State::Broken;
+        }
+        tracing::warn!(path = %self.path.display(), "write failed; the store file will be opened again");
+    }
+
+    fn reopen(&self) -> Result<Arc<Database>> {
+        let mut state = self.state.write();
+        match &*state {
+            State::Open(db) => return Ok(db.clone()),
+            State::Closed => return Err(Error::Closed),
+            State::Broken => {}
+        }
+        // Another thread may still hold a clone of the failed database for a moment (a read
+        // that started before the failure); redb's file lock is released only when the last
+        // clone drops, so a few retries let it finish.
+        let mut tries = 0;
+        let db = loop {
+            match super::file::reopen(&self.path, &self.builder) {
+                Ok(db) => break Arc::new(db),
+                Err(Error::AlreadyOpen(_)) if tries < 1000 => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        tracing::info!(path = %self.path.display(), "store file opened again after a failed write");
+        *state = State::Open(db.clone());
+        Ok(db)
+    }
+
+    /// Takes the database out for closing; later uses fail with `Closed`.
+    pub fn close(&self) -> Option<Arc<Database>> {
+        match std::mem::replace(&mut *self.state.write(), State::Closed) {
+            State::Open(db) => Some(db),
+            _ => None,
+        }
+    }
+
+    /// Takes the database out without dropping it, in a forked child: dropping it there would
+    /// write the parent's view of the file.
+    pub fn leak(&mut self) {
+        if let State::Open(db) = std::mem::replace(self.state.get_mut(), State::Closed) {
+            std::mem::forget(db);
+        }
+    }
+
+    /// Decides the outcome of batch `batch` of `owner` after its commit failed with `error`:
+    /// reopens the file and reads the owner's commit mark. `Ok(true)`: the batch is durable in
+    /// the file; `Ok(false)`: it is not (the caller may safely retry). When the file cannot be
+    /// opened again, the outcome stays unknown.
+    pub fn resolve(&self, owner: u64, batch: u64, error: &Error) -> Result<bool> {
+        self.mark_broken();
+        let db = self.get().map_err(|e| {
+            Error::OutcomeUnknown(format!(
+                "{}; the store could not be opened again to check ({e})",
+                error_text(error)
+            ))
+        })?;
+        let mark = (|| -> Result<u64> {
+            let txn = db.begin_read()?;
+            match txn.open_table(COMMIT_MARKS) {
+                Ok(t) => Ok(t.get(owner)?.map_or(0, |g| g.value())),
+                Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+                Err(e) => Err(e.into()),
+            }
+        })()
+        .map_err(|e| {
+            Error::OutcomeUnknown(format!(
+                "{}; the commit mark could not be read ({e})",
+                error_text(error)
+            ))
+        })?;
+        Ok(mark >= batch)
+    }
+}
+
+fn error_text(e: &Error) -> String {
+    match e {
+        Error::OutcomeUnknown(m) => m.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Records that `owner` committed batch `batch` (inside that batch's transaction).
+pub fn write_mark(txn: &WriteTransaction, owner: u64, batch: u64) -> Result<()> {
+    txn.open_table(COMMIT_MARKS)?.insert(owner, batch)?;
+    Ok(())
+}
+
+/// Forgets an owner's mark when it unregisters.
+pub fn remove_mark(txn: &WriteTransaction, owner: Option<u64>) -> Result<()> {
+    let mut t = txn.open_table(COMMIT_MARKS)?;
+    match owner {
+        Some(o) => {
+            t.remove(o)?;
+        }
+        None => {
+            t.retain(|_, _| false)?;
+        }
+    }
+    Ok(())
+}
