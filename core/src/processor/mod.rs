@@ -337,6 +337,8 @@ struct Config {
     autoscale: Option<Autoscale>,
     drop_timeout: Duration,
     on_scale: Option<ScaleCallback>,
+    /// Stack size of worker threads; `None` for the Rust default.
+    stack_size: Option<usize>,
 }
 
 /// Configures and starts a [`Processor`]; see [`Processor::builder`].
@@ -352,6 +354,8 @@ struct Config {
 /// - `combined_commit`: on (a worker settles its message and locks the next in one commit)
 /// - `autoscale`: off
 /// - `drop_timeout`: 30 s (how long dropping the processor waits for running handlers)
+/// - `stack_size`: the Rust default for spawned threads (2 MiB unless `RUST_MIN_STACK` says
+///   otherwise)
 #[derive(Clone)]
 pub struct ProcessorBuilder {
     queue: Queue,
@@ -427,6 +431,14 @@ impl ProcessorBuilder {
     /// finish on their own.
     pub fn drop_timeout(mut self, d: Duration) -> Self {
         self.config.drop_timeout = d;
+        self
+    }
+
+    /// Stack size of the worker threads, in bytes. Handlers that recurse deeply, or that run an
+    /// interpreter (the Python binding gives workers the stack Python's own threads get),
+    /// need more than the Rust default.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.config.stack_size = Some(bytes);
         self
     }
 
@@ -693,6 +705,7 @@ impl Processor {
                 autoscale: None,
                 drop_timeout: Duration::from_secs(30),
                 on_scale: None,
+                stack_size: None,
             },
         }
     }

@@ -44,9 +44,12 @@ pub(super) fn spawn_one(sh: &Arc<Shared>) -> Result<()> {
             return Ok(());
         }
         let s = sh.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("postbox-worker-{}", sh.queue.name()))
-            .spawn(move || run(&s))?;
+        let mut builder =
+            std::thread::Builder::new().name(format!("postbox-worker-{}", sh.queue.name()));
+        if let Some(bytes) = sh.config.stack_size {
+            builder = builder.stack_size(bytes);
+        }
+        let handle = builder.spawn(move || run(&s))?;
         st.threads.push(handle);
         st.live += 1;
         st.live
