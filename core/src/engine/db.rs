@@ -123,17 +123,31 @@ impl DbSlot {
     }
 
     /// Decides the outcome of batch `batch` of `owner` after its commit failed with `error`:
-    /// reopens the file and reads the owner's commit mark. `Ok(true)`: the batch is durable in
-    /// the file; `Ok(false)`: it is not (the caller may safely retry). When the file cannot be
-    /// opened again, the outcome stays unknown.
-    pub fn resolve(&self, owner: u64, batch: u64, error: &Error) -> Result<bool> {
+    /// reopens the file and reads the owner's commit mark.
+    ///
+    /// - No mark: the batch is not in the file (nothing of it was written where a reader or a
+    ///   recovery would find it), so the caller hears the original error and may retry.
+    /// - A mark after a full disk: the batch reached the file but maybe not stable storage;
+    ///   one more durable commit (which writes no new pages) makes it so, and then it counts
+    ///   as committed.
+    /// - A mark after any other I/O error (EIO from fsync): the page cache may hold writes the
+    ///   disk lost, so nothing read back is proof: the outcome stays unknown.
+    pub fn resolve(&self, owner: u64, batch: u64, error: &Error) -> Resolved {
         self.mark_broken();
-        let db = self.get().map_err(|e| {
-            Error::OutcomeUnknown(format!(
-                "{}; the store could not be opened again to check ({e})",
+        let unknown = |why: String| {
+            Resolved::Unknown(Error::OutcomeUnknown(format!(
+                "{}; {why}",
                 error_text(error)
-            ))
-        })?;
+            )))
+        };
+        let db = match self.get() {
+            Ok(db) => db,
+            Err(e) => {
+                return unknown(format!(
+                    "the store could not be opened again to check ({e})"
+                ));
+            }
+        };
         let mark = (|| -> Result<u64> {
             let txn = db.begin_read()?;
             match txn.open_table(COMMIT_MARKS) {
@@ -141,15 +155,39 @@ impl DbSlot {
                 Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
                 Err(e) => Err(e.into()),
             }
-        })()
-        .map_err(|e| {
-            Error::OutcomeUnknown(format!(
-                "{}; the commit mark could not be read ({e})",
-                error_text(error)
-            ))
-        })?;
-        Ok(mark >= batch)
+        })();
+        match mark {
+            Err(e) => unknown(format!("the commit mark could not be read ({e})")),
+            Ok(m) if m < batch => Resolved::NotApplied,
+            Ok(_) if !matches!(error, Error::StorageFull(_)) => unknown(
+                "the commit reached the file but an I/O error leaves its durability in doubt"
+                    .into(),
+            ),
+            Ok(_) => match db
+                .begin_write()
+                .map_err(Error::from)
+                .and_then(|t| Ok(t.commit()?))
+            {
+                Ok(()) => Resolved::Applied,
+                Err(e) => {
+                    self.mark_broken();
+                    unknown(format!(
+                        "the commit reached the file but could not be made durable ({e})"
+                    ))
+                }
+            },
+        }
     }
+}
+
+/// What [`DbSlot::resolve`] found out about a failed commit.
+pub enum Resolved {
+    /// The batch is durable after all.
+    Applied,
+    /// The batch is not in the file: its callers may retry.
+    NotApplied,
+    /// Nobody can tell; the error says why (`OutcomeUnknown`).
+    Unknown(Error),
 }
 
 fn error_text(e: &Error) -> String {

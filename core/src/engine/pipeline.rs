@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::batch::{Batch, DueHints};
 use super::clock::Clock;
-use super::db::{self, DbSlot};
+use super::db::{self, DbSlot, Resolved};
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
 use crate::error::{Error, Result};
@@ -541,18 +541,18 @@ fn settle_failed_commit(ctx: &WriterContext, batch_no: u64, failed: Error) -> Op
         return Some(failed);
     }
     match ctx.db.resolve(ctx.owner, batch_no, &failed) {
-        Ok(true) => {
+        Resolved::Applied => {
             tracing::warn!(error = %failed, "a commit reported failure but is durable");
             ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
             None
         }
-        Ok(false) => Some(match failed {
+        Resolved::NotApplied => Some(match failed {
             Error::OutcomeUnknown(text) => Error::Io(std::io::Error::other(format!(
                 "the commit failed and was not applied: {text}"
             ))),
             other => other,
         }),
-        Err(unknown) => Some(unknown),
+        Resolved::Unknown(unknown) => Some(unknown),
     }
 }
 
