@@ -56,6 +56,11 @@ pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
             Ok(redb_builder(b).open(path)?)
         }
         Err(redb::DatabaseError::RepairAborted) => {
+            // Repairing writes. A database that is positively not a postbox store (or a newer
+            // one) is refused untouched; if the probe cannot tell, the store is opened for real.
+            if let Ok(version) = super::probe::format_version(path) {
+                check_version(path, version)?;
+            }
             let db = redb_builder(b).open(path)?;
             let version = {
                 let txn = db.begin_read()?;

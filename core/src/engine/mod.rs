@@ -9,6 +9,7 @@ mod file;
 pub mod owners;
 pub mod park;
 pub mod pipeline;
+mod probe;
 pub mod read;
 pub mod signal;
 pub mod tables;
