@@ -1,0 +1,153 @@
+//! A store handle belongs to the process that opened it (invariant 11): in a `fork()` child
+//! every call fails with `Forked` and writes nothing, closing or dropping the handle neither
+//! hangs nor touches the file, and the parent carries on as if nothing happened.
+
+use std::time::{Duration, Instant};
+
+use postbox::{ErrorKind, Store};
+
+/// Forks; the child runs `child` and exits with its return value as status (without running
+/// the parent's atexit handlers or destructors). Returns the child's exit status, failing the
+/// test if the child does not exit within a generous guard.
+fn fork_and_wait(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child only calls postbox (which is what is under test) and `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(99);
+        // SAFETY: ends the child at once, as a forked child of a threaded process should.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            assert!(libc::WIFEXITED(status), "child died: {status}");
+            return libc::WEXITSTATUS(status);
+        }
+        if Instant::now() > deadline {
+            // SAFETY: kills our own hung child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the forked child hung");
+        }
+        std::thread::sleep(Duration::from_millis(5)); // a failure guard, not an ordering wait
+    }
+}
+
+fn forked_kind(r: postbox::Result<impl Sized>) -> bool {
+    matches!(r.map(drop).map_err(|e| e.kind()), Err(ErrorKind::Forked))
+}
+
+#[test]
+fn a_forked_child_cannot_write_through_the_parents_handles() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let store = Store::open(&path).unwrap();
+    let q = store.queue("q").unwrap();
+    q.send("before").unwrap();
+    q.send("held").unwrap();
+    let held = q.try_receive().unwrap().unwrap();
+    let mut tx = store.begin();
+    let code = fork_and_wait(|| {
+        let checks = [
+            store.is_forked(),
+            forked_kind(q.send("child")),
+            forked_kind(q.try_receive()),
+            forked_kind(q.peek()),
+            forked_kind(q.stats()),
+            forked_kind(store.queue("other")),
+            forked_kind(store.try_begin()),
+            forked_kind(tx.send(&q, "in tx")),
+        ];
+        if checks.iter().any(|ok| !ok) {
+            eprintln!("child checks: {checks:?}");
+            return 1;
+        }
+        // Settling, closing and dropping let go of the handles without touching the file.
+        if held.complete().map_err(|e| e.kind()) != Err(ErrorKind::Forked) {
+            return 2;
+        }
+        if store.clone().close().is_err() {
+            return 3;
+        }
+        drop(q.clone());
+        0
+    });
+    assert_eq!(code, 0, "child");
+    // The parent is unaffected: its next id follows on, and its messages survive a reopen.
+    let id = q.send("parent").unwrap();
+    assert_eq!(id.get(), 3);
+    tx.send(&q, "parent tx").unwrap();
+    tx.commit().unwrap();
+    drop(q);
+    store.close().unwrap();
+    let store = Store::open(&path).unwrap();
+    let bodies: Vec<Vec<u8>> = store
+        .queue("q")
+        .unwrap()
+        .browse()
+        .map(|e| e.unwrap().body().to_vec())
+        .collect();
+    assert_eq!(
+        bodies,
+        vec![
+            b"before".to_vec(),
+            b"held".to_vec(),
+            b"parent".to_vec(),
+            b"parent tx".to_vec()
+        ]
+    );
+}
+
+#[test]
+fn a_child_forked_while_a_parent_thread_commits_does_not_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::builder()
+        .durability(postbox::Durability::None)
+        .open(dir.path().join("s.postbox"))
+        .unwrap();
+    let q = store.queue("q").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let (q, stop) = (q.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                q.send("busy").unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    for _ in 0..20 {
+        let code = fork_and_wait(|| {
+            let ok = forked_kind(q.send("child")) && store.clone().close().is_ok();
+            drop(q.clone());
+            if ok { 0 } else { 1 }
+        });
+        assert_eq!(code, 0);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    assert_eq!(q.stats().unwrap().active, sent);
+}
+
+#[test]
+fn the_child_can_open_a_shared_store_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let store = Store::builder().multi_process(true).open(&path).unwrap();
+    let q = store.queue("q").unwrap();
+    q.send("parent").unwrap();
+    let code = fork_and_wait(|| {
+        let Ok(own) = Store::builder().multi_process(true).open(&path) else {
+            return 1;
+        };
+        let ok = own.queue("q").and_then(|q| q.send("child")).is_ok();
+        if ok && own.close().is_ok() { 0 } else { 2 }
+    });
+    assert_eq!(code, 0);
+    assert_eq!(q.stats().unwrap().active, 2);
+}
