@@ -400,7 +400,9 @@ impl ProcessorBuilder {
     }
 
     /// How long after its receive a message's lock keeps being renewed while its handler runs
-    /// (`Duration::ZERO`: never renewed).
+    /// (`Duration::ZERO`: never renewed). A lock is renewed once half of its remaining time has
+    /// passed, each renewal extending it by the queue's `lock_duration` as stored at that
+    /// moment, so a change made by another handle or process applies to running handlers.
     pub fn max_auto_renew(mut self, d: Duration) -> Self {
         self.config.max_auto_renew = d;
         self

@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched};
-use crate::engine::batch::{Locked, Settle};
+use super::{
+    Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched, watch,
+};
+use crate::engine::batch::{Batch, Locked, Settle};
 use crate::engine::clock::duration_ms;
+use crate::engine::codec::QueueKind;
 use crate::engine::read;
 use crate::error::{Error, Result};
 use crate::message::REASON_MAX_DELIVERIES;
@@ -98,6 +101,53 @@ enum Outcome {
     Complete,
     Fail(String),
     DeadLetter { reason: String, description: String },
+}
+
+/// How a message is to be settled, resolved inside the commit that settles it.
+enum Plan {
+    Settle(Settle),
+    /// A failed run: retried after `delay_ms`, or dead-lettered with the handler's error text
+    /// when it was the last delivery the queue allows.
+    Fail {
+        delay_ms: u64,
+        description: String,
+    },
+}
+
+impl Plan {
+    /// Settles message `id` under lock `token` in batch `b`; returns whether it went to the
+    /// dead-letter queue.
+    ///
+    /// A failure's fate is decided here, against the queue's options as stored in this very
+    /// commit (invariant 12): `max_deliveries` may have been changed by another handle or
+    /// process since the message was received. The engine alone would dead-letter a spent
+    /// message on abandon too, but with a generic description; deciding here keeps the
+    /// handler's error text.
+    fn apply(self, b: &mut Batch<'_>, id: u64, token: u64) -> Result<bool> {
+        let how = match self {
+            Plan::Settle(how) => how,
+            Plan::Fail {
+                delay_ms,
+                description,
+            } => {
+                let st = b.check_lock(id, token)?;
+                let spent = b.queue(st.queue)?.is_some_and(|rec| {
+                    rec.1.kind != QueueKind::DeadLetter
+                        && st.delivery_count >= rec.1.options.max_deliveries
+                });
+                if spent {
+                    Settle::DeadLetter {
+                        reason: REASON_MAX_DELIVERIES.to_owned(),
+                        description,
+                    }
+                } else {
+                    Settle::Abandon { delay_ms }
+                }
+            }
+        };
+        b.settle(id, token, &how)?;
+        Ok(matches!(how, Settle::DeadLetter { .. }))
+    }
 }
 
 struct Worker<'a> {
@@ -236,16 +286,15 @@ impl Worker<'_> {
                 // discarded before the message itself is settled.
                 drop(tx);
                 let delivery_count = delivery.envelope.delivery_count();
-                let how = self.settlement(&outcome, delivery_count);
-                let dead_letter = matches!(how, Settle::DeadLetter { .. });
+                let plan = self.plan(&outcome, delivery_count);
                 let combined = sh.config.combined_commit && tx_free(&sh.handler);
                 let (settled, got) = if combined {
-                    self.settle_and_receive(track.id, track.token, how, want)
+                    self.settle_and_receive(track.id, track.token, plan, want)
                 } else {
-                    (self.settle(track.id, track.token, how), Ok(Vec::new()))
+                    (self.settle(track.id, track.token, plan), Ok(Vec::new()))
                 };
                 match settled {
-                    Ok(()) => {
+                    Ok(dead_letter) => {
                         let c = &sh.counters;
                         match outcome {
                             Outcome::Complete => c.processed.fetch_add(1, Ordering::Relaxed),
@@ -264,7 +313,7 @@ impl Worker<'_> {
                         if let Error::InvalidArgument(_) = e {
                             // e.g. a dead letter requested on a dead-letter queue: release the
                             // message now instead of leaving it locked until its lock expires.
-                            let abandon = Settle::Abandon { delay_ms: 0 };
+                            let abandon = Plan::Settle(Settle::Abandon { delay_ms: 0 });
                             if let Err(e) = self.settle(track.id, track.token, abandon) {
                                 self.settle_failed(id.0, &e);
                             }
@@ -297,39 +346,26 @@ impl Worker<'_> {
         (self.sh.config.prefetch + 1).saturating_sub(self.buffer.len())
     }
 
-    fn settlement(&self, outcome: &Outcome, delivery_count: u32) -> Settle {
-        let q = &self.sh.queue;
+    fn plan(&self, outcome: &Outcome, delivery_count: u32) -> Plan {
         match outcome {
-            Outcome::Complete => Settle::Complete,
+            Outcome::Complete => Plan::Settle(Settle::Complete),
             Outcome::DeadLetter {
                 reason,
                 description,
-            } => Settle::DeadLetter {
+            } => Plan::Settle(Settle::DeadLetter {
                 reason: reason.clone(),
                 description: description.clone(),
-            },
-            // On the last allowed delivery the message is dead-lettered here rather than by the
-            // engine's abandon, so that the handler's error text is kept as the description.
-            Outcome::Fail(text)
-                if delivery_count >= q.options().map_or(u32::MAX, |o| o.max_deliveries)
-                    && !q.is_dead_letter_queue() =>
-            {
-                Settle::DeadLetter {
-                    reason: REASON_MAX_DELIVERIES.to_owned(),
-                    description: text.clone(),
-                }
-            }
-            Outcome::Fail(_) => Settle::Abandon {
+            }),
+            Outcome::Fail(text) => Plan::Fail {
                 delay_ms: duration_ms(self.sh.config.retry.delay(delivery_count)),
+                description: text.clone(),
             },
         }
     }
 
-    fn settle(&self, id: u64, token: u64, how: Settle) -> Result<()> {
-        self.sh
-            .queue
-            .engine
-            .call(move |b| b.settle(id, token, &how))
+    /// Settles one message in its own commit; returns whether it was dead-lettered.
+    fn settle(&self, id: u64, token: u64, plan: Plan) -> Result<bool> {
+        self.sh.queue.engine.call(move |b| plan.apply(b, id, token))
     }
 
     /// Settles a message and locks up to `want` more in one commit. A settle or receive that
@@ -338,14 +374,14 @@ impl Worker<'_> {
         &self,
         id: u64,
         token: u64,
-        how: Settle,
+        plan: Plan,
         want: usize,
-    ) -> (Result<()>, Result<Vec<Locked>>) {
+    ) -> (Result<bool>, Result<Vec<Locked>>) {
         let q = &self.sh.queue;
         let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
         let r = q.engine.call(move |b| {
             let before = b.mutations;
-            let settled = match b.settle(id, token, &how) {
+            let settled = match plan.apply(b, id, token) {
                 Err(e) if b.mutations != before => return Err(e),
                 r => r,
             };
@@ -500,12 +536,6 @@ impl Worker<'_> {
         let sh = self.sh;
         let now = Instant::now();
         let auto_renew = sh.config.max_auto_renew;
-        let half = (sh
-            .queue
-            .options()
-            .map_or(Duration::from_secs(30), |o| o.lock_duration)
-            / 2)
-        .max(Duration::from_millis(1));
         {
             let mut st = sh.state.lock();
             for l in got {
@@ -523,9 +553,7 @@ impl Worker<'_> {
                     l.token,
                     Watched {
                         track: track.clone(),
-                        next_renew: now
-                            .checked_add(half)
-                            .filter(|next| renew_until.is_some_and(|u| *next < u)),
+                        next_renew: watch::next_renewal(sh, l.locked_until, renew_until),
                         renew_until,
                         deadline: None,
                     },
