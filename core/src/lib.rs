@@ -80,9 +80,12 @@
 //! running handler has returned and its commit or abort is applied; [`Processor::shutdown`]
 //! does both and dropping the processor does the same. A message received just as the
 //! processor stopped goes back to the queue untouched (its delivery count, already persisted,
-//! stays incremented). [`Autoscale`] adds and retires workers with the backlog, and
-//! [`Queue::typed`] gives typed queues whose undecodable bodies are dead-lettered as
-//! `DecodeFailed`.
+//! stays incremented). Messages the processor could not settle, for instance because the store
+//! was closed under it, are counted in [`ShutdownReport::unsettled`]; they are delivered again.
+//! The processor prints nothing: problems are returned or emitted as
+//! [`tracing`](https://docs.rs/tracing) events. [`Autoscale`] adds and retires workers with the
+//! backlog, and [`Queue::typed`] gives typed queues whose undecodable bodies are dead-lettered
+//! as `DecodeFailed`.
 //!
 //! ## Durability
 //!

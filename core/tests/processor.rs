@@ -666,3 +666,58 @@ fn max_deliveries_lowered_while_running_dead_letters_at_the_new_limit() {
         (REASON_MAX_DELIVERIES, "boom 2")
     );
 }
+
+/// A store closed under a running processor: the message being handled and the prefetched one
+/// cannot be settled; the processor stops itself and counts them as unsettled (their locks went
+/// with the store, so they are not lost). Also run in a child process by
+/// `a_store_closed_under_a_processor_writes_nothing_to_stderr`.
+#[test]
+fn store_closed_under_a_processor_counts_unsettled_messages() {
+    let (_dir, store) = fast_store();
+    let q = store.queue("jobs").unwrap();
+    q.send_batch(["a", "b", "c"]).unwrap();
+    let gate = Arc::new(Gate::default());
+    let (tx, rx) = mpsc::channel();
+    let p = {
+        let gate = gate.clone();
+        Processor::builder(&q)
+            .workers(1)
+            .prefetch(1)
+            .start(move |_| -> Result<(), String> {
+                let _ = tx.send(());
+                gate.wait();
+                Ok(())
+            })
+            .unwrap()
+    };
+    // One message in the handler, one prefetched (both locked by the first receive).
+    rx.recv_timeout(WAIT).unwrap();
+    store.close().unwrap();
+    gate.open();
+    let report = p.join(WAIT);
+    assert!(report.finished, "{report:?}");
+    assert!(p.is_stopped());
+    assert_eq!((report.processed, report.unsettled), (0, 2), "{report:?}");
+    assert_eq!(p.stats().unsettled, 2);
+    assert_eq!(rx.try_iter().count(), 0);
+}
+
+/// Library code is silent (errors are returned, everything else is a `tracing` event): the
+/// failed settlements above write nothing to stderr. Runs that test in a child process, with
+/// the test harness's output capture off.
+#[test]
+fn a_store_closed_under_a_processor_writes_nothing_to_stderr() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store_closed_under_a_processor_counts_unsettled_messages",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}

@@ -189,6 +189,11 @@ pub struct ProcessorStats {
     pub lock_lost: u64,
     /// Messages received but returned untouched because the processor was stopping.
     pub returned: u64,
+    /// Messages whose settlement (completion, retry, dead letter or return) the processor could
+    /// not commit for a reason other than a lost lock: the store was closed under it, or a
+    /// storage error. Such a message was not lost: it is delivered again once its lock is gone
+    /// (closing the store releases this process's locks at once).
+    pub unsettled: u64,
     /// Handlers running now (including their commit or abort).
     pub in_flight: usize,
     /// Live workers now.
@@ -209,6 +214,10 @@ pub struct ShutdownReport {
     pub lock_lost: u64,
     /// Messages returned untouched because they were received as the processor stopped.
     pub returned: u64,
+    /// Messages whose settlement the processor could not commit over its life (see
+    /// [`ProcessorStats::unsettled`]): typically the store was closed under a running
+    /// processor. They are delivered again, not lost.
+    pub unsettled: u64,
     /// Handlers still running when the timeout hit (0 after a complete shutdown).
     pub still_running: usize,
     /// Whether every worker had finished: all handlers done, their commits applied, nothing
@@ -581,6 +590,7 @@ struct Counters {
     dead_lettered: AtomicU64,
     lock_lost: AtomicU64,
     returned: AtomicU64,
+    unsettled: AtomicU64,
 }
 
 /// A watched lock: renewal schedule and handler deadline.
@@ -639,9 +649,14 @@ impl Shared {
 
     fn report_scale(&self, live: usize) {
         if let Some(f) = &self.config.on_scale
-            && catch_unwind(AssertUnwindSafe(|| f(live))).is_err()
+            && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(live)))
         {
-            eprintln!("postbox: processor on_scale callback panicked");
+            tracing::error!(
+                queue = %self.queue.name(),
+                workers = live,
+                panic = %worker::panic_text(p.as_ref()),
+                "processor on_scale callback panicked"
+            );
         }
     }
 
@@ -657,8 +672,23 @@ impl Shared {
             dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
             lock_lost: c.lock_lost.load(Ordering::Relaxed),
             returned: c.returned.load(Ordering::Relaxed),
+            unsettled: c.unsettled.load(Ordering::Relaxed),
             in_flight,
             workers,
+        }
+    }
+
+    /// The life-long counters as a report; the caller fills in how the wait ended.
+    fn report(&self) -> ShutdownReport {
+        let c = &self.counters;
+        ShutdownReport {
+            processed: c.processed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            lock_lost: c.lock_lost.load(Ordering::Relaxed),
+            returned: c.returned.load(Ordering::Relaxed),
+            unsettled: c.unsettled.load(Ordering::Relaxed),
+            ..ShutdownReport::default()
         }
     }
 }
@@ -760,15 +790,10 @@ impl Processor {
             // Every thread has announced its exit; this only reaps it.
             let _ = t.join();
         }
-        let c = &sh.counters;
         ShutdownReport {
-            processed: c.processed.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
-            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
-            lock_lost: c.lock_lost.load(Ordering::Relaxed),
-            returned: c.returned.load(Ordering::Relaxed),
             still_running,
             finished,
+            ..sh.report()
         }
     }
 

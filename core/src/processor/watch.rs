@@ -144,11 +144,17 @@ fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<
             }
             Err(e) => {
                 // Possibly passing (e.g. a full disk): try again soon; the lock may still hold.
-                eprintln!("postbox: processor could not renew a lock: {e}");
                 let remaining = track
                     .locked_until
                     .load(Ordering::Acquire)
                     .saturating_sub(sh.clock.now_ms());
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    message_id = track.id,
+                    error = %e,
+                    remaining_lock_ms = remaining,
+                    "processor could not renew a lock; retrying"
+                );
                 if let Some(w) = st.watched.get_mut(&track.token) {
                     let wait = (Duration::from_millis(remaining) / 4).max(MIN_RETRY_WAIT);
                     w.next_renew = Instant::now().checked_add(wait);
@@ -185,17 +191,15 @@ fn autoscaler(sh: &Arc<Shared>) {
         let active = match sh.queue.stats() {
             Ok(s) => s.active,
             Err(e @ (Error::Closed | Error::QueueNotFound(_))) => {
-                eprintln!(
-                    "postbox: processor on queue {:?} stops: {e}",
-                    sh.queue.name()
-                );
+                tracing::warn!(queue = %sh.queue.name(), error = %e, "processor stops");
                 sh.stop();
                 return;
             }
             Err(e) => {
-                eprintln!(
-                    "postbox: processor on queue {:?} could not measure its backlog: {e}",
-                    sh.queue.name()
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    error = %e,
+                    "processor could not measure its backlog"
                 );
                 continue;
             }
@@ -210,9 +214,10 @@ fn autoscaler(sh: &Arc<Shared>) {
         };
         for _ in 0..spawn {
             if let Err(e) = worker::spawn_one(sh) {
-                eprintln!(
-                    "postbox: processor on queue {:?} could not add a worker: {e}",
-                    sh.queue.name()
+                tracing::error!(
+                    queue = %sh.queue.name(),
+                    error = %e,
+                    "processor could not add a worker"
                 );
                 break;
             }

@@ -70,10 +70,10 @@ fn run(sh: &Arc<Shared>) {
     let retired = match catch_unwind(AssertUnwindSafe(|| w.main_loop())) {
         Ok(retired) => retired,
         Err(p) => {
-            eprintln!(
-                "postbox: processor worker on queue {:?} failed: {}",
-                sh.queue.name(),
-                panic_text(p.as_ref())
+            tracing::error!(
+                queue = %sh.queue.name(),
+                panic = %panic_text(p.as_ref()),
+                "processor worker failed"
             );
             false
         }
@@ -242,9 +242,12 @@ impl Worker<'_> {
             }
             (None, Err(p)) => {
                 let text = format!("handler panicked: {}", panic_text(p.as_ref()));
-                eprintln!(
-                    "postbox: processor on queue {:?}, message {id}: {text}",
-                    sh.queue.name()
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    message_id = id.0,
+                    delivery_count = delivery.envelope.delivery_count(),
+                    error = %text,
+                    "processor handler panicked"
                 );
                 Outcome::Fail(text)
             }
@@ -333,7 +336,9 @@ impl Worker<'_> {
                     self.accept(v);
                 }
             }
-            Err(e) => self.receive_failed(&e),
+            Err(e) => {
+                self.receive_failed(&e);
+            }
         }
     }
 
@@ -405,16 +410,30 @@ impl Worker<'_> {
         }
     }
 
+    /// Counts a settlement that did not commit: a lost lock, or an unsettled message.
     fn settle_failed(&self, id: u64, e: &Error) {
         let sh = self.sh;
         if e.is_lock_lost() {
             sh.counters.lock_lost.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        eprintln!(
-            "postbox: processor on queue {:?} could not settle message {id}: {e}",
-            sh.queue.name()
-        );
+        sh.counters.unsettled.fetch_add(1, Ordering::Relaxed);
+        match e {
+            // Expected once the store is closed under a running processor; the lock went with
+            // the store, so the message is delivered again.
+            Error::Closed => tracing::warn!(
+                queue = %sh.queue.name(),
+                message_id = id,
+                error = %e,
+                "processor could not settle a message: the store is closed"
+            ),
+            _ => tracing::error!(
+                queue = %sh.queue.name(),
+                message_id = id,
+                error = %e,
+                "processor could not settle a message; it is delivered again when its lock expires"
+            ),
+        }
     }
 
     fn receive(&self, want: usize) -> Result<Vec<Locked>> {
@@ -423,14 +442,24 @@ impl Worker<'_> {
         q.engine.call(move |b| b.receive(qid, &name, owner, want))
     }
 
-    fn receive_failed(&self, e: &Error) {
+    /// Reports a failed receive; returns whether the worker should leave: the store is closed or
+    /// the queue deleted (the processor stops).
+    fn receive_failed(&self, e: &Error) -> bool {
         let sh = self.sh;
-        eprintln!(
-            "postbox: processor on queue {:?} could not receive: {e}",
-            sh.queue.name()
-        );
-        if matches!(e, Error::Closed | Error::QueueNotFound(_)) {
-            sh.stop();
+        match e {
+            Error::Closed | Error::QueueNotFound(_) => {
+                tracing::warn!(queue = %sh.queue.name(), error = %e, "processor stops");
+                sh.stop();
+                true
+            }
+            _ => {
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    error = %e,
+                    "processor could not receive; retrying"
+                );
+                false
+            }
         }
     }
 
@@ -460,8 +489,7 @@ impl Worker<'_> {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    self.receive_failed(&e);
-                    if sh.is_stopping() {
+                    if self.receive_failed(&e) || sh.is_stopping() {
                         return Wait::Stop;
                     }
                     sh.signal
@@ -605,12 +633,24 @@ impl Worker<'_> {
             Ok(()) => {
                 sh.counters.returned.fetch_add(n, Ordering::Relaxed);
             }
-            // A closed store has released every lock of this process already.
-            Err(Error::Closed) => {}
-            Err(e) => eprintln!(
-                "postbox: processor on queue {:?} could not return {n} messages (their locks will expire): {e}",
-                sh.queue.name()
-            ),
+            Err(e) => {
+                sh.counters.unsettled.fetch_add(n, Ordering::Relaxed);
+                match e {
+                    // A closed store has released every lock of this process already.
+                    Error::Closed => tracing::warn!(
+                        queue = %sh.queue.name(),
+                        messages = n,
+                        error = %e,
+                        "processor could not return messages: the store is closed"
+                    ),
+                    _ => tracing::error!(
+                        queue = %sh.queue.name(),
+                        messages = n,
+                        error = %e,
+                        "processor could not return messages; they wait for their locks to expire"
+                    ),
+                }
+            }
         }
     }
 }
