@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::Duration;
 
 use postbox::{
-    Autoscale, Durability, Message, Processor, Queue, QueueOptions, REASON_MAX_DELIVERIES,
+    Autoscale, Durability, Error, Message, Processor, Queue, QueueOptions, REASON_MAX_DELIVERIES,
     RetryPolicy, Store,
 };
 
@@ -720,4 +720,36 @@ fn a_store_closed_under_a_processor_writes_nothing_to_stderr() {
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("1 passed"), "{stdout}");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn starting_on_a_closed_store_fails_before_spawning() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("x").unwrap();
+    store.close().unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let peek_lock = Processor::builder(&q).start(move |_| -> Result<(), String> {
+        r.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert!(matches!(peek_lock, Err(Error::Closed)), "{peek_lock:?}");
+    let r = ran.clone();
+    let transactional =
+        Processor::builder(&q).start_transactional(move |_, _| -> Result<(), String> {
+            r.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+    assert!(
+        matches!(transactional, Err(Error::Closed)),
+        "{transactional:?}"
+    );
+    let r = ran.clone();
+    let typed = Processor::builder(&q).start_typed(move |_, _: String| -> Result<(), String> {
+        r.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert!(matches!(typed, Err(Error::Closed)), "{typed:?}");
+    assert!(!ran.load(Ordering::SeqCst));
 }

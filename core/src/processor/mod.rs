@@ -486,7 +486,9 @@ impl ProcessorBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a configuration that cannot run (no workers, bad
-    /// autoscale bounds); [`Error::Io`] when a thread cannot be spawned.
+    /// autoscale bounds); [`Error::Closed`] when the store was closed and [`Error::Forked`] in
+    /// a forked child (both before any thread is spawned); [`Error::Io`] when a thread cannot
+    /// be spawned.
     pub fn start<F, E>(self, handler: F) -> Result<Processor>
     where
         F: Fn(&Delivery) -> std::result::Result<(), E> + Send + Sync + 'static,
@@ -548,6 +550,9 @@ impl ProcessorBuilder {
             None => c.workers,
         };
         let engine = self.queue.engine.clone();
+        // Before anything is spawned: workers on a closed store would only log their failed
+        // receives and stop, and in a forked child nothing may touch the parent's store.
+        engine.check_open()?;
         let shared = Arc::new(Shared {
             id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
             signal: engine.signals.get(self.queue.id),
