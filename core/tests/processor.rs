@@ -697,7 +697,11 @@ fn store_closed_under_a_processor_counts_unsettled_messages() {
     let report = p.join(WAIT);
     assert!(report.finished, "{report:?}");
     assert!(p.is_stopped());
-    assert_eq!((report.processed, report.unsettled), (0, 2), "{report:?}");
+    assert_eq!(
+        (report.processed, report.unsettled, report.forked),
+        (0, 2, false),
+        "{report:?}"
+    );
     assert_eq!(p.stats().unsettled, 2);
     assert_eq!(rx.try_iter().count(), 0);
 }

@@ -194,9 +194,9 @@ pub struct ProcessorStats {
     /// storage error. Such a message was not lost: it is delivered again once its lock is gone
     /// (closing the store releases this process's locks at once).
     pub unsettled: u64,
-    /// Handlers running now (including their commit or abort).
+    /// Handlers running now (including their commit or abort); 0 in a forked child.
     pub in_flight: usize,
-    /// Live workers now.
+    /// Live workers now; 0 in a forked child.
     pub workers: usize,
 }
 
@@ -223,6 +223,11 @@ pub struct ShutdownReport {
     /// Whether every worker had finished: all handlers done, their commits applied, nothing
     /// left locked by the processor.
     pub finished: bool,
+    /// Whether this was asked of a handle inherited across `fork()`. The processor's threads
+    /// exist only in the parent, so the child neither waited nor touched the store:
+    /// `finished` is false, `still_running` 0, the counters are those copied at the fork, and
+    /// the parent's processor runs on unaffected.
+    pub forked: bool,
 }
 
 /// One message handed to a handler, locked for it while the handler runs.
@@ -640,6 +645,13 @@ impl Shared {
         self.stopping.load(Ordering::Acquire)
     }
 
+    /// Whether this process is a forked child of the one that started the processor: its
+    /// threads do not exist here, and its locks (`state`, the queue's signal) may have been
+    /// held by one of them at the fork, so they must not be taken.
+    fn is_forked(&self) -> bool {
+        self.queue.engine.is_forked()
+    }
+
     fn stop(&self) {
         {
             let mut st = self.state.lock();
@@ -666,7 +678,9 @@ impl Shared {
     }
 
     fn stats(&self) -> ProcessorStats {
-        let (in_flight, workers) = {
+        let (in_flight, workers) = if self.is_forked() {
+            (0, 0)
+        } else {
             let st = self.state.lock();
             (st.in_flight, st.live)
         };
@@ -714,6 +728,14 @@ impl Shared {
 /// receiving as `stop` came is returned untouched (not counted as a failure); its delivery
 /// count stays incremented, as for any abandoned delivery, so on its last allowed delivery it
 /// goes to the dead-letter queue.
+///
+/// # Fork
+///
+/// A processor belongs to the process that started it (invariant 11). In a forked child its
+/// threads do not exist: [`stop`](Processor::stop) does nothing, [`join`](Processor::join),
+/// [`shutdown`](Processor::shutdown) and dropping return at once with
+/// [`ShutdownReport::forked`] set, without waiting and without touching the store, and the
+/// parent's processor runs on.
 pub struct Processor {
     shared: Arc<Shared>,
 }
@@ -752,8 +774,12 @@ impl Processor {
         &self.shared.queue
     }
 
-    /// Stops taking new messages, without waiting. Running handlers finish normally.
+    /// Stops taking new messages, without waiting. Running handlers finish normally. Does
+    /// nothing in a forked child (the processor runs in the parent).
     pub fn stop(&self) {
+        if self.shared.is_forked() {
+            return;
+        }
         self.shared.stop();
     }
 
@@ -768,6 +794,15 @@ impl Processor {
     /// at once with `finished == false`.
     pub fn join(&self, timeout: Duration) -> ShutdownReport {
         let sh = &self.shared;
+        if sh.is_forked() {
+            // The workers, watchdog and autoscaler are threads of the parent: nothing here
+            // would ever notify the condition variable, and the state lock may have been held
+            // by one of them at the fork. Only atomics are read.
+            return ShutdownReport {
+                forked: true,
+                ..sh.report()
+            };
+        }
         let own_thread = WORKER_OF.with(|w| w.get()) == sh.id;
         let deadline = Instant::now().checked_add(timeout);
         let mut st = sh.state.lock();
@@ -808,14 +843,14 @@ impl Processor {
         self.join(timeout)
     }
 
-    /// Handlers running now (including their commit or abort).
+    /// Handlers running now (including their commit or abort); 0 in a forked child.
     pub fn in_flight(&self) -> usize {
-        self.shared.state.lock().in_flight
+        self.shared.stats().in_flight
     }
 
-    /// Live workers now.
+    /// Live workers now; 0 in a forked child.
     pub fn workers(&self) -> usize {
-        self.shared.state.lock().live
+        self.shared.stats().workers
     }
 
     /// The counters so far.
@@ -826,6 +861,14 @@ impl Processor {
 
 impl Drop for Processor {
     fn drop(&mut self) {
+        if self.shared.is_forked() {
+            // The parent's threads held references to `Shared` at the fork, so in the child it
+            // must never be freed: its destructors would detach thread handles of threads that
+            // do not exist here and drop the parent's queue handle. One leaked reference keeps
+            // it alive for the life of the child, as the engine leaks the parent's database.
+            std::mem::forget(self.shared.clone());
+            return;
+        }
         let timeout = self.shared.config.drop_timeout;
         self.shutdown(timeout);
     }

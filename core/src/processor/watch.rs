@@ -139,7 +139,7 @@ fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<
                     w.next_renew = next_renewal(sh, until, w.renew_until);
                 }
             }
-            Err(Error::LockLost(_) | Error::Closed) => {
+            Err(Error::LockLost(_) | Error::Closed | Error::Forked { .. }) => {
                 track.lock_lost.store(true, Ordering::Release);
             }
             Err(e) => {

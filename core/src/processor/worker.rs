@@ -78,6 +78,12 @@ fn run(sh: &Arc<Shared>) {
             false
         }
     };
+    if sh.is_forked() {
+        // This thread is the one that forked (from inside a handler) and the handler returned
+        // in the child: the processor's state belongs to the parent, whose other threads may
+        // have held its lock at the fork. Leave without touching it or the store.
+        return;
+    }
     w.release_buffer();
     let live = {
         let mut st = sh.state.lock();
@@ -160,6 +166,9 @@ impl Worker<'_> {
     /// Runs until stopped; returns whether the worker retired (and already left `live`).
     fn main_loop(&mut self) -> bool {
         loop {
+            if self.sh.is_forked() {
+                return false;
+            }
             let next = match self.buffer.pop_front() {
                 Some(m) => m,
                 None => match self.wait_for_messages() {
@@ -197,6 +206,10 @@ impl Worker<'_> {
 
     /// Ends a handler run: its lock is no longer watched and `join` may see zero in flight.
     fn end(&self, token: u64) {
+        if self.sh.is_forked() {
+            // See `run`: the state is the parent's.
+            return;
+        }
         {
             let mut st = self.sh.state.lock();
             st.watched.remove(&token);
@@ -419,6 +432,8 @@ impl Worker<'_> {
         }
         sh.counters.unsettled.fetch_add(1, Ordering::Relaxed);
         match e {
+            // In a forked child (see `run`) nothing is reported: the processor is the parent's.
+            Error::Forked { .. } => {}
             // Expected once the store is closed under a running processor; the lock went with
             // the store, so the message is delivered again.
             Error::Closed => tracing::warn!(
@@ -442,11 +457,12 @@ impl Worker<'_> {
         q.engine.call(move |b| b.receive(qid, &name, owner, want))
     }
 
-    /// Reports a failed receive; returns whether the worker should leave: the store is closed or
-    /// the queue deleted (the processor stops).
+    /// Reports a failed receive; returns whether the worker should leave: the store is closed,
+    /// the queue deleted (the processor stops) or this is a forked child (see `run`).
     fn receive_failed(&self, e: &Error) -> bool {
         let sh = self.sh;
         match e {
+            Error::Forked { .. } => true,
             Error::Closed | Error::QueueNotFound(_) => {
                 tracing::warn!(queue = %sh.queue.name(), error = %e, "processor stops");
                 sh.stop();
@@ -636,6 +652,7 @@ impl Worker<'_> {
             Err(e) => {
                 sh.counters.unsettled.fetch_add(n, Ordering::Relaxed);
                 match e {
+                    Error::Forked { .. } => {}
                     // A closed store has released every lock of this process already.
                     Error::Closed => tracing::warn!(
                         queue = %sh.queue.name(),
