@@ -43,7 +43,10 @@
 //! delivery it goes to the dead-letter queue with the error text as description. In
 //! transactional mode ([`ProcessorBuilder::start_transactional`]) the handler also gets a
 //! [`Transaction`], so replies commit together with the completion. Locks are renewed while a
-//! handler runs; a busy worker settles its message and locks the next one in one commit.
+//! handler runs; a busy worker settles its message and locks the next one in one commit. A
+//! running processor follows the queue's options as stored, not as they were when it started:
+//! each renewal uses the current `lock_duration` and each failure is judged against the current
+//! `max_deliveries`, whoever changed them.
 //!
 //! ```
 //! use std::time::Duration;
@@ -77,9 +80,12 @@
 //! running handler has returned and its commit or abort is applied; [`Processor::shutdown`]
 //! does both and dropping the processor does the same. A message received just as the
 //! processor stopped goes back to the queue untouched (its delivery count, already persisted,
-//! stays incremented). [`Autoscale`] adds and retires workers with the backlog, and
-//! [`Queue::typed`] gives typed queues whose undecodable bodies are dead-lettered as
-//! `DecodeFailed`.
+//! stays incremented). Messages the processor could not settle, for instance because the store
+//! was closed under it, are counted in [`ShutdownReport::unsettled`]; they are delivered again.
+//! The processor prints nothing: problems are returned or emitted as
+//! [`tracing`](https://docs.rs/tracing) events. [`Autoscale`] adds and retires workers with the
+//! backlog, and [`Queue::typed`] gives typed queues whose undecodable bodies are dead-lettered
+//! as `DecodeFailed`.
 //!
 //! ## Durability
 //!

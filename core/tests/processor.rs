@@ -7,7 +7,8 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::Duration;
 
 use postbox::{
-    Autoscale, Message, Processor, Queue, QueueOptions, REASON_MAX_DELIVERIES, RetryPolicy, Store,
+    Autoscale, Durability, Error, Message, Processor, Queue, QueueOptions, REASON_MAX_DELIVERIES,
+    RetryPolicy, Store,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -503,4 +504,256 @@ fn dead_letter_requested_by_the_handler() {
         (info.reason.as_str(), info.description.as_str()),
         ("Invalid", "no such customer")
     );
+}
+
+/// A store without fsyncs, for tests whose timing depends on commits being quick (lock
+/// renewals racing short locks).
+fn fast_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::builder()
+        .durability(Durability::None)
+        .open(dir.path().join("p.postbox"))
+        .unwrap();
+    (dir, store)
+}
+
+/// Invariant 12: a lock duration lowered by another handle while a handler runs is followed by
+/// the renewals, which are scheduled from each lock's actual expiry. Renewing on the schedule
+/// of the duration the processor started with (every 500 ms) would let the 300 ms locks lapse,
+/// the second worker would get the message again and the completion would be refused.
+#[test]
+fn lock_duration_lowered_while_running_is_followed_by_renewal() {
+    let (_dir, store) = fast_store();
+    let q = store
+        .queue_with(
+            "jobs",
+            QueueOptions::default().lock_duration(Duration::from_secs(1)),
+        )
+        .unwrap();
+    q.send("work").unwrap();
+    let gate = Arc::new(Gate::default());
+    let (started_tx, started_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let p = {
+        let gate = gate.clone();
+        Processor::builder(&q)
+            .workers(2)
+            .max_auto_renew(Duration::from_secs(30))
+            .start(move |d| -> Result<(), String> {
+                let _ = started_tx.send(d.delivery_count());
+                gate.wait();
+                // The work: longer than the first lock, and four times the lowered one.
+                std::thread::sleep(Duration::from_millis(1200));
+                let _ = done_tx.send((d.delivery_count(), d.is_cancelled()));
+                Ok(())
+            })
+            .unwrap()
+    };
+    assert_eq!(started_rx.recv_timeout(WAIT).unwrap(), 1);
+    // Another handle on the same queue changes the stored option.
+    store
+        .queue_with(
+            "jobs",
+            QueueOptions::default().lock_duration(Duration::from_millis(300)),
+        )
+        .unwrap();
+    assert_eq!(
+        q.options().unwrap().lock_duration,
+        Duration::from_millis(300)
+    );
+    gate.open();
+    assert_eq!(done_rx.recv_timeout(WAIT).unwrap(), (1, false));
+    let report = p.shutdown(WAIT);
+    assert!(report.finished, "{report:?}");
+    assert_eq!(
+        (report.processed, report.lock_lost, report.failed),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    // Delivered once: no other worker got it after a lapsed lock.
+    assert_eq!(started_rx.try_iter().collect::<Vec<_>>(), Vec::<u32>::new());
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 0), "{s:?}");
+}
+
+/// Invariant 12: `max_deliveries` raised by another handle while the processor runs lets a
+/// failing message be retried past the old limit.
+#[test]
+fn max_deliveries_raised_while_running_retries_past_the_old_limit() {
+    let (_dir, store) = store();
+    let q = store
+        .queue_with("jobs", QueueOptions::default().max_deliveries(2))
+        .unwrap();
+    q.send("x").unwrap();
+    let gate = Arc::new(Gate::default());
+    let (tx, rx) = mpsc::channel();
+    let p = {
+        let gate = gate.clone();
+        Processor::builder(&q)
+            .workers(1)
+            .retry(RetryPolicy::immediate())
+            .start(move |d| {
+                let n = d.delivery_count();
+                let _ = tx.send(n);
+                if n == 1 {
+                    gate.wait();
+                }
+                if n < 4 {
+                    Err(format!("boom {n}"))
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap()
+    };
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), 1);
+    store
+        .queue_with("jobs", QueueOptions::default().max_deliveries(10))
+        .unwrap();
+    gate.open();
+    for n in 2..=4 {
+        assert_eq!(rx.recv_timeout(WAIT).unwrap(), n);
+    }
+    let report = p.shutdown(WAIT);
+    assert!(report.finished, "{report:?}");
+    assert_eq!(
+        (report.processed, report.failed, report.dead_lettered),
+        (1, 3, 0),
+        "{report:?}"
+    );
+    assert_eq!(q.dead_letters().unwrap().stats().unwrap().active, 0);
+    assert_eq!(q.stats().unwrap().active, 0);
+}
+
+/// The other direction: `max_deliveries` lowered while running dead-letters at the new limit,
+/// still with the handler's error text.
+#[test]
+fn max_deliveries_lowered_while_running_dead_letters_at_the_new_limit() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap(); // max_deliveries 10
+    q.send("x").unwrap();
+    let gate = Arc::new(Gate::default());
+    let (tx, rx) = mpsc::channel();
+    let p = {
+        let gate = gate.clone();
+        Processor::builder(&q)
+            .workers(1)
+            .retry(RetryPolicy::immediate())
+            .start(move |d| -> Result<(), String> {
+                let n = d.delivery_count();
+                let _ = tx.send(n);
+                if n == 1 {
+                    gate.wait();
+                }
+                Err(format!("boom {n}"))
+            })
+            .unwrap()
+    };
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), 1);
+    store
+        .queue_with("jobs", QueueOptions::default().max_deliveries(2))
+        .unwrap();
+    gate.open();
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), 2);
+    let report = p.shutdown(WAIT);
+    assert!(report.finished, "{report:?}");
+    assert_eq!((report.failed, report.dead_lettered), (2, 1), "{report:?}");
+    assert_eq!(rx.try_iter().collect::<Vec<_>>(), Vec::<u32>::new());
+    let dead = q.dead_letters().unwrap().peek().unwrap().unwrap();
+    let info = dead.dead_letter_info().unwrap();
+    assert_eq!(
+        (info.reason.as_str(), info.description.as_str()),
+        (REASON_MAX_DELIVERIES, "boom 2")
+    );
+}
+
+/// A store closed under a running processor: the message being handled and the prefetched one
+/// cannot be settled; the processor stops itself and counts them as unsettled (their locks went
+/// with the store, so they are not lost). Also run in a child process by
+/// `a_store_closed_under_a_processor_writes_nothing_to_stderr`.
+#[test]
+fn store_closed_under_a_processor_counts_unsettled_messages() {
+    let (_dir, store) = fast_store();
+    let q = store.queue("jobs").unwrap();
+    q.send_batch(["a", "b", "c"]).unwrap();
+    let gate = Arc::new(Gate::default());
+    let (tx, rx) = mpsc::channel();
+    let p = {
+        let gate = gate.clone();
+        Processor::builder(&q)
+            .workers(1)
+            .prefetch(1)
+            .start(move |_| -> Result<(), String> {
+                let _ = tx.send(());
+                gate.wait();
+                Ok(())
+            })
+            .unwrap()
+    };
+    // One message in the handler, one prefetched (both locked by the first receive).
+    rx.recv_timeout(WAIT).unwrap();
+    store.close().unwrap();
+    gate.open();
+    let report = p.join(WAIT);
+    assert!(report.finished, "{report:?}");
+    assert!(p.is_stopped());
+    assert_eq!(
+        (report.processed, report.unsettled, report.forked),
+        (0, 2, false),
+        "{report:?}"
+    );
+    assert_eq!(p.stats().unsettled, 2);
+    assert_eq!(rx.try_iter().count(), 0);
+}
+
+/// Library code is silent (errors are returned, everything else is a `tracing` event): the
+/// failed settlements above write nothing to stderr. Runs that test in a child process, with
+/// the test harness's output capture off.
+#[test]
+fn a_store_closed_under_a_processor_writes_nothing_to_stderr() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store_closed_under_a_processor_counts_unsettled_messages",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn starting_on_a_closed_store_fails_before_spawning() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("x").unwrap();
+    store.close().unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let peek_lock = Processor::builder(&q).start(move |_| -> Result<(), String> {
+        r.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert!(matches!(peek_lock, Err(Error::Closed)), "{peek_lock:?}");
+    let r = ran.clone();
+    let transactional =
+        Processor::builder(&q).start_transactional(move |_, _| -> Result<(), String> {
+            r.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+    assert!(
+        matches!(transactional, Err(Error::Closed)),
+        "{transactional:?}"
+    );
+    let r = ran.clone();
+    let typed = Processor::builder(&q).start_typed(move |_, _: String| -> Result<(), String> {
+        r.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert!(matches!(typed, Err(Error::Closed)), "{typed:?}");
+    assert!(!ran.load(Ordering::SeqCst));
 }

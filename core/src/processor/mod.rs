@@ -189,9 +189,14 @@ pub struct ProcessorStats {
     pub lock_lost: u64,
     /// Messages received but returned untouched because the processor was stopping.
     pub returned: u64,
-    /// Handlers running now (including their commit or abort).
+    /// Messages whose settlement (completion, retry, dead letter or return) the processor could
+    /// not commit for a reason other than a lost lock: the store was closed under it, or a
+    /// storage error. Such a message was not lost: it is delivered again once its lock is gone
+    /// (closing the store releases this process's locks at once).
+    pub unsettled: u64,
+    /// Handlers running now (including their commit or abort); 0 in a forked child.
     pub in_flight: usize,
-    /// Live workers now.
+    /// Live workers now; 0 in a forked child.
     pub workers: usize,
 }
 
@@ -209,11 +214,20 @@ pub struct ShutdownReport {
     pub lock_lost: u64,
     /// Messages returned untouched because they were received as the processor stopped.
     pub returned: u64,
+    /// Messages whose settlement the processor could not commit over its life (see
+    /// [`ProcessorStats::unsettled`]): typically the store was closed under a running
+    /// processor. They are delivered again, not lost.
+    pub unsettled: u64,
     /// Handlers still running when the timeout hit (0 after a complete shutdown).
     pub still_running: usize,
     /// Whether every worker had finished: all handlers done, their commits applied, nothing
     /// left locked by the processor.
     pub finished: bool,
+    /// Whether this was asked of a handle inherited across `fork()`. The processor's threads
+    /// exist only in the parent, so the child neither waited nor touched the store:
+    /// `finished` is false, `still_running` 0, the counters are those copied at the fork, and
+    /// the parent's processor runs on unaffected.
+    pub forked: bool,
 }
 
 /// One message handed to a handler, locked for it while the handler runs.
@@ -400,7 +414,9 @@ impl ProcessorBuilder {
     }
 
     /// How long after its receive a message's lock keeps being renewed while its handler runs
-    /// (`Duration::ZERO`: never renewed).
+    /// (`Duration::ZERO`: never renewed). A lock is renewed once half of its remaining time has
+    /// passed, each renewal extending it by the queue's `lock_duration` as stored at that
+    /// moment, so a change made by another handle or process applies to running handlers.
     pub fn max_auto_renew(mut self, d: Duration) -> Self {
         self.config.max_auto_renew = d;
         self
@@ -475,7 +491,9 @@ impl ProcessorBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a configuration that cannot run (no workers, bad
-    /// autoscale bounds); [`Error::Io`] when a thread cannot be spawned.
+    /// autoscale bounds); [`Error::Closed`] when the store was closed and [`Error::Forked`] in
+    /// a forked child (both before any thread is spawned); [`Error::Io`] when a thread cannot
+    /// be spawned.
     pub fn start<F, E>(self, handler: F) -> Result<Processor>
     where
         F: Fn(&Delivery) -> std::result::Result<(), E> + Send + Sync + 'static,
@@ -537,6 +555,9 @@ impl ProcessorBuilder {
             None => c.workers,
         };
         let engine = self.queue.engine.clone();
+        // Before anything is spawned: workers on a closed store would only log their failed
+        // receives and stop, and in a forked child nothing may touch the parent's store.
+        engine.check_open()?;
         let shared = Arc::new(Shared {
             id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
             signal: engine.signals.get(self.queue.id),
@@ -579,6 +600,7 @@ struct Counters {
     dead_lettered: AtomicU64,
     lock_lost: AtomicU64,
     returned: AtomicU64,
+    unsettled: AtomicU64,
 }
 
 /// A watched lock: renewal schedule and handler deadline.
@@ -623,6 +645,13 @@ impl Shared {
         self.stopping.load(Ordering::Acquire)
     }
 
+    /// Whether this process is a forked child of the one that started the processor: its
+    /// threads do not exist here, and its locks (`state`, the queue's signal) may have been
+    /// held by one of them at the fork, so they must not be taken.
+    fn is_forked(&self) -> bool {
+        self.queue.engine.is_forked()
+    }
+
     fn stop(&self) {
         {
             let mut st = self.state.lock();
@@ -637,14 +666,21 @@ impl Shared {
 
     fn report_scale(&self, live: usize) {
         if let Some(f) = &self.config.on_scale
-            && catch_unwind(AssertUnwindSafe(|| f(live))).is_err()
+            && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(live)))
         {
-            eprintln!("postbox: processor on_scale callback panicked");
+            tracing::error!(
+                queue = %self.queue.name(),
+                workers = live,
+                panic = %worker::panic_text(p.as_ref()),
+                "processor on_scale callback panicked"
+            );
         }
     }
 
     fn stats(&self) -> ProcessorStats {
-        let (in_flight, workers) = {
+        let (in_flight, workers) = if self.is_forked() {
+            (0, 0)
+        } else {
             let st = self.state.lock();
             (st.in_flight, st.live)
         };
@@ -655,8 +691,23 @@ impl Shared {
             dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
             lock_lost: c.lock_lost.load(Ordering::Relaxed),
             returned: c.returned.load(Ordering::Relaxed),
+            unsettled: c.unsettled.load(Ordering::Relaxed),
             in_flight,
             workers,
+        }
+    }
+
+    /// The life-long counters as a report; the caller fills in how the wait ended.
+    fn report(&self) -> ShutdownReport {
+        let c = &self.counters;
+        ShutdownReport {
+            processed: c.processed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+            lock_lost: c.lock_lost.load(Ordering::Relaxed),
+            returned: c.returned.load(Ordering::Relaxed),
+            unsettled: c.unsettled.load(Ordering::Relaxed),
+            ..ShutdownReport::default()
         }
     }
 }
@@ -677,6 +728,14 @@ impl Shared {
 /// receiving as `stop` came is returned untouched (not counted as a failure); its delivery
 /// count stays incremented, as for any abandoned delivery, so on its last allowed delivery it
 /// goes to the dead-letter queue.
+///
+/// # Fork
+///
+/// A processor belongs to the process that started it (invariant 11). In a forked child its
+/// threads do not exist: [`stop`](Processor::stop) does nothing, [`join`](Processor::join),
+/// [`shutdown`](Processor::shutdown) and dropping return at once with
+/// [`ShutdownReport::forked`] set, without waiting and without touching the store, and the
+/// parent's processor runs on.
 pub struct Processor {
     shared: Arc<Shared>,
 }
@@ -715,8 +774,12 @@ impl Processor {
         &self.shared.queue
     }
 
-    /// Stops taking new messages, without waiting. Running handlers finish normally.
+    /// Stops taking new messages, without waiting. Running handlers finish normally. Does
+    /// nothing in a forked child (the processor runs in the parent).
     pub fn stop(&self) {
+        if self.shared.is_forked() {
+            return;
+        }
         self.shared.stop();
     }
 
@@ -731,6 +794,15 @@ impl Processor {
     /// at once with `finished == false`.
     pub fn join(&self, timeout: Duration) -> ShutdownReport {
         let sh = &self.shared;
+        if sh.is_forked() {
+            // The workers, watchdog and autoscaler are threads of the parent: nothing here
+            // would ever notify the condition variable, and the state lock may have been held
+            // by one of them at the fork. Only atomics are read.
+            return ShutdownReport {
+                forked: true,
+                ..sh.report()
+            };
+        }
         let own_thread = WORKER_OF.with(|w| w.get()) == sh.id;
         let deadline = Instant::now().checked_add(timeout);
         let mut st = sh.state.lock();
@@ -758,15 +830,10 @@ impl Processor {
             // Every thread has announced its exit; this only reaps it.
             let _ = t.join();
         }
-        let c = &sh.counters;
         ShutdownReport {
-            processed: c.processed.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
-            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
-            lock_lost: c.lock_lost.load(Ordering::Relaxed),
-            returned: c.returned.load(Ordering::Relaxed),
             still_running,
             finished,
+            ..sh.report()
         }
     }
 
@@ -776,14 +843,14 @@ impl Processor {
         self.join(timeout)
     }
 
-    /// Handlers running now (including their commit or abort).
+    /// Handlers running now (including their commit or abort); 0 in a forked child.
     pub fn in_flight(&self) -> usize {
-        self.shared.state.lock().in_flight
+        self.shared.stats().in_flight
     }
 
-    /// Live workers now.
+    /// Live workers now; 0 in a forked child.
     pub fn workers(&self) -> usize {
-        self.shared.state.lock().live
+        self.shared.stats().workers
     }
 
     /// The counters so far.
@@ -794,6 +861,14 @@ impl Processor {
 
 impl Drop for Processor {
     fn drop(&mut self) {
+        if self.shared.is_forked() {
+            // The parent's threads held references to `Shared` at the fork, so in the child it
+            // must never be freed: its destructors would detach thread handles of threads that
+            // do not exist here and drop the parent's queue handle. One leaked reference keeps
+            // it alive for the life of the child, as the engine leaks the parent's database.
+            std::mem::forget(self.shared.clone());
+            return;
+        }
         let timeout = self.shared.config.drop_timeout;
         self.shutdown(timeout);
     }

@@ -37,17 +37,36 @@ pub(super) fn spawn_autoscaler(sh: &Arc<Shared>) -> Result<()> {
     spawn_background(sh, "postbox-autoscale", autoscaler)
 }
 
-/// Renews the locks of messages held by workers (handled or prefetched) every half lock
-/// duration, up to `max_auto_renew` after their receive, and cancels handlers past their time
-/// limit. Runs until the processor has stopped and its last worker has exited: locks of
-/// handlers that finish during a graceful shutdown still need renewing.
+/// Shortest wait before a renewal, so that a lock already at its expiry is renewed (or found
+/// lost) at once without the watchdog spinning on it.
+const MIN_RENEW_WAIT: Duration = Duration::from_millis(1);
+
+/// Shortest wait before retrying a renewal that failed with a possibly passing error.
+const MIN_RETRY_WAIT: Duration = Duration::from_millis(5);
+
+/// When to renew a lock that expires at `locked_until` (store-clock ms): once half of its
+/// remaining time has passed. The schedule follows each lock's actual expiry, as returned by
+/// the receive or the last renewal, never a lock duration read at start: another handle or
+/// process may change the queue's `lock_duration` while the processor runs (invariant 12), and
+/// the next renewal then applies the new one. `None` once the next renewal would fall past
+/// `renew_until` (`max_auto_renew`), or when renewal is off.
+pub(super) fn next_renewal(
+    sh: &Shared,
+    locked_until: u64,
+    renew_until: Option<Instant>,
+) -> Option<Instant> {
+    let remaining = Duration::from_millis(locked_until.saturating_sub(sh.clock.now_ms()));
+    Instant::now()
+        .checked_add((remaining / 2).max(MIN_RENEW_WAIT))
+        .filter(|next| renew_until.is_some_and(|u| *next < u))
+}
+
+/// Renews the locks of messages held by workers (handled or prefetched) when half of their
+/// remaining lock time has passed ([`next_renewal`]), up to `max_auto_renew` after their
+/// receive, and cancels handlers past their time limit. Runs until the processor has stopped
+/// and its last worker has exited: locks of handlers that finish during a graceful shutdown
+/// still need renewing.
 fn watchdog(sh: &Arc<Shared>) {
-    let half = (sh
-        .queue
-        .options()
-        .map_or(Duration::from_secs(30), |o| o.lock_duration)
-        / 2)
-    .max(Duration::from_millis(1));
     let mut st = sh.state.lock();
     loop {
         if st.stopping && st.live == 0 {
@@ -77,7 +96,7 @@ fn watchdog(sh: &Arc<Shared>) {
         }
         if !due.is_empty() {
             let results = MutexGuard::unlocked(&mut st, || renew_all(sh, &due));
-            apply_renewals(&mut st, &due, results, half);
+            apply_renewals(sh, &mut st, &due, results);
             continue;
         }
         match wake {
@@ -111,26 +130,34 @@ fn renew_all(sh: &Shared, due: &[Arc<Track>]) -> Vec<Result<u64>> {
     }
 }
 
-fn apply_renewals(st: &mut State, due: &[Arc<Track>], results: Vec<Result<u64>>, half: Duration) {
-    let now = Instant::now();
+fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<Result<u64>>) {
     for (track, r) in due.iter().zip(results) {
         match r {
             Ok(until) => {
                 track.locked_until.store(until, Ordering::Release);
                 if let Some(w) = st.watched.get_mut(&track.token) {
-                    w.next_renew = now
-                        .checked_add(half)
-                        .filter(|next| w.renew_until.is_some_and(|u| *next < u));
+                    w.next_renew = next_renewal(sh, until, w.renew_until);
                 }
             }
-            Err(Error::LockLost(_) | Error::Closed) => {
+            Err(Error::LockLost(_) | Error::Closed | Error::Forked { .. }) => {
                 track.lock_lost.store(true, Ordering::Release);
             }
             Err(e) => {
                 // Possibly passing (e.g. a full disk): try again soon; the lock may still hold.
-                eprintln!("postbox: processor could not renew a lock: {e}");
+                let remaining = track
+                    .locked_until
+                    .load(Ordering::Acquire)
+                    .saturating_sub(sh.clock.now_ms());
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    message_id = track.id,
+                    error = %e,
+                    remaining_lock_ms = remaining,
+                    "processor could not renew a lock; retrying"
+                );
                 if let Some(w) = st.watched.get_mut(&track.token) {
-                    w.next_renew = now.checked_add((half / 4).max(Duration::from_millis(5)));
+                    let wait = (Duration::from_millis(remaining) / 4).max(MIN_RETRY_WAIT);
+                    w.next_renew = Instant::now().checked_add(wait);
                 }
             }
         }
@@ -164,17 +191,15 @@ fn autoscaler(sh: &Arc<Shared>) {
         let active = match sh.queue.stats() {
             Ok(s) => s.active,
             Err(e @ (Error::Closed | Error::QueueNotFound(_))) => {
-                eprintln!(
-                    "postbox: processor on queue {:?} stops: {e}",
-                    sh.queue.name()
-                );
+                tracing::warn!(queue = %sh.queue.name(), error = %e, "processor stops");
                 sh.stop();
                 return;
             }
             Err(e) => {
-                eprintln!(
-                    "postbox: processor on queue {:?} could not measure its backlog: {e}",
-                    sh.queue.name()
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    error = %e,
+                    "processor could not measure its backlog"
                 );
                 continue;
             }
@@ -189,9 +214,10 @@ fn autoscaler(sh: &Arc<Shared>) {
         };
         for _ in 0..spawn {
             if let Err(e) = worker::spawn_one(sh) {
-                eprintln!(
-                    "postbox: processor on queue {:?} could not add a worker: {e}",
-                    sh.queue.name()
+                tracing::error!(
+                    queue = %sh.queue.name(),
+                    error = %e,
+                    "processor could not add a worker"
                 );
                 break;
             }

@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched};
-use crate::engine::batch::{Locked, Settle};
+use super::{
+    Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched, watch,
+};
+use crate::engine::batch::{Batch, Locked, Settle};
 use crate::engine::clock::duration_ms;
+use crate::engine::codec::QueueKind;
 use crate::engine::read;
 use crate::error::{Error, Result};
 use crate::message::REASON_MAX_DELIVERIES;
@@ -67,14 +70,20 @@ fn run(sh: &Arc<Shared>) {
     let retired = match catch_unwind(AssertUnwindSafe(|| w.main_loop())) {
         Ok(retired) => retired,
         Err(p) => {
-            eprintln!(
-                "postbox: processor worker on queue {:?} failed: {}",
-                sh.queue.name(),
-                panic_text(p.as_ref())
+            tracing::error!(
+                queue = %sh.queue.name(),
+                panic = %panic_text(p.as_ref()),
+                "processor worker failed"
             );
             false
         }
     };
+    if sh.is_forked() {
+        // This thread is the one that forked (from inside a handler) and the handler returned
+        // in the child: the processor's state belongs to the parent, whose other threads may
+        // have held its lock at the fork. Leave without touching it or the store.
+        return;
+    }
     w.release_buffer();
     let live = {
         let mut st = sh.state.lock();
@@ -100,6 +109,53 @@ enum Outcome {
     DeadLetter { reason: String, description: String },
 }
 
+/// How a message is to be settled, resolved inside the commit that settles it.
+enum Plan {
+    Settle(Settle),
+    /// A failed run: retried after `delay_ms`, or dead-lettered with the handler's error text
+    /// when it was the last delivery the queue allows.
+    Fail {
+        delay_ms: u64,
+        description: String,
+    },
+}
+
+impl Plan {
+    /// Settles message `id` under lock `token` in batch `b`; returns whether it went to the
+    /// dead-letter queue.
+    ///
+    /// A failure's fate is decided here, against the queue's options as stored in this very
+    /// commit (invariant 12): `max_deliveries` may have been changed by another handle or
+    /// process since the message was received. The engine alone would dead-letter a spent
+    /// message on abandon too, but with a generic description; deciding here keeps the
+    /// handler's error text.
+    fn apply(self, b: &mut Batch<'_>, id: u64, token: u64) -> Result<bool> {
+        let how = match self {
+            Plan::Settle(how) => how,
+            Plan::Fail {
+                delay_ms,
+                description,
+            } => {
+                let st = b.check_lock(id, token)?;
+                let spent = b.queue(st.queue)?.is_some_and(|rec| {
+                    rec.1.kind != QueueKind::DeadLetter
+                        && st.delivery_count >= rec.1.options.max_deliveries
+                });
+                if spent {
+                    Settle::DeadLetter {
+                        reason: REASON_MAX_DELIVERIES.to_owned(),
+                        description,
+                    }
+                } else {
+                    Settle::Abandon { delay_ms }
+                }
+            }
+        };
+        b.settle(id, token, &how)?;
+        Ok(matches!(how, Settle::DeadLetter { .. }))
+    }
+}
+
 struct Worker<'a> {
     sh: &'a Arc<Shared>,
     /// Messages locked for this worker and not yet handled (prefetch).
@@ -110,6 +166,9 @@ impl Worker<'_> {
     /// Runs until stopped; returns whether the worker retired (and already left `live`).
     fn main_loop(&mut self) -> bool {
         loop {
+            if self.sh.is_forked() {
+                return false;
+            }
             let next = match self.buffer.pop_front() {
                 Some(m) => m,
                 None => match self.wait_for_messages() {
@@ -147,6 +206,10 @@ impl Worker<'_> {
 
     /// Ends a handler run: its lock is no longer watched and `join` may see zero in flight.
     fn end(&self, token: u64) {
+        if self.sh.is_forked() {
+            // See `run`: the state is the parent's.
+            return;
+        }
         {
             let mut st = self.sh.state.lock();
             st.watched.remove(&token);
@@ -192,9 +255,12 @@ impl Worker<'_> {
             }
             (None, Err(p)) => {
                 let text = format!("handler panicked: {}", panic_text(p.as_ref()));
-                eprintln!(
-                    "postbox: processor on queue {:?}, message {id}: {text}",
-                    sh.queue.name()
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    message_id = id.0,
+                    delivery_count = delivery.envelope.delivery_count(),
+                    error = %text,
+                    "processor handler panicked"
                 );
                 Outcome::Fail(text)
             }
@@ -236,16 +302,15 @@ impl Worker<'_> {
                 // discarded before the message itself is settled.
                 drop(tx);
                 let delivery_count = delivery.envelope.delivery_count();
-                let how = self.settlement(&outcome, delivery_count);
-                let dead_letter = matches!(how, Settle::DeadLetter { .. });
+                let plan = self.plan(&outcome, delivery_count);
                 let combined = sh.config.combined_commit && tx_free(&sh.handler);
                 let (settled, got) = if combined {
-                    self.settle_and_receive(track.id, track.token, how, want)
+                    self.settle_and_receive(track.id, track.token, plan, want)
                 } else {
-                    (self.settle(track.id, track.token, how), Ok(Vec::new()))
+                    (self.settle(track.id, track.token, plan), Ok(Vec::new()))
                 };
                 match settled {
-                    Ok(()) => {
+                    Ok(dead_letter) => {
                         let c = &sh.counters;
                         match outcome {
                             Outcome::Complete => c.processed.fetch_add(1, Ordering::Relaxed),
@@ -264,7 +329,7 @@ impl Worker<'_> {
                         if let Error::InvalidArgument(_) = e {
                             // e.g. a dead letter requested on a dead-letter queue: release the
                             // message now instead of leaving it locked until its lock expires.
-                            let abandon = Settle::Abandon { delay_ms: 0 };
+                            let abandon = Plan::Settle(Settle::Abandon { delay_ms: 0 });
                             if let Err(e) = self.settle(track.id, track.token, abandon) {
                                 self.settle_failed(id.0, &e);
                             }
@@ -284,7 +349,9 @@ impl Worker<'_> {
                     self.accept(v);
                 }
             }
-            Err(e) => self.receive_failed(&e),
+            Err(e) => {
+                self.receive_failed(&e);
+            }
         }
     }
 
@@ -297,39 +364,26 @@ impl Worker<'_> {
         (self.sh.config.prefetch + 1).saturating_sub(self.buffer.len())
     }
 
-    fn settlement(&self, outcome: &Outcome, delivery_count: u32) -> Settle {
-        let q = &self.sh.queue;
+    fn plan(&self, outcome: &Outcome, delivery_count: u32) -> Plan {
         match outcome {
-            Outcome::Complete => Settle::Complete,
+            Outcome::Complete => Plan::Settle(Settle::Complete),
             Outcome::DeadLetter {
                 reason,
                 description,
-            } => Settle::DeadLetter {
+            } => Plan::Settle(Settle::DeadLetter {
                 reason: reason.clone(),
                 description: description.clone(),
-            },
-            // On the last allowed delivery the message is dead-lettered here rather than by the
-            // engine's abandon, so that the handler's error text is kept as the description.
-            Outcome::Fail(text)
-                if delivery_count >= q.options().map_or(u32::MAX, |o| o.max_deliveries)
-                    && !q.is_dead_letter_queue() =>
-            {
-                Settle::DeadLetter {
-                    reason: REASON_MAX_DELIVERIES.to_owned(),
-                    description: text.clone(),
-                }
-            }
-            Outcome::Fail(_) => Settle::Abandon {
+            }),
+            Outcome::Fail(text) => Plan::Fail {
                 delay_ms: duration_ms(self.sh.config.retry.delay(delivery_count)),
+                description: text.clone(),
             },
         }
     }
 
-    fn settle(&self, id: u64, token: u64, how: Settle) -> Result<()> {
-        self.sh
-            .queue
-            .engine
-            .call(move |b| b.settle(id, token, &how))
+    /// Settles one message in its own commit; returns whether it was dead-lettered.
+    fn settle(&self, id: u64, token: u64, plan: Plan) -> Result<bool> {
+        self.sh.queue.engine.call(move |b| plan.apply(b, id, token))
     }
 
     /// Settles a message and locks up to `want` more in one commit. A settle or receive that
@@ -338,14 +392,14 @@ impl Worker<'_> {
         &self,
         id: u64,
         token: u64,
-        how: Settle,
+        plan: Plan,
         want: usize,
-    ) -> (Result<()>, Result<Vec<Locked>>) {
+    ) -> (Result<bool>, Result<Vec<Locked>>) {
         let q = &self.sh.queue;
         let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
         let r = q.engine.call(move |b| {
             let before = b.mutations;
-            let settled = match b.settle(id, token, &how) {
+            let settled = match plan.apply(b, id, token) {
                 Err(e) if b.mutations != before => return Err(e),
                 r => r,
             };
@@ -369,16 +423,32 @@ impl Worker<'_> {
         }
     }
 
+    /// Counts a settlement that did not commit: a lost lock, or an unsettled message.
     fn settle_failed(&self, id: u64, e: &Error) {
         let sh = self.sh;
         if e.is_lock_lost() {
             sh.counters.lock_lost.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        eprintln!(
-            "postbox: processor on queue {:?} could not settle message {id}: {e}",
-            sh.queue.name()
-        );
+        sh.counters.unsettled.fetch_add(1, Ordering::Relaxed);
+        match e {
+            // In a forked child (see `run`) nothing is reported: the processor is the parent's.
+            Error::Forked { .. } => {}
+            // Expected once the store is closed under a running processor; the lock went with
+            // the store, so the message is delivered again.
+            Error::Closed => tracing::warn!(
+                queue = %sh.queue.name(),
+                message_id = id,
+                error = %e,
+                "processor could not settle a message: the store is closed"
+            ),
+            _ => tracing::error!(
+                queue = %sh.queue.name(),
+                message_id = id,
+                error = %e,
+                "processor could not settle a message; it is delivered again when its lock expires"
+            ),
+        }
     }
 
     fn receive(&self, want: usize) -> Result<Vec<Locked>> {
@@ -387,14 +457,25 @@ impl Worker<'_> {
         q.engine.call(move |b| b.receive(qid, &name, owner, want))
     }
 
-    fn receive_failed(&self, e: &Error) {
+    /// Reports a failed receive; returns whether the worker should leave: the store is closed,
+    /// the queue deleted (the processor stops) or this is a forked child (see `run`).
+    fn receive_failed(&self, e: &Error) -> bool {
         let sh = self.sh;
-        eprintln!(
-            "postbox: processor on queue {:?} could not receive: {e}",
-            sh.queue.name()
-        );
-        if matches!(e, Error::Closed | Error::QueueNotFound(_)) {
-            sh.stop();
+        match e {
+            Error::Forked { .. } => true,
+            Error::Closed | Error::QueueNotFound(_) => {
+                tracing::warn!(queue = %sh.queue.name(), error = %e, "processor stops");
+                sh.stop();
+                true
+            }
+            _ => {
+                tracing::warn!(
+                    queue = %sh.queue.name(),
+                    error = %e,
+                    "processor could not receive; retrying"
+                );
+                false
+            }
         }
     }
 
@@ -424,8 +505,7 @@ impl Worker<'_> {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    self.receive_failed(&e);
-                    if sh.is_stopping() {
+                    if self.receive_failed(&e) || sh.is_stopping() {
                         return Wait::Stop;
                     }
                     sh.signal
@@ -500,12 +580,6 @@ impl Worker<'_> {
         let sh = self.sh;
         let now = Instant::now();
         let auto_renew = sh.config.max_auto_renew;
-        let half = (sh
-            .queue
-            .options()
-            .map_or(Duration::from_secs(30), |o| o.lock_duration)
-            / 2)
-        .max(Duration::from_millis(1));
         {
             let mut st = sh.state.lock();
             for l in got {
@@ -523,9 +597,7 @@ impl Worker<'_> {
                     l.token,
                     Watched {
                         track: track.clone(),
-                        next_renew: now
-                            .checked_add(half)
-                            .filter(|next| renew_until.is_some_and(|u| *next < u)),
+                        next_renew: watch::next_renewal(sh, l.locked_until, renew_until),
                         renew_until,
                         deadline: None,
                     },
@@ -577,12 +649,25 @@ impl Worker<'_> {
             Ok(()) => {
                 sh.counters.returned.fetch_add(n, Ordering::Relaxed);
             }
-            // A closed store has released every lock of this process already.
-            Err(Error::Closed) => {}
-            Err(e) => eprintln!(
-                "postbox: processor on queue {:?} could not return {n} messages (their locks will expire): {e}",
-                sh.queue.name()
-            ),
+            Err(e) => {
+                sh.counters.unsettled.fetch_add(n, Ordering::Relaxed);
+                match e {
+                    Error::Forked { .. } => {}
+                    // A closed store has released every lock of this process already.
+                    Error::Closed => tracing::warn!(
+                        queue = %sh.queue.name(),
+                        messages = n,
+                        error = %e,
+                        "processor could not return messages: the store is closed"
+                    ),
+                    _ => tracing::error!(
+                        queue = %sh.queue.name(),
+                        messages = n,
+                        error = %e,
+                        "processor could not return messages; they wait for their locks to expire"
+                    ),
+                }
+            }
         }
     }
 }
