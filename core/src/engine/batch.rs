@@ -330,10 +330,15 @@ impl<'t> Batch<'t> {
             o.apply_to(&QueueOptions::default())
         });
         options.validate()?;
-        let id = u32::try_from(self.next_seq(Seq::Queue)?)
-            .map_err(|_| Error::invalid("too many queues"))?;
-        let dlq_id = u32::try_from(self.next_seq(Seq::Queue)?)
-            .map_err(|_| Error::invalid("too many queues"))?;
+        // Queue ids stay below the commit marks' keys in `COUNTERS`.
+        let queue_id = |v: u64| {
+            u32::try_from(v)
+                .ok()
+                .filter(|id| *id < super::db::FIRST_MARK_KEY)
+                .ok_or_else(|| Error::invalid("too many queues"))
+        };
+        let id = queue_id(self.next_seq(Seq::Queue)?)?;
+        let dlq_id = queue_id(self.next_seq(Seq::Queue)?)?;
         let rec = QueueRecord {
             id,
             kind: QueueKind::Normal,
@@ -698,14 +703,25 @@ impl<'t> Batch<'t> {
         self.mutations += 1;
         self.t_owners()?.remove(owner)?;
         self.t_owner_scopes()?.remove(owner)?;
-        super::db::remove_mark(self.txn, Some(owner))
+        self.t_counters()?.remove(super::db::mark_key(owner))?;
+        Ok(())
     }
 
     pub fn clear_owners(&mut self) -> Result<()> {
         self.mutations += 1;
         self.t_owners()?.retain(|_, _| false)?;
         self.t_owner_scopes()?.retain(|_, _| false)?;
-        super::db::remove_mark(self.txn, None)
+        self.t_counters()?
+            .retain(|k, _| k < super::db::FIRST_MARK_KEY)?;
+        Ok(())
+    }
+
+    /// Records that `owner` committed batch `batch` (see `db::mark_key`). Not a mutation of its
+    /// own: the pipeline writes it only into batches that change something.
+    pub fn write_mark(&mut self, owner: u64, batch: u64) -> Result<()> {
+        self.t_counters()?
+            .insert(super::db::mark_key(owner), super::db::encode_mark(batch))?;
+        Ok(())
     }
 
     /// Releases the locks of registered processes that are no longer alive (as judged from

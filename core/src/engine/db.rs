@@ -14,15 +14,31 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
+use redb::{Database, ReadableDatabase};
+
+use super::tables::{COUNTERS, COUNTERS_LEN};
 
 use crate::error::{Error, Result};
 use crate::store::StoreBuilder;
 
-/// Owner id → number of the last batch that owner committed. Written in every committing
-/// batch, so that after a commit that failed with an unknown outcome the reopened file tells
-/// whether it landed (see [`DbSlot::resolve`]).
-const COMMIT_MARKS: TableDefinition<u64, u64> = TableDefinition::new("postbox.commit_marks");
+/// The `COUNTERS` key of an owner's commit mark: the number of the last batch that owner
+/// committed, written in every committing batch so that after a commit that failed the reopened
+/// file tells whether it landed (see [`DbSlot::resolve`]). The marks share `COUNTERS` with the
+/// queue counts (which every batch writes anyway) so that they cost no extra table per commit;
+/// they sit at the top of the key space, and queue ids stay below [`FIRST_MARK_KEY`].
+pub fn mark_key(owner: u64) -> u32 {
+    u32::MAX - (owner & 0x7fff_ffff) as u32
+}
+
+/// The lowest `COUNTERS` key a commit mark can have.
+pub const FIRST_MARK_KEY: u32 = 1 << 31;
+
+/// A mark as stored in `COUNTERS`.
+pub fn encode_mark(batch: u64) -> [u8; COUNTERS_LEN] {
+    let mut v = [0u8; COUNTERS_LEN];
+    v[..8].copy_from_slice(&batch.to_le_bytes());
+    v
+}
 
 enum State {
     Open(Arc<Database>),
@@ -150,11 +166,13 @@ impl DbSlot {
         };
         let mark = (|| -> Result<u64> {
             let txn = db.begin_read()?;
-            match txn.open_table(COMMIT_MARKS) {
-                Ok(t) => Ok(t.get(owner)?.map_or(0, |g| g.value())),
-                Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
-                Err(e) => Err(e.into()),
-            }
+            let t = txn.open_table(COUNTERS)?;
+            Ok(t.get(mark_key(owner))?.map_or(0, |g| {
+                let v = g.value();
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&v[..8]);
+                u64::from_le_bytes(b)
+            }))
         })();
         match mark {
             Err(e) => unknown(format!("the commit mark could not be read ({e})")),
@@ -195,24 +213,4 @@ fn error_text(e: &Error) -> String {
         Error::OutcomeUnknown(m) => m.clone(),
         other => other.to_string(),
     }
-}
-
-/// Records that `owner` committed batch `batch` (inside that batch's transaction).
-pub fn write_mark(txn: &WriteTransaction, owner: u64, batch: u64) -> Result<()> {
-    txn.open_table(COMMIT_MARKS)?.insert(owner, batch)?;
-    Ok(())
-}
-
-/// Forgets an owner's mark when it unregisters.
-pub fn remove_mark(txn: &WriteTransaction, owner: Option<u64>) -> Result<()> {
-    let mut t = txn.open_table(COMMIT_MARKS)?;
-    match owner {
-        Some(o) => {
-            t.remove(o)?;
-        }
-        None => {
-            t.retain(|_, _| false)?;
-        }
-    }
-    Ok(())
 }

@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::batch::{Batch, DueHints};
 use super::clock::Clock;
-use super::db::{self, DbSlot, Resolved};
+use super::db::{DbSlot, Resolved};
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
 use crate::error::{Error, Result};
@@ -642,7 +642,7 @@ fn run_batch(
         if fatal.is_none()
             && dirty
             && batch_no != 0
-            && let Err(e) = db::write_mark(&txn, ctx.owner, batch_no)
+            && let Err(e) = batch.write_mark(ctx.owner, batch_no)
         {
             fatal = Some(e);
         }
