@@ -13,7 +13,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use redb::{
-    ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+    ConcurrencyMode, Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
+    WriteTransaction,
 };
 
 use super::tables::*;
@@ -91,10 +92,33 @@ macro_rules! for_each_table {
 }
 
 /// Checks that the file is a postbox store this version can open and returns its format
-/// version.
+/// version. Every table is looked up, so that damage to redb's table directory (a table's name
+/// or types) is reported here as `Corrupted`, not later as a missing or foreign table.
 fn inspect(path: &Path, db: &impl ReadableDatabase) -> Result<u64> {
     let txn = db.begin_read()?;
-    check_version(path, super::read::format_version(&txn)?)
+    let version = check_version(path, super::read::format_version(&txn)?)?;
+    for_each_table!(check_table(&txn, version));
+    Ok(version)
+}
+
+fn check_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    version: u64,
+    def: TableDefinition<K, V>,
+) -> Result<()> {
+    match txn.open_table(def) {
+        Ok(_) => Ok(()),
+        // A format-1 store may predate a table; its upgrade creates it.
+        Err(redb::TableError::TableDoesNotExist(_)) if version < FORMAT_VERSION => Ok(()),
+        Err(
+            e @ (redb::TableError::TableDoesNotExist(_)
+            | redb::TableError::TableTypeMismatch { .. }
+            | redb::TableError::TableIsMultimap(_)),
+        ) => Err(Error::Corrupted(format!(
+            "{e} (the store's table directory is damaged)"
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
