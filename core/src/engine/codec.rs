@@ -579,4 +579,82 @@ mod tests {
             assert!(decode_envelope(&buf[..len]).is_err(), "len {len}");
         }
     }
+
+    /// Nanoseconds per call of `f`, best of five runs of `n` calls.
+    fn ns_per_call(n: u32, mut f: impl FnMut()) -> f64 {
+        (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    f();
+                }
+                t.elapsed().as_nanos() as f64 / f64::from(n)
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// What the checksums cost per record. Run in release:
+    /// `cargo test -p postbox --release --lib -- --ignored --nocapture checksum_cost`.
+    #[test]
+    #[ignore = "a measurement, not a test; run in release"]
+    fn checksum_cost() {
+        use crate::engine::tables::{State, Status};
+        use std::hint::black_box;
+        let props = full_props();
+        for size in [1 << 10, 4 << 20] {
+            let body: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+            let n = if size < 1 << 20 { 200_000 } else { 200 };
+            let crc = ns_per_call(n, || {
+                black_box(crc32c::crc32c(black_box(&body)));
+            });
+            let v2 = encode_envelope(&props, None, &body);
+            let v1 = as_v1(&v2);
+            let encode = ns_per_call(n, || {
+                black_box(encode_envelope(black_box(&props), None, black_box(&body)));
+            });
+            let decode_v2 = ns_per_call(n, || {
+                black_box(decode_envelope(black_box(&v2)).is_ok());
+            });
+            let decode_v1 = ns_per_call(n, || {
+                black_box(decode_envelope(black_box(&v1)).is_ok());
+            });
+            eprintln!(
+                "body {size:>7} B: crc32c {crc:>10.1} ns ({:.1} GB/s); encode_envelope (v2) \
+                 {encode:>10.1} ns; decode_envelope v2 {decode_v2:>10.1} ns, v1 (no check) \
+                 {decode_v1:>10.1} ns",
+                size as f64 / crc
+            );
+        }
+        let st = State {
+            queue: 3,
+            priority: 4,
+            status: Status::Locked,
+            delivery_count: 2,
+            size: 4096,
+            enqueued_at: 1_700_000_000_000,
+            visible_at: 0,
+            expires_at: 0,
+            lock_owner: 9,
+            lock_token: 12_345,
+            locked_until: 1_700_000_030_000,
+        };
+        let row = st.encode();
+        let mut old = row;
+        old[5] &= 0x03;
+        old[6] = 0;
+        old[7] = 0;
+        let encode = ns_per_call(1_000_000, || {
+            black_box(black_box(&st).encode());
+        });
+        let decode = ns_per_call(1_000_000, || {
+            black_box(State::decode(black_box(&row)).is_ok());
+        });
+        let decode_old = ns_per_call(1_000_000, || {
+            black_box(State::decode_format1(black_box(&old)).is_ok());
+        });
+        eprintln!(
+            "state row: encode (with CRC-16) {encode:.1} ns; decode with check {decode:.1} ns, \
+             format 1 (no check) {decode_old:.1} ns"
+        );
+    }
 }
