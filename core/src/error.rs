@@ -295,6 +295,9 @@ impl From<redb::CommitError> for Error {
             redb::CommitError::Storage(redb::StorageError::Io(io)) if is_disk_full(&io) => {
                 Error::StorageFull(io.to_string())
             }
+            // redb found damaged pages while preparing the commit, before it wrote the new root:
+            // nothing was applied, and the store is damaged.
+            redb::CommitError::Storage(redb::StorageError::Corrupted(m)) => Error::Corrupted(m),
             other => Error::OutcomeUnknown(other.to_string()),
         }
     }

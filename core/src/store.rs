@@ -39,7 +39,7 @@ pub enum Durability {
 /// - `poll_interval`: 1 ms floor, 50 ms ceiling (multi-process only: how quickly a waiting
 ///   receiver sees a message another process sent)
 /// - `verify_on_open`: `true` (checksums every page on open, so a damaged file is reported as
-///   [`Error::Corrupted`] instead of failing later)
+///   [`Error::Corrupted`] at open rather than by the operation that reads the damage)
 #[derive(Debug, Clone)]
 pub struct StoreBuilder {
     pub(crate) durability: Durability,
@@ -94,7 +94,17 @@ impl StoreBuilder {
         self
     }
 
-    /// Whether to verify every page's checksum when opening (see the defaults).
+    /// Whether to verify every page's checksum when opening (default `true`).
+    ///
+    /// Every record postbox stores — a message's envelope and body, its state, a queue's
+    /// options — carries its own checksum, verified every time it is read. So with
+    /// `verify_on_open(false)` a damaged record is still never returned as if it were sound:
+    /// the damage is reported as [`Error::Corrupted`] by the operation that reads it.
+    /// `verify_on_open` additionally checks every page of the file at open (redb's page
+    /// checksums, which cover redb's own structures as well), so that damage anywhere is found
+    /// at once, at a cost that grows with the size of the file. Messages written before store
+    /// format 2 keep their unchecksummed envelopes (the upgrade rewrites only states and queue
+    /// records).
     pub fn verify_on_open(mut self, enabled: bool) -> Self {
         self.verify_on_open = enabled;
         self

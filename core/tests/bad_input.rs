@@ -393,7 +393,7 @@ fn plain_redb_databases_are_refused_untouched() {
             e,
             Error::IncompatibleVersion {
                 found: 99,
-                supported: 1
+                supported: 2
             }
         ),
         "{e:?}"

@@ -3,12 +3,19 @@
 //! Creation is atomic: the store is built under a temporary name, made durable, then linked to
 //! its final name and the directory is synced, so a crash at any point leaves either no store or
 //! a complete one — never a file that cannot be opened.
+//!
+//! A writable open of a store in an older format upgrades it to the current one in a single
+//! write transaction (see [`upgrade`]), so the rest of the engine only ever sees the current
+//! format.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use redb::{ConcurrencyMode, Database, ReadableDatabase};
+use redb::{
+    ConcurrencyMode, Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
+    WriteTransaction,
+};
 
 use super::tables::*;
 use crate::error::{Error, Result, io_to_error};
@@ -45,15 +52,11 @@ pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
     // file, and a database that is not ours must be left exactly as it was. A file that needs
     // recovery (its last writer crashed, or in multi-process mode a writer is live) cannot be
     // opened read-only; then the writable open recovers it and the check comes after.
-    match redb_builder(b).open_read_only(path) {
+    let (db, version) = match redb_builder(b).open_read_only(path) {
         Ok(ro) => {
-            let version = {
-                let txn = ro.begin_read()?;
-                super::read::format_version(&txn)?
-            };
+            let version = inspect(path, &ro)?;
             drop(ro);
-            check_version(path, version)?;
-            Ok(redb_builder(b).open(path)?)
+            (redb_builder(b).open(path)?, version)
         }
         Err(redb::DatabaseError::RepairAborted) => {
             // Repairing writes. A database that is positively not a postbox store (or a newer
@@ -62,18 +65,77 @@ pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
                 check_version(path, version)?;
             }
             let db = redb_builder(b).open(path)?;
-            let version = {
-                let txn = db.begin_read()?;
-                super::read::format_version(&txn)?
-            };
-            check_version(path, version)?;
-            Ok(db)
+            let version = inspect(path, &db)?;
+            (db, version)
         }
+        Err(e) => return Err(e.into()),
+    };
+    if version < FORMAT_VERSION {
+        upgrade(&db)?;
+    }
+    Ok(db)
+}
+
+/// Calls `$f(args…, table)?` for every postbox table (their types differ, hence a macro).
+macro_rules! for_each_table {
+    ($f:ident($($arg:expr),*)) => {{
+        $f($($arg,)* META)?;
+        $f($($arg,)* QUEUES)?;
+        $f($($arg,)* QUEUE_IDS)?;
+        $f($($arg,)* COUNTERS)?;
+        $f($($arg,)* STATE)?;
+        $f($($arg,)* DATA)?;
+        $f($($arg,)* READY)?;
+        $f($($arg,)* SCHEDULED)?;
+        $f($($arg,)* EXPIRING)?;
+        $f($($arg,)* LOCK_EXPIRY)?;
+        $f($($arg,)* OWNERS)?;
+        $f($($arg,)* OWNER_SCOPES)?;
+        $f($($arg,)* DEDUP)?;
+        $f($($arg,)* DEDUP_EXPIRY)?;
+    }};
+}
+
+/// Checks that the file is a postbox store this version can open and returns its format
+/// version. Every table is looked up, so that damage to redb's table directory (a table's name
+/// or types) is reported here as `Corrupted`, not later as a missing or foreign table.
+fn inspect(path: &Path, db: &impl ReadableDatabase) -> Result<u64> {
+    let txn = db.begin_read()?;
+    let version = check_version(path, super::read::format_version(&txn)?)?;
+    for_each_table!(check_table(&txn, version));
+    Ok(version)
+}
+
+fn check_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    version: u64,
+    def: TableDefinition<K, V>,
+) -> Result<()> {
+    match txn.open_table(def) {
+        Ok(_) => Ok(()),
+        // A format-1 store may predate a table; its upgrade creates it.
+        Err(redb::TableError::TableDoesNotExist(_)) if version < FORMAT_VERSION => Ok(()),
+        Err(
+            e @ (redb::TableError::TableDoesNotExist(_)
+            | redb::TableError::TableTypeMismatch { .. }
+            | redb::TableError::TableIsMultimap(_)),
+        ) => Err(Error::Corrupted(format!(
+            "{e} (the store's table directory is damaged)"
+        ))),
         Err(e) => Err(e.into()),
     }
 }
 
-fn check_version(path: &Path, version: Option<u64>) -> Result<()> {
+fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &WriteTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<()> {
+    txn.open_table(def)?;
+    Ok(())
+}
+
+/// The format version of a postbox store that this version can open.
+fn check_version(path: &Path, version: Option<u64>) -> Result<u64> {
     match version {
         None => Err(Error::NotAStore(format!(
             "{} is a redb database without postbox tables",
@@ -83,8 +145,72 @@ fn check_version(path: &Path, version: Option<u64>) -> Result<()> {
             found: u32::try_from(v).unwrap_or(u32::MAX),
             supported: FORMAT_VERSION as u32,
         }),
-        Some(_) => Ok(()),
+        // No version 0 was ever written.
+        Some(0) => Err(Error::corrupted(format!(
+            "{}: format version 0",
+            path.display()
+        ))),
+        Some(v) => Ok(v),
     }
+}
+
+/// State rows rewritten per batch of the upgrade (a batch is collected before it is written
+/// back: a redb table cannot be changed while it is being iterated).
+const UPGRADE_BATCH: usize = 4096;
+
+/// Upgrades a format-1 store to format 2 in one write transaction: every state row and queue
+/// record is rewritten with its checksum, tables the store predates are created (a format-2
+/// store has them all), then the format version is set. Envelopes are left in format 1 (their
+/// decoder still reads it). A crash before the commit leaves the store in format 1, and the
+/// next open upgrades it again.
+///
+/// A row or record that format 1 cannot decode either is left as it is: it was unreadable before
+/// and stays so (the operation that reads it reports `Corrupted`); opening never destroys.
+fn upgrade(db: &Database) -> Result<()> {
+    let txn = db.begin_write()?;
+    // Another process sharing the store may have upgraded it since we looked.
+    let version = txn.open_table(META)?.get(KEY_FORMAT)?.map(|g| g.value());
+    if version != Some(1) {
+        txn.abort()?;
+        return Ok(());
+    }
+    for_each_table!(create_table(&txn));
+    {
+        let mut states = txn.open_table(STATE)?;
+        let mut from = 0u64;
+        loop {
+            let rows = states
+                .range(from..)?
+                .take(UPGRADE_BATCH)
+                .map(|e| e.map(|(k, v)| (k.value(), v.value())))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            for (id, row) in &rows {
+                if let Ok(st) = State::decode_format1(row) {
+                    states.insert(*id, st.encode())?;
+                }
+            }
+            match rows.last() {
+                Some((last, _)) if rows.len() == UPGRADE_BATCH => match last.checked_add(1) {
+                    Some(next) => from = next,
+                    None => break,
+                },
+                _ => break,
+            }
+        }
+        let mut queues = txn.open_table(QUEUES)?;
+        let records = queues
+            .iter()?
+            .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        for (name, raw) in records {
+            if let Ok(rec) = super::codec::decode_queue(&raw) {
+                queues.insert(name.as_str(), super::codec::encode_queue(&rec).as_slice())?;
+            }
+        }
+        txn.open_table(META)?.insert(KEY_FORMAT, FORMAT_VERSION)?;
+    }
+    txn.commit()?;
+    Ok(())
 }
 
 /// Rejects files that are not redb databases before redb sees them, with a clear error.
@@ -146,23 +272,10 @@ fn build_new(tmp: &Path, b: &StoreBuilder) -> Result<()> {
     let db = rb.create_with_backend(redb::backends::FileBackend::new(file)?)?;
     let txn = db.begin_write()?;
     {
-        let mut meta = txn.open_table(META)?;
-        meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
+        for_each_table!(create_table(&txn));
+        txn.open_table(META)?.insert(KEY_FORMAT, FORMAT_VERSION)?;
         txn.open_table(COUNTERS)?
             .insert(SEQUENCES_KEY, encode_sequences(&[1; 4]))?;
-        txn.open_table(QUEUES)?;
-        txn.open_table(QUEUE_IDS)?;
-        txn.open_table(COUNTERS)?;
-        txn.open_table(STATE)?;
-        txn.open_table(DATA)?;
-        txn.open_table(READY)?;
-        txn.open_table(SCHEDULED)?;
-        txn.open_table(EXPIRING)?;
-        txn.open_table(LOCK_EXPIRY)?;
-        txn.open_table(OWNERS)?;
-        txn.open_table(OWNER_SCOPES)?;
-        txn.open_table(DEDUP)?;
-        txn.open_table(DEDUP_EXPIRY)?;
     }
     txn.commit()?;
     drop(db);
