@@ -37,6 +37,8 @@ fn class_name(e: &Error) -> &'static str {
             ErrorKind::Config => "ConfigError",
             ErrorKind::StorageFull => "StorageFullError",
             ErrorKind::Codec => "CodecError",
+            ErrorKind::QueueNotFound => "QueueNotFoundError",
+            ErrorKind::Forked => "ForkedError",
             _ => "PostboxError",
         },
     }
@@ -70,6 +72,10 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
         Error::MessageTooLarge { size, max } => {
             exc.setattr("size", size)?;
             exc.setattr("max_size", max)?;
+        }
+        Error::Forked { opened_by, current } => {
+            exc.setattr("opened_by", opened_by)?;
+            exc.setattr("current", current)?;
         }
         _ => {}
     }
