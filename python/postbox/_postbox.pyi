@@ -41,6 +41,14 @@ REASON_MAX_DELIVERIES: str
 
 @final
 class Store:
+    """One store file holding many queues; a context manager that closes it.
+
+    A store belongs to the process that opened it. In a child made by ``fork()`` every call on
+    it and on its queues, messages, transactions and processors raises ``ForkedError`` and
+    writes nothing; ``close()``, leaving a ``with`` block and garbage collection there only let
+    go of the handle. The child opens the store itself (``multi_process=True`` to share it).
+    """
+
     def __new__(
         cls,
         path: str | PathLike[str],
@@ -73,9 +81,11 @@ class Store:
     ) -> Queue: ...
     def queues(self) -> list[str]: ...
     def delete_queue(self, name: str) -> bool: ...
-    def transaction(self) -> Transaction: ...
+    def transaction(self) -> Transaction:
+        """A new transaction; raises ``ClosedError`` at once on a closed store."""
     def stats(self) -> dict[str, int]: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Closes the store; in a forked child only lets go of the handle (returns at once)."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

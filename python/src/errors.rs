@@ -88,6 +88,22 @@ pub fn invalid(msg: impl Into<String>) -> PyErr {
     to_py(Error::InvalidArgument(msg.into()))
 }
 
+/// Whether this process is not `opened_by`: the object was inherited across `fork()`.
+pub fn is_forked(opened_by: u32) -> bool {
+    std::process::id() != opened_by
+}
+
+/// Fails with `ForkedError` in a process other than `opened_by`. Checked before any mutex of
+/// this binding is taken: one that a parent thread held at fork time stays locked in the child.
+pub fn check_process(opened_by: u32) -> PyResult<()> {
+    let current = std::process::id();
+    if current == opened_by {
+        Ok(())
+    } else {
+        Err(to_py(Error::Forked { opened_by, current }))
+    }
+}
+
 /// `postbox.Empty`: nothing arrived before the timeout.
 pub fn empty(queue: &str) -> PyErr {
     Python::attach(|py| {

@@ -9,7 +9,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyDict, PyType};
 
 use crate::convert;
-use crate::errors::{self, IntoPy, invalid};
+use crate::errors::{self, IntoPy, invalid, is_forked};
 
 /// Where a message stands with respect to its lock.
 pub enum Lock {
@@ -40,6 +40,9 @@ impl Lock {
 
 /// A message read from a queue. Its properties are attributes; `complete()`, `abandon()`,
 /// `dead_letter()` and `resubmit()` settle a received message exactly once.
+///
+/// In a forked child the settle methods and `renew_lock()` raise `ForkedError` (the lock is the
+/// parent's); the message's data (body, label, properties, ...) stay readable.
 #[pyclass(frozen, module = "postbox._postbox", name = "Message")]
 pub struct PyMessage {
     pub env: Envelope,
@@ -47,6 +50,8 @@ pub struct PyMessage {
     pub lock: Mutex<Lock>,
     lock_token: Option<u64>,
     locked_until: Mutex<Option<SystemTime>>,
+    /// The process that read the message: its mutexes are never waited for in another one.
+    opened_by: u32,
 }
 
 impl PyMessage {
@@ -79,7 +84,13 @@ impl PyMessage {
             lock: Mutex::new(lock),
             lock_token: token,
             locked_until: Mutex::new(until),
+            opened_by: std::process::id(),
         }
+    }
+
+    /// Fails with `ForkedError` in a forked child, before any mutex is taken.
+    pub fn check_process(&self) -> PyResult<()> {
+        errors::check_process(self.opened_by)
     }
 
     /// Takes the lock out to settle it, leaving `after` in its place; explains a refusal.
@@ -112,6 +123,15 @@ impl PyMessage {
         }
     }
 
+    /// The lock's state. In a forked child the mutex is only tried: a parent thread may have
+    /// held it at fork time (while renewing), and then it stays locked there.
+    fn lock_state(&self) -> &'static str {
+        if is_forked(self.opened_by) {
+            return self.lock.try_lock().map_or("locked", |l| l.state());
+        }
+        self.lock.lock().state()
+    }
+
     /// Settles through `f`. A failed settle gives the message back still holding its lock
     /// (unless the lock was lost), so the call can be retried and `__exit__` or garbage
     /// collection still releases it.
@@ -121,6 +141,7 @@ impl PyMessage {
         after: &'static str,
         f: impl FnOnce(Received) -> Result<(), SettleError> + Send,
     ) -> PyResult<()> {
+        self.check_process()?;
         let r = self.take(after)?;
         match py.detach(move || f(r)) {
             Ok(()) => Ok(()),
@@ -246,10 +267,11 @@ impl PyMessage {
         convert::opt_datetime(py, until)
     }
     /// `"unlocked"` (peeked), `"locked"`, `"transaction"`, `"completed"`, `"abandoned"`,
-    /// `"dead-lettered"`, `"resubmitted"` or `"enlisted"`.
+    /// `"dead-lettered"`, `"resubmitted"`, `"enlisted"`, `"processor"` or
+    /// `"settled by the processor"`.
     #[getter]
     fn state(&self) -> &'static str {
-        self.lock.lock().state()
+        self.lock_state()
     }
 
     /// Removes the message for good.
@@ -269,6 +291,7 @@ impl PyMessage {
     /// Moves the message to the dead-letter queue.
     #[pyo3(signature = (reason, description=""))]
     fn dead_letter(&self, py: Python<'_>, reason: String, description: &str) -> PyResult<()> {
+        self.check_process()?;
         let description = description.to_owned();
         if let Lock::Processor(slot) = &mut *self.lock.lock() {
             if slot.is_some() {
@@ -292,6 +315,7 @@ impl PyMessage {
 
     /// Extends the lock by the queue's lock_duration; returns the new expiry.
     fn renew_lock<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
+        self.check_process()?;
         // The message mutex is taken without the GIL, so it never waits on a thread that holds
         // the GIL and wants this mutex.
         let until = py.detach(|| {
@@ -329,6 +353,14 @@ impl PyMessage {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        if is_forked(self.opened_by) {
+            // The lock is the parent's: a clean exit cannot complete it here, an exception
+            // leaves it to the parent (or to its expiry).
+            return match exc_type {
+                None => self.check_process().map(|()| false),
+                Some(_) => Ok(false),
+            };
+        }
         if !matches!(*self.lock.lock(), Lock::Held(_)) {
             return Ok(false);
         }
@@ -349,7 +381,7 @@ impl PyMessage {
             "<postbox.Message id={} queue={:?} state={} delivery_count={} body={:?}{}>",
             self.env.id(),
             self.env.queue(),
-            self.lock.lock().state(),
+            self.lock_state(),
             self.env.delivery_count(),
             shown,
             if body.len() > 40 { "…" } else { "" }

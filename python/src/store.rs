@@ -14,6 +14,12 @@ use crate::queue::PyQueue;
 use crate::tx::PyTransaction;
 
 /// One store file holding many queues. A context manager: leaving the block closes it.
+///
+/// A store belongs to the process that opened it. In a child made by `fork()` (the "fork"
+/// start method of `multiprocessing`, prefork servers) every call on it — and on its queues,
+/// messages, transactions and processors — raises `ForkedError` and writes nothing; `close()`,
+/// leaving a `with` block and garbage collection only let go of the handle. The child opens the
+/// store itself (with `multi_process=True` to share it with a parent that keeps it open).
 #[pyclass(frozen, module = "postbox._postbox", name = "Store")]
 pub struct PyStore {
     pub store: Store,
@@ -25,6 +31,17 @@ fn opt_u64(v: Option<i128>, what: &str) -> PyResult<Option<u64>> {
         u64::try_from(n).map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {n}")))
     })
     .transpose()
+}
+
+impl PyStore {
+    fn check_process(&self) -> PyResult<()> {
+        if self.store.is_forked() {
+            // The core builds the error with both pids.
+            self.store.try_begin().py_err().map(drop)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 #[pymethods]
@@ -156,7 +173,7 @@ impl PyStore {
                 store.queue_with(name, o)
             })
             .py_err()?;
-        Ok(PyQueue { q })
+        Ok(PyQueue::new(q))
     }
 
     /// The names of all queues (dead-letter queues are reached through `Queue.dead_letters`).
@@ -171,13 +188,15 @@ impl PyStore {
         py.detach(|| store.delete_queue(name)).py_err()
     }
 
-    /// A new transaction; use it as `with store.transaction() as tx:`.
-    fn transaction(&self) -> PyTransaction {
-        PyTransaction::new(self.store.begin())
+    /// A new transaction; use it as `with store.transaction() as tx:`. Raises `ClosedError`
+    /// at once on a closed store (`ForkedError` in a forked child).
+    fn transaction(&self) -> PyResult<PyTransaction> {
+        self.store.try_begin().py_err().map(PyTransaction::new)
     }
 
     /// Commit-pipeline counters of this process: `{"commits": n, "operations": n}`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.check_process()?;
         let s = self.store.stats();
         let d = PyDict::new(py);
         d.set_item("commits", s.commits)?;
@@ -187,6 +206,9 @@ impl PyStore {
 
     /// Closes the store: waits for pending commits and releases this process's locks. Every
     /// handle of the store raises `ClosedError` afterwards. Closing twice is harmless.
+    ///
+    /// In a forked child (a store inherited across `fork()`) it only lets go of this handle:
+    /// it returns at once without touching the file, which stays the parent's.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
