@@ -108,10 +108,10 @@ impl PyStore {
         self.store.is_multi_process()
     }
 
-    /// Whether `close()` was called on this object.
+    /// Whether `close()` was called (on this object or on another handle of the same store).
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.closed.load(Ordering::Acquire) || self.store.is_closed()
     }
 
     /// Opens queue `name`, creating it if missing. Options given are applied (the others keep
