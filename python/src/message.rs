@@ -147,9 +147,12 @@ impl PyMessage {
             Ok(()) => Ok(()),
             Err(failed) => {
                 let (error, message) = failed.into_parts();
-                if !error.is_lock_lost() {
-                    *self.lock.lock() = Lock::Held(Box::new(message));
-                }
+                *self.lock.lock() = if error.is_lock_lost() {
+                    // Nothing is left to settle: the handle is spent.
+                    Lock::Settled("lock lost")
+                } else {
+                    Lock::Held(Box::new(message))
+                };
                 Err(errors::to_py(error))
             }
         }
@@ -267,8 +270,8 @@ impl PyMessage {
         convert::opt_datetime(py, until)
     }
     /// `"unlocked"` (peeked), `"locked"`, `"transaction"`, `"completed"`, `"abandoned"`,
-    /// `"dead-lettered"`, `"resubmitted"`, `"enlisted"`, `"processor"` or
-    /// `"settled by the processor"`.
+    /// `"dead-lettered"`, `"resubmitted"`, `"enlisted"`, `"processor"`, `"lock lost"` (a settle
+    /// failed because the lock was lost: the handle is spent) or `"settled by the processor"`.
     #[getter]
     fn state(&self) -> &'static str {
         self.lock_state()
@@ -288,10 +291,20 @@ impl PyMessage {
         }
     }
 
-    /// Moves the message to the dead-letter queue.
+    /// Moves the message to the dead-letter queue with `reason` (at most 256 bytes of UTF-8;
+    /// longer is refused with `InvalidArgumentError`) and `description` (cut to 4096 bytes).
+    /// A refused or failed call leaves the message locked, so it can still be settled.
     #[pyo3(signature = (reason, description=""))]
     fn dead_letter(&self, py: Python<'_>, reason: String, description: &str) -> PyResult<()> {
         self.check_process()?;
+        if reason.len() > postbox::MAX_REASON_LEN {
+            // Refused now rather than when the processor applies it after the handler.
+            return Err(invalid(format!(
+                "a dead-letter reason is at most {} bytes, got {}",
+                postbox::MAX_REASON_LEN,
+                reason.len()
+            )));
+        }
         let description = description.to_owned();
         if let Lock::Processor(slot) = &mut *self.lock.lock() {
             if slot.is_some() {
