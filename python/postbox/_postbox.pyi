@@ -71,14 +71,21 @@ class Store:
         self,
         name: str,
         *,
-        lock_duration: _Seconds | None = None,
-        max_deliveries: int | None = None,
-        default_ttl: _Seconds | None = None,
-        max_message_size: int | None = None,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        dedup_window: _Seconds | None = None,
-    ) -> Queue: ...
+        lock_duration: _Seconds | None = ...,
+        max_deliveries: int | None = ...,
+        default_ttl: _Seconds | None = ...,
+        max_message_size: int | None = ...,
+        max_messages: int | None = ...,
+        max_bytes: int | None = ...,
+        dedup_window: _Seconds | None = ...,
+    ) -> Queue:
+        """Opens queue ``name``, creating it if missing; an existing queue keeps its messages.
+
+        Only the options given change an existing queue; the others keep their stored values.
+        ``None`` clears an optional option (``default_ttl``, ``max_messages``, ``max_bytes``,
+        ``dedup_window``) and puts a required one (``lock_duration``, ``max_deliveries``,
+        ``max_message_size``) back to its default.
+        """
     def queues(self) -> list[str]: ...
     def delete_queue(self, name: str) -> bool: ...
     def transaction(self) -> Transaction:

@@ -109,7 +109,8 @@ impl PyQueue {
         self.q.name()
     }
 
-    /// The queue's options when this handle was opened (durations as `timedelta`).
+    /// The queue's options as stored now (another handle or process may have changed them),
+    /// durations as `timedelta`; `None` for an option that is not set.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let q = &self.q;
