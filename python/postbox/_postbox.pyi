@@ -237,7 +237,9 @@ class Message:
         locked, so a valid settle can follow; after ``LockLostError`` the handle is spent.
         """
     def resubmit(self) -> None: ...
-    def renew_lock(self) -> datetime: ...
+    def renew_lock(self) -> datetime:
+        """Extends the lock by the queue's lock_duration (through the transaction for a
+        message received in one); returns the new expiry."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

@@ -10,6 +10,7 @@ use pyo3::types::{PyBytes, PyDateTime, PyDict, PyType};
 
 use crate::convert;
 use crate::errors::{self, IntoPy, invalid, is_forked};
+use crate::tx::{self, TxLink};
 
 /// Where a message stands with respect to its lock.
 pub enum Lock {
@@ -17,8 +18,9 @@ pub enum Lock {
     Unlocked,
     /// Received: held under this lock until settled.
     Held(Box<Received>),
-    /// Received through, or enlisted in, a transaction: settled by its commit or abort.
-    Transaction,
+    /// Received through, or enlisted in, a transaction: settled by its commit or abort, and
+    /// renewed through it.
+    Transaction(TxLink),
     /// Handed to a `Processor` handler: settled by the processor when the handler returns;
     /// holds the dead letter the handler asked for.
     Processor(Option<(String, String)>),
@@ -31,7 +33,7 @@ impl Lock {
         match self {
             Lock::Unlocked => "unlocked",
             Lock::Held(_) => "locked",
-            Lock::Transaction => "transaction",
+            Lock::Transaction(_) => "transaction",
             Lock::Processor(_) => "processor",
             Lock::Settled(how) => how,
         }
@@ -73,8 +75,13 @@ impl PyMessage {
         PyMessage::new(env, Lock::Processor(None), None, Some(locked_until))
     }
 
-    pub fn in_transaction(env: Envelope) -> PyMessage {
-        PyMessage::new(env, Lock::Transaction, None, None)
+    pub fn in_transaction(
+        env: Envelope,
+        tx: TxLink,
+        token: Option<u64>,
+        until: Option<SystemTime>,
+    ) -> PyMessage {
+        PyMessage::new(env, Lock::Transaction(tx), token, until)
     }
 
     fn new(env: Envelope, lock: Lock, token: Option<u64>, until: Option<SystemTime>) -> PyMessage {
@@ -104,7 +111,7 @@ impl PyMessage {
                         "message {} was not received (it came from peek, browse or get) and holds no lock",
                         self.env.id()
                     ),
-                    Lock::Transaction => format!(
+                    Lock::Transaction(_) => format!(
                         "message {} belongs to a transaction: it is settled by the transaction's commit or abort",
                         self.env.id()
                     ),
@@ -258,12 +265,12 @@ impl PyMessage {
     fn dead_lettered_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         convert::opt_datetime(py, self.env.dead_letter_info().map(|d| d.at))
     }
-    /// The lock token of this delivery (`None` unless received outside a transaction).
+    /// The lock token of this delivery (`None` for a peeked message or a processor's).
     #[getter]
     fn lock_token(&self) -> Option<u64> {
         self.lock_token
     }
-    /// When the lock expires unless renewed (`None` unless received outside a transaction).
+    /// When the lock expires unless renewed (`None` for a peeked message).
     #[getter]
     fn locked_until<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         let until = *self.locked_until.lock();
@@ -326,29 +333,31 @@ impl PyMessage {
         self.settle(py, "resubmitted", Received::resubmit)
     }
 
-    /// Extends the lock by the queue's lock_duration; returns the new expiry.
+    /// Extends the lock by the queue's lock_duration from now; returns the new expiry. A
+    /// message received through a transaction renews through it (as long as it is open).
     fn renew_lock<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
         self.check_process()?;
+        let id = self.env.id();
         // The message mutex is taken without the GIL, so it never waits on a thread that holds
-        // the GIL and wants this mutex.
+        // the GIL and wants this mutex; the transaction's mutex is taken after it is let go.
         let until = py.detach(|| {
             let mut lock = self.lock.lock();
             match &mut *lock {
                 Lock::Held(r) => Ok(r.renew_lock()),
-                other => Err(other.state()),
+                Lock::Transaction(link) => {
+                    let link = link.clone();
+                    drop(lock);
+                    tx::renew_lock(&link, id)
+                }
+                Lock::Unlocked | Lock::Processor(_) => Err(format!(
+                    "message {id} holds no lock to renew ({})",
+                    lock.state()
+                )),
+                Lock::Settled(how) => Err(format!("message {id} was already settled ({how})")),
             }
         });
-        let until = match until {
-            Ok(r) => r.py_err()?,
-            Err(state) => {
-                let why = if matches!(state, "unlocked" | "transaction" | "processor") {
-                    format!("message {} holds no lock to renew ({state})", self.env.id())
-                } else {
-                    format!("message {} was already settled ({state})", self.env.id())
-                };
-                return Err(invalid(why));
-            }
-        };
+        // Errors become exceptions with the GIL back and no mutex held.
+        let until = until.map_err(invalid)?.py_err()?;
         *self.locked_until.lock() = Some(until);
         convert::datetime(py, until)
     }

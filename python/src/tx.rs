@@ -1,7 +1,10 @@
 //! `postbox.Transaction`: receives and sends that commit together.
 
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
 use parking_lot::Mutex;
-use postbox::Transaction;
+use postbox::{MessageId, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
@@ -10,9 +13,33 @@ use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
 use crate::message::{Lock, PyMessage};
 use crate::queue::{PyQueue, wait_sliced};
 
-enum State {
+pub enum State {
     Open(Transaction),
     Finished(&'static str),
+}
+
+/// The transaction behind a `Transaction` object.
+type SharedState = Arc<Mutex<State>>;
+
+/// How the messages a transaction received or enlisted reach it to renew their locks. Weak:
+/// a message does not keep a dropped transaction alive (dropping it aborts it).
+pub type TxLink = Weak<Mutex<State>>;
+
+/// Extends the lock on message `id` held by the transaction behind `link`; called without the
+/// GIL. `Err` explains why the transaction cannot renew it.
+pub fn renew_lock(link: &TxLink, id: MessageId) -> Result<postbox::Result<SystemTime>, String> {
+    let Some(state) = link.upgrade() else {
+        return Err(format!(
+            "message {id} belongs to a transaction that was dropped (and so aborted)"
+        ));
+    };
+    let mut state = state.lock();
+    match &mut *state {
+        State::Open(tx) => Ok(tx.renew_lock(id)),
+        State::Finished(how) => Err(format!(
+            "message {id} belongs to a transaction that was already {how}"
+        )),
+    }
 }
 
 /// A transaction: `with store.transaction() as tx:` commits on a clean exit and aborts on an
@@ -20,7 +47,7 @@ enum State {
 /// then. In a forked child every call raises `ForkedError` (the transaction is the parent's).
 #[pyclass(frozen, module = "postbox._postbox", name = "Transaction")]
 pub struct PyTransaction {
-    state: Mutex<State>,
+    state: SharedState,
     /// The process that began it: its state mutex is never taken in another (a parent thread
     /// may have held it at fork time).
     opened_by: u32,
@@ -29,7 +56,7 @@ pub struct PyTransaction {
 impl PyTransaction {
     pub fn new(tx: Transaction) -> PyTransaction {
         PyTransaction {
-            state: Mutex::new(State::Open(tx)),
+            state: Arc::new(Mutex::new(State::Open(tx))),
             opened_by: std::process::id(),
         }
     }
@@ -74,7 +101,9 @@ impl PyTransaction {
 #[pymethods]
 impl PyTransaction {
     /// Receives the next message of `queue` into the transaction, waiting up to `timeout`
-    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time.
+    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time. The message is
+    /// locked until the transaction finishes: its `lock_token` and `locked_until` are set and
+    /// `msg.renew_lock()` extends the lock through the transaction.
     #[pyo3(signature = (queue, timeout=None))]
     fn receive(
         &self,
@@ -86,13 +115,21 @@ impl PyTransaction {
         let deadline = convert::deadline(timeout)?;
         let q = &queue.get().q;
         let got = wait_sliced(py, deadline, |slice| match &mut *self.state.lock() {
-            State::Open(tx) => tx.receive(q, slice),
+            State::Open(tx) => Ok(tx.receive(q, slice)?.map(|env| {
+                let id = env.id();
+                (env, tx.lock_token(id), tx.locked_until(id))
+            })),
             State::Finished(how) => Err(postbox::Error::InvalidArgument(format!(
                 "the transaction was already {how}"
             ))),
         })?;
         match got {
-            Some(env) => Ok(PyMessage::in_transaction(env)),
+            Some((env, token, until)) => Ok(PyMessage::in_transaction(
+                env,
+                Arc::downgrade(&self.state),
+                token,
+                until,
+            )),
             None => Err(empty(q.name())),
         }
     }
@@ -155,7 +192,7 @@ impl PyTransaction {
         });
         match back {
             Ok(Ok(())) => {
-                *msg.lock.lock() = Lock::Transaction;
+                *msg.lock.lock() = Lock::Transaction(Arc::downgrade(&self.state));
                 Ok(())
             }
             Ok(Err(e)) => {
