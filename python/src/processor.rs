@@ -74,6 +74,10 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// `max_deliveries` it is dead-lettered with the exception text). `msg.dead_letter(reason)`
 /// inside the handler dead-letters it instead.
 ///
+/// Workers are native threads with the stack size Python gives its own threads
+/// (`threading.stack_size()` if set, else the platform's default for Python threads), so a
+/// handler may recurse as deeply as it could in a `threading.Thread`.
+///
 /// In a forked child the workers do not exist: every call raises `ForkedError`; leaving a
 /// `with` block and garbage collection let go of the handle without waiting.
 #[pyclass(frozen, module = "postbox._postbox", name = "Processor")]
@@ -129,6 +133,50 @@ fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Rust's default stack for spawned threads: workers never get less.
+const RUST_DEFAULT_STACK: usize = 2 << 20;
+/// CPython's thread stack on macOS (`THREAD_STACK_SIZE` in `thread_pthread.h`).
+const MACOS_PYTHON_STACK: usize = 16 << 20;
+/// The stack of a Linux thread when `RLIMIT_STACK` is unlimited (and elsewhere, a safe size).
+const FALLBACK_STACK: usize = 8 << 20;
+
+/// The stack size of the threads Python starts itself: `threading.stack_size()` if a program
+/// set one, else the platform's default for them — on Linux (glibc) a new thread gets the
+/// `RLIMIT_STACK` soft limit, or 8 MiB when that is unlimited. Handlers run Python code on the
+/// workers, and Python's recursion limit assumes such a stack; the Rust default of 2 MiB turns
+/// a deep recursion into a crash of the process instead of a `RecursionError`.
+fn python_thread_stack_size(py: Python<'_>) -> usize {
+    let set: usize = py
+        .import("threading")
+        .and_then(|t| t.call_method0("stack_size"))
+        .and_then(|n| n.extract())
+        .unwrap_or(0);
+    let size = if set != 0 {
+        set
+    } else if cfg!(target_os = "macos") {
+        MACOS_PYTHON_STACK
+    } else {
+        rlimit_stack(py).unwrap_or(FALLBACK_STACK)
+    };
+    size.max(RUST_DEFAULT_STACK)
+}
+
+/// The soft `RLIMIT_STACK`, when the platform has one and it is finite (read through Python's
+/// `resource` module, Unix only).
+fn rlimit_stack(py: Python<'_>) -> Option<usize> {
+    let resource = py.import("resource").ok()?;
+    let which = resource.getattr("RLIMIT_STACK").ok()?;
+    let (soft, _hard): (i64, i64) = resource
+        .call_method1("getrlimit", (which,))
+        .ok()?
+        .extract()
+        .ok()?;
+    let infinity: i64 = resource.getattr("RLIM_INFINITY").ok()?.extract().ok()?;
+    (soft > 0 && soft != infinity)
+        .then(|| usize::try_from(soft).ok())
+        .flatten()
 }
 
 fn report_to_py(r: ShutdownReport) -> PyShutdownReport {
@@ -207,6 +255,7 @@ impl PyProcessor {
         // than in every worker.
         py.detach(|| q.options()).py_err()?;
         let mut b = Processor::builder(q)
+            .stack_size(python_thread_stack_size(py))
             .workers(workers)
             .retry(RetryPolicy::exponential(initial, max))
             .prefetch(prefetch)
