@@ -13,6 +13,13 @@ MSMQ / Azure Service Bus semantics without a server::
 Receives follow the stdlib ``queue`` module: timeouts are float seconds (or ``timedelta``),
 ``None`` waits forever, and ``postbox.Empty`` (a ``queue.Empty``) is raised when nothing arrives.
 Every call that waits or touches the disk releases the GIL.
+
+A store and everything obtained from it (queues, messages, transactions, processors) belong to
+the process that opened it. In a child made by ``fork()`` (``os.fork``, the "fork" start method
+of ``multiprocessing``, prefork servers) every call on them raises ``postbox.ForkedError`` (a
+``ClosedError``) and writes nothing; closing, leaving a ``with`` block and garbage collection
+there only let go of the handles. The child opens the store itself, with ``multi_process=True``
+when the parent keeps it open.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from ._errors import (
     CodecError,
     ConfigError,
     Empty,
+    ForkedError,
     IncompatibleVersionError,
     InternalError,
     InvalidArgumentError,
@@ -79,6 +87,7 @@ __all__ = [
     "ConfigError",
     "Consumer",
     "Empty",
+    "ForkedError",
     "IncompatibleVersionError",
     "InternalError",
     "InvalidArgumentError",

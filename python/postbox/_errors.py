@@ -28,6 +28,7 @@ __all__ = [
     "IncompatibleVersionError",
     "AlreadyOpenError",
     "ClosedError",
+    "ForkedError",
     "IoError",
     "StorageFullError",
     "OutcomeUnknownError",
@@ -78,8 +79,13 @@ class NotFoundError(PostboxError, LookupError):
 
 
 class QueueNotFoundError(NotFoundError):
-    """The queue does not exist (or was deleted)."""
+    """The queue does not exist (or was deleted).
 
+    Its own kind (code 18), so that "no such queue" never reads as "no such message"; still a
+    ``NotFoundError`` (and a ``LookupError``) for handlers that treat both alike.
+    """
+
+    code = 18
     queue: str
 
 
@@ -133,6 +139,21 @@ class ClosedError(StoreError):
     """The store was closed."""
 
     code = 9
+
+
+class ForkedError(ClosedError):
+    """The handle was inherited across ``fork()``: it belongs to the process that opened it.
+
+    Raised in a forked child (``os.fork()``, ``multiprocessing``'s "fork" start method, prefork
+    servers) by every call on a store, queue, message, transaction or processor that the parent
+    opened; nothing was written. The store is, to this process, as good as closed: open it again
+    in the child (with ``multi_process=True`` if the parent keeps it open). ``opened_by`` is the
+    pid that opened the store, ``current`` this process's pid.
+    """
+
+    code = 19
+    opened_by: int
+    current: int
 
 
 class IoError(StoreError, OSError):

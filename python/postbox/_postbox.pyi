@@ -41,6 +41,14 @@ REASON_MAX_DELIVERIES: str
 
 @final
 class Store:
+    """One store file holding many queues; a context manager that closes it.
+
+    A store belongs to the process that opened it. In a child made by ``fork()`` every call on
+    it and on its queues, messages, transactions and processors raises ``ForkedError`` and
+    writes nothing; ``close()``, leaving a ``with`` block and garbage collection there only let
+    go of the handle. The child opens the store itself (``multi_process=True`` to share it).
+    """
+
     def __new__(
         cls,
         path: str | PathLike[str],
@@ -63,19 +71,28 @@ class Store:
         self,
         name: str,
         *,
-        lock_duration: _Seconds | None = None,
-        max_deliveries: int | None = None,
-        default_ttl: _Seconds | None = None,
-        max_message_size: int | None = None,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        dedup_window: _Seconds | None = None,
-    ) -> Queue: ...
+        lock_duration: _Seconds | None = ...,
+        max_deliveries: int | None = ...,
+        default_ttl: _Seconds | None = ...,
+        max_message_size: int | None = ...,
+        max_messages: int | None = ...,
+        max_bytes: int | None = ...,
+        dedup_window: _Seconds | None = ...,
+    ) -> Queue:
+        """Opens queue ``name``, creating it if missing; an existing queue keeps its messages.
+
+        Only the options given change an existing queue; the others keep their stored values.
+        ``None`` clears an optional option (``default_ttl``, ``max_messages``, ``max_bytes``,
+        ``dedup_window``) and puts a required one (``lock_duration``, ``max_deliveries``,
+        ``max_message_size``) back to its default.
+        """
     def queues(self) -> list[str]: ...
     def delete_queue(self, name: str) -> bool: ...
-    def transaction(self) -> Transaction: ...
+    def transaction(self) -> Transaction:
+        """A new transaction; raises ``ClosedError`` at once on a closed store."""
     def stats(self) -> dict[str, int]: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Closes the store; in a forked child only lets go of the handle (returns at once)."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -207,13 +224,22 @@ class Message:
         "resubmitted",
         "enlisted",
         "processor",
+        "lock lost",
         "settled by the processor",
     ]: ...
     def complete(self) -> None: ...
     def abandon(self, delay: _Seconds | None = None) -> None: ...
-    def dead_letter(self, reason: str, description: str = "") -> None: ...
+    def dead_letter(self, reason: str, description: str = "") -> None:
+        """Moves the message to the dead-letter queue.
+
+        ``reason`` is at most 256 bytes of UTF-8 (longer raises ``InvalidArgumentError``);
+        ``description`` is cut to 4096 bytes. A refused or failed settle leaves the message
+        locked, so a valid settle can follow; after ``LockLostError`` the handle is spent.
+        """
     def resubmit(self) -> None: ...
-    def renew_lock(self) -> datetime: ...
+    def renew_lock(self) -> datetime:
+        """Extends the lock by the queue's lock_duration (through the transaction for a
+        message received in one); returns the new expiry."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

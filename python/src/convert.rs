@@ -105,22 +105,43 @@ pub fn system_time(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<SystemTime> {
             type_name(obj)
         )));
     }
+    // `timestamp()` may be overridden (a subclass) to return anything a float can hold:
+    // infinities and NaN are refused like any time out of range, never a panic.
     let ts: f64 = obj.call_method0("timestamp")?.extract()?;
-    let t = if ts >= 0.0 {
-        UNIX_EPOCH.checked_add(Duration::from_secs_f64(ts))
+    let t = if ts.is_nan() {
+        None
+    } else if ts >= 0.0 {
+        Duration::try_from_secs_f64(ts)
+            .ok()
+            .and_then(|d| UNIX_EPOCH.checked_add(d))
     } else {
-        UNIX_EPOCH.checked_sub(Duration::from_secs_f64(-ts))
+        Duration::try_from_secs_f64(-ts)
+            .ok()
+            .and_then(|d| UNIX_EPOCH.checked_sub(d))
     };
-    t.ok_or_else(|| PyValueError::new_err(format!("{what} is out of range")))
+    t.ok_or_else(|| {
+        crate::errors::invalid(format!("{what} is out of range (its timestamp() is {ts})"))
+    })
 }
 
-/// An aware `datetime` in UTC.
+/// `datetime.max` and `datetime.min` (UTC) as timestamps.
+const MAX_TIMESTAMP: f64 = 253_402_300_799.0;
+const MIN_TIMESTAMP: f64 = -62_135_596_800.0;
+
+/// An aware `datetime` in UTC. A time past what `datetime` holds (a lock or TTL of "forever",
+/// set as a huge duration) reads as `datetime.max` (or `datetime.min`) instead of failing.
 pub fn datetime(py: Python<'_>, t: SystemTime) -> PyResult<Bound<'_, PyDateTime>> {
     let ts = match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
     };
     let utc = PyTzInfo::utc(py)?;
+    if ts >= MAX_TIMESTAMP + 1.0 {
+        return PyDateTime::new(py, 9999, 12, 31, 23, 59, 59, 999_999, Some(&utc));
+    }
+    if ts < MIN_TIMESTAMP {
+        return PyDateTime::new(py, 1, 1, 1, 0, 0, 0, 0, Some(&utc));
+    }
     PyDateTime::from_timestamp(py, ts, Some(&utc))
 }
 
@@ -133,7 +154,10 @@ pub fn opt_datetime(
 
 pub fn timedelta(py: Python<'_>, d: Duration) -> PyResult<Bound<'_, PyDelta>> {
     let secs = d.as_secs();
-    let days = i32::try_from(secs / 86_400).unwrap_or(i32::MAX);
+    // `timedelta.max` has 999999999 days: a longer duration (set from Rust or C) reads as that.
+    let days = i32::try_from(secs / 86_400)
+        .unwrap_or(i32::MAX)
+        .min(999_999_999);
     PyDelta::new(
         py,
         days,

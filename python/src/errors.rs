@@ -37,6 +37,8 @@ fn class_name(e: &Error) -> &'static str {
             ErrorKind::Config => "ConfigError",
             ErrorKind::StorageFull => "StorageFullError",
             ErrorKind::Codec => "CodecError",
+            ErrorKind::QueueNotFound => "QueueNotFoundError",
+            ErrorKind::Forked => "ForkedError",
             _ => "PostboxError",
         },
     }
@@ -71,6 +73,10 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             exc.setattr("size", size)?;
             exc.setattr("max_size", max)?;
         }
+        Error::Forked { opened_by, current } => {
+            exc.setattr("opened_by", opened_by)?;
+            exc.setattr("current", current)?;
+        }
         _ => {}
     }
     Ok(PyErr::from_value(exc))
@@ -80,6 +86,22 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
 /// `InvalidArgumentError`, which is also a `ValueError`, as Python does for closed files.
 pub fn invalid(msg: impl Into<String>) -> PyErr {
     to_py(Error::InvalidArgument(msg.into()))
+}
+
+/// Whether this process is not `opened_by`: the object was inherited across `fork()`.
+pub fn is_forked(opened_by: u32) -> bool {
+    std::process::id() != opened_by
+}
+
+/// Fails with `ForkedError` in a process other than `opened_by`. Checked before any mutex of
+/// this binding is taken: one that a parent thread held at fork time stays locked in the child.
+pub fn check_process(opened_by: u32) -> PyResult<()> {
+    let current = std::process::id();
+    if current == opened_by {
+        Ok(())
+    } else {
+        Err(to_py(Error::Forked { opened_by, current }))
+    }
 }
 
 /// `postbox.Empty`: nothing arrived before the timeout.

@@ -9,7 +9,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyDict, PyType};
 
 use crate::convert;
-use crate::errors::{self, IntoPy, invalid};
+use crate::errors::{self, IntoPy, invalid, is_forked};
+use crate::tx::{self, TxLink};
 
 /// Where a message stands with respect to its lock.
 pub enum Lock {
@@ -17,8 +18,9 @@ pub enum Lock {
     Unlocked,
     /// Received: held under this lock until settled.
     Held(Box<Received>),
-    /// Received through, or enlisted in, a transaction: settled by its commit or abort.
-    Transaction,
+    /// Received through, or enlisted in, a transaction: settled by its commit or abort, and
+    /// renewed through it.
+    Transaction(TxLink),
     /// Handed to a `Processor` handler: settled by the processor when the handler returns;
     /// holds the dead letter the handler asked for.
     Processor(Option<(String, String)>),
@@ -31,7 +33,7 @@ impl Lock {
         match self {
             Lock::Unlocked => "unlocked",
             Lock::Held(_) => "locked",
-            Lock::Transaction => "transaction",
+            Lock::Transaction(_) => "transaction",
             Lock::Processor(_) => "processor",
             Lock::Settled(how) => how,
         }
@@ -40,6 +42,9 @@ impl Lock {
 
 /// A message read from a queue. Its properties are attributes; `complete()`, `abandon()`,
 /// `dead_letter()` and `resubmit()` settle a received message exactly once.
+///
+/// In a forked child the settle methods and `renew_lock()` raise `ForkedError` (the lock is the
+/// parent's); the message's data (body, label, properties, ...) stay readable.
 #[pyclass(frozen, module = "postbox._postbox", name = "Message")]
 pub struct PyMessage {
     pub env: Envelope,
@@ -47,6 +52,8 @@ pub struct PyMessage {
     pub lock: Mutex<Lock>,
     lock_token: Option<u64>,
     locked_until: Mutex<Option<SystemTime>>,
+    /// The process that read the message: its mutexes are never waited for in another one.
+    opened_by: u32,
 }
 
 impl PyMessage {
@@ -68,8 +75,13 @@ impl PyMessage {
         PyMessage::new(env, Lock::Processor(None), None, Some(locked_until))
     }
 
-    pub fn in_transaction(env: Envelope) -> PyMessage {
-        PyMessage::new(env, Lock::Transaction, None, None)
+    pub fn in_transaction(
+        env: Envelope,
+        tx: TxLink,
+        token: Option<u64>,
+        until: Option<SystemTime>,
+    ) -> PyMessage {
+        PyMessage::new(env, Lock::Transaction(tx), token, until)
     }
 
     fn new(env: Envelope, lock: Lock, token: Option<u64>, until: Option<SystemTime>) -> PyMessage {
@@ -79,7 +91,13 @@ impl PyMessage {
             lock: Mutex::new(lock),
             lock_token: token,
             locked_until: Mutex::new(until),
+            opened_by: std::process::id(),
         }
+    }
+
+    /// Fails with `ForkedError` in a forked child, before any mutex is taken.
+    pub fn check_process(&self) -> PyResult<()> {
+        errors::check_process(self.opened_by)
     }
 
     /// Takes the lock out to settle it, leaving `after` in its place; explains a refusal.
@@ -93,7 +111,7 @@ impl PyMessage {
                         "message {} was not received (it came from peek, browse or get) and holds no lock",
                         self.env.id()
                     ),
-                    Lock::Transaction => format!(
+                    Lock::Transaction(_) => format!(
                         "message {} belongs to a transaction: it is settled by the transaction's commit or abort",
                         self.env.id()
                     ),
@@ -112,6 +130,15 @@ impl PyMessage {
         }
     }
 
+    /// The lock's state. In a forked child the mutex is only tried: a parent thread may have
+    /// held it at fork time (while renewing), and then it stays locked there.
+    fn lock_state(&self) -> &'static str {
+        if is_forked(self.opened_by) {
+            return self.lock.try_lock().map_or("locked", |l| l.state());
+        }
+        self.lock.lock().state()
+    }
+
     /// Settles through `f`. A failed settle gives the message back still holding its lock
     /// (unless the lock was lost), so the call can be retried and `__exit__` or garbage
     /// collection still releases it.
@@ -121,14 +148,18 @@ impl PyMessage {
         after: &'static str,
         f: impl FnOnce(Received) -> Result<(), SettleError> + Send,
     ) -> PyResult<()> {
+        self.check_process()?;
         let r = self.take(after)?;
         match py.detach(move || f(r)) {
             Ok(()) => Ok(()),
             Err(failed) => {
                 let (error, message) = failed.into_parts();
-                if !error.is_lock_lost() {
-                    *self.lock.lock() = Lock::Held(Box::new(message));
-                }
+                *self.lock.lock() = if error.is_lock_lost() {
+                    // Nothing is left to settle: the handle is spent.
+                    Lock::Settled("lock lost")
+                } else {
+                    Lock::Held(Box::new(message))
+                };
                 Err(errors::to_py(error))
             }
         }
@@ -234,22 +265,23 @@ impl PyMessage {
     fn dead_lettered_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         convert::opt_datetime(py, self.env.dead_letter_info().map(|d| d.at))
     }
-    /// The lock token of this delivery (`None` unless received outside a transaction).
+    /// The lock token of this delivery (`None` for a peeked message or a processor's).
     #[getter]
     fn lock_token(&self) -> Option<u64> {
         self.lock_token
     }
-    /// When the lock expires unless renewed (`None` unless received outside a transaction).
+    /// When the lock expires unless renewed (`None` for a peeked message).
     #[getter]
     fn locked_until<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         let until = *self.locked_until.lock();
         convert::opt_datetime(py, until)
     }
     /// `"unlocked"` (peeked), `"locked"`, `"transaction"`, `"completed"`, `"abandoned"`,
-    /// `"dead-lettered"`, `"resubmitted"` or `"enlisted"`.
+    /// `"dead-lettered"`, `"resubmitted"`, `"enlisted"`, `"processor"`, `"lock lost"` (a settle
+    /// failed because the lock was lost: the handle is spent) or `"settled by the processor"`.
     #[getter]
     fn state(&self) -> &'static str {
-        self.lock.lock().state()
+        self.lock_state()
     }
 
     /// Removes the message for good.
@@ -266,9 +298,20 @@ impl PyMessage {
         }
     }
 
-    /// Moves the message to the dead-letter queue.
+    /// Moves the message to the dead-letter queue with `reason` (at most 256 bytes of UTF-8;
+    /// longer is refused with `InvalidArgumentError`) and `description` (cut to 4096 bytes).
+    /// A refused or failed call leaves the message locked, so it can still be settled.
     #[pyo3(signature = (reason, description=""))]
     fn dead_letter(&self, py: Python<'_>, reason: String, description: &str) -> PyResult<()> {
+        self.check_process()?;
+        if reason.len() > postbox::MAX_REASON_LEN {
+            // Refused now rather than when the processor applies it after the handler.
+            return Err(invalid(format!(
+                "a dead-letter reason is at most {} bytes, got {}",
+                postbox::MAX_REASON_LEN,
+                reason.len()
+            )));
+        }
         let description = description.to_owned();
         if let Lock::Processor(slot) = &mut *self.lock.lock() {
             if slot.is_some() {
@@ -290,28 +333,31 @@ impl PyMessage {
         self.settle(py, "resubmitted", Received::resubmit)
     }
 
-    /// Extends the lock by the queue's lock_duration; returns the new expiry.
+    /// Extends the lock by the queue's lock_duration from now; returns the new expiry. A
+    /// message received through a transaction renews through it (as long as it is open).
     fn renew_lock<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
+        self.check_process()?;
+        let id = self.env.id();
         // The message mutex is taken without the GIL, so it never waits on a thread that holds
-        // the GIL and wants this mutex.
+        // the GIL and wants this mutex; the transaction's mutex is taken after it is let go.
         let until = py.detach(|| {
             let mut lock = self.lock.lock();
             match &mut *lock {
                 Lock::Held(r) => Ok(r.renew_lock()),
-                other => Err(other.state()),
+                Lock::Transaction(link) => {
+                    let link = link.clone();
+                    drop(lock);
+                    tx::renew_lock(&link, id)
+                }
+                Lock::Unlocked | Lock::Processor(_) => Err(format!(
+                    "message {id} holds no lock to renew ({})",
+                    lock.state()
+                )),
+                Lock::Settled(how) => Err(format!("message {id} was already settled ({how})")),
             }
         });
-        let until = match until {
-            Ok(r) => r.py_err()?,
-            Err(state) => {
-                let why = if matches!(state, "unlocked" | "transaction" | "processor") {
-                    format!("message {} holds no lock to renew ({state})", self.env.id())
-                } else {
-                    format!("message {} was already settled ({state})", self.env.id())
-                };
-                return Err(invalid(why));
-            }
-        };
+        // Errors become exceptions with the GIL back and no mutex held.
+        let until = until.map_err(invalid)?.py_err()?;
         *self.locked_until.lock() = Some(until);
         convert::datetime(py, until)
     }
@@ -329,6 +375,14 @@ impl PyMessage {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        if is_forked(self.opened_by) {
+            // The lock is the parent's: a clean exit cannot complete it here, an exception
+            // leaves it to the parent (or to its expiry).
+            return match exc_type {
+                None => self.check_process().map(|()| false),
+                Some(_) => Ok(false),
+            };
+        }
         if !matches!(*self.lock.lock(), Lock::Held(_)) {
             return Ok(false);
         }
@@ -349,7 +403,7 @@ impl PyMessage {
             "<postbox.Message id={} queue={:?} state={} delivery_count={} body={:?}{}>",
             self.env.id(),
             self.env.queue(),
-            self.lock.lock().state(),
+            self.lock_state(),
             self.env.delivery_count(),
             shown,
             if body.len() > 40 { "…" } else { "" }

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::convert;
-use crate::errors::{IntoPy, invalid};
+use crate::errors::{IntoPy, check_process, invalid, is_forked};
 use crate::message::{Lock, PyMessage};
 use crate::queue::{PyQueue, SLICE};
 
@@ -21,10 +21,14 @@ struct Inner {
     /// `None` once shut down. An `Arc` so that waits happen without holding the mutex.
     processor: Mutex<Option<Arc<Processor>>>,
     drop_timeout: Duration,
+    /// The process that started the workers. In another (a forked child) they do not exist:
+    /// nothing there may wait for them or take a lock they may have held at fork time.
+    opened_by: u32,
 }
 
 impl Inner {
     fn get(&self) -> PyResult<Arc<Processor>> {
+        check_process(self.opened_by)?;
         self.processor
             .lock()
             .clone()
@@ -53,6 +57,10 @@ static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
     let live: Vec<Arc<Inner>> = LIVE.lock().drain(..).filter_map(|w| w.upgrade()).collect();
     for inner in live {
+        if is_forked(inner.opened_by) {
+            // A parent's processor: its workers are not in this process.
+            continue;
+        }
         if inner.processor.lock().is_some() {
             let timeout = inner.drop_timeout;
             inner.shutdown(py, Some(timeout))?;
@@ -65,6 +73,13 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// returns completes its message; one that raises abandons it for a retry with backoff (after
 /// `max_deliveries` it is dead-lettered with the exception text). `msg.dead_letter(reason)`
 /// inside the handler dead-letters it instead.
+///
+/// Workers are native threads with the stack size Python gives its own threads
+/// (`threading.stack_size()` if set, else the platform's default for Python threads), so a
+/// handler may recurse as deeply as it could in a `threading.Thread`.
+///
+/// In a forked child the workers do not exist: every call raises `ForkedError`; leaving a
+/// `with` block and garbage collection let go of the handle without waiting.
 #[pyclass(frozen, module = "postbox._postbox", name = "Processor")]
 pub struct PyProcessor {
     inner: Arc<Inner>,
@@ -73,6 +88,12 @@ pub struct PyProcessor {
 
 impl Drop for PyProcessor {
     fn drop(&mut self) {
+        if is_forked(self.inner.opened_by) {
+            // Dropping the processor would stop and wait for workers that are not in this
+            // process (and could take a lock that one of them held at fork time): leak it.
+            std::mem::forget(self.inner.clone());
+            return;
+        }
         let last = self.inner.processor.lock().take();
         if let Some(p) = last {
             // Processor::drop waits for running handlers, which need the GIL.
@@ -112,6 +133,50 @@ fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Rust's default stack for spawned threads: workers never get less.
+const RUST_DEFAULT_STACK: usize = 2 << 20;
+/// CPython's thread stack on macOS (`THREAD_STACK_SIZE` in `thread_pthread.h`).
+const MACOS_PYTHON_STACK: usize = 16 << 20;
+/// The stack of a Linux thread when `RLIMIT_STACK` is unlimited (and elsewhere, a safe size).
+const FALLBACK_STACK: usize = 8 << 20;
+
+/// The stack size of the threads Python starts itself: `threading.stack_size()` if a program
+/// set one, else the platform's default for them — on Linux (glibc) a new thread gets the
+/// `RLIMIT_STACK` soft limit, or 8 MiB when that is unlimited. Handlers run Python code on the
+/// workers, and Python's recursion limit assumes such a stack; the Rust default of 2 MiB turns
+/// a deep recursion into a crash of the process instead of a `RecursionError`.
+fn python_thread_stack_size(py: Python<'_>) -> usize {
+    let set: usize = py
+        .import("threading")
+        .and_then(|t| t.call_method0("stack_size"))
+        .and_then(|n| n.extract())
+        .unwrap_or(0);
+    let size = if set != 0 {
+        set
+    } else if cfg!(target_os = "macos") {
+        MACOS_PYTHON_STACK
+    } else {
+        rlimit_stack(py).unwrap_or(FALLBACK_STACK)
+    };
+    size.max(RUST_DEFAULT_STACK)
+}
+
+/// The soft `RLIMIT_STACK`, when the platform has one and it is finite (read through Python's
+/// `resource` module, Unix only).
+fn rlimit_stack(py: Python<'_>) -> Option<usize> {
+    let resource = py.import("resource").ok()?;
+    let which = resource.getattr("RLIMIT_STACK").ok()?;
+    let (soft, _hard): (i64, i64) = resource
+        .call_method1("getrlimit", (which,))
+        .ok()?
+        .extract()
+        .ok()?;
+    let infinity: i64 = resource.getattr("RLIM_INFINITY").ok()?.extract().ok()?;
+    (soft > 0 && soft != infinity)
+        .then(|| usize::try_from(soft).ok())
+        .flatten()
 }
 
 fn report_to_py(r: ShutdownReport) -> PyShutdownReport {
@@ -185,7 +250,12 @@ impl PyProcessor {
             .unwrap_or(Duration::from_secs(60));
         let drop_timeout =
             convert::opt_duration(drop_timeout, "drop_timeout")?.unwrap_or(Duration::from_secs(30));
-        let mut b = Processor::builder(&queue.get().q)
+        let q = &queue.get().q;
+        // A closed store (or a forked child's, or a deleted queue) fails here, at once, rather
+        // than in every worker.
+        py.detach(|| q.options()).py_err()?;
+        let mut b = Processor::builder(q)
+            .stack_size(python_thread_stack_size(py))
             .workers(workers)
             .retry(RetryPolicy::exponential(initial, max))
             .prefetch(prefetch)
@@ -206,6 +276,7 @@ impl PyProcessor {
         let inner = Arc::new(Inner {
             processor: Mutex::new(Some(Arc::new(p))),
             drop_timeout,
+            opened_by: std::process::id(),
         });
         let mut live = LIVE.lock();
         live.retain(|w| w.strong_count() > 0);
@@ -224,28 +295,33 @@ impl PyProcessor {
     }
 
     /// Stops taking new messages, without waiting; running handlers finish normally.
-    fn stop(&self) {
+    fn stop(&self) -> PyResult<()> {
+        check_process(self.inner.opened_by)?;
         if let Ok(p) = self.inner.get() {
             p.stop();
         }
+        Ok(())
     }
 
     /// Whether stop() or shutdown() was called.
     #[getter]
-    fn is_stopped(&self) -> bool {
-        self.inner.get().map(|p| p.is_stopped()).unwrap_or(true)
+    fn is_stopped(&self) -> PyResult<bool> {
+        check_process(self.inner.opened_by)?;
+        Ok(self.inner.get().map(|p| p.is_stopped()).unwrap_or(true))
     }
 
     /// Handlers running now.
     #[getter]
-    fn in_flight(&self) -> usize {
-        self.inner.get().map(|p| p.in_flight()).unwrap_or(0)
+    fn in_flight(&self) -> PyResult<usize> {
+        check_process(self.inner.opened_by)?;
+        Ok(self.inner.get().map(|p| p.in_flight()).unwrap_or(0))
     }
 
     /// Live workers now.
     #[getter]
-    fn workers(&self) -> usize {
-        self.inner.get().map(|p| p.workers()).unwrap_or(0)
+    fn workers(&self) -> PyResult<usize> {
+        check_process(self.inner.opened_by)?;
+        Ok(self.inner.get().map(|p| p.workers()).unwrap_or(0))
     }
 
     /// Counters: processed, failed, dead_lettered, lock_lost, returned, in_flight, workers.
@@ -291,7 +367,8 @@ impl PyProcessor {
         slf
     }
 
-    /// Shuts down, waiting for running handlers.
+    /// Shuts down, waiting for running handlers (in a forked child: returns at once, the
+    /// workers being the parent's).
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -299,6 +376,9 @@ impl PyProcessor {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        if is_forked(self.inner.opened_by) {
+            return Ok(false);
+        }
         if self.inner.processor.lock().is_some() {
             self.inner.shutdown(py, None)?;
         }
@@ -306,6 +386,9 @@ impl PyProcessor {
     }
 
     fn __repr__(&self) -> String {
+        if is_forked(self.inner.opened_by) {
+            return "<postbox.Processor of another process>".into();
+        }
         match self.inner.get() {
             Ok(p) => format!(
                 "<postbox.Processor queue={:?} workers={} in_flight={}{}>",

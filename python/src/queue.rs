@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert::{self, SendArgs};
-use crate::errors::{IntoPy, empty, invalid};
+use crate::errors::{IntoPy, check_process, empty, invalid};
 use crate::message::{Lock, PyMessage};
 
 /// Longest stretch spent waiting without the GIL before checking for signals (Ctrl-C).
@@ -37,10 +37,21 @@ pub fn wait_sliced<T: Send>(
     }
 }
 
-/// A queue of the store; cheap to copy around, safe to share between threads.
+/// A queue of the store; cheap to copy around, safe to share between threads. In a forked
+/// child every call raises `ForkedError` (see `Store`).
 #[pyclass(frozen, module = "postbox._postbox", name = "Queue")]
 pub struct PyQueue {
     pub q: Queue,
+    opened_by: u32,
+}
+
+impl PyQueue {
+    pub fn new(q: Queue) -> PyQueue {
+        PyQueue {
+            q,
+            opened_by: std::process::id(),
+        }
+    }
 }
 
 fn receive_one(py: Python<'_>, q: &Queue, deadline: Option<Instant>) -> PyResult<Option<Received>> {
@@ -68,7 +79,11 @@ fn take_all(messages: &Bound<'_, PyAny>, verb: &str) -> PyResult<Vec<Received>> 
                 break;
             }
         };
-        match msg.get().take("completed") {
+        match msg
+            .get()
+            .check_process()
+            .and_then(|()| msg.get().take("completed"))
+        {
             Ok(r) => taken.push((msg, r)),
             Err(e) => {
                 failure = Some(e);
@@ -94,7 +109,8 @@ impl PyQueue {
         self.q.name()
     }
 
-    /// The queue's options when this handle was opened (durations as `timedelta`).
+    /// The queue's options as stored now (another handle or process may have changed them),
+    /// durations as `timedelta`; `None` for an option that is not set.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let q = &self.q;
@@ -175,11 +191,15 @@ impl PyQueue {
         Ok(env.map(PyMessage::unlocked))
     }
 
-    /// Iterates over the receivable messages in delivery order, without locking them.
-    fn browse(&self) -> PyBrowse {
-        PyBrowse {
+    /// Iterates over the receivable messages in delivery order, without locking them: what
+    /// successive receives would take. Each step reads a fresh snapshot (concurrent changes
+    /// show); a step on a deleted queue raises `QueueNotFoundError`.
+    fn browse(&self) -> PyResult<PyBrowse> {
+        check_process(self.opened_by)?;
+        Ok(PyBrowse {
             it: Mutex::new(self.q.browse()),
-        }
+            opened_by: self.opened_by,
+        })
     }
 
     /// The message with this id in this queue, whatever its state; `None` if there is none.
@@ -306,13 +326,14 @@ impl PyQueue {
     fn dead_letters(&self, py: Python<'_>) -> PyResult<PyQueue> {
         let q = &self.q;
         let dl = py.detach(|| q.dead_letters()).py_err()?;
-        Ok(PyQueue { q: dl })
+        Ok(PyQueue::new(dl))
     }
 
     /// Iterates over received (locked) messages; stops when none arrives within `timeout`
     /// (`None`: never stops). Settle each one, e.g. `with msg: ...`.
     #[pyo3(signature = (timeout=None))]
     fn consume(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyConsumer> {
+        check_process(self.opened_by)?;
         Ok(PyConsumer {
             q: self.q.clone(),
             timeout: convert::opt_duration(timeout, "timeout")?,
@@ -386,6 +407,7 @@ impl PyQueueStats {
 #[pyclass(frozen, module = "postbox._postbox", name = "Browse")]
 pub struct PyBrowse {
     it: Mutex<postbox::Browse>,
+    opened_by: u32,
 }
 
 #[pymethods]
@@ -395,6 +417,7 @@ impl PyBrowse {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+        check_process(self.opened_by)?;
         let next = py.detach(|| self.it.lock().next());
         match next {
             None => Ok(None),

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use postbox::{Durability, QueueOptions, Store};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyBool, PyDict, PyType};
 
 use crate::convert;
 use crate::errors::{IntoPy, invalid};
@@ -14,17 +14,104 @@ use crate::queue::PyQueue;
 use crate::tx::PyTransaction;
 
 /// One store file holding many queues. A context manager: leaving the block closes it.
+///
+/// A store belongs to the process that opened it. In a child made by `fork()` (the "fork"
+/// start method of `multiprocessing`, prefork servers) every call on it — and on its queues,
+/// messages, transactions and processors — raises `ForkedError` and writes nothing; `close()`,
+/// leaving a `with` block and garbage collection only let go of the handle. The child opens the
+/// store itself (with `multi_process=True` to share it with a parent that keeps it open).
 #[pyclass(frozen, module = "postbox._postbox", name = "Store")]
 pub struct PyStore {
     pub store: Store,
     closed: AtomicBool,
 }
 
-fn opt_u64(v: Option<i128>, what: &str) -> PyResult<Option<u64>> {
-    v.map(|n| {
-        u64::try_from(n).map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {n}")))
-    })
-    .transpose()
+/// The keywords of `Store.queue`, in the order the stubs list them.
+const OPTION_KEYS: &[&str] = &[
+    "lock_duration",
+    "max_deliveries",
+    "default_ttl",
+    "max_message_size",
+    "max_messages",
+    "max_bytes",
+    "dedup_window",
+];
+
+/// A non-negative integer option (never a bool, which Python would accept as 0 or 1).
+fn int_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if v.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not bool"
+        )));
+    }
+    let n: i128 = v.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be an int, not {}",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    u64::try_from(n).map_err(|_| invalid(format!("{what} must be from 0 to 2**64-1, got {n}")))
+}
+
+/// The options of `Store.queue(name, **options)` as a `QueueOptions` that mentions exactly the
+/// keywords given: a keyword left out keeps the stored value, `None` clears an optional option
+/// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`) and puts a required one
+/// (`lock_duration`, `max_deliveries`, `max_message_size`) back to its default.
+fn queue_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<QueueOptions> {
+    let mut o = QueueOptions::default();
+    let Some(options) = options else {
+        return Ok(o);
+    };
+    let d = QueueOptions::default();
+    for (k, v) in options.iter() {
+        let key: String = k.extract()?;
+        let none = v.is_none();
+        o = match key.as_str() {
+            "lock_duration" if none => o.lock_duration(d.lock_duration),
+            "lock_duration" => o.lock_duration(convert::duration(&v, "lock_duration")?),
+            "max_deliveries" if none => o.max_deliveries(d.max_deliveries),
+            "max_deliveries" => {
+                let n = int_option(&v, "max_deliveries")?;
+                o.max_deliveries(u32::try_from(n).map_err(|_| {
+                    invalid(format!("max_deliveries must be from 1 to 2**32-1, got {n}"))
+                })?)
+            }
+            "default_ttl" if none => o.no_default_ttl(),
+            "default_ttl" => o.default_ttl(convert::duration(&v, "default_ttl")?),
+            "max_message_size" if none => o.max_message_size(d.max_message_size),
+            "max_message_size" => {
+                let n = int_option(&v, "max_message_size")?;
+                o.max_message_size(usize::try_from(n).unwrap_or(usize::MAX))
+            }
+            "max_messages" if none => o.no_max_messages(),
+            "max_messages" => o.max_messages(int_option(&v, "max_messages")?),
+            "max_bytes" if none => o.no_max_bytes(),
+            "max_bytes" => o.max_bytes(int_option(&v, "max_bytes")?),
+            "dedup_window" if none => o.no_dedup_window(),
+            "dedup_window" => o.dedup_window(convert::duration(&v, "dedup_window")?),
+            other => {
+                return Err(PyTypeError::new_err(format!(
+                    "queue() got an unexpected keyword argument {other:?} (options are {})",
+                    OPTION_KEYS.join(", ")
+                )));
+            }
+        };
+    }
+    Ok(o)
+}
+
+impl PyStore {
+    fn check_process(&self) -> PyResult<()> {
+        if self.store.is_forked() {
+            // The core builds the error with both pids.
+            self.store.try_begin().py_err().map(drop)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 #[pymethods]
@@ -91,72 +178,31 @@ impl PyStore {
         self.store.is_multi_process()
     }
 
-    /// Whether `close()` was called on this object.
+    /// Whether `close()` was called (on this object or on another handle of the same store).
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.closed.load(Ordering::Acquire) || self.store.is_closed()
     }
 
-    /// Opens queue `name`, creating it if missing. Options given are applied (the others keep
-    /// their current values); an existing queue keeps its messages.
-    #[pyo3(signature = (name, *, lock_duration=None, max_deliveries=None, default_ttl=None,
-        max_message_size=None, max_messages=None, max_bytes=None, dedup_window=None))]
-    #[allow(clippy::too_many_arguments)]
+    /// Opens queue `name`, creating it if missing; an existing queue keeps its messages.
+    ///
+    /// Options (keyword-only): `lock_duration`, `max_deliveries`, `default_ttl`,
+    /// `max_message_size`, `max_messages`, `max_bytes`, `dedup_window`. Only the options given
+    /// change an existing queue; the others keep their stored values. `None` clears an
+    /// optional one (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`) and puts a
+    /// required one (`lock_duration`, `max_deliveries`, `max_message_size`) back to its
+    /// default. The same rule holds in Rust and C, in every process.
+    #[pyo3(signature = (name, **options))]
     fn queue(
         &self,
         py: Python<'_>,
         name: &str,
-        lock_duration: Option<&Bound<'_, PyAny>>,
-        max_deliveries: Option<i128>,
-        default_ttl: Option<&Bound<'_, PyAny>>,
-        max_message_size: Option<i128>,
-        max_messages: Option<i128>,
-        max_bytes: Option<i128>,
-        dedup_window: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyQueue> {
-        let lock_duration = convert::opt_duration(lock_duration, "lock_duration")?;
-        let default_ttl = convert::opt_duration(default_ttl, "default_ttl")?;
-        let dedup_window = convert::opt_duration(dedup_window, "dedup_window")?;
-        let max_deliveries = max_deliveries
-            .map(|n| {
-                u32::try_from(n).map_err(|_| {
-                    invalid(format!("max_deliveries must be from 1 to 2**32-1, got {n}"))
-                })
-            })
-            .transpose()?;
-        let max_message_size = opt_u64(max_message_size, "max_message_size")?
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-        let max_messages = opt_u64(max_messages, "max_messages")?;
-        let max_bytes = opt_u64(max_bytes, "max_bytes")?;
+        let o = queue_options(options)?;
         let store = &self.store;
-        let q = py
-            .detach(|| -> postbox::Result<postbox::Queue> {
-                let mut o = QueueOptions::default();
-                if let Some(v) = lock_duration {
-                    o = o.lock_duration(v);
-                }
-                if let Some(v) = max_deliveries {
-                    o = o.max_deliveries(v);
-                }
-                if let Some(v) = default_ttl {
-                    o = o.default_ttl(v);
-                }
-                if let Some(v) = max_message_size {
-                    o = o.max_message_size(v);
-                }
-                if let Some(v) = max_messages {
-                    o = o.max_messages(v);
-                }
-                if let Some(v) = max_bytes {
-                    o = o.max_bytes(v);
-                }
-                if let Some(v) = dedup_window {
-                    o = o.dedup_window(v);
-                }
-                store.queue_with(name, o)
-            })
-            .py_err()?;
-        Ok(PyQueue { q })
+        let q = py.detach(|| store.queue_with(name, o)).py_err()?;
+        Ok(PyQueue::new(q))
     }
 
     /// The names of all queues (dead-letter queues are reached through `Queue.dead_letters`).
@@ -171,13 +217,15 @@ impl PyStore {
         py.detach(|| store.delete_queue(name)).py_err()
     }
 
-    /// A new transaction; use it as `with store.transaction() as tx:`.
-    fn transaction(&self) -> PyTransaction {
-        PyTransaction::new(self.store.begin())
+    /// A new transaction; use it as `with store.transaction() as tx:`. Raises `ClosedError`
+    /// at once on a closed store (`ForkedError` in a forked child).
+    fn transaction(&self) -> PyResult<PyTransaction> {
+        self.store.try_begin().py_err().map(PyTransaction::new)
     }
 
     /// Commit-pipeline counters of this process: `{"commits": n, "operations": n}`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.check_process()?;
         let s = self.store.stats();
         let d = PyDict::new(py);
         d.set_item("commits", s.commits)?;
@@ -187,6 +235,9 @@ impl PyStore {
 
     /// Closes the store: waits for pending commits and releases this process's locks. Every
     /// handle of the store raises `ClosedError` afterwards. Closing twice is harmless.
+    ///
+    /// In a forked child (a store inherited across `fork()`) it only lets go of this handle:
+    /// it returns at once without touching the file, which stays the parent's.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());

@@ -1,32 +1,63 @@
 //! `postbox.Transaction`: receives and sends that commit together.
 
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
 use parking_lot::Mutex;
-use postbox::Transaction;
+use postbox::{MessageId, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::convert::{self, SendArgs};
-use crate::errors::{IntoPy, empty, invalid};
+use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
 use crate::message::{Lock, PyMessage};
 use crate::queue::{PyQueue, wait_sliced};
 
-enum State {
+pub enum State {
     Open(Transaction),
     Finished(&'static str),
 }
 
+/// The transaction behind a `Transaction` object.
+type SharedState = Arc<Mutex<State>>;
+
+/// How the messages a transaction received or enlisted reach it to renew their locks. Weak:
+/// a message does not keep a dropped transaction alive (dropping it aborts it).
+pub type TxLink = Weak<Mutex<State>>;
+
+/// Extends the lock on message `id` held by the transaction behind `link`; called without the
+/// GIL. `Err` explains why the transaction cannot renew it.
+pub fn renew_lock(link: &TxLink, id: MessageId) -> Result<postbox::Result<SystemTime>, String> {
+    let Some(state) = link.upgrade() else {
+        return Err(format!(
+            "message {id} belongs to a transaction that was dropped (and so aborted)"
+        ));
+    };
+    let mut state = state.lock();
+    match &mut *state {
+        State::Open(tx) => Ok(tx.renew_lock(id)),
+        State::Finished(how) => Err(format!(
+            "message {id} belongs to a transaction that was already {how}"
+        )),
+    }
+}
+
 /// A transaction: `with store.transaction() as tx:` commits on a clean exit and aborts on an
 /// exception. Messages it receives are completed by the commit; messages it sends appear only
-/// then.
+/// then. In a forked child every call raises `ForkedError` (the transaction is the parent's).
 #[pyclass(frozen, module = "postbox._postbox", name = "Transaction")]
 pub struct PyTransaction {
-    state: Mutex<State>,
+    state: SharedState,
+    /// The process that began it: its state mutex is never taken in another (a parent thread
+    /// may have held it at fork time).
+    opened_by: u32,
 }
 
 impl PyTransaction {
     pub fn new(tx: Transaction) -> PyTransaction {
         PyTransaction {
-            state: Mutex::new(State::Open(tx)),
+            state: Arc::new(Mutex::new(State::Open(tx))),
+            opened_by: std::process::id(),
         }
     }
 
@@ -36,6 +67,7 @@ impl PyTransaction {
         py: Python<'_>,
         f: impl FnOnce(&mut Transaction) -> postbox::Result<T> + Send,
     ) -> PyResult<T> {
+        check_process(self.opened_by)?;
         let r = py.detach(|| match &mut *self.state.lock() {
             State::Open(tx) => Ok(f(tx)),
             State::Finished(how) => Err(*how),
@@ -47,6 +79,7 @@ impl PyTransaction {
     }
 
     fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
+        check_process(self.opened_by)?;
         let how = if commit { "committed" } else { "aborted" };
         let r = py.detach(|| {
             let prev = std::mem::replace(&mut *self.state.lock(), State::Finished(how));
@@ -68,7 +101,9 @@ impl PyTransaction {
 #[pymethods]
 impl PyTransaction {
     /// Receives the next message of `queue` into the transaction, waiting up to `timeout`
-    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time.
+    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time. The message is
+    /// locked until the transaction finishes: its `lock_token` and `locked_until` are set and
+    /// `msg.renew_lock()` extends the lock through the transaction.
     #[pyo3(signature = (queue, timeout=None))]
     fn receive(
         &self,
@@ -76,16 +111,25 @@ impl PyTransaction {
         queue: &Bound<'_, PyQueue>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let q = &queue.get().q;
         let got = wait_sliced(py, deadline, |slice| match &mut *self.state.lock() {
-            State::Open(tx) => tx.receive(q, slice),
+            State::Open(tx) => Ok(tx.receive(q, slice)?.map(|env| {
+                let id = env.id();
+                (env, tx.lock_token(id), tx.locked_until(id))
+            })),
             State::Finished(how) => Err(postbox::Error::InvalidArgument(format!(
                 "the transaction was already {how}"
             ))),
         })?;
         match got {
-            Some(env) => Ok(PyMessage::in_transaction(env)),
+            Some((env, token, until)) => Ok(PyMessage::in_transaction(
+                env,
+                Arc::downgrade(&self.state),
+                token,
+                until,
+            )),
             None => Err(empty(q.name())),
         }
     }
@@ -138,7 +182,9 @@ impl PyTransaction {
     /// Enlists a message received outside the transaction: the commit completes it, an abort
     /// returns it to its queue.
     fn complete(&self, py: Python<'_>, message: &Bound<'_, PyMessage>) -> PyResult<()> {
+        check_process(self.opened_by)?;
         let msg = message.get();
+        msg.check_process()?;
         let r = msg.take("enlisted")?;
         let back = py.detach(|| match &mut *self.state.lock() {
             State::Open(tx) => Ok(tx.complete(r)),
@@ -146,7 +192,7 @@ impl PyTransaction {
         });
         match back {
             Ok(Ok(())) => {
-                *msg.lock.lock() = Lock::Transaction;
+                *msg.lock.lock() = Lock::Transaction(Arc::downgrade(&self.state));
                 Ok(())
             }
             Ok(Err(e)) => {
@@ -173,16 +219,18 @@ impl PyTransaction {
 
     /// `"open"`, `"committed"` or `"aborted"`.
     #[getter]
-    fn state(&self, py: Python<'_>) -> &'static str {
-        py.detach(|| match &*self.state.lock() {
+    fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
+        check_process(self.opened_by)?;
+        Ok(py.detach(|| match &*self.state.lock() {
             State::Open(_) => "open",
             State::Finished(how) => how,
-        })
+        }))
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
         let py = slf.py();
         let this = slf.get();
+        check_process(this.opened_by)?;
         let finished = py.detach(|| match &*this.state.lock() {
             State::Open(_) => None,
             State::Finished(how) => Some(*how),
@@ -202,6 +250,14 @@ impl PyTransaction {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        if is_forked(self.opened_by) {
+            // Nothing to abort here (the transaction is the parent's); a clean exit meant to
+            // commit, which cannot happen in this process.
+            return match exc_type {
+                None => check_process(self.opened_by).map(|()| false),
+                Some(_) => Ok(false),
+            };
+        }
         let open = py.detach(|| matches!(&*self.state.lock(), State::Open(_)));
         if !open {
             // Committed or aborted inside the block.
@@ -217,6 +273,9 @@ impl PyTransaction {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        format!("<postbox.Transaction {}>", self.state(py))
+        match self.state(py) {
+            Ok(state) => format!("<postbox.Transaction {state}>"),
+            Err(_) => "<postbox.Transaction of another process>".into(),
+        }
     }
 }

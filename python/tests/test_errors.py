@@ -30,6 +30,8 @@ LEAVES = {
     "ConfigError": 15,
     "StorageFullError": 16,
     "CodecError": 17,
+    "QueueNotFoundError": 18,
+    "ForkedError": 19,
 }
 
 
@@ -54,7 +56,21 @@ def test_hierarchy_and_builtin_bases() -> None:
         assert issubclass(getattr(postbox, name), postbox.StoreError)
     assert issubclass(postbox.IoError, OSError)
     assert issubclass(postbox.StorageFullError, postbox.IoError)
+    assert issubclass(postbox.ForkedError, postbox.ClosedError)
+    assert postbox.MessageNotFoundError.code == postbox.NotFoundError.code == 5
     assert set(_errors.__all__) <= set(postbox.__all__)
+
+
+def test_queue_not_found_has_its_own_code(tmp_store: postbox.Store) -> None:
+    q = tmp_store.queue("gone")
+    q.send(b"x")
+    assert tmp_store.delete_queue("gone")
+    for call in (lambda: q.send(b"y"), q.peek, lambda: next(q.browse()), lambda: q.options):
+        with pytest.raises(postbox.QueueNotFoundError) as info:
+            call()
+        assert info.value.code == 18 and info.value.queue == "gone"
+        assert isinstance(info.value, postbox.NotFoundError)
+        assert not isinstance(info.value, postbox.MessageNotFoundError)
 
 
 def test_empty_is_a_stdlib_queue_empty(queue: postbox.Queue) -> None:
