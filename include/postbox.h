@@ -150,6 +150,18 @@
 #define POSTBOX_CODEC 17
 
 /**
+ * The named queue does not exist (or was deleted). "No message" is `POSTBOX_NOT_FOUND` (peek)
+ * or `POSTBOX_TIMEOUT` (receive), so the two never look alike.
+ */
+#define POSTBOX_QUEUE_NOT_FOUND 18
+
+/**
+ * The handle was opened by another process: it was inherited across `fork()`. Nothing was
+ * written; the child must open the store itself.
+ */
+#define POSTBOX_FORKED 19
+
+/**
  * Major version of the header. `postbox_version()` returns the library's own version; the C
  * test suite asserts that the two agree.
  */

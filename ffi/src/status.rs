@@ -45,6 +45,12 @@ pub const POSTBOX_CONFIG: c_int = 15;
 pub const POSTBOX_STORAGE_FULL: c_int = 16;
 /// A typed body could not be encoded or decoded.
 pub const POSTBOX_CODEC: c_int = 17;
+/// The named queue does not exist (or was deleted). "No message" is `POSTBOX_NOT_FOUND` (peek)
+/// or `POSTBOX_TIMEOUT` (receive), so the two never look alike.
+pub const POSTBOX_QUEUE_NOT_FOUND: c_int = 18;
+/// The handle was opened by another process: it was inherited across `fork()`. Nothing was
+/// written; the child must open the store itself.
+pub const POSTBOX_FORKED: c_int = 19;
 
 /// Major version of the header. `postbox_version()` returns the library's own version; the C
 /// test suite asserts that the two agree.
@@ -82,6 +88,8 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
             POSTBOX_CONFIG => c"invalid configuration",
             POSTBOX_STORAGE_FULL => c"the disk is full",
             POSTBOX_CODEC => c"cannot encode or decode the message body",
+            POSTBOX_QUEUE_NOT_FOUND => c"the queue does not exist",
+            POSTBOX_FORKED => c"the handle was opened by another process (inherited across fork)",
             _ => c"unknown status",
         };
         Ok(text.as_ptr())
@@ -173,6 +181,8 @@ mod tests {
             (ErrorKind::Config, 15),
             (ErrorKind::StorageFull, 16),
             (ErrorKind::Codec, 17),
+            (ErrorKind::QueueNotFound, 18),
+            (ErrorKind::Forked, 19),
         ];
         let mut seen = std::collections::HashSet::new();
         for (kind, n) in kinds {

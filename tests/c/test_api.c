@@ -80,7 +80,8 @@ static void test_status_codes(const char *dir) {
                          POSTBOX_PANIC,       POSTBOX_NOT_A_STORE,
                          POSTBOX_INCOMPATIBLE_VERSION, POSTBOX_ALREADY_OPEN,
                          POSTBOX_OUTCOME_UNKNOWN, POSTBOX_CONFIG,
-                         POSTBOX_STORAGE_FULL, POSTBOX_CODEC};
+                         POSTBOX_STORAGE_FULL, POSTBOX_CODEC,
+                         POSTBOX_QUEUE_NOT_FOUND, POSTBOX_FORKED};
     size_t n = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < n; i++) {
         CHECK(codes[i] == (int)i); /* explicit numbers, in ErrorKind's order */
@@ -286,13 +287,15 @@ static void test_queue_open_list_delete(const char *dir) {
     CHECK(!existed);
     CHECK_OK(postbox_queue_delete(store, "never", NULL));
 
-    /* A handle to a deleted queue reports NOT_FOUND. */
+    /* A handle to a deleted queue reports QUEUE_NOT_FOUND, never "no message". */
     postbox_stats s;
-    CHECK_RC(postbox_queue_stats(jobs, &s), POSTBOX_NOT_FOUND);
-    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_NOT_FOUND);
-    CHECK_RC(postbox_queue_purge(jobs, NULL), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_queue_stats(jobs, &s), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_queue_purge(jobs, NULL), POSTBOX_QUEUE_NOT_FOUND);
     postbox_message *m = NULL;
-    CHECK_RC(postbox_receive(jobs, NULL, 0, &m), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_receive(jobs, NULL, 0, &m), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK(m == NULL);
+    CHECK_RC(postbox_peek(jobs, &m), POSTBOX_QUEUE_NOT_FOUND);
     CHECK(m == NULL);
 
     postbox_queue_free(dlq);
