@@ -42,6 +42,19 @@
  *
  * Strings given to postbox are NUL-terminated UTF-8. Times are milliseconds since the Unix
  * epoch (uint64_t), durations milliseconds; a timeout_ms below 0 waits without limit.
+ *
+ * Processes and fork(). A handle belongs to the process that opened its store. In a child made
+ * by fork() (prefork servers, Python's multiprocessing), every call on an inherited store,
+ * queue, message, transaction, browser or processor handle returns POSTBOX_FORKED at once and
+ * reads or writes nothing, even when another thread of the parent was in the middle of a
+ * commit at the moment of the fork. Freeing inherited handles in the child
+ * (postbox_store_close, which then returns POSTBOX_OK, postbox_queue_free,
+ * postbox_message_free, postbox_tx_abort, postbox_processor_free, ...) only lets go of them:
+ * the parent's messages stay locked by the parent, its commits and processors are unaffected.
+ * Message contents already read (bodies, properties) stay readable. The child opens the store
+ * itself with postbox_store_open: a store the parent holds in single-process mode returns
+ * POSTBOX_ALREADY_OPEN until the parent closes it, so share a store between processes with
+ * multi_process set. The parent's handles are not affected by the fork.
  */
 
 
@@ -77,13 +90,14 @@
 #define POSTBOX_QUEUE_FULL 3
 
 /**
- * The message body exceeds the queue's `max_message_size`.
+ * The message (body, text properties and user properties together) exceeds the queue's
+ * `max_message_size`.
  */
 #define POSTBOX_TOO_LARGE 4
 
 /**
- * The queue or message does not exist; also a peek of an empty queue, the end of a browse, and
- * an absent optional property.
+ * The message does not exist; also a peek of an empty queue, the end of a browse, and an absent
+ * optional property. A queue that does not exist is `POSTBOX_QUEUE_NOT_FOUND`, never this.
  */
 #define POSTBOX_NOT_FOUND 5
 
@@ -124,7 +138,9 @@
 #define POSTBOX_INCOMPATIBLE_VERSION 12
 
 /**
- * Another process holds the store open in single-process mode.
+ * The store is already open in single-process mode: by another process, or by another
+ * `postbox_store_open` of this process (the detailed message says which; share the first handle
+ * instead).
  */
 #define POSTBOX_ALREADY_OPEN 13
 
@@ -148,6 +164,18 @@
  * A typed body could not be encoded or decoded.
  */
 #define POSTBOX_CODEC 17
+
+/**
+ * The queue does not exist: it was deleted after the handle was opened. Distinct from
+ * `POSTBOX_NOT_FOUND`, so that "no such queue" never reads as "no message".
+ */
+#define POSTBOX_QUEUE_NOT_FOUND 18
+
+/**
+ * The handle was inherited across `fork()`: it belongs to the process that opened the store.
+ * Nothing was read or written; the child opens the store itself (see "Processes and fork()").
+ */
+#define POSTBOX_FORKED 19
 
 /**
  * Major version of the header. `postbox_version()` returns the library's own version; the C
@@ -738,7 +766,8 @@ int postbox_store_options_init(struct postbox_store_options *options);
  * `struct_size` or durability value); `POSTBOX_CONFIG` (multi-process with
  * `POSTBOX_DURABILITY_NONE`, poll floor above ceiling); `POSTBOX_NOT_A_STORE` (the file is
  * something else); `POSTBOX_CORRUPTED`; `POSTBOX_INCOMPATIBLE_VERSION`; `POSTBOX_ALREADY_OPEN`
- * (another process holds it in single-process mode); `POSTBOX_IO` (missing directory,
+ * (the store is open in single-process mode elsewhere: in another process, or through another
+ * handle of this process; the detailed message says which); `POSTBOX_IO` (missing directory,
  * permissions); `POSTBOX_STORAGE_FULL`.
  */
 int postbox_store_open(const char *path,
@@ -754,6 +783,9 @@ int postbox_store_open(const char *path,
  * down before closing their store. Do not call this while another thread is still using
  * `store`. `store` may be NULL (no-op, `POSTBOX_OK`).
  *
+ * In a forked child (a handle inherited across `fork()`) it only frees the handle and returns
+ * `POSTBOX_OK`: the file, its locks and its pending commits belong to the parent.
+ *
  * # Returns
  * `POSTBOX_OK`; the final commit's `POSTBOX_IO`, `POSTBOX_STORAGE_FULL` or
  * `POSTBOX_OUTCOME_UNKNOWN`.
@@ -767,8 +799,8 @@ int postbox_store_close(struct postbox_store *store);
  * `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`; storage errors
- * (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
  */
 int postbox_store_queues(const struct postbox_store *store, struct postbox_strings **names_out);
 
@@ -790,14 +822,15 @@ void postbox_strings_free(struct postbox_strings *list);
 
 /**
  * Deletes queue `name`, its dead-letter queue and all their messages. Handles to it fail with
- * `POSTBOX_NOT_FOUND` afterwards (free them as usual).
+ * `POSTBOX_QUEUE_NOT_FOUND` afterwards (free them as usual); a queue opened again under the
+ * same name is a new, empty queue with default options.
  *
  * `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
  * missing queue is not an error).
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name, or the name of a
- * dead-letter queue); `POSTBOX_CLOSED`; storage errors.
+ * dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_delete(struct postbox_store *store, const char *name, bool *existed_out);
 
@@ -805,7 +838,7 @@ int postbox_queue_delete(struct postbox_store *store, const char *name, bool *ex
  * Reads the commit-pipeline counters of this store handle into `stats_out`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
  */
 int postbox_store_stats(const struct postbox_store *store, struct postbox_commit_stats *stats_out);
 
@@ -859,7 +892,8 @@ bool postbox_queue_is_dead_letter(const struct postbox_queue *queue);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or `queue` is itself a dead-letter queue);
- * `POSTBOX_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`.
+ * `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
  */
 int postbox_queue_dead_letters(const struct postbox_queue *queue,
                                struct postbox_queue **dead_letters_out);
@@ -869,8 +903,8 @@ int postbox_queue_dead_letters(const struct postbox_queue *queue,
  * messages, due scheduled messages) are applied first, so the counts are true as of the call.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_NOT_FOUND` (deleted);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_stats(const struct postbox_queue *queue, struct postbox_stats *stats_out);
 
@@ -880,8 +914,8 @@ int postbox_queue_stats(const struct postbox_queue *queue, struct postbox_stats 
  * may be NULL; on success it receives how many messages were removed.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_NOT_FOUND` (deleted);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_purge(struct postbox_queue *queue, uint64_t *removed_out);
 
@@ -939,8 +973,9 @@ int postbox_send_batch(struct postbox_queue *queue,
  * cannot be settled.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable); `POSTBOX_INVALID_ARGUMENT` (NULL);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable: a normal outcome);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_peek(const struct postbox_queue *queue, struct postbox_message **message_out);
 
@@ -951,7 +986,7 @@ int postbox_peek(const struct postbox_queue *queue, struct postbox_message **mes
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
- * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_get(const struct postbox_queue *queue,
                 uint64_t id,
@@ -960,10 +995,11 @@ int postbox_get(const struct postbox_queue *queue,
 /**
  * Starts browsing the receivable messages of the queue in delivery order (priority, then send
  * order), without locking them. `browser_out` receives an iterator the caller frees with
- * `postbox_browse_free`.
+ * `postbox_browse_free`. Nothing is read yet: a deleted queue or a closed store is reported
+ * by `postbox_browse_next`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
  */
 int postbox_browse_open(const struct postbox_queue *queue, struct postbox_browser **browser_out);
 
@@ -973,7 +1009,8 @@ int postbox_browse_open(const struct postbox_queue *queue, struct postbox_browse
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` at the end (and on every later call);
- * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_browse_next(struct postbox_browser *browser, struct postbox_message **message_out);
 
@@ -998,8 +1035,8 @@ void postbox_browse_free(struct postbox_browser *browser);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
  * `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
- * already finished); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the
- * store closes during the wait); storage errors.
+ * already finished); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when
+ * the store closes during the wait); `POSTBOX_FORKED`; storage errors.
  */
 int postbox_receive(struct postbox_queue *queue,
                     struct postbox_tx *tx,
@@ -1066,6 +1103,9 @@ int postbox_complete_batch_and_receive(struct postbox_queue *queue,
  * Frees a message handle. A message still held (received with peek-lock and not settled) is
  * abandoned: it returns to its queue at once for another delivery. NULL is a no-op.
  * Never free a message passed to a processor callback.
+ *
+ * In a forked child (see "Processes and fork()") it only frees the memory: the message stays
+ * locked by the parent.
  */
 void postbox_message_free(struct postbox_message *message);
 
@@ -1076,8 +1116,8 @@ void postbox_message_free(struct postbox_message *message);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
  * `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
- * received in a transaction, or already settled); `POSTBOX_CLOSED`;
- * `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+ * received in a transaction, or already settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was
+ * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
  */
 int postbox_message_complete(struct postbox_message *message);
 
@@ -1122,7 +1162,8 @@ int postbox_message_resubmit(struct postbox_message *message);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
- * it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_CLOSED`; storage errors.
+ * it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_QUEUE_NOT_FOUND` (the queue
+ * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_message_renew_lock(struct postbox_message *message, uint64_t *locked_until_ms_out);
 
@@ -1222,7 +1263,7 @@ uint64_t postbox_message_lock_token(const struct postbox_message *message);
 
 /**
  * Whether this handle currently holds the message's lock (received with peek-lock and not yet
- * settled); false for NULL.
+ * settled); false for NULL and in a forked child.
  */
 bool postbox_message_is_held(const struct postbox_message *message);
 
@@ -1295,7 +1336,8 @@ uint64_t postbox_message_dead_lettered_at_ms(const struct postbox_message *messa
  * `postbox_tx_commit` or `postbox_tx_abort`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED` (the store was closed);
+ * `POSTBOX_FORKED`.
  */
 int postbox_tx_begin(struct postbox_store *store, struct postbox_tx **tx_out);
 
@@ -1306,7 +1348,8 @@ int postbox_tx_begin(struct postbox_store *store, struct postbox_tx **tx_out);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, a message not held, of another store, or a
- * finished transaction).
+ * finished transaction: the message handle is left as it was); `POSTBOX_CLOSED` (the message
+ * is let go: closing the store released its lock); `POSTBOX_FORKED`.
  */
 int postbox_tx_complete(struct postbox_tx *tx, struct postbox_message *message);
 
@@ -1317,9 +1360,11 @@ int postbox_tx_complete(struct postbox_tx *tx, struct postbox_message *message);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
- * `POSTBOX_QUEUE_FULL` or `POSTBOX_NOT_FOUND` (a send's queue is full or was deleted: nothing
- * applied); `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_OUTCOME_UNKNOWN`;
- * storage errors.
+ * `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
+ * nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, or a processor's transaction);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
+ * locks stay with the parent); `POSTBOX_STORAGE_FULL` (nothing applied);
+ * `POSTBOX_OUTCOME_UNKNOWN` (applied or not, it cannot be known); other storage errors.
  */
 int postbox_tx_commit(struct postbox_tx *tx);
 
@@ -1330,7 +1375,8 @@ int postbox_tx_commit(struct postbox_tx *tx);
  *
  * # Returns
  * `POSTBOX_OK`; storage errors of the release (`POSTBOX_CLOSED`, `POSTBOX_IO`, …): the handle
- * is freed anyway and the locks run out on their own.
+ * is freed anyway and the locks run out on their own; `POSTBOX_FORKED` (freed, nothing
+ * written); `POSTBOX_INVALID_ARGUMENT` (a processor's transaction).
  */
 int postbox_tx_abort(struct postbox_tx *tx);
 
@@ -1357,7 +1403,7 @@ int postbox_processor_options_init(struct postbox_processor_options *options);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
  * `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
- * started); `POSTBOX_CLOSED`.
+ * started); `POSTBOX_CLOSED` (the store was closed); `POSTBOX_FORKED`.
  */
 int postbox_processor_start(const struct postbox_queue *queue,
                             const struct postbox_processor_options *options,
@@ -1400,7 +1446,7 @@ int postbox_processor_dead_letter(const struct postbox_message *message,
  * flag (or use `sigwait` in a thread) and call this from normal code.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
  */
 int postbox_processor_stop(const struct postbox_processor *processor);
 
@@ -1412,7 +1458,7 @@ int postbox_processor_stop(const struct postbox_processor *processor);
  *
  * # Returns
  * `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
- * processor).
+ * processor); `POSTBOX_FORKED`.
  */
 int postbox_processor_join(const struct postbox_processor *processor,
                            int64_t timeout_ms,
@@ -1433,7 +1479,7 @@ int postbox_processor_shutdown(const struct postbox_processor *processor,
  * Reads the processor's counters (readable at any time) into `stats_out`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
  */
 int postbox_processor_stats(const struct postbox_processor *processor,
                             struct postbox_processor_counters *stats_out);
@@ -1442,6 +1488,9 @@ int postbox_processor_stats(const struct postbox_processor *processor,
  * Frees a processor handle. Call `postbox_processor_shutdown` first: freeing a processor that
  * still runs shuts it down, waiting up to 30 s for running callbacks. NULL is a no-op.
  * Never call it from the processor's own callback.
+ *
+ * In a forked child the processor's threads do not exist: the handle is let go at once
+ * (its memory is left alone) and the parent's processor is unaffected.
  */
 void postbox_processor_free(struct postbox_processor *processor);
 

@@ -81,6 +81,7 @@ impl postbox_message {
     /// Takes the lock out of the handle for a settle call; the handle is `Settled` afterwards
     /// whatever the outcome (postbox's settle calls are single-use).
     pub(crate) fn take_received(&self) -> Outcome<Received> {
+        self.tag.check_process()?;
         let mut hold = self.hold.lock();
         match std::mem::replace(&mut *hold, Hold::Settled) {
             Hold::Held(r) => {
@@ -109,6 +110,7 @@ impl postbox_message {
 
     /// Checks that the message is held, without taking it.
     pub(crate) fn check_held(&self) -> Outcome<()> {
+        self.tag.check_process()?;
         let hold = self.hold.lock();
         if matches!(*hold, Hold::Held(_)) {
             Ok(())
@@ -132,6 +134,9 @@ fn msg<'a>(m: *const postbox_message) -> Outcome<&'a postbox_message> {
 /// Frees a message handle. A message still held (received with peek-lock and not settled) is
 /// abandoned: it returns to its queue at once for another delivery. NULL is a no-op.
 /// Never free a message passed to a processor callback.
+///
+/// In a forked child (see "Processes and fork()") it only frees the memory: the message stays
+/// locked by the parent.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
     guard(|| {
@@ -149,8 +154,8 @@ pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
 /// `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
-/// received in a transaction, or already settled); `POSTBOX_CLOSED`;
-/// `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+/// received in a transaction, or already settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was
+/// deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_int {
     guard(|| {
@@ -245,7 +250,8 @@ pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_i
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
-/// it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_CLOSED`; storage errors.
+/// it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_QUEUE_NOT_FOUND` (the queue
+/// was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_renew_lock(
     message: *mut postbox_message,
@@ -254,6 +260,7 @@ pub extern "C" fn postbox_message_renew_lock(
     guard(|| {
         let m = msg(message)?;
         let out = Out::optional(locked_until_ms_out);
+        m.tag.check_process()?;
         let mut hold = m.hold.lock();
         let Hold::Held(r) = &mut *hold else {
             drop(hold);
@@ -410,10 +417,13 @@ pub extern "C" fn postbox_message_lock_token(message: *const postbox_message) ->
 }
 
 /// Whether this handle currently holds the message's lock (received with peek-lock and not yet
-/// settled); false for NULL.
+/// settled); false for NULL and in a forked child.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_is_held(message: *const postbox_message) -> bool {
-    guard(|| Ok(matches!(*msg(message)?.hold.lock(), Hold::Held(_))))
+    guard(|| {
+        let m = msg(message)?;
+        Ok(!m.tag.is_forked() && matches!(*m.hold.lock(), Hold::Held(_)))
+    })
 }
 
 fn property_view(value: &PropertyValue) -> (u32, postbox_bytes) {
@@ -562,6 +572,7 @@ pub(crate) fn take_batch(
     tag: StoreTag,
     messages: &[*mut postbox_message],
 ) -> Outcome<Vec<Received>> {
+    tag.check_process()?;
     let mut handles = Vec::with_capacity(messages.len());
     for (i, &p) in messages.iter().enumerate() {
         let m = arg_ref(p.cast_const(), "messages[i]")

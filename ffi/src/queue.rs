@@ -206,6 +206,13 @@ fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
     arg_ref(q, "queue")
 }
 
+/// A queue handle for a call that reads or writes the store: refused in a forked child.
+fn live<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
+    let q = queue(q)?;
+    q.tag.check_process()?;
+    Ok(q)
+}
+
 /// Fills `options` with the defaults and sets its `struct_size`.
 ///
 /// # Returns
@@ -271,7 +278,9 @@ pub extern "C" fn postbox_queue_open(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::required(queue_out, "queue_out")?;
-        let q = match read_versioned(options, QUEUE_OPTIONS_V1, "options")? {
+        let options = read_versioned(options, QUEUE_OPTIONS_V1, "options")?;
+        store.tag.check_process()?;
+        let q = match options {
             None => store.store.queue(name)?,
             Some(o) => store.store.queue_with(name, queue_options(&o)?)?,
         };
@@ -317,14 +326,15 @@ pub extern "C" fn postbox_queue_is_dead_letter(queue: *const postbox_queue) -> b
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or `queue` is itself a dead-letter queue);
-/// `POSTBOX_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`.
+/// `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+/// storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_dead_letters(
     queue: *const postbox_queue,
     dead_letters_out: *mut *mut postbox_queue,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(dead_letters_out, "dead_letters_out")?;
         let dlq = q.queue.dead_letters()?;
         out.write(Box::into_raw(Box::new(postbox_queue {
@@ -340,15 +350,15 @@ pub extern "C" fn postbox_queue_dead_letters(
 /// messages, due scheduled messages) are applied first, so the counts are true as of the call.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_NOT_FOUND` (deleted);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_stats(
     queue: *const postbox_queue,
     stats_out: *mut postbox_stats,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(stats_out, "stats_out")?;
         let s = q.queue.stats()?;
         out.write(postbox_stats {
@@ -367,12 +377,12 @@ pub extern "C" fn postbox_queue_stats(
 /// may be NULL; on success it receives how many messages were removed.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_NOT_FOUND` (deleted);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_purge(queue: *mut postbox_queue, removed_out: *mut u64) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::optional(removed_out);
         out.write(q.queue.purge()?);
         Ok(POSTBOX_OK)
@@ -510,7 +520,7 @@ pub extern "C" fn postbox_send(
     id_out: *mut u64,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::optional(id_out);
         let m = build_message(body, body_len, options, "body")?;
         if tx.is_null() {
@@ -540,7 +550,7 @@ pub extern "C" fn postbox_send_batch(
     ids_out: *mut u64,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let items = arg_slice(items, count, "items")?;
         let ids = if ids_out.is_null() {
             None
@@ -582,15 +592,16 @@ pub extern "C" fn postbox_send_batch(
 /// cannot be settled.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable); `POSTBOX_INVALID_ARGUMENT` (NULL);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable: a normal outcome);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_peek(
     queue: *const postbox_queue,
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
         let env = q
             .queue
@@ -607,7 +618,7 @@ pub extern "C" fn postbox_peek(
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_get(
     queue: *const postbox_queue,
@@ -615,7 +626,7 @@ pub extern "C" fn postbox_get(
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
         let env = q.queue.get(MessageId(id))?.ok_or_else(|| {
             Failure::new(
@@ -630,17 +641,18 @@ pub extern "C" fn postbox_get(
 
 /// Starts browsing the receivable messages of the queue in delivery order (priority, then send
 /// order), without locking them. `browser_out` receives an iterator the caller frees with
-/// `postbox_browse_free`.
+/// `postbox_browse_free`. Nothing is read yet: a deleted queue or a closed store is reported
+/// by `postbox_browse_next`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_browse_open(
     queue: *const postbox_queue,
     browser_out: *mut *mut postbox_browser,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(browser_out, "browser_out")?;
         out.write(Box::into_raw(Box::new(postbox_browser {
             it: Mutex::new(q.queue.browse()),
@@ -655,7 +667,8 @@ pub extern "C" fn postbox_browse_open(
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` at the end (and on every later call);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_browse_next(
     browser: *mut postbox_browser,
@@ -664,6 +677,7 @@ pub extern "C" fn postbox_browse_next(
     guard(|| {
         let b = arg_ref(browser, "browser")?;
         let out = Out::required(message_out, "message_out")?;
+        b.tag.check_process()?;
         let next = b.it.lock().next();
         let env =
             next.ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "no further message to browse"))??;
@@ -696,8 +710,8 @@ pub extern "C" fn postbox_browse_free(browser: *mut postbox_browser) {
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
 /// `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
-/// already finished); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the
-/// store closes during the wait); storage errors.
+/// already finished); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when
+/// the store closes during the wait); `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive(
     queue: *mut postbox_queue,
@@ -706,7 +720,7 @@ pub extern "C" fn postbox_receive(
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
         let wait = timeout(timeout_ms);
         let nothing = || {
@@ -749,7 +763,7 @@ pub extern "C" fn postbox_receive_batch(
     count_out: *mut usize,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         if max == 0 {
             return Err(Failure::invalid("max must be at least 1"));
         }
@@ -776,7 +790,7 @@ pub extern "C" fn postbox_complete_batch(
     count: usize,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let messages = arg_slice(messages, count, "messages")?;
         complete_batch(&q.queue, q.tag, messages)?;
         Ok(POSTBOX_OK)
@@ -808,7 +822,7 @@ pub extern "C" fn postbox_complete_batch_and_receive(
     count_out: *mut usize,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         if max == 0 {
             return Err(Failure::invalid("max must be at least 1"));
         }

@@ -30,8 +30,9 @@ static int use_everything(void) {
     (void)item;
     (void)h;
     (void)th;
-    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + (int)POSTBOX_VERSION_NUMBER +
-           (int)POSTBOX_DURABILITY_NONE + (int)POSTBOX_PROPERTY_BYTES;
+    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + POSTBOX_QUEUE_NOT_FOUND + POSTBOX_FORKED +
+           (int)POSTBOX_VERSION_NUMBER + (int)POSTBOX_DURABILITY_NONE +
+           (int)POSTBOX_PROPERTY_BYTES;
 }
 
 int main(void) { return use_everything() == 0 ? 1 : 0; }

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -80,7 +81,8 @@ static void test_status_codes(const char *dir) {
                          POSTBOX_PANIC,       POSTBOX_NOT_A_STORE,
                          POSTBOX_INCOMPATIBLE_VERSION, POSTBOX_ALREADY_OPEN,
                          POSTBOX_OUTCOME_UNKNOWN, POSTBOX_CONFIG,
-                         POSTBOX_STORAGE_FULL, POSTBOX_CODEC};
+                         POSTBOX_STORAGE_FULL, POSTBOX_CODEC,
+                         POSTBOX_QUEUE_NOT_FOUND, POSTBOX_FORKED};
     size_t n = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < n; i++) {
         CHECK(codes[i] == (int)i); /* explicit numbers, in ErrorKind's order */
@@ -142,9 +144,11 @@ static void test_store_open_close(const char *dir) {
     REQUIRE_OK(postbox_store_open(path_in(dir, "a"), &o, &store));
     CHECK(store != NULL);
 
-    /* A second handle on a file this process holds in single-process mode. */
+    /* A second handle on a file this process holds in single-process mode; the message says
+     * that it is this process, not another one. */
     postbox_store *again = NULL;
     CHECK_RC(postbox_store_open(path_in(dir, "a"), NULL, &again), POSTBOX_ALREADY_OPEN);
+    CHECK(strstr(postbox_last_error_message(), "this process") != NULL);
     CHECK(again == NULL);
     CHECK_OK(postbox_store_close(store));
     CHECK_OK(postbox_store_close(NULL));
@@ -286,14 +290,44 @@ static void test_queue_open_list_delete(const char *dir) {
     CHECK(!existed);
     CHECK_OK(postbox_queue_delete(store, "never", NULL));
 
-    /* A handle to a deleted queue reports NOT_FOUND. */
+    /* A handle to a deleted queue reports QUEUE_NOT_FOUND, never the NOT_FOUND of "no
+     * message" nor the TIMEOUT of "nothing arrived". */
     postbox_stats s;
-    CHECK_RC(postbox_queue_stats(jobs, &s), POSTBOX_NOT_FOUND);
-    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_NOT_FOUND);
-    CHECK_RC(postbox_queue_purge(jobs, NULL), POSTBOX_NOT_FOUND);
+    CHECK_RC(postbox_queue_stats(jobs, &s), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK(strstr(postbox_last_error_message(), "jobs") != NULL);
+    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL),
+             POSTBOX_QUEUE_NOT_FOUND);
+    postbox_send_item item = {(const uint8_t *)"x", 1, NULL};
+    CHECK_RC(postbox_send_batch(jobs, NULL, &item, 1, NULL), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_queue_purge(jobs, NULL), POSTBOX_QUEUE_NOT_FOUND);
     postbox_message *m = NULL;
-    CHECK_RC(postbox_receive(jobs, NULL, 0, &m), POSTBOX_NOT_FOUND);
-    CHECK(m == NULL);
+    CHECK_RC(postbox_receive(jobs, NULL, 0, &m), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_receive(jobs, NULL, 50, &m), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_peek(jobs, &m), POSTBOX_QUEUE_NOT_FOUND);
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(jobs, &br)); /* reads nothing yet */
+    CHECK_RC(postbox_browse_next(br, &m), POSTBOX_QUEUE_NOT_FOUND);
+    postbox_browse_free(br);
+    postbox_message *batch[2];
+    size_t got = 99;
+    CHECK_RC(postbox_receive_batch(jobs, 2, 0, batch, &got), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_complete_batch_and_receive(jobs, NULL, 0, 2, 0, batch, &got),
+             POSTBOX_QUEUE_NOT_FOUND);
+    CHECK(got == 99); /* only a TIMEOUT writes the count */
+    postbox_queue *jobs_dlq = NULL;
+    CHECK_RC(postbox_queue_dead_letters(jobs, &jobs_dlq), POSTBOX_QUEUE_NOT_FOUND);
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_send(jobs, tx, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_receive(jobs, tx, 0, &m), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_OK(postbox_tx_commit(tx));
+    CHECK(m == NULL && jobs_dlq == NULL);
+    /* Opening the name again makes a new, empty queue. */
+    postbox_queue *jobs2 = open_queue(store, "jobs", NULL);
+    if (jobs2 != NULL) {
+        CHECK(stats_of(jobs2).active == 0);
+        postbox_queue_free(jobs2);
+    }
 
     postbox_queue_free(dlq);
     postbox_queue_free(orders);
@@ -1525,6 +1559,289 @@ static void test_processor_shutdown_waits(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* fork(): a handle belongs to the process that opened its store (invariant 11)              */
+
+/* Waits up to limit_ms for child pid; kills it if it is still running. Returns its exit code,
+ * or -1 if it hung or died of a signal. */
+static int wait_child(pid_t pid, long limit_ms) {
+    int status = 0;
+    for (long waited = 0; waited < limit_ms; waited += 5) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (r < 0) return -1;
+        sleep_ms(5);
+    }
+    fprintf(stderr, "  child %d still running after %ld ms: killed\n", (int)pid, limit_ms);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* Ends a forked child with `code`. Through exec rather than exit: a child lets go of the
+ * handles it inherited without freeing the parent's state (that memory belongs to threads of
+ * the parent, which do not exist in the child), and valgrind's leak check at exit would count
+ * it against the child. An exec ends the process image without that check. */
+static void child_exit(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    execl("/bin/sh", "sh", "-c", code == 0 ? "exit 0" : "exit 1", (char *)NULL);
+    _exit(code == 0 ? 0 : 1);
+}
+
+static postbox_store *open_multi(const char *path) {
+    postbox_store_options so;
+    postbox_store_options_init(&so);
+    so.multi_process = 1;
+    postbox_store *store = NULL;
+    int rc = postbox_store_open(path, &so, &store);
+    if (rc != POSTBOX_OK) {
+        fprintf(stderr, "  cannot open %s: %s\n", path, postbox_last_error_message());
+        harness_failed_checks++;
+        return NULL;
+    }
+    return store;
+}
+
+/* The bodies in queue `name` of the store at `path`, each once, joined with ','. */
+static void bodies_of(const char *path, const char *name, char *out, size_t cap) {
+    out[0] = 0;
+    postbox_store *store = open_multi(path);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, name, NULL);
+    postbox_browser *br = NULL;
+    if (q != NULL && postbox_browse_open(q, &br) == POSTBOX_OK) {
+        postbox_message *m = NULL;
+        while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+            postbox_bytes b = postbox_message_body(m);
+            size_t used = strlen(out);
+            snprintf(out + used, cap - used, "%s%.*s", used ? "," : "", (int)b.len,
+                     (const char *)b.data);
+            postbox_message_free(m);
+        }
+        postbox_browse_free(br);
+    }
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_fork_child_gets_forked(const char *dir) {
+    const char *path = path_in(dir, "fork.postbox");
+    char path_copy[1024];
+    snprintf(path_copy, sizeof path_copy, "%s", path);
+    postbox_store *store = open_multi(path_copy);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "jobs", NULL);
+    postbox_queue *idle = open_queue(store, "idle", NULL);
+    if (q == NULL || idle == NULL) return;
+    send_text(q, "parent-held");
+    send_text(q, "parent-1");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_send(q, tx, (const uint8_t *)"parent-tx", 9, NULL, NULL));
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(q, &br));
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(idle, NULL, proc_handler, &st, &p));
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        CHECK(pid >= 0);
+        return;
+    }
+    if (pid == 0) {
+        /* The child: every call on an inherited handle is refused, nothing is written. */
+        harness_failed_checks = 0;
+        postbox_message *m = NULL;
+        postbox_stats s;
+        postbox_queue *q2 = NULL;
+        postbox_strings *names = NULL;
+        postbox_tx *tx2 = NULL;
+        postbox_processor *p2 = NULL;
+        CHECK_RC(postbox_send(q, NULL, (const uint8_t *)"child", 5, NULL, NULL), POSTBOX_FORKED);
+        CHECK(strstr(postbox_last_error_message(), "process") != NULL);
+        postbox_send_item item = {(const uint8_t *)"child", 5, NULL};
+        CHECK_RC(postbox_send_batch(q, NULL, &item, 1, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_receive(q, NULL, 100, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_peek(q, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_get(q, postbox_message_id(held), &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_stats(q, &s), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_purge(q, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_dead_letters(q, &q2), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_open(store, "jobs", NULL, &q2), POSTBOX_FORKED);
+        CHECK_RC(postbox_store_queues(store, &names), POSTBOX_FORKED);
+        postbox_commit_stats cs;
+        CHECK_RC(postbox_store_stats(store, &cs), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_delete(store, "jobs", NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_tx_begin(store, &tx2), POSTBOX_FORKED);
+        CHECK_RC(postbox_send(q, tx, (const uint8_t *)"child", 5, NULL, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_receive(q, tx, 0, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_tx_complete(tx, held), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_complete(held), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_abandon(held, 0), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_dead_letter(held, "x", NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_renew_lock(held, NULL), POSTBOX_FORKED);
+        postbox_message *batch[1] = {held};
+        CHECK_RC(postbox_complete_batch(q, batch, 1), POSTBOX_FORKED);
+        CHECK(!postbox_message_is_held(held));
+        CHECK(bytes_is(postbox_message_body(held), "parent-held")); /* contents stay readable */
+        CHECK_RC(postbox_browse_next(br, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_start(q, NULL, proc_handler, &st, &p2), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_start_transactional(q, NULL, proc_tx_handler, &st, &p2),
+                 POSTBOX_FORKED);
+        postbox_processor_counters pc;
+        CHECK_RC(postbox_processor_stats(p, &pc), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_stop(p), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_shutdown(p, 0, NULL), POSTBOX_FORKED);
+        CHECK(m == NULL && q2 == NULL && names == NULL && tx2 == NULL && p2 == NULL);
+        /* Letting go of the inherited handles returns at once and writes nothing. */
+        CHECK_RC(postbox_tx_commit(tx), POSTBOX_FORKED); /* frees the handle */
+        postbox_browse_free(br);
+        postbox_message_free(held);
+        postbox_processor_free(p);
+        postbox_queue_free(idle);
+        postbox_queue_free(q);
+        CHECK_OK(postbox_store_close(store));
+        /* The child opens the store itself and works normally. */
+        postbox_store *own = open_multi(path_copy);
+        if (own != NULL) {
+            postbox_queue *oq = open_queue(own, "jobs", NULL);
+            if (oq != NULL) {
+                send_text(oq, "child-own");
+                postbox_queue_free(oq);
+            }
+            CHECK_OK(postbox_store_close(own));
+        }
+        child_exit(harness_failed_checks);
+    }
+
+    int code = wait_child(pid, 120000);
+    CHECK(code == 0);
+    /* The parent is unaffected: its lock, its transaction, its browser and its processor. */
+    CHECK(postbox_message_is_held(held));
+    CHECK_OK(postbox_message_complete(held));
+    postbox_message_free(held);
+    CHECK_OK(postbox_tx_commit(tx));
+    postbox_message *m = NULL;
+    CHECK_OK(postbox_browse_next(br, &m));
+    postbox_message_free(m);
+    postbox_browse_free(br);
+    postbox_shutdown_report r;
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished);
+    postbox_processor_free(p);
+    send_text(q, "parent-2");
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 4 && s.locked == 0);
+    postbox_queue_free(idle);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    pthread_mutex_destroy(&st.mutex);
+
+    /* After reopening: exactly the parent's messages and the child's own send, in commit
+     * order (the child sent before the parent committed its transaction). */
+    char bodies[256];
+    bodies_of(path_copy, "jobs", bodies, sizeof bodies);
+    CHECK(strcmp(bodies, "parent-1,child-own,parent-tx,parent-2") == 0);
+    if (strcmp(bodies, "parent-1,child-own,parent-tx,parent-2") != 0)
+        fprintf(stderr, "  bodies: %s\n", bodies);
+}
+
+/* A child forked while another thread of the parent is in the middle of a commit gets FORKED
+ * at once instead of waiting for a lock that nobody in the child will ever release. */
+struct fork_sender {
+    postbox_queue *q;
+    pthread_mutex_t mutex;
+    int stop;
+    int errors;
+    long sent;
+};
+
+static void *fork_sender_loop(void *arg) {
+    struct fork_sender *fs = (struct fork_sender *)arg;
+    for (;;) {
+        pthread_mutex_lock(&fs->mutex);
+        int stop = fs->stop;
+        pthread_mutex_unlock(&fs->mutex);
+        if (stop) break;
+        int rc = postbox_send(fs->q, NULL, (const uint8_t *)"bg", 2, NULL, NULL);
+        pthread_mutex_lock(&fs->mutex);
+        if (rc == POSTBOX_OK)
+            fs->sent++;
+        else
+            fs->errors++;
+        pthread_mutex_unlock(&fs->mutex);
+    }
+    return NULL;
+}
+
+static long elapsed_ms(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (t1.tv_sec - t0->tv_sec) * 1000 + (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static void test_fork_during_commit(const char *dir) {
+    postbox_store *store = open_store(dir); /* single-process, durable: commits take a while */
+    if (store == NULL) return;
+    struct fork_sender fs;
+    memset(&fs, 0, sizeof fs);
+    fs.q = open_queue(store, "busy", NULL);
+    if (fs.q == NULL) return;
+    pthread_mutex_init(&fs.mutex, NULL);
+    pthread_t senders[2];
+    for (int i = 0; i < 2; i++) pthread_create(&senders[i], NULL, fork_sender_loop, &fs);
+    const char *env = getenv("POSTBOX_C_FORK_ROUNDS");
+    int rounds = env != NULL ? atoi(env) : 20;
+    int hung = 0, wrong = 0;
+    for (int i = 0; i < rounds; i++) {
+        sleep_ms(3 + i % 7);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) break;
+        if (pid == 0) {
+            struct timespec t0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            postbox_message *m = NULL;
+            int a = postbox_send(fs.q, NULL, (const uint8_t *)"child", 5, NULL, NULL);
+            int b = postbox_receive(fs.q, NULL, 1000, &m);
+            postbox_queue_free(fs.q);
+            int c = postbox_store_close(store);
+            long took = elapsed_ms(&t0);
+            child_exit(a == POSTBOX_FORKED && b == POSTBOX_FORKED && c == POSTBOX_OK &&
+                               took < 5000
+                           ? 0
+                           : 1);
+        }
+        int code = wait_child(pid, 60000);
+        if (code < 0) hung++;
+        if (code > 0) wrong++;
+    }
+    pthread_mutex_lock(&fs.mutex);
+    fs.stop = 1;
+    pthread_mutex_unlock(&fs.mutex);
+    for (int i = 0; i < 2; i++) pthread_join(senders[i], NULL);
+    CHECK(hung == 0);
+    CHECK(wrong == 0);
+    CHECK(fs.errors == 0);
+    CHECK(fs.sent > 0);
+    /* No child wrote: the queue holds exactly the parent's sends. */
+    CHECK(stats_of(fs.q).active == (uint64_t)fs.sent);
+    pthread_mutex_destroy(&fs.mutex);
+    postbox_queue_free(fs.q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -1550,6 +1867,8 @@ int main(int argc, char **argv) {
         {"processor_failures", test_processor_failures},
         {"processor_transactional", test_processor_transactional},
         {"processor_shutdown_waits", test_processor_shutdown_waits},
+        {"fork_child_gets_forked", test_fork_child_gets_forked},
+        {"fork_during_commit", test_fork_during_commit},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
