@@ -1113,11 +1113,17 @@ void postbox_message_free(struct postbox_message *message);
  * Completes a received message: it is removed for good and never reappears. The handle stays
  * readable and must still be freed.
  *
+ * Only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the message. After any
+ * other status nothing changed and the handle still holds the lock: retry the call (e.g. after
+ * freeing disk space), settle it another way, or free the handle to abandon it.
+ *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
- * `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
- * received in a transaction, or already settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was
- * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired, was taken over, or the message was
+ * purged: nothing changed, and the handle no longer holds it); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL, or a message this handle does not hold: peeked, received in a transaction, or already
+ * settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors (`POSTBOX_OUTCOME_UNKNOWN`: the settle may or may not have
+ * been applied; a retry then reports `POSTBOX_LOCK_LOST` if it was).
  */
 int postbox_message_complete(struct postbox_message *message);
 
@@ -1127,7 +1133,8 @@ int postbox_message_complete(struct postbox_message *message);
  * up the queue's `max_deliveries`. The handle stays readable and must still be freed.
  *
  * # Returns
- * As `postbox_message_complete`.
+ * As `postbox_message_complete` (a failure other than `POSTBOX_LOCK_LOST` leaves the lock with
+ * the handle).
  */
 int postbox_message_abandon(struct postbox_message *message, uint64_t delay_ms);
 
@@ -1138,7 +1145,8 @@ int postbox_message_abandon(struct postbox_message *message, uint64_t delay_ms);
  *
  * # Returns
  * As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
- * UTF-8, or a message that is already in a dead-letter queue.
+ * UTF-8, a reason the engine refuses, or a message that is already in a dead-letter queue.
+ * Refusals leave the lock with the handle.
  */
 int postbox_message_dead_letter(struct postbox_message *message,
                                 const char *reason,
@@ -1151,7 +1159,8 @@ int postbox_message_dead_letter(struct postbox_message *message,
  *
  * # Returns
  * As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` if the message was not
- * received from a dead-letter queue.
+ * received from a dead-letter queue (the refusal leaves the lock with the handle), and
+ * `POSTBOX_QUEUE_NOT_FOUND` if its source queue was deleted.
  */
 int postbox_message_resubmit(struct postbox_message *message);
 
@@ -1163,7 +1172,8 @@ int postbox_message_resubmit(struct postbox_message *message);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
  * it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_QUEUE_NOT_FOUND` (the queue
- * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. After a failure other than
+ * `POSTBOX_LOCK_LOST` the handle still holds the lock, with its previous expiry.
  */
 int postbox_message_renew_lock(struct postbox_message *message, uint64_t *locked_until_ms_out);
 
@@ -1250,8 +1260,9 @@ uint64_t postbox_message_visible_at_ms(const struct postbox_message *message);
 uint64_t postbox_message_expires_at_ms(const struct postbox_message *message);
 
 /**
- * When this handle's lock expires unless renewed, in ms since the Unix epoch; 0 when the
- * handle holds no lock (peeked, received in a transaction, settled).
+ * When this handle's lock expires unless renewed, in ms since the Unix epoch (a time in the
+ * past once it has expired); 0 when the handle holds no lock (peeked, received in a
+ * transaction, settled, or the lock was reported lost).
  */
 uint64_t postbox_message_locked_until_ms(const struct postbox_message *message);
 
@@ -1262,8 +1273,10 @@ uint64_t postbox_message_locked_until_ms(const struct postbox_message *message);
 uint64_t postbox_message_lock_token(const struct postbox_message *message);
 
 /**
- * Whether this handle currently holds the message's lock (received with peek-lock and not yet
- * settled); false for NULL and in a forked child.
+ * Whether this handle currently holds the message's lock: received with peek-lock, not yet
+ * settled, and its lock not expired (`postbox_message_locked_until_ms` is still in the future;
+ * once it has passed, another receiver may take the message and a settle reports
+ * `POSTBOX_LOCK_LOST`). False for NULL and in a forked child.
  */
 bool postbox_message_is_held(const struct postbox_message *message);
 

@@ -4,8 +4,11 @@
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
 use parking_lot::Mutex;
-use postbox::{Envelope, PropertyValue, Queue, Received};
+use postbox::{Envelope, PropertyValue, Queue, Received, SettleError};
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK};
@@ -46,7 +49,9 @@ pub struct postbox_message {
     pub(crate) envelope: Envelope,
     pub(crate) hold: Mutex<Hold>,
     pub(crate) lock_token: u64,
-    pub(crate) locked_until_ms: Mutex<u64>,
+    /// The lock's expiry while this handle holds it, 0 once it does not. Atomic so that the
+    /// accessors never wait for a settle in progress (which holds `hold` during its commit).
+    pub(crate) locked_until_ms: AtomicU64,
     pub(crate) tag: StoreTag,
 }
 
@@ -58,7 +63,7 @@ impl postbox_message {
         postbox_message {
             envelope,
             lock_token: received.lock_token(),
-            locked_until_ms: Mutex::new(unix_ms(received.locked_until())),
+            locked_until_ms: AtomicU64::new(unix_ms(received.locked_until())),
             hold: Mutex::new(Hold::Held(Box::new(received))),
             tag,
         }
@@ -69,7 +74,7 @@ impl postbox_message {
             envelope,
             hold: Mutex::new(hold),
             lock_token: 0,
-            locked_until_ms: Mutex::new(0),
+            locked_until_ms: AtomicU64::new(0),
             tag,
         }
     }
@@ -78,32 +83,36 @@ impl postbox_message {
         Box::into_raw(Box::new(self))
     }
 
-    /// Takes the lock out of the handle for a settle call; the handle is `Settled` afterwards
-    /// whatever the outcome (postbox's settle calls are single-use).
+    /// Why a handle in state `hold` (anything but `Held`) cannot settle.
+    fn not_held(&self, hold: &Hold) -> Failure {
+        let why = match hold {
+            Hold::Transaction => "it was received in a transaction (commit or abort settles it)",
+            Hold::Unlocked => "it was peeked, browsed or looked up, not received",
+            Hold::Processor { .. } => {
+                "a processor settles it from the callback's status (use postbox_processor_dead_letter)"
+            }
+            Hold::Held(_) | Hold::Settled => "it was already settled or enlisted in a transaction",
+        };
+        Failure::invalid(format!(
+            "message {} cannot be settled through this handle: {why}",
+            self.envelope.id()
+        ))
+    }
+
+    /// Takes the lock out of the handle to hand it on (a transaction, a batch); the handle is
+    /// `Settled` afterwards.
     pub(crate) fn take_received(&self) -> Outcome<Received> {
         self.tag.check_process()?;
         let mut hold = self.hold.lock();
         match std::mem::replace(&mut *hold, Hold::Settled) {
             Hold::Held(r) => {
-                *self.locked_until_ms.lock() = 0;
+                self.locked_until_ms.store(0, Ordering::Release);
                 Ok(*r)
             }
             other => {
-                let why = match other {
-                    Hold::Transaction => {
-                        "it was received in a transaction (commit or abort settles it)"
-                    }
-                    Hold::Unlocked => "it was peeked, browsed or looked up, not received",
-                    Hold::Processor { .. } => {
-                        "a processor settles it from the callback's status (use postbox_processor_dead_letter)"
-                    }
-                    _ => "it was already settled or enlisted in a transaction",
-                };
+                let failure = self.not_held(&other);
                 *hold = other;
-                Err(Failure::invalid(format!(
-                    "message {} cannot be settled through this handle: {why}",
-                    self.envelope.id()
-                )))
+                Err(failure)
             }
         }
     }
@@ -112,11 +121,43 @@ impl postbox_message {
     pub(crate) fn check_held(&self) -> Outcome<()> {
         self.tag.check_process()?;
         let hold = self.hold.lock();
-        if matches!(*hold, Hold::Held(_)) {
-            Ok(())
-        } else {
-            drop(hold);
-            self.take_received().map(drop)
+        match &*hold {
+            Hold::Held(_) => Ok(()),
+            other => Err(self.not_held(other)),
+        }
+    }
+
+    /// Runs one settle call on the held message. Only success and a lost lock end the hold:
+    /// any other failure (a refusal, a full disk, a closed store) gives the message back still
+    /// locked, so the caller may retry, or free the handle to abandon it.
+    ///
+    /// The handle stays locked during the call, so that a concurrent settle of the same handle
+    /// waits for the outcome instead of reading a half-settled state.
+    fn settle(&self, f: impl FnOnce(Received) -> Result<(), SettleError>) -> Outcome<()> {
+        self.tag.check_process()?;
+        let mut hold = self.hold.lock();
+        let r = match std::mem::replace(&mut *hold, Hold::Settled) {
+            Hold::Held(r) => *r,
+            other => {
+                let failure = self.not_held(&other);
+                *hold = other;
+                return Err(failure);
+            }
+        };
+        match f(r) {
+            Ok(()) => {
+                self.locked_until_ms.store(0, Ordering::Release);
+                Ok(())
+            }
+            Err(e) if e.is_lock_lost() => {
+                self.locked_until_ms.store(0, Ordering::Release);
+                Err(e.into_error().into())
+            }
+            Err(e) => {
+                let (error, r) = e.into_parts();
+                *hold = Hold::Held(Box::new(r));
+                Err(error.into())
+            }
         }
     }
 }
@@ -151,18 +192,21 @@ pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
 /// Completes a received message: it is removed for good and never reappears. The handle stays
 /// readable and must still be freed.
 ///
+/// Only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the message. After any
+/// other status nothing changed and the handle still holds the lock: retry the call (e.g. after
+/// freeing disk space), settle it another way, or free the handle to abandon it.
+///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
-/// received in a transaction, or already settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was
-/// deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired, was taken over, or the message was
+/// purged: nothing changed, and the handle no longer holds it); `POSTBOX_INVALID_ARGUMENT`
+/// (NULL, or a message this handle does not hold: peeked, received in a transaction, or already
+/// settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors (`POSTBOX_OUTCOME_UNKNOWN`: the settle may or may not have
+/// been applied; a retry then reports `POSTBOX_LOCK_LOST` if it was).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_int {
     guard(|| {
-        msg(message)?
-            .take_received()?
-            .complete()
-            .map_err(postbox::Error::from)?;
+        msg(message)?.settle(Received::complete)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -172,17 +216,18 @@ pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_i
 /// up the queue's `max_deliveries`. The handle stays readable and must still be freed.
 ///
 /// # Returns
-/// As `postbox_message_complete`.
+/// As `postbox_message_complete` (a failure other than `POSTBOX_LOCK_LOST` leaves the lock with
+/// the handle).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_ms: u64) -> c_int {
     guard(|| {
-        let r = msg(message)?.take_received()?;
-        if delay_ms == 0 {
-            r.abandon().map_err(postbox::Error::from)?;
-        } else {
-            r.abandon_after(Duration::from_millis(delay_ms))
-                .map_err(postbox::Error::from)?;
-        }
+        msg(message)?.settle(|r| {
+            if delay_ms == 0 {
+                r.abandon()
+            } else {
+                r.abandon_after(Duration::from_millis(delay_ms))
+            }
+        })?;
         Ok(POSTBOX_OK)
     })
 }
@@ -193,7 +238,8 @@ pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_m
 ///
 /// # Returns
 /// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
-/// UTF-8, or a message that is already in a dead-letter queue.
+/// UTF-8, a reason the engine refuses, or a message that is already in a dead-letter queue.
+/// Refusals leave the lock with the handle.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter(
     message: *mut postbox_message,
@@ -204,17 +250,7 @@ pub extern "C" fn postbox_message_dead_letter(
         let m = msg(message)?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
-        m.check_held()?;
-        // Checked here so the refusal leaves the lock with the caller: a settle that postbox
-        // refuses would otherwise consume the lock and leave the message locked until expiry.
-        if m.envelope.dead_letter_info().is_some() {
-            return Err(Failure::invalid(
-                "a dead letter cannot be dead-lettered again",
-            ));
-        }
-        m.take_received()?
-            .dead_letter(reason, description)
-            .map_err(postbox::Error::from)?;
+        m.settle(|r| r.dead_letter(reason, description))?;
         Ok(POSTBOX_OK)
     })
 }
@@ -225,21 +261,12 @@ pub extern "C" fn postbox_message_dead_letter(
 ///
 /// # Returns
 /// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` if the message was not
-/// received from a dead-letter queue.
+/// received from a dead-letter queue (the refusal leaves the lock with the handle), and
+/// `POSTBOX_QUEUE_NOT_FOUND` if its source queue was deleted.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_int {
     guard(|| {
-        let m = msg(message)?;
-        m.check_held()?;
-        // Checked here so that the refusal leaves the lock with the caller (see dead_letter).
-        if m.envelope.dead_letter_info().is_none() {
-            return Err(Failure::invalid(
-                "only a message received from a dead-letter queue can be resubmitted",
-            ));
-        }
-        m.take_received()?
-            .resubmit()
-            .map_err(postbox::Error::from)?;
+        msg(message)?.settle(Received::resubmit)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -251,7 +278,8 @@ pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_i
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
 /// it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_QUEUE_NOT_FOUND` (the queue
-/// was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+/// was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. After a failure other than
+/// `POSTBOX_LOCK_LOST` the handle still holds the lock, with its previous expiry.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_renew_lock(
     message: *mut postbox_message,
@@ -263,14 +291,12 @@ pub extern "C" fn postbox_message_renew_lock(
         m.tag.check_process()?;
         let mut hold = m.hold.lock();
         let Hold::Held(r) = &mut *hold else {
-            drop(hold);
-            m.check_held()?;
-            return Err(Failure::invalid("message is not held"));
+            return Err(m.not_held(&hold));
         };
         match r.renew_lock() {
             Ok(until) => {
                 let ms = unix_ms(until);
-                *m.locked_until_ms.lock() = ms;
+                m.locked_until_ms.store(ms, Ordering::Release);
                 out.write(ms);
                 Ok(POSTBOX_OK)
             }
@@ -278,7 +304,7 @@ pub extern "C" fn postbox_message_renew_lock(
                 if e.is_lock_lost() {
                     // The lock is gone for good: settling would fail too.
                     *hold = Hold::Settled;
-                    *m.locked_until_ms.lock() = 0;
+                    m.locked_until_ms.store(0, Ordering::Release);
                 }
                 Err(e.into())
             }
@@ -402,11 +428,12 @@ pub extern "C" fn postbox_message_expires_at_ms(message: *const postbox_message)
     guard(|| Ok(msg(message)?.envelope.expires_at().map_or(0, unix_ms)))
 }
 
-/// When this handle's lock expires unless renewed, in ms since the Unix epoch; 0 when the
-/// handle holds no lock (peeked, received in a transaction, settled).
+/// When this handle's lock expires unless renewed, in ms since the Unix epoch (a time in the
+/// past once it has expired); 0 when the handle holds no lock (peeked, received in a
+/// transaction, settled, or the lock was reported lost).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_locked_until_ms(message: *const postbox_message) -> u64 {
-    guard(|| Ok(*msg(message)?.locked_until_ms.lock()))
+    guard(|| Ok(msg(message)?.locked_until_ms.load(Ordering::Acquire)))
 }
 
 /// The lock token of this delivery (unique in the store); 0 when the message was not received
@@ -416,13 +443,20 @@ pub extern "C" fn postbox_message_lock_token(message: *const postbox_message) ->
     guard(|| Ok(msg(message)?.lock_token))
 }
 
-/// Whether this handle currently holds the message's lock (received with peek-lock and not yet
-/// settled); false for NULL and in a forked child.
+/// Whether this handle currently holds the message's lock: received with peek-lock, not yet
+/// settled, and its lock not expired (`postbox_message_locked_until_ms` is still in the future;
+/// once it has passed, another receiver may take the message and a settle reports
+/// `POSTBOX_LOCK_LOST`). False for NULL and in a forked child.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_is_held(message: *const postbox_message) -> bool {
     guard(|| {
         let m = msg(message)?;
-        Ok(!m.tag.is_forked() && matches!(*m.hold.lock(), Hold::Held(_)))
+        if m.tag.is_forked() {
+            return Ok(false);
+        }
+        // 0 once the handle stopped holding the lock (settled, lost, never held).
+        let until = m.locked_until_ms.load(Ordering::Acquire);
+        Ok(until > unix_ms(SystemTime::now()))
     })
 }
 

@@ -785,9 +785,15 @@ static void test_lock_lost(const char *dir) {
     send_text(q, "x");
     postbox_message *first = NULL, *second = NULL;
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
+    CHECK(postbox_message_is_held(first));
     sleep_ms(900);
-    /* The lock expired: another receiver takes the message over. */
+    /* The lock expired: the handle says so before any call, and another receiver takes the
+     * message over. */
+    CHECK(!postbox_message_is_held(first));
+    CHECK(postbox_message_locked_until_ms(first) != 0 &&
+          postbox_message_locked_until_ms(first) <= now_ms());
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &second));
+    CHECK(postbox_message_is_held(second));
     CHECK(postbox_message_id(first) == postbox_message_id(second));
     CHECK(postbox_message_delivery_count(second) == 2);
     CHECK_RC(postbox_message_renew_lock(first, NULL), POSTBOX_LOCK_LOST);
@@ -800,7 +806,10 @@ static void test_lock_lost(const char *dir) {
     send_text(q, "y");
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
     sleep_ms(900);
+    CHECK(!postbox_message_is_held(first));
     CHECK_RC(postbox_message_complete(first), POSTBOX_LOCK_LOST);
+    CHECK(postbox_message_locked_until_ms(first) == 0);
+    CHECK_RC(postbox_message_complete(first), POSTBOX_INVALID_ARGUMENT); /* lost: consumed */
     postbox_message_free(first);
     /* Completing after the lock was lost changed nothing: the message is still there. */
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
@@ -1560,6 +1569,71 @@ static void test_processor_shutdown_waits(const char *dir) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Settles, closed stores, options, bounds                                                   */
+
+#define MAX_REASON_LEN 256 /* the engine's limit on dead-letter reasons */
+
+/* Only success and LOCK_LOST end a handle's hold: a refused or failed settle keeps the lock,
+ * so the caller can retry. */
+static void test_settle_failure_keeps_lock(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "work", NULL);
+    postbox_queue *dlq = NULL;
+    if (q == NULL) return;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    send_text(q, "a");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+
+    /* A reason one byte too long is refused by the engine; the handle keeps the lock. */
+    char reason[MAX_REASON_LEN + 2];
+    memset(reason, 'r', sizeof reason);
+    reason[MAX_REASON_LEN + 1] = 0;
+    CHECK_RC(postbox_message_dead_letter(m, reason, "d"), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "reason") != NULL);
+    CHECK(postbox_message_is_held(m));
+    CHECK_RC(postbox_message_resubmit(m), POSTBOX_INVALID_ARGUMENT); /* not a dead letter */
+    CHECK(postbox_message_is_held(m));
+    CHECK(stats_of(q).locked == 1);
+    postbox_message *none = NULL;
+    CHECK_RC(postbox_receive(q, NULL, 0, &none), POSTBOX_TIMEOUT); /* still ours */
+    /* The retry with a reason of exactly the limit works. */
+    reason[MAX_REASON_LEN] = 0;
+    CHECK_OK(postbox_message_dead_letter(m, reason, "d"));
+    CHECK(!postbox_message_is_held(m));
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_receive(dlq, NULL, 1000, &m));
+    CHECK(postbox_message_dead_letter_reason(m).len == MAX_REASON_LEN);
+    CHECK_RC(postbox_message_dead_letter(m, "again", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m));
+    CHECK_OK(postbox_message_resubmit(m)); /* the retry of another settle works too */
+    postbox_message_free(m);
+
+    /* A settle on a closed store fails with CLOSED, and again with CLOSED: the handle was not
+     * consumed by the first failure. Closing released the lock in the file. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK_OK(postbox_store_close(store));
+    CHECK_RC(postbox_message_complete(m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_complete(m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_abandon(m, 0), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_dead_letter(m, "x", NULL), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_renew_lock(m, NULL), POSTBOX_CLOSED);
+    postbox_message_free(m);
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+
+    REQUIRE_OK(postbox_store_open(path_in(dir, "test.postbox"), NULL, &store));
+    q = open_queue(store, "work", NULL);
+    if (q != NULL) {
+        postbox_stats s = stats_of(q);
+        CHECK(s.active == 1 && s.locked == 0 && s.dead_lettered == 0);
+        postbox_queue_free(q);
+    }
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* fork(): a handle belongs to the process that opened its store (invariant 11)              */
 
 /* Waits up to limit_ms for child pid; kills it if it is still running. Returns its exit code,
@@ -1867,6 +1941,7 @@ int main(int argc, char **argv) {
         {"processor_failures", test_processor_failures},
         {"processor_transactional", test_processor_transactional},
         {"processor_shutdown_waits", test_processor_shutdown_waits},
+        {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
     };
