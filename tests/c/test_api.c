@@ -1633,6 +1633,42 @@ static void test_settle_failure_keeps_lock(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+static int never_called(void *user_data, const postbox_message *msg) {
+    (void)user_data;
+    (void)msg;
+    return POSTBOX_OK;
+}
+
+/* After the store closed: processors refuse to start, and a transaction begun before refuses
+ * sends and receives at once (not at commit). */
+static void test_closed_store_refuses_work(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "c", NULL);
+    if (q == NULL) return;
+    send_text(q, "held");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_store_close(store));
+
+    postbox_processor *p = NULL;
+    CHECK_RC(postbox_processor_start(q, NULL, never_called, NULL, &p), POSTBOX_CLOSED);
+    CHECK_RC(postbox_processor_start_transactional(q, NULL, NULL, NULL, &p),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+    CHECK_RC(postbox_send(q, tx, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_CLOSED);
+    postbox_send_item item = {(const uint8_t *)"x", 1, NULL};
+    CHECK_RC(postbox_send_batch(q, tx, &item, 1, NULL), POSTBOX_CLOSED);
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_receive(q, tx, 0, &m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_tx_complete(tx, held), POSTBOX_CLOSED);
+    CHECK_RC(postbox_tx_commit(tx), POSTBOX_CLOSED);
+    postbox_message_free(held);
+    postbox_queue_free(q);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* fork(): a handle belongs to the process that opened its store (invariant 11)              */
 
@@ -1942,6 +1978,7 @@ int main(int argc, char **argv) {
         {"processor_transactional", test_processor_transactional},
         {"processor_shutdown_waits", test_processor_shutdown_waits},
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
+        {"closed_store_refuses_work", test_closed_store_refuses_work},
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
     };
