@@ -211,6 +211,41 @@
 #define POSTBOX_DURABILITY_NONE 1
 
 /**
+ * `postbox_queue_options.clear`: put `lock_duration` back to its default (30 s).
+ */
+#define POSTBOX_OPTION_LOCK_DURATION 1
+
+/**
+ * `postbox_queue_options.clear`: put `max_deliveries` back to its default (10).
+ */
+#define POSTBOX_OPTION_MAX_DELIVERIES (1 << 1)
+
+/**
+ * `postbox_queue_options.clear`: no default time to live (messages live until received).
+ */
+#define POSTBOX_OPTION_DEFAULT_TTL (1 << 2)
+
+/**
+ * `postbox_queue_options.clear`: put `max_message_size` back to its default (4 MiB).
+ */
+#define POSTBOX_OPTION_MAX_MESSAGE_SIZE (1 << 3)
+
+/**
+ * `postbox_queue_options.clear`: no `max_messages` quota.
+ */
+#define POSTBOX_OPTION_MAX_MESSAGES (1 << 4)
+
+/**
+ * `postbox_queue_options.clear`: no `max_bytes` quota.
+ */
+#define POSTBOX_OPTION_MAX_BYTES (1 << 5)
+
+/**
+ * `postbox_queue_options.clear`: no duplicate detection (no `dedup_window`).
+ */
+#define POSTBOX_OPTION_DEDUP_WINDOW (1 << 6)
+
+/**
  * Kind of a user property value: UTF-8 text.
  */
 #define POSTBOX_PROPERTY_STRING 0
@@ -340,42 +375,59 @@ typedef struct postbox_commit_stats {
 } postbox_commit_stats;
 
 /**
- * Options for `postbox_queue_open`. A zeroed struct with `struct_size` set means "all
- * defaults"; `postbox_queue_options_init` does exactly that. Each 0 below means the default.
+ * Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
+ *
+ * The rule is the same in C, Rust and Python: **options not mentioned keep their stored
+ * values**. A field left 0 is not mentioned: a new queue gets the default, an existing queue
+ * keeps what it has. A non-zero field sets the option. A flag in `clear` puts the option back
+ * to its default (for the optional ones: none, unlimited). A zeroed struct with `struct_size`
+ * set changes nothing; `postbox_queue_options_init` makes one.
+ *
+ * `postbox_queue_options_get` writes 0 for an option that is not set (no TTL, no quota, no
+ * dedup window) and the stored value for the others, defaults included.
  */
 typedef struct postbox_queue_options {
   /**
-   * `sizeof(postbox_queue_options)`.
+   * `sizeof(postbox_queue_options)`. Structs from headers before `clear` existed (a smaller
+   * size) are still accepted.
    */
   uint32_t struct_size;
   /**
-   * Deliveries before a message moves to the dead-letter queue; 0 means 10.
+   * Deliveries before a message moves to the dead-letter queue (default 10).
    */
   uint32_t max_deliveries;
   /**
-   * How long a receive holds a message before it returns to the queue, in ms; 0 means 30 s.
+   * How long a receive holds a message before it returns to the queue, in ms (default 30 s).
    */
   uint64_t lock_duration_ms;
   /**
-   * Time to live of messages that set none, in ms; 0 means none (they live until received).
+   * Time to live of messages that set none, in ms (default: none, they live until received).
    */
   uint64_t default_ttl_ms;
   /**
-   * Largest accepted body in bytes; 0 means 4 MiB.
+   * Largest accepted message in bytes (default 4 MiB). Counts the whole message: body, text
+   * properties, and user property keys and values.
    */
   uint64_t max_message_size;
   /**
-   * Most messages (receivable, locked, scheduled) the queue holds; 0 means unlimited.
+   * Most messages (receivable, locked, scheduled) the queue holds (default: unlimited).
    */
   uint64_t max_messages;
   /**
-   * Most body bytes the queue holds; 0 means unlimited.
+   * Most message bytes the queue holds, counted as for `max_message_size` (default:
+   * unlimited).
    */
   uint64_t max_bytes;
   /**
-   * How long a `message_key` is remembered for duplicate detection, in ms; 0 means none.
+   * How long a `message_key` is remembered for duplicate detection, in ms (default: none).
    */
   uint64_t dedup_window_ms;
+  /**
+   * `POSTBOX_OPTION_*` flags of the options to put back to their defaults. Setting a flag
+   * and the option's field at once is `POSTBOX_INVALID_ARGUMENT`. Written as 0 by
+   * `postbox_queue_options_get`.
+   */
+  uint32_t clear;
 } postbox_queue_options;
 
 /**
@@ -852,21 +904,40 @@ int postbox_queue_options_init(struct postbox_queue_options *options);
 
 /**
  * Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
- * An existing queue keeps its messages. With `options` NULL an existing queue also keeps its
- * options (a new one gets the defaults); with `options` it takes them.
+ * An existing queue keeps its messages, and its stored options except those `options`
+ * mentions (see `postbox_queue_options`); with `options` NULL nothing changes (a new queue
+ * gets the defaults). Names ending in `POSTBOX_DEAD_LETTER_SUFFIX` are reserved: such a name
+ * opens the dead-letter queue of an existing queue (`postbox_queue_dead_letters` is the usual
+ * way) and is refused otherwise.
  *
  * `queue_out` receives a handle the caller owns and frees with `postbox_queue_free`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, bad `struct_size`,
- * invalid option such as a lock duration or dedup window of 0 after conversion);
- * `POSTBOX_CLOSED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, a name ending in
+ * `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear` flags, an option both set
+ * and cleared, an invalid option such as `max_message_size` above 4 GiB - 1);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
  * `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
  */
 int postbox_queue_open(struct postbox_store *store,
                        const char *name,
                        const struct postbox_queue_options *options,
                        struct postbox_queue **queue_out);
+
+/**
+ * Reads the queue's options as stored now (another handle or process may have changed them)
+ * into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
+ * or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
+ * dedup window) read as 0; the others read as their values, defaults included; `clear` reads
+ * as 0. Passing the result to `postbox_queue_open` changes nothing.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`);
+ * `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_queue_options_get(const struct postbox_queue *queue,
+                              struct postbox_queue_options *options_out);
 
 /**
  * Frees a queue handle (the queue and its messages stay in the store). NULL is a no-op.

@@ -7,8 +7,8 @@ use parking_lot::Mutex;
 use postbox::{Browse, Message, MessageId, Queue, QueueOptions, Store};
 
 use crate::guard::{
-    Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
-    read_versioned, take_box,
+    Failure, Out, Outcome, VersionedOut, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str,
+    guard, read_versioned, take_box,
 };
 use crate::message::{Hold, complete_batch, postbox_message};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK, POSTBOX_TIMEOUT};
@@ -54,30 +54,64 @@ pub struct postbox_queue {
     pub(crate) tag: StoreTag,
 }
 
-/// Options for `postbox_queue_open`. A zeroed struct with `struct_size` set means "all
-/// defaults"; `postbox_queue_options_init` does exactly that. Each 0 below means the default.
+/// `postbox_queue_options.clear`: put `lock_duration` back to its default (30 s).
+pub const POSTBOX_OPTION_LOCK_DURATION: u32 = 1;
+/// `postbox_queue_options.clear`: put `max_deliveries` back to its default (10).
+pub const POSTBOX_OPTION_MAX_DELIVERIES: u32 = 1 << 1;
+/// `postbox_queue_options.clear`: no default time to live (messages live until received).
+pub const POSTBOX_OPTION_DEFAULT_TTL: u32 = 1 << 2;
+/// `postbox_queue_options.clear`: put `max_message_size` back to its default (4 MiB).
+pub const POSTBOX_OPTION_MAX_MESSAGE_SIZE: u32 = 1 << 3;
+/// `postbox_queue_options.clear`: no `max_messages` quota.
+pub const POSTBOX_OPTION_MAX_MESSAGES: u32 = 1 << 4;
+/// `postbox_queue_options.clear`: no `max_bytes` quota.
+pub const POSTBOX_OPTION_MAX_BYTES: u32 = 1 << 5;
+/// `postbox_queue_options.clear`: no duplicate detection (no `dedup_window`).
+pub const POSTBOX_OPTION_DEDUP_WINDOW: u32 = 1 << 6;
+
+const ALL_OPTIONS: u32 = (1 << 7) - 1;
+
+/// Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
+///
+/// The rule is the same in C, Rust and Python: **options not mentioned keep their stored
+/// values**. A field left 0 is not mentioned: a new queue gets the default, an existing queue
+/// keeps what it has. A non-zero field sets the option. A flag in `clear` puts the option back
+/// to its default (for the optional ones: none, unlimited). A zeroed struct with `struct_size`
+/// set changes nothing; `postbox_queue_options_init` makes one.
+///
+/// `postbox_queue_options_get` writes 0 for an option that is not set (no TTL, no quota, no
+/// dedup window) and the stored value for the others, defaults included.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct postbox_queue_options {
-    /// `sizeof(postbox_queue_options)`.
+    /// `sizeof(postbox_queue_options)`. Structs from headers before `clear` existed (a smaller
+    /// size) are still accepted.
     pub struct_size: u32,
-    /// Deliveries before a message moves to the dead-letter queue; 0 means 10.
+    /// Deliveries before a message moves to the dead-letter queue (default 10).
     pub max_deliveries: u32,
-    /// How long a receive holds a message before it returns to the queue, in ms; 0 means 30 s.
+    /// How long a receive holds a message before it returns to the queue, in ms (default 30 s).
     pub lock_duration_ms: u64,
-    /// Time to live of messages that set none, in ms; 0 means none (they live until received).
+    /// Time to live of messages that set none, in ms (default: none, they live until received).
     pub default_ttl_ms: u64,
-    /// Largest accepted body in bytes; 0 means 4 MiB.
+    /// Largest accepted message in bytes (default 4 MiB). Counts the whole message: body, text
+    /// properties, and user property keys and values.
     pub max_message_size: u64,
-    /// Most messages (receivable, locked, scheduled) the queue holds; 0 means unlimited.
+    /// Most messages (receivable, locked, scheduled) the queue holds (default: unlimited).
     pub max_messages: u64,
-    /// Most body bytes the queue holds; 0 means unlimited.
+    /// Most message bytes the queue holds, counted as for `max_message_size` (default:
+    /// unlimited).
     pub max_bytes: u64,
-    /// How long a `message_key` is remembered for duplicate detection, in ms; 0 means none.
+    /// How long a `message_key` is remembered for duplicate detection, in ms (default: none).
     pub dedup_window_ms: u64,
+    /// `POSTBOX_OPTION_*` flags of the options to put back to their defaults. Setting a flag
+    /// and the option's field at once is `POSTBOX_INVALID_ARGUMENT`. Written as 0 by
+    /// `postbox_queue_options_get`.
+    pub clear: u32,
 }
 
-const QUEUE_OPTIONS_V1: usize = size_of::<postbox_queue_options>();
+/// The size of the struct before `clear` was added: callers built against that header pass it.
+const QUEUE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_queue_options, clear);
+const QUEUE_OPTIONS_FULL: usize = size_of::<postbox_queue_options>();
 
 /// One user property of a message to send.
 #[repr(C)]
@@ -221,7 +255,7 @@ fn live<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
 pub extern "C" fn postbox_queue_options_init(options: *mut postbox_queue_options) -> c_int {
     guard(|| {
         Out::required(options, "options")?.write(postbox_queue_options {
-            struct_size: QUEUE_OPTIONS_V1 as u32,
+            struct_size: QUEUE_OPTIONS_FULL as u32,
             ..Default::default()
         });
         Ok(POSTBOX_OK)
@@ -229,43 +263,102 @@ pub extern "C" fn postbox_queue_options_init(options: *mut postbox_queue_options
 }
 
 fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> {
-    let mut q = QueueOptions::default();
-    if o.max_deliveries != 0 {
-        q = q.max_deliveries(o.max_deliveries);
+    if o.clear & !ALL_OPTIONS != 0 {
+        return Err(Failure::invalid(format!(
+            "options.clear has unknown flags {:#x} (use the POSTBOX_OPTION_* flags)",
+            o.clear & !ALL_OPTIONS
+        )));
     }
+    let d = QueueOptions::default();
+    let mut q = QueueOptions::default();
+    // Each option: its field (0: not mentioned), its flag, and what the flag does.
+    let conflict = |field: &str| {
+        Failure::invalid(format!(
+            "options.{field} is set and its flag is in options.clear: choose one"
+        ))
+    };
+    let clear = |flag: u32| o.clear & flag != 0;
     if o.lock_duration_ms != 0 {
+        if clear(POSTBOX_OPTION_LOCK_DURATION) {
+            return Err(conflict("lock_duration_ms"));
+        }
         q = q.lock_duration(Duration::from_millis(o.lock_duration_ms));
+    } else if clear(POSTBOX_OPTION_LOCK_DURATION) {
+        q = q.lock_duration(d.lock_duration);
+    }
+    if o.max_deliveries != 0 {
+        if clear(POSTBOX_OPTION_MAX_DELIVERIES) {
+            return Err(conflict("max_deliveries"));
+        }
+        q = q.max_deliveries(o.max_deliveries);
+    } else if clear(POSTBOX_OPTION_MAX_DELIVERIES) {
+        q = q.max_deliveries(d.max_deliveries);
     }
     if o.default_ttl_ms != 0 {
+        if clear(POSTBOX_OPTION_DEFAULT_TTL) {
+            return Err(conflict("default_ttl_ms"));
+        }
         q = q.default_ttl(Duration::from_millis(o.default_ttl_ms));
+    } else if clear(POSTBOX_OPTION_DEFAULT_TTL) {
+        q = q.no_default_ttl();
     }
     if o.max_message_size != 0 {
+        if clear(POSTBOX_OPTION_MAX_MESSAGE_SIZE) {
+            return Err(conflict("max_message_size"));
+        }
         let size = usize::try_from(o.max_message_size)
             .map_err(|_| Failure::invalid("options.max_message_size does not fit in size_t"))?;
         q = q.max_message_size(size);
+    } else if clear(POSTBOX_OPTION_MAX_MESSAGE_SIZE) {
+        q = q.max_message_size(d.max_message_size);
     }
     if o.max_messages != 0 {
+        if clear(POSTBOX_OPTION_MAX_MESSAGES) {
+            return Err(conflict("max_messages"));
+        }
         q = q.max_messages(o.max_messages);
+    } else if clear(POSTBOX_OPTION_MAX_MESSAGES) {
+        q = q.no_max_messages();
     }
     if o.max_bytes != 0 {
+        if clear(POSTBOX_OPTION_MAX_BYTES) {
+            return Err(conflict("max_bytes"));
+        }
         q = q.max_bytes(o.max_bytes);
+    } else if clear(POSTBOX_OPTION_MAX_BYTES) {
+        q = q.no_max_bytes();
     }
     if o.dedup_window_ms != 0 {
+        if clear(POSTBOX_OPTION_DEDUP_WINDOW) {
+            return Err(conflict("dedup_window_ms"));
+        }
         q = q.dedup_window(Duration::from_millis(o.dedup_window_ms));
+    } else if clear(POSTBOX_OPTION_DEDUP_WINDOW) {
+        q = q.no_dedup_window();
     }
     Ok(q)
 }
 
+/// A duration as whole ms for C, rounded up so that a set option never reads as 0 ("none").
+fn ms_of(d: Duration) -> u64 {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if ms == 0 && !d.is_zero() { 1 } else { ms }
+}
+
 /// Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
-/// An existing queue keeps its messages. With `options` NULL an existing queue also keeps its
-/// options (a new one gets the defaults); with `options` it takes them.
+/// An existing queue keeps its messages, and its stored options except those `options`
+/// mentions (see `postbox_queue_options`); with `options` NULL nothing changes (a new queue
+/// gets the defaults). Names ending in `POSTBOX_DEAD_LETTER_SUFFIX` are reserved: such a name
+/// opens the dead-letter queue of an existing queue (`postbox_queue_dead_letters` is the usual
+/// way) and is refused otherwise.
 ///
 /// `queue_out` receives a handle the caller owns and frees with `postbox_queue_free`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, bad `struct_size`,
-/// invalid option such as a lock duration or dedup window of 0 after conversion);
-/// `POSTBOX_CLOSED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, a name ending in
+/// `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear` flags, an option both set
+/// and cleared, an invalid option such as `max_message_size` above 4 GiB - 1);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
 /// `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_open(
@@ -289,6 +382,40 @@ pub extern "C" fn postbox_queue_open(
             store: store.store.clone(),
             tag: store.tag,
         })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the queue's options as stored now (another handle or process may have changed them)
+/// into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
+/// or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
+/// dedup window) read as 0; the others read as their values, defaults included; `clear` reads
+/// as 0. Passing the result to `postbox_queue_open` changes nothing.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`);
+/// `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+/// storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_options_get(
+    queue: *const postbox_queue,
+    options_out: *mut postbox_queue_options,
+) -> c_int {
+    guard(|| {
+        let q = live(queue)?;
+        let out = VersionedOut::required(options_out, QUEUE_OPTIONS_V1, "options_out")?;
+        let o = q.queue.options()?;
+        out.write(postbox_queue_options {
+            struct_size: QUEUE_OPTIONS_FULL as u32,
+            max_deliveries: o.max_deliveries,
+            lock_duration_ms: ms_of(o.lock_duration),
+            default_ttl_ms: o.default_ttl.map_or(0, ms_of),
+            max_message_size: u64::try_from(o.max_message_size).unwrap_or(u64::MAX),
+            max_messages: o.max_messages.unwrap_or(0),
+            max_bytes: o.max_bytes.unwrap_or(0),
+            dedup_window_ms: o.dedup_window.map_or(0, ms_of),
+            clear: 0,
+        });
         Ok(POSTBOX_OK)
     })
 }

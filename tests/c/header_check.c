@@ -30,9 +30,12 @@ static int use_everything(void) {
     (void)item;
     (void)h;
     (void)th;
+    qo.clear = POSTBOX_OPTION_LOCK_DURATION | POSTBOX_OPTION_MAX_DELIVERIES |
+               POSTBOX_OPTION_DEFAULT_TTL | POSTBOX_OPTION_MAX_MESSAGE_SIZE |
+               POSTBOX_OPTION_MAX_MESSAGES | POSTBOX_OPTION_MAX_BYTES | POSTBOX_OPTION_DEDUP_WINDOW;
     return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + POSTBOX_QUEUE_NOT_FOUND + POSTBOX_FORKED +
            (int)POSTBOX_VERSION_NUMBER + (int)POSTBOX_DURABILITY_NONE +
-           (int)POSTBOX_PROPERTY_BYTES;
+           (int)POSTBOX_PROPERTY_BYTES + (int)qo.clear;
 }
 
 int main(void) { return use_everything() == 0 ? 1 : 0; }

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -314,6 +315,9 @@ static void test_queue_open_list_delete(const char *dir) {
     CHECK_RC(postbox_complete_batch_and_receive(jobs, NULL, 0, 2, 0, batch, &got),
              POSTBOX_QUEUE_NOT_FOUND);
     CHECK(got == 99); /* only a TIMEOUT writes the count */
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    CHECK_RC(postbox_queue_options_get(jobs, &qo), POSTBOX_QUEUE_NOT_FOUND);
     postbox_queue *jobs_dlq = NULL;
     CHECK_RC(postbox_queue_dead_letters(jobs, &jobs_dlq), POSTBOX_QUEUE_NOT_FOUND);
     postbox_tx *tx = NULL;
@@ -322,10 +326,12 @@ static void test_queue_open_list_delete(const char *dir) {
     CHECK_RC(postbox_receive(jobs, tx, 0, &m), POSTBOX_QUEUE_NOT_FOUND);
     CHECK_OK(postbox_tx_commit(tx));
     CHECK(m == NULL && jobs_dlq == NULL);
-    /* Opening the name again makes a new, empty queue. */
+    /* Opening the name again makes a new, empty queue with the default options. */
     postbox_queue *jobs2 = open_queue(store, "jobs", NULL);
     if (jobs2 != NULL) {
         CHECK(stats_of(jobs2).active == 0);
+        CHECK_OK(postbox_queue_options_get(jobs2, &qo));
+        CHECK(qo.max_deliveries == 10 && qo.lock_duration_ms == 30000);
         postbox_queue_free(jobs2);
     }
 
@@ -1669,6 +1675,151 @@ static void test_closed_store_refuses_work(const char *dir) {
     postbox_queue_free(q);
 }
 
+static postbox_queue_options queue_options_of(const postbox_queue *q) {
+    postbox_queue_options o;
+    memset(&o, 0xee, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
+    CHECK_OK(postbox_queue_options_get(q, &o));
+    return o;
+}
+
+/* Field by field: the struct's trailing padding is not a value. */
+static int same_options(const postbox_queue_options *a, const postbox_queue_options *b) {
+    return a->struct_size == b->struct_size && a->max_deliveries == b->max_deliveries &&
+           a->lock_duration_ms == b->lock_duration_ms && a->default_ttl_ms == b->default_ttl_ms &&
+           a->max_message_size == b->max_message_size && a->max_messages == b->max_messages &&
+           a->max_bytes == b->max_bytes && a->dedup_window_ms == b->dedup_window_ms &&
+           a->clear == b->clear;
+}
+
+/* Options not mentioned keep their stored values; each option can be cleared; the options are
+ * read back from the store. */
+static void test_queue_options_merge(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    CHECK(o.struct_size == sizeof o && o.clear == 0);
+    o.max_deliveries = 3;
+    o.default_ttl_ms = 60000;
+    o.max_messages = 50;
+    o.dedup_window_ms = 1000;
+    postbox_queue *q = open_queue(store, "merge", &o);
+    if (q == NULL) return;
+    postbox_queue_options g = queue_options_of(q);
+    CHECK(g.struct_size == sizeof g && g.clear == 0);
+    CHECK(g.max_deliveries == 3 && g.lock_duration_ms == 30000 && g.default_ttl_ms == 60000);
+    CHECK(g.max_message_size == 4u << 20 && g.max_messages == 50 && g.max_bytes == 0);
+    CHECK(g.dedup_window_ms == 1000);
+
+    /* An open that does not mention max_deliveries keeps 3 (and everything else). */
+    postbox_queue_options_init(&o);
+    o.lock_duration_ms = 5000;
+    postbox_queue *again = open_queue(store, "merge", &o);
+    postbox_queue *plain = open_queue(store, "merge", NULL);
+    if (again == NULL || plain == NULL) return;
+    g = queue_options_of(q); /* the first handle reads the store too */
+    CHECK(g.max_deliveries == 3 && g.lock_duration_ms == 5000 && g.default_ttl_ms == 60000);
+    CHECK(g.max_messages == 50 && g.dedup_window_ms == 1000);
+    /* ... and decisions use it: the third abandon dead-letters the message. */
+    send_text(plain, "poison");
+    postbox_message *m = NULL;
+    for (int i = 0; i < 3; i++) {
+        REQUIRE_OK(postbox_receive(again, NULL, 1000, &m));
+        CHECK_OK(postbox_message_abandon(m, 0));
+        postbox_message_free(m);
+    }
+    CHECK(stats_of(q).dead_lettered == 1);
+
+    /* Clearing optional options: none / unlimited. */
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_DEFAULT_TTL | POSTBOX_OPTION_MAX_MESSAGES;
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &o);
+    g = queue_options_of(q);
+    CHECK(g.default_ttl_ms == 0 && g.max_messages == 0);
+    CHECK(g.max_deliveries == 3 && g.lock_duration_ms == 5000 && g.dedup_window_ms == 1000);
+    send_text(q, "lives");
+    REQUIRE_OK(postbox_peek(q, &m));
+    CHECK(postbox_message_expires_at_ms(m) == 0);
+    postbox_message_free(m);
+
+    /* Clearing the others: back to the defaults. */
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_LOCK_DURATION | POSTBOX_OPTION_MAX_DELIVERIES |
+              POSTBOX_OPTION_MAX_MESSAGE_SIZE | POSTBOX_OPTION_MAX_BYTES |
+              POSTBOX_OPTION_DEDUP_WINDOW;
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &o);
+    g = queue_options_of(q);
+    CHECK(g.max_deliveries == 10 && g.lock_duration_ms == 30000 && g.dedup_window_ms == 0);
+    CHECK(g.max_message_size == 4u << 20 && g.max_bytes == 0);
+
+    /* Set and clear at once, unknown flags: refused, nothing changed. */
+    postbox_queue *bad = NULL;
+    postbox_queue_options_init(&o);
+    o.max_bytes = 5;
+    o.clear = POSTBOX_OPTION_MAX_BYTES;
+    CHECK_RC(postbox_queue_open(store, "merge", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "max_bytes") != NULL);
+    postbox_queue_options_init(&o);
+    o.clear = 1u << 20;
+    CHECK_RC(postbox_queue_open(store, "merge", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+    CHECK(queue_options_of(q).max_bytes == 0);
+
+    /* Round trip: what options_get reads, given back to open, changes nothing. */
+    postbox_queue_options_init(&o);
+    o.max_deliveries = 7;
+    o.lock_duration_ms = 1234;
+    o.default_ttl_ms = 99000;
+    o.max_message_size = 777;
+    o.max_messages = 8;
+    o.max_bytes = 9999;
+    o.dedup_window_ms = 4321;
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &o);
+    postbox_queue_options g1 = queue_options_of(q);
+    CHECK(same_options(&g1, &o));
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &g1);
+    postbox_queue_options g2 = queue_options_of(q);
+    CHECK(same_options(&g1, &g2));
+
+    /* A caller built against the header before `clear`: its smaller struct is accepted by
+     * open and get, and get writes nothing past it. */
+    struct {
+        postbox_queue_options o;
+        char guard[16];
+    } old;
+    memset(&old, 0xab, sizeof old);
+    old.o.struct_size = (uint32_t)offsetof(postbox_queue_options, clear);
+    CHECK_OK(postbox_queue_options_get(q, &old.o));
+    CHECK(old.o.struct_size == offsetof(postbox_queue_options, clear));
+    CHECK(old.o.max_deliveries == 7 && old.o.dedup_window_ms == 4321);
+    CHECK(old.o.clear == 0xabababab && (unsigned char)old.guard[0] == 0xab);
+    memset(&old.o, 0, offsetof(postbox_queue_options, clear));
+    old.o.struct_size = (uint32_t)offsetof(postbox_queue_options, clear);
+    old.o.max_deliveries = 4; /* old.o.clear holds 0xab bytes: not read */
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &old.o);
+    g = queue_options_of(q);
+    CHECK(g.max_deliveries == 4 && g.max_bytes == 9999);
+
+    /* Arguments. */
+    CHECK_RC(postbox_queue_options_get(NULL, &g), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_options_get(q, NULL), POSTBOX_INVALID_ARGUMENT);
+    g.struct_size = 4;
+    CHECK_RC(postbox_queue_options_get(q, &g), POSTBOX_INVALID_ARGUMENT);
+    g.struct_size = (uint32_t)sizeof g + 8;
+    CHECK_RC(postbox_queue_options_get(q, &g), POSTBOX_INVALID_ARGUMENT);
+
+    postbox_queue_free(again);
+    postbox_queue_free(plain);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* fork(): a handle belongs to the process that opened its store (invariant 11)              */
 
@@ -1775,6 +1926,8 @@ static void test_fork_child_gets_forked(const char *dir) {
         postbox_strings *names = NULL;
         postbox_tx *tx2 = NULL;
         postbox_processor *p2 = NULL;
+        postbox_queue_options qo;
+        postbox_queue_options_init(&qo);
         CHECK_RC(postbox_send(q, NULL, (const uint8_t *)"child", 5, NULL, NULL), POSTBOX_FORKED);
         CHECK(strstr(postbox_last_error_message(), "process") != NULL);
         postbox_send_item item = {(const uint8_t *)"child", 5, NULL};
@@ -1785,6 +1938,7 @@ static void test_fork_child_gets_forked(const char *dir) {
         CHECK_RC(postbox_get(q, postbox_message_id(held), &m), POSTBOX_FORKED);
         CHECK_RC(postbox_queue_stats(q, &s), POSTBOX_FORKED);
         CHECK_RC(postbox_queue_purge(q, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_options_get(q, &qo), POSTBOX_FORKED);
         CHECK_RC(postbox_queue_dead_letters(q, &q2), POSTBOX_FORKED);
         CHECK_RC(postbox_queue_open(store, "jobs", NULL, &q2), POSTBOX_FORKED);
         CHECK_RC(postbox_store_queues(store, &names), POSTBOX_FORKED);
@@ -1979,6 +2133,7 @@ int main(int argc, char **argv) {
         {"processor_shutdown_waits", test_processor_shutdown_waits},
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
         {"closed_store_refuses_work", test_closed_store_refuses_work},
+        {"queue_options_merge", test_queue_options_merge},
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
     };
