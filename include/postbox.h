@@ -55,6 +55,22 @@
  * itself with postbox_store_open: a store the parent holds in single-process mode returns
  * POSTBOX_ALREADY_OPEN until the parent closes it, so share a store between processes with
  * multi_process set. The parent's handles are not affected by the fork.
+ *
+ * Message size. A message's size is its body plus every text property (label, content_type,
+ * correlation_id, reply_to, message_key, group) plus every user property key and value; it is
+ * what a queue's max_message_size (POSTBOX_TOO_LARGE) and max_bytes (POSTBOX_QUEUE_FULL)
+ * count. Text properties are at most POSTBOX_MAX_TEXT_PROPERTY_LEN bytes each and property keys
+ * 1 to POSTBOX_MAX_PROPERTY_KEY_LEN bytes (longer: POSTBOX_INVALID_ARGUMENT, whatever the
+ * queue's limits); a dead-letter reason is at most POSTBOX_MAX_REASON_LEN bytes, a description
+ * is cut to POSTBOX_MAX_DESCRIPTION_LEN bytes.
+ *
+ * Dead-letter queues. Every queue q has a dead-letter queue named q followed by
+ * POSTBOX_DEAD_LETTER_SUFFIX ("orders/$deadletterqueue"), opened with
+ * postbox_queue_dead_letters (names ending in the suffix are reserved for them). Messages
+ * get there when their time to live runs out (reason POSTBOX_REASON_TTL_EXPIRED), when they use
+ * up the queue's max_deliveries (POSTBOX_REASON_MAX_DELIVERIES), or through
+ * postbox_message_dead_letter and postbox_processor_dead_letter (the caller's reason). Deleting
+ * a queue deletes its dead-letter queue; postbox_message_resubmit moves a dead letter back.
  */
 
 
@@ -66,6 +82,29 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/**
+ * Dead-letter reason of a message whose time to live ran out before it was received.
+ */
+#define POSTBOX_REASON_TTL_EXPIRED "TTLExpired"
+
+/**
+ * Dead-letter reason of a message that used up its queue's max_deliveries.
+ */
+#define POSTBOX_REASON_MAX_DELIVERIES "MaxDeliveryCountExceeded"
+
+/**
+ * Dead-letter reason of a message whose body a typed processor (Rust, Python) could not decode.
+ */
+#define POSTBOX_REASON_DECODE_FAILED "DecodeFailed"
+
+/**
+ * The dead-letter queue of queue q is named q followed by this suffix, e.g.
+ * "orders/$deadletterqueue". Names ending in it are reserved for dead-letter queues; open one
+ * with postbox_queue_dead_letters.
+ */
+#define POSTBOX_DEAD_LETTER_SUFFIX "/$deadletterqueue"
+
 
 /**
  * Success.
@@ -254,6 +293,31 @@
  * Kind of a user property value: arbitrary bytes.
  */
 #define POSTBOX_PROPERTY_BYTES 1
+
+/**
+ * The longest text property of a message to send (`label`, `content_type`, `correlation_id`,
+ * `reply_to`, `message_key`, `group`), in bytes of UTF-8; a longer one is refused with
+ * `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_TEXT_PROPERTY_LEN 1024
+
+/**
+ * The longest user property key, in bytes of UTF-8 (keys are 1 to this many bytes); a longer
+ * or empty one is refused with `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_PROPERTY_KEY_LEN 256
+
+/**
+ * The longest dead-letter reason, in bytes; a longer one is refused with
+ * `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_REASON_LEN 256
+
+/**
+ * The longest dead-letter description, in bytes; a longer one is cut to this length (at a
+ * UTF-8 character boundary).
+ */
+#define POSTBOX_MAX_DESCRIPTION_LEN 4096
 
 /**
  * An iterator over a queue's receivable messages in delivery order, without locking them.
@@ -471,7 +535,8 @@ typedef struct postbox_stats {
    */
   uint64_t dead_lettered;
   /**
-   * Body bytes held (active, locked and scheduled).
+   * Message bytes held (active, locked and scheduled), each message counted as for
+   * `max_message_size`: body, text properties, user property keys and values.
    */
   uint64_t bytes;
 } postbox_stats;
@@ -1210,14 +1275,17 @@ int postbox_message_complete(struct postbox_message *message);
 int postbox_message_abandon(struct postbox_message *message, uint64_t delay_ms);
 
 /**
- * Moves a received message to its queue's dead-letter queue with a machine-readable `reason`
- * and a human-readable `description` (both NUL-terminated UTF-8; `description` may be NULL for
- * none). The handle stays readable and must still be freed.
+ * Moves a received message to its queue's dead-letter queue (named `<queue>` +
+ * `POSTBOX_DEAD_LETTER_SUFFIX`, opened with `postbox_queue_dead_letters`) with a
+ * machine-readable `reason` (at most `POSTBOX_MAX_REASON_LEN` bytes) and a human-readable
+ * `description` (cut to `POSTBOX_MAX_DESCRIPTION_LEN` bytes at a character boundary). Both are
+ * NUL-terminated UTF-8; `description` may be NULL for none. The handle stays readable and must
+ * still be freed.
  *
  * # Returns
  * As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
- * UTF-8, a reason the engine refuses, or a message that is already in a dead-letter queue.
- * Refusals leave the lock with the handle.
+ * UTF-8, a reason longer than `POSTBOX_MAX_REASON_LEN`, or a message that is already in a
+ * dead-letter queue. Refusals leave the lock with the handle.
  */
 int postbox_message_dead_letter(struct postbox_message *message,
                                 const char *reason,
@@ -1392,15 +1460,16 @@ int postbox_message_property(const struct postbox_message *message,
 bool postbox_message_is_dead_lettered(const struct postbox_message *message);
 
 /**
- * Why the message was dead-lettered (`TTLExpired`, `MaxDeliveryCountExceeded`, or the reason
- * given to `postbox_message_dead_letter`); absent view if it was not. Valid until the message
- * is freed.
+ * Why the message was dead-lettered (`POSTBOX_REASON_TTL_EXPIRED`,
+ * `POSTBOX_REASON_MAX_DELIVERIES`, or the reason given to `postbox_message_dead_letter` /
+ * `postbox_processor_dead_letter`); absent view if it was not. Valid until the message is
+ * freed.
  */
 struct postbox_bytes postbox_message_dead_letter_reason(const struct postbox_message *message);
 
 /**
- * The dead-letter description; absent view if the message was not dead-lettered. Valid until
- * the message is freed.
+ * The dead-letter description (at most `POSTBOX_MAX_DESCRIPTION_LEN` bytes); absent view if
+ * the message was not dead-lettered. Valid until the message is freed.
  */
 struct postbox_bytes postbox_message_dead_letter_description(const struct postbox_message *message);
 
@@ -1512,13 +1581,14 @@ int postbox_processor_start_transactional(const struct postbox_queue *queue,
 /**
  * Asks the processor to move the message of the running callback to the dead-letter queue
  * when the callback returns, whatever it returns. Only for the `message` passed to a
- * processor callback, during the call. `reason` is NUL-terminated UTF-8; `description` may be
- * NULL.
+ * processor callback, during the call. `reason` is NUL-terminated UTF-8 of at most
+ * `POSTBOX_MAX_REASON_LEN` bytes; `description` may be NULL, and is cut to
+ * `POSTBOX_MAX_DESCRIPTION_LEN` bytes.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `reason`, invalid UTF-8, a
- * message that did not come from a processor callback, or a second request for the same
- * message).
+ * reason that is too long, a message that did not come from a processor callback, or a second
+ * request for the same message).
  */
 int postbox_processor_dead_letter(const struct postbox_message *message,
                                   const char *reason,

@@ -19,6 +19,33 @@ pub const POSTBOX_PROPERTY_STRING: u32 = 0;
 /// Kind of a user property value: arbitrary bytes.
 pub const POSTBOX_PROPERTY_BYTES: u32 = 1;
 
+/// The longest text property of a message to send (`label`, `content_type`, `correlation_id`,
+/// `reply_to`, `message_key`, `group`), in bytes of UTF-8; a longer one is refused with
+/// `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_TEXT_PROPERTY_LEN: usize = 1024;
+/// The longest user property key, in bytes of UTF-8 (keys are 1 to this many bytes); a longer
+/// or empty one is refused with `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_PROPERTY_KEY_LEN: usize = 256;
+/// The longest dead-letter reason, in bytes; a longer one is refused with
+/// `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_REASON_LEN: usize = 256;
+/// The longest dead-letter description, in bytes; a longer one is cut to this length (at a
+/// UTF-8 character boundary).
+pub const POSTBOX_MAX_DESCRIPTION_LEN: usize = 4096;
+
+// The string macros of the header (`POSTBOX_REASON_*`, `POSTBOX_DEAD_LETTER_SUFFIX`) live in
+// ffi/cbindgen.toml, since cbindgen emits no string constants; a test below pins them to the
+// engine's values.
+
+// The header spells these as literals (cbindgen cannot follow a path into the engine crate);
+// the build fails if they ever differ from the engine's.
+const _: () = {
+    assert!(POSTBOX_MAX_TEXT_PROPERTY_LEN == postbox::MAX_TEXT_PROPERTY_LEN);
+    assert!(POSTBOX_MAX_PROPERTY_KEY_LEN == postbox::MAX_PROPERTY_KEY_LEN);
+    assert!(POSTBOX_MAX_REASON_LEN == postbox::MAX_REASON_LEN);
+    assert!(POSTBOX_MAX_DESCRIPTION_LEN == postbox::MAX_DESCRIPTION_LEN);
+};
+
 /// Where a message handle stands.
 pub(crate) enum Hold {
     /// Received with peek-lock: this handle holds the lock and may settle it once.
@@ -232,14 +259,17 @@ pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_m
     })
 }
 
-/// Moves a received message to its queue's dead-letter queue with a machine-readable `reason`
-/// and a human-readable `description` (both NUL-terminated UTF-8; `description` may be NULL for
-/// none). The handle stays readable and must still be freed.
+/// Moves a received message to its queue's dead-letter queue (named `<queue>` +
+/// `POSTBOX_DEAD_LETTER_SUFFIX`, opened with `postbox_queue_dead_letters`) with a
+/// machine-readable `reason` (at most `POSTBOX_MAX_REASON_LEN` bytes) and a human-readable
+/// `description` (cut to `POSTBOX_MAX_DESCRIPTION_LEN` bytes at a character boundary). Both are
+/// NUL-terminated UTF-8; `description` may be NULL for none. The handle stays readable and must
+/// still be freed.
 ///
 /// # Returns
 /// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
-/// UTF-8, a reason the engine refuses, or a message that is already in a dead-letter queue.
-/// Refusals leave the lock with the handle.
+/// UTF-8, a reason longer than `POSTBOX_MAX_REASON_LEN`, or a message that is already in a
+/// dead-letter queue. Refusals leave the lock with the handle.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter(
     message: *mut postbox_message,
@@ -544,9 +574,10 @@ pub extern "C" fn postbox_message_is_dead_lettered(message: *const postbox_messa
     guard(|| Ok(msg(message)?.envelope.dead_letter_info().is_some()))
 }
 
-/// Why the message was dead-lettered (`TTLExpired`, `MaxDeliveryCountExceeded`, or the reason
-/// given to `postbox_message_dead_letter`); absent view if it was not. Valid until the message
-/// is freed.
+/// Why the message was dead-lettered (`POSTBOX_REASON_TTL_EXPIRED`,
+/// `POSTBOX_REASON_MAX_DELIVERIES`, or the reason given to `postbox_message_dead_letter` /
+/// `postbox_processor_dead_letter`); absent view if it was not. Valid until the message is
+/// freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter_reason(
     message: *const postbox_message,
@@ -557,8 +588,8 @@ pub extern "C" fn postbox_message_dead_letter_reason(
     })
 }
 
-/// The dead-letter description; absent view if the message was not dead-lettered. Valid until
-/// the message is freed.
+/// The dead-letter description (at most `POSTBOX_MAX_DESCRIPTION_LEN` bytes); absent view if
+/// the message was not dead-lettered. Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter_description(
     message: *const postbox_message,
@@ -627,4 +658,29 @@ pub(crate) fn take_batch(
     }
     // Every handle was checked first, so the batch is all or nothing on the C side too.
     handles.iter().map(|m| m.take_received()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn header_string_macros_match_the_engine() {
+        let config = include_str!("../cbindgen.toml");
+        for (name, value) in [
+            ("POSTBOX_REASON_TTL_EXPIRED", postbox::REASON_TTL_EXPIRED),
+            (
+                "POSTBOX_REASON_MAX_DELIVERIES",
+                postbox::REASON_MAX_DELIVERIES,
+            ),
+            (
+                "POSTBOX_REASON_DECODE_FAILED",
+                postbox::REASON_DECODE_FAILED,
+            ),
+            // The engine keeps its suffix private; the C suite checks a dead-letter queue's
+            // name against the macro.
+            ("POSTBOX_DEAD_LETTER_SUFFIX", "/$deadletterqueue"),
+        ] {
+            let line = format!("#define {name} \"{value}\"");
+            assert!(config.contains(&line), "ffi/cbindgen.toml lacks {line}");
+        }
+    }
 }

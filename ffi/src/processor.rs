@@ -370,13 +370,14 @@ fn reclaim_tx(lent: *mut postbox_tx, store: &Store) -> Transaction {
 
 /// Asks the processor to move the message of the running callback to the dead-letter queue
 /// when the callback returns, whatever it returns. Only for the `message` passed to a
-/// processor callback, during the call. `reason` is NUL-terminated UTF-8; `description` may be
-/// NULL.
+/// processor callback, during the call. `reason` is NUL-terminated UTF-8 of at most
+/// `POSTBOX_MAX_REASON_LEN` bytes; `description` may be NULL, and is cut to
+/// `POSTBOX_MAX_DESCRIPTION_LEN` bytes.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `reason`, invalid UTF-8, a
-/// message that did not come from a processor callback, or a second request for the same
-/// message).
+/// reason that is too long, a message that did not come from a processor callback, or a second
+/// request for the same message).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_dead_letter(
     message: *const postbox_message,
@@ -387,6 +388,14 @@ pub extern "C" fn postbox_processor_dead_letter(
         let m = arg_ref(message, "message")?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
+        // Refused now rather than when the callback has returned, where nobody could see it.
+        if reason.len() > postbox::MAX_REASON_LEN {
+            return Err(Failure::invalid(format!(
+                "reason is {} bytes long; the limit is {}",
+                reason.len(),
+                postbox::MAX_REASON_LEN
+            )));
+        }
         let mut hold = m.hold.lock();
         match &mut *hold {
             Hold::Processor { dead_letter } if dead_letter.is_none() => {

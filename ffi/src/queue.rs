@@ -222,7 +222,8 @@ pub struct postbox_stats {
     pub scheduled: u64,
     /// In this queue's dead-letter queue (0 for a dead-letter queue itself).
     pub dead_lettered: u64,
-    /// Body bytes held (active, locked and scheduled).
+    /// Message bytes held (active, locked and scheduled), each message counted as for
+    /// `max_message_size`: body, text properties, user property keys and values.
     pub bytes: u64,
 }
 

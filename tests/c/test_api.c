@@ -859,6 +859,7 @@ static void test_max_deliveries_and_ttl(const char *dir) {
     CHECK(stats_of(q).dead_lettered == 1);
     REQUIRE_OK(postbox_peek(dlq, &m));
     CHECK(bytes_is(postbox_message_dead_letter_reason(m), "MaxDeliveryCountExceeded"));
+    CHECK(bytes_is(postbox_message_dead_letter_reason(m), POSTBOX_REASON_MAX_DELIVERIES));
     postbox_message_free(m);
 
     postbox_send_options o;
@@ -874,7 +875,9 @@ static void test_max_deliveries_and_ttl(const char *dir) {
     REQUIRE_OK(postbox_browse_open(dlq, &br));
     int ttl_seen = 0;
     while (postbox_browse_next(br, &m) == POSTBOX_OK) {
-        if (bytes_is(postbox_message_dead_letter_reason(m), "TTLExpired")) ttl_seen++;
+        if (bytes_is(postbox_message_dead_letter_reason(m), "TTLExpired") &&
+            bytes_is(postbox_message_dead_letter_reason(m), POSTBOX_REASON_TTL_EXPIRED))
+            ttl_seen++;
         postbox_message_free(m);
     }
     postbox_browse_free(br);
@@ -1577,8 +1580,6 @@ static void test_processor_shutdown_waits(const char *dir) {
 /* ---------------------------------------------------------------------------------------- */
 /* Settles, closed stores, options, bounds                                                   */
 
-#define MAX_REASON_LEN 256 /* the engine's limit on dead-letter reasons */
-
 /* Only success and LOCK_LOST end a handle's hold: a refused or failed settle keeps the lock,
  * so the caller can retry. */
 static void test_settle_failure_keeps_lock(const char *dir) {
@@ -1593,9 +1594,9 @@ static void test_settle_failure_keeps_lock(const char *dir) {
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
 
     /* A reason one byte too long is refused by the engine; the handle keeps the lock. */
-    char reason[MAX_REASON_LEN + 2];
+    char reason[POSTBOX_MAX_REASON_LEN + 2];
     memset(reason, 'r', sizeof reason);
-    reason[MAX_REASON_LEN + 1] = 0;
+    reason[POSTBOX_MAX_REASON_LEN + 1] = 0;
     CHECK_RC(postbox_message_dead_letter(m, reason, "d"), POSTBOX_INVALID_ARGUMENT);
     CHECK(strstr(postbox_last_error_message(), "reason") != NULL);
     CHECK(postbox_message_is_held(m));
@@ -1605,12 +1606,12 @@ static void test_settle_failure_keeps_lock(const char *dir) {
     postbox_message *none = NULL;
     CHECK_RC(postbox_receive(q, NULL, 0, &none), POSTBOX_TIMEOUT); /* still ours */
     /* The retry with a reason of exactly the limit works. */
-    reason[MAX_REASON_LEN] = 0;
+    reason[POSTBOX_MAX_REASON_LEN] = 0;
     CHECK_OK(postbox_message_dead_letter(m, reason, "d"));
     CHECK(!postbox_message_is_held(m));
     postbox_message_free(m);
     REQUIRE_OK(postbox_receive(dlq, NULL, 1000, &m));
-    CHECK(postbox_message_dead_letter_reason(m).len == MAX_REASON_LEN);
+    CHECK(postbox_message_dead_letter_reason(m).len == POSTBOX_MAX_REASON_LEN);
     CHECK_RC(postbox_message_dead_letter(m, "again", NULL), POSTBOX_INVALID_ARGUMENT);
     CHECK(postbox_message_is_held(m));
     CHECK_OK(postbox_message_resubmit(m)); /* the retry of another settle works too */
@@ -1816,6 +1817,196 @@ static void test_queue_options_merge(const char *dir) {
 
     postbox_queue_free(again);
     postbox_queue_free(plain);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* The dead-letter queue's name, and the reason macros. */
+static void test_dead_letter_naming(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "orders", NULL);
+    if (q == NULL) return;
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    CHECK(bytes_is(postbox_queue_name(dlq), "orders" POSTBOX_DEAD_LETTER_SUFFIX));
+    CHECK(bytes_is(postbox_queue_name(dlq), "orders/$deadletterqueue"));
+    /* The name is reserved: it opens the dead-letter queue of an existing queue only. */
+    postbox_queue *byname = NULL;
+    CHECK_RC(postbox_queue_open(store, "nosuch" POSTBOX_DEAD_LETTER_SUFFIX, NULL, &byname),
+             POSTBOX_INVALID_ARGUMENT);
+    REQUIRE_OK(postbox_queue_open(store, "orders" POSTBOX_DEAD_LETTER_SUFFIX, NULL, &byname));
+    CHECK(postbox_queue_is_dead_letter(byname));
+    postbox_queue_free(byname);
+    CHECK(strcmp(POSTBOX_REASON_TTL_EXPIRED, "TTLExpired") == 0);
+    CHECK(strcmp(POSTBOX_REASON_MAX_DELIVERIES, "MaxDeliveryCountExceeded") == 0);
+    CHECK(strcmp(POSTBOX_REASON_DECODE_FAILED, "DecodeFailed") == 0);
+
+    /* The reasons postbox writes are the macros. */
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.ttl_ms = 1;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"ttl", 3, &o, NULL));
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_deliveries = 1;
+    postbox_queue_free(q);
+    q = open_queue(store, "orders", &qo);
+    sleep_ms(20);
+    send_text(q, "spent");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(bytes_is(postbox_message_body(m), "spent"));
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    int ttl = 0, spent = 0;
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(dlq, &br));
+    while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+        postbox_bytes reason = postbox_message_dead_letter_reason(m);
+        if (bytes_is(postbox_message_body(m), "ttl"))
+            ttl += bytes_is(reason, POSTBOX_REASON_TTL_EXPIRED);
+        if (bytes_is(postbox_message_body(m), "spent"))
+            spent += bytes_is(reason, POSTBOX_REASON_MAX_DELIVERIES);
+        CHECK(bytes_is(postbox_message_queue(m), "orders" POSTBOX_DEAD_LETTER_SUFFIX));
+        CHECK(bytes_is(postbox_message_dead_letter_source(m), "orders"));
+        postbox_message_free(m);
+    }
+    postbox_browse_free(br);
+    CHECK(ttl == 1 && spent == 1);
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* Total size of the regular files in dir (the store and anything beside it). */
+static long long dir_bytes(const char *dir) {
+    long long total = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[1024];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (long long)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+/* Oversize fields are refused before they reach the file; a huge dead-letter description is
+ * cut. */
+static void test_oversize_fields(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_message_size = 100;
+    postbox_queue *q = open_queue(store, "small", &qo);
+    if (q == NULL) return;
+    const size_t big_len = 5u << 20;
+    char *big = malloc(big_len + 1);
+    if (big == NULL) return;
+    memset(big, 'x', big_len);
+    big[big_len] = 0;
+    const uint8_t *body = (const uint8_t *)"body";
+    long long before = dir_bytes(dir);
+
+    postbox_send_options o;
+    const char **fields[] = {&o.label,   &o.content_type, &o.correlation_id,
+                             &o.reply_to, &o.message_key, &o.group};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        postbox_send_options_init(&o);
+        *fields[i] = big;
+        CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+        CHECK(strstr(postbox_last_error_message(), "1024") != NULL);
+    }
+    postbox_property p;
+    p.key = big;
+    p.kind = POSTBOX_PROPERTY_STRING;
+    p.value = (const uint8_t *)"v";
+    p.value_len = 1;
+    postbox_send_options_init(&o);
+    o.properties = &p;
+    o.property_count = 1;
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    p.key = "";
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    p.key = "k";
+    p.kind = POSTBOX_PROPERTY_BYTES;
+    p.value = (const uint8_t *)big;
+    p.value_len = big_len;
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_TOO_LARGE);
+    CHECK_RC(postbox_send(q, NULL, (const uint8_t *)big, big_len, NULL, NULL), POSTBOX_TOO_LARGE);
+    /* The limit counts the whole message: 4 bytes of body plus a 97-byte label is 101. */
+    char label[128];
+    memset(label, 'l', sizeof label);
+    label[97] = 0;
+    postbox_send_options_init(&o);
+    o.label = label;
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_TOO_LARGE);
+    CHECK(strstr(postbox_last_error_message(), "101") != NULL);
+    /* In a transaction, at once. */
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_send(q, tx, body, 4, &o, NULL), POSTBOX_TOO_LARGE);
+    postbox_send_options_init(&o);
+    o.correlation_id = big;
+    CHECK_RC(postbox_send(q, tx, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_abort(tx));
+    CHECK(stats_of(q).active == 0);
+    CHECK(dir_bytes(dir) == before);
+
+    label[96] = 0; /* exactly 100 bytes */
+    postbox_send_options_init(&o);
+    o.label = label;
+    CHECK_OK(postbox_send(q, NULL, body, 4, &o, NULL));
+    CHECK(stats_of(q).bytes == 100);
+
+    /* A 20 MB dead-letter description is cut to POSTBOX_MAX_DESCRIPTION_LEN bytes, at a
+     * character boundary. */
+    const size_t huge_len = 20u << 20;
+    char *huge = malloc(huge_len + 1);
+    if (huge != NULL) {
+        memset(huge, 'd', huge_len);
+        huge[huge_len] = 0;
+        postbox_queue *w = open_queue(store, "wide", NULL);
+        postbox_queue *dlq = NULL;
+        postbox_message *m = NULL;
+        send_text(w, "one");
+        send_text(w, "two");
+        REQUIRE_OK(postbox_queue_dead_letters(w, &dlq));
+        REQUIRE_OK(postbox_receive(w, NULL, 1000, &m));
+        CHECK_OK(postbox_message_dead_letter(m, "Big", huge));
+        postbox_message_free(m);
+        /* "a" then two-byte characters: byte 4096 falls inside a character. */
+        huge[0] = 'a';
+        for (size_t i = 1; i + 1 < huge_len; i += 2) {
+            huge[i] = (char)0xc3;
+            huge[i + 1] = (char)0xa9; /* U+00E9 */
+        }
+        huge[huge_len - 1] = 'z';
+        REQUIRE_OK(postbox_receive(w, NULL, 1000, &m));
+        CHECK_OK(postbox_message_dead_letter(m, "Wide", huge));
+        postbox_message_free(m);
+        for (int i = 0; i < 2; i++) {
+            REQUIRE_OK(postbox_receive(dlq, NULL, 1000, &m));
+            postbox_bytes d = postbox_message_dead_letter_description(m);
+            if (bytes_is(postbox_message_dead_letter_reason(m), "Big")) {
+                CHECK(d.len == POSTBOX_MAX_DESCRIPTION_LEN && d.data[0] == 'd');
+            } else {
+                CHECK(d.len == POSTBOX_MAX_DESCRIPTION_LEN - 1);
+                CHECK(d.len > 1 && (unsigned char)d.data[d.len - 1] == 0xa9);
+            }
+            CHECK_OK(postbox_message_complete(m));
+            postbox_message_free(m);
+        }
+        postbox_queue_free(dlq);
+        postbox_queue_free(w);
+        free(huge);
+    }
+    free(big);
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
 }
@@ -2134,6 +2325,8 @@ int main(int argc, char **argv) {
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
         {"closed_store_refuses_work", test_closed_store_refuses_work},
         {"queue_options_merge", test_queue_options_merge},
+        {"dead_letter_naming", test_dead_letter_naming},
+        {"oversize_fields", test_oversize_fields},
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
     };
