@@ -1072,14 +1072,21 @@ int postbox_send_options_init(struct postbox_send_options *options);
  * transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
  * assigned at commit. `tx` must come from the same store as `queue`.
  *
+ * The message's size — body, text properties, user property keys and values — counts against
+ * the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
+ * most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes each, property keys 1 to
+ * `POSTBOX_MAX_PROPERTY_KEY_LEN` bytes, each key at most once.
+ *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (body above the queue's `max_message_size`);
- * `POSTBOX_QUEUE_FULL` (quota; with a transaction, reported by the commit);
- * `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with a length, bad options, priority above
- * 7, invalid UTF-8, a dead-letter queue, a transaction of another store, a finished
- * transaction); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED`;
- * `POSTBOX_OUTCOME_UNKNOWN` (the commit failed after it may have reached the disk); storage
- * errors.
+ * `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (the message is above the queue's `max_message_size`,
+ * checked at once, also with a transaction); `POSTBOX_QUEUE_FULL` (quota; with a
+ * transaction, reported by the commit); `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with
+ * a length, bad options, priority above 7, invalid UTF-8, a text property or property key out
+ * of bounds, a property key listed twice, a dead-letter queue, a transaction of another store,
+ * a finished transaction); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted; at once with a
+ * transaction too); `POSTBOX_CLOSED` (at once with a transaction too); `POSTBOX_FORKED`;
+ * `POSTBOX_STORAGE_FULL` (the disk is full: nothing was stored); `POSTBOX_OUTCOME_UNKNOWN`
+ * (the commit failed after it may have reached the disk); other storage errors.
  */
 int postbox_send(struct postbox_queue *queue,
                  struct postbox_tx *tx,
@@ -1187,8 +1194,10 @@ int postbox_receive(struct postbox_queue *queue,
  *
  * # Returns
  * `POSTBOX_OK` (at least one message); `POSTBOX_TIMEOUT` (none arrived in time);
- * `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_NOT_FOUND` (queue deleted);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_QUEUE_NOT_FOUND` (queue
+ * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT`
+ * `*count_out` is set to 0 (the one output written on a failure); on other failures it is
+ * left alone.
  */
 int postbox_receive_batch(struct postbox_queue *queue,
                           size_t max,
@@ -1198,14 +1207,16 @@ int postbox_receive_batch(struct postbox_queue *queue,
 
 /**
  * Completes `count` received messages of `queue` in one commit, all or none. Every handle must
- * hold its lock (checked before anything changes). Afterwards the handles are settled whatever
- * the outcome (on `POSTBOX_LOCK_LOST` none was completed, and their locks run out); free them
+ * be a message of `queue` that it holds (checked before anything changes: a refusal leaves
+ * every handle as it was). Once the commit ran, the handles are settled whatever the outcome
+ * (on `POSTBOX_LOCK_LOST` none was completed and the others returned to the queue); free them
  * with `postbox_message_free` as usual.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a lock was lost: nothing completed);
  * `POSTBOX_INVALID_ARGUMENT` (NULL queue or entry, a message not held, listed twice, or of
- * another store); `POSTBOX_CLOSED`; storage errors.
+ * another store or of another queue); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
  */
 int postbox_complete_batch(struct postbox_queue *queue,
                            struct postbox_message *const *messages,
@@ -1224,8 +1235,9 @@ int postbox_complete_batch(struct postbox_queue *queue,
  * `POSTBOX_OK` (at least one new message); `POSTBOX_TIMEOUT` (the messages were completed and
  * none arrived in time); `POSTBOX_LOCK_LOST` (a lock of `done` was lost: nothing completed or
  * received, the others returned to the queue); `POSTBOX_INVALID_ARGUMENT` (NULL argument,
- * `max` 0, a message not held, listed twice or of another store); `POSTBOX_NOT_FOUND`;
- * `POSTBOX_CLOSED`; storage errors.
+ * `max` 0, a message not held, listed twice, of another store or of another queue: nothing
+ * completed or received, every handle as it was); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT` `*count_out` is set to 0.
  */
 int postbox_complete_batch_and_receive(struct postbox_queue *queue,
                                        struct postbox_message *const *done,

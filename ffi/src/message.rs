@@ -627,13 +627,14 @@ pub(crate) fn complete_batch(
     tag: StoreTag,
     messages: &[*mut postbox_message],
 ) -> Outcome<()> {
-    queue.complete_batch(take_batch(tag, messages)?)?;
+    queue.complete_batch(take_batch(queue, tag, messages)?)?;
     Ok(())
 }
 
-/// Checks every handle (non-NULL, of this store, held, listed once), then takes their locks:
-/// all or none, so a refused batch leaves every handle as it was.
+/// Checks every handle (non-NULL, of this store and this queue, held, listed once), then takes
+/// their locks: all or none, so a refused batch leaves every handle as it was.
 pub(crate) fn take_batch(
+    queue: &Queue,
     tag: StoreTag,
     messages: &[*mut postbox_message],
 ) -> Outcome<Vec<Received>> {
@@ -645,6 +646,13 @@ pub(crate) fn take_batch(
         if m.tag != tag {
             return Err(Failure::invalid(format!(
                 "messages[{i}] belongs to another store than the queue"
+            )));
+        }
+        if m.envelope.queue() != queue.name() {
+            return Err(Failure::invalid(format!(
+                "messages[{i}] is a message of queue {:?}, not of {:?}",
+                m.envelope.queue(),
+                queue.name()
             )));
         }
         m.check_held()?;

@@ -28,6 +28,8 @@ fn hand_out(
     timeout_ms: i64,
 ) -> Outcome<c_int> {
     if got.is_empty() {
+        // The one output written on a failure: a caller looping on `*count_out` sees 0.
+        count.write(0);
         return Err(Failure::new(
             POSTBOX_TIMEOUT,
             format!(
@@ -597,9 +599,16 @@ fn build_message(
         }
     }
     let props = arg_slice(o.properties, o.property_count, "options.properties")?;
+    let mut keys = std::collections::HashSet::with_capacity(props.len());
     for (i, p) in props.iter().enumerate() {
         let key = arg_str(p.key, "options.properties[i].key")
             .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
+        // A map would keep the last value silently; a C array with a key twice is a bug.
+        if !keys.insert(key) {
+            return Err(Failure::invalid(format!(
+                "options.properties[{i}]: key {key:?} is listed twice"
+            )));
+        }
         let value = arg_slice(p.value, p.value_len, "options.properties[i].value")
             .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
         m = match p.kind {
@@ -630,14 +639,21 @@ fn build_message(
 /// transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
 /// assigned at commit. `tx` must come from the same store as `queue`.
 ///
+/// The message's size — body, text properties, user property keys and values — counts against
+/// the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
+/// most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes each, property keys 1 to
+/// `POSTBOX_MAX_PROPERTY_KEY_LEN` bytes, each key at most once.
+///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (body above the queue's `max_message_size`);
-/// `POSTBOX_QUEUE_FULL` (quota; with a transaction, reported by the commit);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with a length, bad options, priority above
-/// 7, invalid UTF-8, a dead-letter queue, a transaction of another store, a finished
-/// transaction); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED`;
-/// `POSTBOX_OUTCOME_UNKNOWN` (the commit failed after it may have reached the disk); storage
-/// errors.
+/// `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (the message is above the queue's `max_message_size`,
+/// checked at once, also with a transaction); `POSTBOX_QUEUE_FULL` (quota; with a
+/// transaction, reported by the commit); `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with
+/// a length, bad options, priority above 7, invalid UTF-8, a text property or property key out
+/// of bounds, a property key listed twice, a dead-letter queue, a transaction of another store,
+/// a finished transaction); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted; at once with a
+/// transaction too); `POSTBOX_CLOSED` (at once with a transaction too); `POSTBOX_FORKED`;
+/// `POSTBOX_STORAGE_FULL` (the disk is full: nothing was stored); `POSTBOX_OUTCOME_UNKNOWN`
+/// (the commit failed after it may have reached the disk); other storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_send(
     queue: *mut postbox_queue,
@@ -880,8 +896,10 @@ pub extern "C" fn postbox_receive(
 ///
 /// # Returns
 /// `POSTBOX_OK` (at least one message); `POSTBOX_TIMEOUT` (none arrived in time);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_NOT_FOUND` (queue deleted);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_QUEUE_NOT_FOUND` (queue
+/// deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT`
+/// `*count_out` is set to 0 (the one output written on a failure); on other failures it is
+/// left alone.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive_batch(
     queue: *mut postbox_queue,
@@ -903,14 +921,16 @@ pub extern "C" fn postbox_receive_batch(
 }
 
 /// Completes `count` received messages of `queue` in one commit, all or none. Every handle must
-/// hold its lock (checked before anything changes). Afterwards the handles are settled whatever
-/// the outcome (on `POSTBOX_LOCK_LOST` none was completed, and their locks run out); free them
+/// be a message of `queue` that it holds (checked before anything changes: a refusal leaves
+/// every handle as it was). Once the commit ran, the handles are settled whatever the outcome
+/// (on `POSTBOX_LOCK_LOST` none was completed and the others returned to the queue); free them
 /// with `postbox_message_free` as usual.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a lock was lost: nothing completed);
 /// `POSTBOX_INVALID_ARGUMENT` (NULL queue or entry, a message not held, listed twice, or of
-/// another store); `POSTBOX_CLOSED`; storage errors.
+/// another store or of another queue); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_complete_batch(
     queue: *mut postbox_queue,
@@ -937,8 +957,9 @@ pub extern "C" fn postbox_complete_batch(
 /// `POSTBOX_OK` (at least one new message); `POSTBOX_TIMEOUT` (the messages were completed and
 /// none arrived in time); `POSTBOX_LOCK_LOST` (a lock of `done` was lost: nothing completed or
 /// received, the others returned to the queue); `POSTBOX_INVALID_ARGUMENT` (NULL argument,
-/// `max` 0, a message not held, listed twice or of another store); `POSTBOX_NOT_FOUND`;
-/// `POSTBOX_CLOSED`; storage errors.
+/// `max` 0, a message not held, listed twice, of another store or of another queue: nothing
+/// completed or received, every handle as it was); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT` `*count_out` is set to 0.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_complete_batch_and_receive(
     queue: *mut postbox_queue,
@@ -961,7 +982,7 @@ pub extern "C" fn postbox_complete_batch_and_receive(
         };
         let slots = arg_slice_mut(messages_out, max, "messages_out")?;
         let count = Out::required(count_out, "count_out")?;
-        let received = crate::message::take_batch(q.tag, done)?;
+        let received = crate::message::take_batch(&q.queue, q.tag, done)?;
         let got = q
             .queue
             .complete_batch_and_receive(received, max, timeout(timeout_ms))?;

@@ -1879,6 +1879,70 @@ static void test_dead_letter_naming(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Batches refuse a message of another queue; duplicate property keys are refused; a timed-out
+ * batch receive reports a count of 0. */
+static void test_batch_and_property_refusals(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *a = open_queue(store, "a", NULL);
+    postbox_queue *b = open_queue(store, "b", NULL);
+    if (a == NULL || b == NULL) return;
+    send_text(a, "1");
+    send_text(b, "2");
+    postbox_message *ma = NULL, *mb = NULL;
+    REQUIRE_OK(postbox_receive(a, NULL, 1000, &ma));
+    REQUIRE_OK(postbox_receive(b, NULL, 1000, &mb));
+    postbox_message *both[2] = {ma, mb};
+    CHECK_RC(postbox_complete_batch(a, both, 2), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "messages[1]") != NULL);
+    postbox_message *out[4] = {NULL, NULL, NULL, NULL};
+    size_t n = 77;
+    CHECK_RC(postbox_complete_batch_and_receive(a, both, 2, 4, 0, out, &n),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(n == 77 && out[0] == NULL);
+    CHECK(postbox_message_is_held(ma) && postbox_message_is_held(mb));
+    CHECK(stats_of(a).locked == 1 && stats_of(b).locked == 1);
+    CHECK_OK(postbox_complete_batch(a, &ma, 1));
+    CHECK_OK(postbox_complete_batch(b, &mb, 1));
+    postbox_message_free(ma);
+    postbox_message_free(mb);
+    CHECK(stats_of(a).locked == 0 && stats_of(b).active == 0);
+
+    /* TIMEOUT writes a count of 0 (and no handle). */
+    n = 77;
+    CHECK_RC(postbox_receive_batch(a, 4, 0, out, &n), POSTBOX_TIMEOUT);
+    CHECK(n == 0 && out[0] == NULL);
+    n = 77;
+    CHECK_RC(postbox_complete_batch_and_receive(a, NULL, 0, 4, 0, out, &n), POSTBOX_TIMEOUT);
+    CHECK(n == 0 && out[0] == NULL);
+
+    /* A property key listed twice is refused, in a send and in a batch. */
+    postbox_property props[3];
+    props[0].key = "k";
+    props[0].kind = POSTBOX_PROPERTY_STRING;
+    props[0].value = (const uint8_t *)"v1";
+    props[0].value_len = 2;
+    props[1] = props[0];
+    props[1].key = "other";
+    props[2] = props[0];
+    props[2].value = (const uint8_t *)"v2";
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.properties = props;
+    o.property_count = 3;
+    CHECK_RC(postbox_send(a, NULL, (const uint8_t *)"x", 1, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "twice") != NULL);
+    postbox_send_item item = {(const uint8_t *)"x", 1, &o};
+    CHECK_RC(postbox_send_batch(a, NULL, &item, 1, NULL), POSTBOX_INVALID_ARGUMENT);
+    o.property_count = 2; /* without the duplicate */
+    CHECK_OK(postbox_send(a, NULL, (const uint8_t *)"x", 1, &o, NULL));
+    CHECK(stats_of(a).active == 1);
+
+    postbox_queue_free(a);
+    postbox_queue_free(b);
+    CHECK_OK(postbox_store_close(store));
+}
+
 /* Total size of the regular files in dir (the store and anything beside it). */
 static long long dir_bytes(const char *dir) {
     long long total = 0;
@@ -2326,6 +2390,7 @@ int main(int argc, char **argv) {
         {"closed_store_refuses_work", test_closed_store_refuses_work},
         {"queue_options_merge", test_queue_options_merge},
         {"dead_letter_naming", test_dead_letter_naming},
+        {"batch_and_property_refusals", test_batch_and_property_refusals},
         {"oversize_fields", test_oversize_fields},
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
