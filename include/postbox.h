@@ -14,6 +14,11 @@
  * "Storage errors" in the lists of each function means POSTBOX_IO, POSTBOX_CORRUPTED,
  * POSTBOX_STORAGE_FULL and, for calls that commit, POSTBOX_OUTCOME_UNKNOWN.
  *
+ * A full disk. A commit that fails for lack of space returns POSTBOX_STORAGE_FULL only when
+ * nothing of it was written; when postbox cannot tell whether it landed it returns
+ * POSTBOX_OUTCOME_UNKNOWN (retrying a send is safe with a message_key and a dedup_window). The
+ * store handle stays usable: once space is freed, the next calls succeed without reopening.
+ *
  * Safety. NULL where a pointer is required gives POSTBOX_INVALID_ARGUMENT, never a crash; so do
  * invalid lengths, invalid UTF-8 and bad struct sizes. A panic inside the library is caught and
  * reported as POSTBOX_PANIC. Pointers that are not NULL must point to what the type says.

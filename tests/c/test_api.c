@@ -8,10 +8,12 @@
  */
 #include "harness.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -2360,6 +2362,230 @@ static void test_fork_during_commit(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* A full disk (needs a small tmpfs, so root; skipped otherwise)                             */
+
+#define DF_ITEMS 8
+#define DF_BODY 1500
+#define DF_MAX_BATCHES 4000
+
+struct df_round {
+    int rc[DF_MAX_BATCHES];   /* status of each batch */
+    int size[DF_MAX_BATCHES]; /* messages in it */
+    int batches;
+};
+
+/* Fills the file system of `path` with a filler file, then gives back `leave` bytes. Returns
+ * 0 when the file system was filled (write failed with ENOSPC). */
+static int df_fill(const char *path, long leave) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return -1;
+    static char block[64 * 1024];
+    memset(block, 'f', sizeof block);
+    long total = 0;
+    int full = 0;
+    for (size_t chunk = sizeof block; chunk >= 512 && !full; chunk /= 8) {
+        for (;;) {
+            ssize_t n = write(fd, block, chunk);
+            if (n > 0) {
+                total += n;
+                continue;
+            }
+            if (n < 0 && errno == ENOSPC) break;
+            close(fd);
+            return -1;
+        }
+        if (chunk == 512) full = 1;
+    }
+    int rc = ftruncate(fd, total > leave ? total - leave : 0);
+    close(fd);
+    return rc == 0 ? 0 : -1;
+}
+
+static void df_remove_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) unlink(p);
+    }
+    closedir(d);
+}
+
+/* Sends batch `b` of `n` messages: a plain batch send, or a transaction's sends and commit. */
+static int df_send(postbox_store *store, postbox_queue *q, int b, int n, int in_tx) {
+    static char bodies[DF_ITEMS][DF_BODY];
+    postbox_send_item items[DF_ITEMS];
+    for (int i = 0; i < n; i++) {
+        memset(bodies[i], 'p', DF_BODY);
+        int len = snprintf(bodies[i], DF_BODY, "B%05d:%d:", b, i);
+        bodies[i][len] = 'p'; /* overwrite the NUL: the body is the whole buffer */
+        items[i].body = (const uint8_t *)bodies[i];
+        items[i].body_len = DF_BODY;
+        items[i].options = NULL;
+    }
+    if (!in_tx) return postbox_send_batch(q, NULL, items, (size_t)n, NULL);
+    postbox_tx *tx = NULL;
+    int rc = postbox_tx_begin(store, &tx);
+    if (rc != POSTBOX_OK) return rc;
+    for (int i = 0; i < n; i++) {
+        rc = postbox_send(q, tx, items[i].body, items[i].body_len, NULL, NULL);
+        if (rc != POSTBOX_OK) {
+            postbox_tx_abort(tx);
+            return rc;
+        }
+    }
+    return postbox_tx_commit(tx);
+}
+
+static int df_record(struct df_round *r, int rc, int n) {
+    if (r->batches < DF_MAX_BATCHES) {
+        r->rc[r->batches] = rc;
+        r->size[r->batches] = n;
+        r->batches++;
+    }
+    return rc;
+}
+
+static void df_round(const char *mnt, int step, long leave) {
+    char path[1024], filler[1024];
+    snprintf(path, sizeof path, "%s/round%d.postbox", mnt, step);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    static struct df_round r;
+    memset(&r, 0, sizeof r);
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.lock_duration_ms = 3600 * 1000; /* "held" stays locked however slow the round */
+    postbox_queue *q = open_queue(store, "fill", &qo);
+    if (q == NULL) return;
+    send_text(q, "held");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+
+    if (df_fill(filler, leave) != 0) {
+        CHECK(!"cannot fill the tmpfs");
+        return;
+    }
+    /* Send until the disk is full: batch sends and transactions in turn. */
+    int rc = POSTBOX_OK;
+    while (rc == POSTBOX_OK && r.batches < DF_MAX_BATCHES - 16) {
+        int in_tx = r.batches % 2;
+        rc = df_record(&r, df_send(store, q, r.batches, DF_ITEMS, in_tx), DF_ITEMS);
+    }
+    const char *how = r.batches % 2 == 0 ? "a transaction commit" : "a batch send";
+    fprintf(stderr, "  round %d (%ld bytes left): %s failed after %d batches: %d (%s): %s\n",
+            step, leave, how, r.batches - 1, rc, postbox_strerror(rc),
+            postbox_last_error_message());
+    /* The truth about a full disk: STORAGE_FULL when nothing was written, OUTCOME_UNKNOWN when
+     * it cannot be known; never a bare I/O error. */
+    CHECK(rc == POSTBOX_STORAGE_FULL || rc == POSTBOX_OUTCOME_UNKNOWN);
+
+    /* While the disk stays full, the calls that fail say so. */
+    for (int k = 0; k < 3; k++) {
+        rc = df_record(&r, df_send(store, q, r.batches, 2, k % 2), 2);
+        if (rc != POSTBOX_OK) CHECK_RC(rc, POSTBOX_STORAGE_FULL);
+    }
+    /* A settle that fails keeps its lock for the retry. */
+    int settled = postbox_message_complete(held);
+    if (settled != POSTBOX_OK) {
+        CHECK(settled == POSTBOX_STORAGE_FULL || settled == POSTBOX_OUTCOME_UNKNOWN);
+        CHECK(postbox_message_is_held(held));
+    }
+
+    /* Space comes back: the same handle works again, without reopening. */
+    CHECK(unlink(filler) == 0);
+    CHECK_OK(df_record(&r, df_send(store, q, r.batches, DF_ITEMS, 0), DF_ITEMS));
+    CHECK_OK(df_record(&r, df_send(store, q, r.batches, DF_ITEMS, 1), DF_ITEMS));
+    if (settled != POSTBOX_OK) {
+        int again = postbox_message_complete(held);
+        /* After OUTCOME_UNKNOWN the first complete may have landed: then the lock is gone. */
+        if (settled == POSTBOX_OUTCOME_UNKNOWN && again == POSTBOX_LOCK_LOST) again = POSTBOX_OK;
+        CHECK_OK(again);
+    }
+    postbox_message_free(held);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+
+    /* Reopened, the store holds exactly the batches that succeeded, none of those refused
+     * with STORAGE_FULL, and all or nothing of an OUTCOME_UNKNOWN one. */
+    static int count[DF_MAX_BATCHES];
+    memset(count, 0, sizeof count);
+    int held_left = 0, strangers = 0;
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    q = open_queue(store, "fill", NULL);
+    postbox_browser *br = NULL;
+    if (q != NULL && postbox_browse_open(q, &br) == POSTBOX_OK) {
+        postbox_message *m = NULL;
+        while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+            postbox_bytes body = postbox_message_body(m);
+            char head[16] = {0}; /* bodies are not NUL-terminated */
+            memcpy(head, body.data, body.len < sizeof head - 1 ? body.len : sizeof head - 1);
+            int b = -1;
+            if (bytes_is(body, "held"))
+                held_left++;
+            else if (body.len == DF_BODY && sscanf(head, "B%05d:", &b) == 1 && b >= 0 &&
+                     b < r.batches)
+                count[b]++;
+            else
+                strangers++;
+            postbox_message_free(m);
+        }
+        postbox_browse_free(br);
+    }
+    CHECK(held_left == 0 && strangers == 0);
+    for (int b = 0; b < r.batches; b++) {
+        int ok = r.rc[b] == POSTBOX_OK ? count[b] == r.size[b]
+                 : r.rc[b] == POSTBOX_STORAGE_FULL
+                     ? count[b] == 0
+                     : r.rc[b] == POSTBOX_OUTCOME_UNKNOWN && (count[b] == 0 || count[b] == r.size[b]);
+        if (!ok)
+            fprintf(stderr, "  round %d batch %d: status %d (%s), %d of %d messages stored\n", step,
+                    b, r.rc[b], postbox_strerror(r.rc[b]), count[b], r.size[b]);
+        CHECK(ok);
+    }
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    df_remove_files(mnt);
+}
+
+static void test_disk_full(const char *dir) {
+    char mnt[1024];
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    if (mkdir(mnt, 0700) != 0) {
+        CHECK(!"mkdir");
+        return;
+    }
+    /* Knobs: the tmpfs size, and how many rounds (each with more space left when the sends
+     * start, so that the disk fills up at a different point of the file's growth). */
+    const char *mb_env = getenv("POSTBOX_C_DISKFULL_MB");
+    const char *steps_env = getenv("POSTBOX_C_DISKFULL_STEPS");
+    long mb = mb_env != NULL && atol(mb_env) >= 2 ? atol(mb_env) : 8;
+    int steps = steps_env != NULL && atoi(steps_env) > 0 ? atoi(steps_env) : 6;
+    char options[64];
+    snprintf(options, sizeof options, "size=%ldm", mb);
+    if (mount("tmpfs", mnt, "tmpfs", 0, options) != 0) {
+        fprintf(stderr,
+                "  SKIPPED: cannot mount a tmpfs at %s (%s); the full-disk test needs root "
+                "(CAP_SYS_ADMIN)\n",
+                mnt, strerror(errno));
+        printf("skip disk_full: cannot mount a tmpfs (needs root)\n");
+        return;
+    }
+    /* The space left when the sends start: from almost nothing to a quarter of the tmpfs,
+     * off any page or block boundary. */
+    long span = mb * 1024 * 1024 / 4;
+    for (int step = 0; step < steps; step++) {
+        long leave = 700 + span / steps * step + (long)step * 4099;
+        df_round(mnt, step, leave);
+        if (harness_failed_checks > 0) break;
+    }
+    CHECK(umount2(mnt, MNT_DETACH) == 0);
+}
 
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
@@ -2394,6 +2620,7 @@ int main(int argc, char **argv) {
         {"oversize_fields", test_oversize_fields},
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
+        {"disk_full", test_disk_full},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
