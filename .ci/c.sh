@@ -3,6 +3,10 @@
 # -Werror, builds the examples and the workload-A benchmark, runs the C test suite under valgrind
 # (shared library) and again against the static library, runs the examples end to end (with a
 # SIGINT shutdown of the worker), and the C + Rust shared-store test.
+#
+# Knobs: POSTBOX_C_CROSS_COUNT (messages of the shared-store test), POSTBOX_C_FORK_ROUNDS (forks
+# during commits), POSTBOX_C_DISKFULL_STEPS and POSTBOX_C_DISKFULL_MB (the full-disk test's
+# rounds and tmpfs size; that test mounts a tmpfs, so it needs root, and says SKIPPED without).
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,7 +20,7 @@ fi
 cargo build -p postbox-ffi
 cargo build -p postbox-ffi --example pbx_peer
 cargo test -q -p postbox-ffi
-LIB=$ROOT/target/debug
+LIB=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 PEER=$LIB/examples/pbx_peer
 OUT=$(mktemp -d /tmp/postbox-c-ci-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT

@@ -14,6 +14,11 @@
  * "Storage errors" in the lists of each function means POSTBOX_IO, POSTBOX_CORRUPTED,
  * POSTBOX_STORAGE_FULL and, for calls that commit, POSTBOX_OUTCOME_UNKNOWN.
  *
+ * A full disk. A commit that fails for lack of space returns POSTBOX_STORAGE_FULL only when
+ * nothing of it was written; when postbox cannot tell whether it landed it returns
+ * POSTBOX_OUTCOME_UNKNOWN (retrying a send is safe with a message_key and a dedup_window). The
+ * store handle stays usable: once space is freed, the next calls succeed without reopening.
+ *
  * Safety. NULL where a pointer is required gives POSTBOX_INVALID_ARGUMENT, never a crash; so do
  * invalid lengths, invalid UTF-8 and bad struct sizes. A panic inside the library is caught and
  * reported as POSTBOX_PANIC. Pointers that are not NULL must point to what the type says.
@@ -42,6 +47,35 @@
  *
  * Strings given to postbox are NUL-terminated UTF-8. Times are milliseconds since the Unix
  * epoch (uint64_t), durations milliseconds; a timeout_ms below 0 waits without limit.
+ *
+ * Processes and fork(). A handle belongs to the process that opened its store. In a child made
+ * by fork() (prefork servers, Python's multiprocessing), every call on an inherited store,
+ * queue, message, transaction, browser or processor handle returns POSTBOX_FORKED at once and
+ * reads or writes nothing, even when another thread of the parent was in the middle of a
+ * commit at the moment of the fork. Freeing inherited handles in the child
+ * (postbox_store_close, which then returns POSTBOX_OK, postbox_queue_free,
+ * postbox_message_free, postbox_tx_abort, postbox_processor_free, ...) only lets go of them:
+ * the parent's messages stay locked by the parent, its commits and processors are unaffected.
+ * Message contents already read (bodies, properties) stay readable. The child opens the store
+ * itself with postbox_store_open: a store the parent holds in single-process mode returns
+ * POSTBOX_ALREADY_OPEN until the parent closes it, so share a store between processes with
+ * multi_process set. The parent's handles are not affected by the fork.
+ *
+ * Message size. A message's size is its body plus every text property (label, content_type,
+ * correlation_id, reply_to, message_key, group) plus every user property key and value; it is
+ * what a queue's max_message_size (POSTBOX_TOO_LARGE) and max_bytes (POSTBOX_QUEUE_FULL)
+ * count. Text properties are at most POSTBOX_MAX_TEXT_PROPERTY_LEN bytes each and property keys
+ * 1 to POSTBOX_MAX_PROPERTY_KEY_LEN bytes (longer: POSTBOX_INVALID_ARGUMENT, whatever the
+ * queue's limits); a dead-letter reason is at most POSTBOX_MAX_REASON_LEN bytes, a description
+ * is cut to POSTBOX_MAX_DESCRIPTION_LEN bytes.
+ *
+ * Dead-letter queues. Every queue q has a dead-letter queue named q followed by
+ * POSTBOX_DEAD_LETTER_SUFFIX ("orders/$deadletterqueue"), opened with
+ * postbox_queue_dead_letters (names ending in the suffix are reserved for them). Messages
+ * get there when their time to live runs out (reason POSTBOX_REASON_TTL_EXPIRED), when they use
+ * up the queue's max_deliveries (POSTBOX_REASON_MAX_DELIVERIES), or through
+ * postbox_message_dead_letter and postbox_processor_dead_letter (the caller's reason). Deleting
+ * a queue deletes its dead-letter queue; postbox_message_resubmit moves a dead letter back.
  */
 
 
@@ -53,6 +87,29 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/**
+ * Dead-letter reason of a message whose time to live ran out before it was received.
+ */
+#define POSTBOX_REASON_TTL_EXPIRED "TTLExpired"
+
+/**
+ * Dead-letter reason of a message that used up its queue's max_deliveries.
+ */
+#define POSTBOX_REASON_MAX_DELIVERIES "MaxDeliveryCountExceeded"
+
+/**
+ * Dead-letter reason of a message whose body a typed processor (Rust, Python) could not decode.
+ */
+#define POSTBOX_REASON_DECODE_FAILED "DecodeFailed"
+
+/**
+ * The dead-letter queue of queue q is named q followed by this suffix, e.g.
+ * "orders/$deadletterqueue". Names ending in it are reserved for dead-letter queues; open one
+ * with postbox_queue_dead_letters.
+ */
+#define POSTBOX_DEAD_LETTER_SUFFIX "/$deadletterqueue"
+
 
 /**
  * Success.
@@ -77,13 +134,14 @@
 #define POSTBOX_QUEUE_FULL 3
 
 /**
- * The message body exceeds the queue's `max_message_size`.
+ * The message (body, text properties and user properties together) exceeds the queue's
+ * `max_message_size`.
  */
 #define POSTBOX_TOO_LARGE 4
 
 /**
- * The queue or message does not exist; also a peek of an empty queue, the end of a browse, and
- * an absent optional property.
+ * The message does not exist; also a peek of an empty queue, the end of a browse, and an absent
+ * optional property. A queue that does not exist is `POSTBOX_QUEUE_NOT_FOUND`, never this.
  */
 #define POSTBOX_NOT_FOUND 5
 
@@ -124,7 +182,9 @@
 #define POSTBOX_INCOMPATIBLE_VERSION 12
 
 /**
- * Another process holds the store open in single-process mode.
+ * The store is already open in single-process mode: by another process, or by another
+ * `postbox_store_open` of this process (the detailed message says which; share the first handle
+ * instead).
  */
 #define POSTBOX_ALREADY_OPEN 13
 
@@ -150,14 +210,14 @@
 #define POSTBOX_CODEC 17
 
 /**
- * The named queue does not exist (or was deleted). "No message" is `POSTBOX_NOT_FOUND` (peek)
- * or `POSTBOX_TIMEOUT` (receive), so the two never look alike.
+ * The queue does not exist: it was deleted after the handle was opened. Distinct from
+ * `POSTBOX_NOT_FOUND`, so that "no such queue" never reads as "no message".
  */
 #define POSTBOX_QUEUE_NOT_FOUND 18
 
 /**
- * The handle was opened by another process: it was inherited across `fork()`. Nothing was
- * written; the child must open the store itself.
+ * The handle was inherited across `fork()`: it belongs to the process that opened the store.
+ * Nothing was read or written; the child opens the store itself (see "Processes and fork()").
  */
 #define POSTBOX_FORKED 19
 
@@ -195,6 +255,41 @@
 #define POSTBOX_DURABILITY_NONE 1
 
 /**
+ * `postbox_queue_options.clear`: put `lock_duration` back to its default (30 s).
+ */
+#define POSTBOX_OPTION_LOCK_DURATION 1
+
+/**
+ * `postbox_queue_options.clear`: put `max_deliveries` back to its default (10).
+ */
+#define POSTBOX_OPTION_MAX_DELIVERIES (1 << 1)
+
+/**
+ * `postbox_queue_options.clear`: no default time to live (messages live until received).
+ */
+#define POSTBOX_OPTION_DEFAULT_TTL (1 << 2)
+
+/**
+ * `postbox_queue_options.clear`: put `max_message_size` back to its default (4 MiB).
+ */
+#define POSTBOX_OPTION_MAX_MESSAGE_SIZE (1 << 3)
+
+/**
+ * `postbox_queue_options.clear`: no `max_messages` quota.
+ */
+#define POSTBOX_OPTION_MAX_MESSAGES (1 << 4)
+
+/**
+ * `postbox_queue_options.clear`: no `max_bytes` quota.
+ */
+#define POSTBOX_OPTION_MAX_BYTES (1 << 5)
+
+/**
+ * `postbox_queue_options.clear`: no duplicate detection (no `dedup_window`).
+ */
+#define POSTBOX_OPTION_DEDUP_WINDOW (1 << 6)
+
+/**
  * Kind of a user property value: UTF-8 text.
  */
 #define POSTBOX_PROPERTY_STRING 0
@@ -203,6 +298,31 @@
  * Kind of a user property value: arbitrary bytes.
  */
 #define POSTBOX_PROPERTY_BYTES 1
+
+/**
+ * The longest text property of a message to send (`label`, `content_type`, `correlation_id`,
+ * `reply_to`, `message_key`, `group`), in bytes of UTF-8; a longer one is refused with
+ * `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_TEXT_PROPERTY_LEN 1024
+
+/**
+ * The longest user property key, in bytes of UTF-8 (keys are 1 to this many bytes); a longer
+ * or empty one is refused with `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_PROPERTY_KEY_LEN 256
+
+/**
+ * The longest dead-letter reason, in bytes; a longer one is refused with
+ * `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_REASON_LEN 256
+
+/**
+ * The longest dead-letter description, in bytes; a longer one is cut to this length (at a
+ * UTF-8 character boundary).
+ */
+#define POSTBOX_MAX_DESCRIPTION_LEN 4096
 
 /**
  * An iterator over a queue's receivable messages in delivery order, without locking them.
@@ -324,42 +444,59 @@ typedef struct postbox_commit_stats {
 } postbox_commit_stats;
 
 /**
- * Options for `postbox_queue_open`. A zeroed struct with `struct_size` set means "all
- * defaults"; `postbox_queue_options_init` does exactly that. Each 0 below means the default.
+ * Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
+ *
+ * The rule is the same in C, Rust and Python: **options not mentioned keep their stored
+ * values**. A field left 0 is not mentioned: a new queue gets the default, an existing queue
+ * keeps what it has. A non-zero field sets the option. A flag in `clear` puts the option back
+ * to its default (for the optional ones: none, unlimited). A zeroed struct with `struct_size`
+ * set changes nothing; `postbox_queue_options_init` makes one.
+ *
+ * `postbox_queue_options_get` writes 0 for an option that is not set (no TTL, no quota, no
+ * dedup window) and the stored value for the others, defaults included.
  */
 typedef struct postbox_queue_options {
   /**
-   * `sizeof(postbox_queue_options)`.
+   * `sizeof(postbox_queue_options)`. Structs from headers before `clear` existed (a smaller
+   * size) are still accepted.
    */
   uint32_t struct_size;
   /**
-   * Deliveries before a message moves to the dead-letter queue; 0 means 10.
+   * Deliveries before a message moves to the dead-letter queue (default 10).
    */
   uint32_t max_deliveries;
   /**
-   * How long a receive holds a message before it returns to the queue, in ms; 0 means 30 s.
+   * How long a receive holds a message before it returns to the queue, in ms (default 30 s).
    */
   uint64_t lock_duration_ms;
   /**
-   * Time to live of messages that set none, in ms; 0 means none (they live until received).
+   * Time to live of messages that set none, in ms (default: none, they live until received).
    */
   uint64_t default_ttl_ms;
   /**
-   * Largest accepted body in bytes; 0 means 4 MiB.
+   * Largest accepted message in bytes (default 4 MiB). Counts the whole message: body, text
+   * properties, and user property keys and values.
    */
   uint64_t max_message_size;
   /**
-   * Most messages (receivable, locked, scheduled) the queue holds; 0 means unlimited.
+   * Most messages (receivable, locked, scheduled) the queue holds (default: unlimited).
    */
   uint64_t max_messages;
   /**
-   * Most body bytes the queue holds; 0 means unlimited.
+   * Most message bytes the queue holds, counted as for `max_message_size` (default:
+   * unlimited).
    */
   uint64_t max_bytes;
   /**
-   * How long a `message_key` is remembered for duplicate detection, in ms; 0 means none.
+   * How long a `message_key` is remembered for duplicate detection, in ms (default: none).
    */
   uint64_t dedup_window_ms;
+  /**
+   * `POSTBOX_OPTION_*` flags of the options to put back to their defaults. Setting a flag
+   * and the option's field at once is `POSTBOX_INVALID_ARGUMENT`. Written as 0 by
+   * `postbox_queue_options_get`.
+   */
+  uint32_t clear;
 } postbox_queue_options;
 
 /**
@@ -403,7 +540,8 @@ typedef struct postbox_stats {
    */
   uint64_t dead_lettered;
   /**
-   * Body bytes held (active, locked and scheduled).
+   * Message bytes held (active, locked and scheduled), each message counted as for
+   * `max_message_size`: body, text properties, user property keys and values.
    */
   uint64_t bytes;
 } postbox_stats;
@@ -750,7 +888,8 @@ int postbox_store_options_init(struct postbox_store_options *options);
  * `struct_size` or durability value); `POSTBOX_CONFIG` (multi-process with
  * `POSTBOX_DURABILITY_NONE`, poll floor above ceiling); `POSTBOX_NOT_A_STORE` (the file is
  * something else); `POSTBOX_CORRUPTED`; `POSTBOX_INCOMPATIBLE_VERSION`; `POSTBOX_ALREADY_OPEN`
- * (another process holds it in single-process mode); `POSTBOX_IO` (missing directory,
+ * (the store is open in single-process mode elsewhere: in another process, or through another
+ * handle of this process; the detailed message says which); `POSTBOX_IO` (missing directory,
  * permissions); `POSTBOX_STORAGE_FULL`.
  */
 int postbox_store_open(const char *path,
@@ -766,6 +905,9 @@ int postbox_store_open(const char *path,
  * down before closing their store. Do not call this while another thread is still using
  * `store`. `store` may be NULL (no-op, `POSTBOX_OK`).
  *
+ * In a forked child (a handle inherited across `fork()`) it only frees the handle and returns
+ * `POSTBOX_OK`: the file, its locks and its pending commits belong to the parent.
+ *
  * # Returns
  * `POSTBOX_OK`; the final commit's `POSTBOX_IO`, `POSTBOX_STORAGE_FULL` or
  * `POSTBOX_OUTCOME_UNKNOWN`.
@@ -779,8 +921,8 @@ int postbox_store_close(struct postbox_store *store);
  * `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`; storage errors
- * (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
  */
 int postbox_store_queues(const struct postbox_store *store, struct postbox_strings **names_out);
 
@@ -802,14 +944,15 @@ void postbox_strings_free(struct postbox_strings *list);
 
 /**
  * Deletes queue `name`, its dead-letter queue and all their messages. Handles to it fail with
- * `POSTBOX_NOT_FOUND` afterwards (free them as usual).
+ * `POSTBOX_QUEUE_NOT_FOUND` afterwards (free them as usual); a queue opened again under the
+ * same name is a new, empty queue with default options.
  *
  * `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
  * missing queue is not an error).
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name, or the name of a
- * dead-letter queue); `POSTBOX_CLOSED`; storage errors.
+ * dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_delete(struct postbox_store *store, const char *name, bool *existed_out);
 
@@ -817,7 +960,7 @@ int postbox_queue_delete(struct postbox_store *store, const char *name, bool *ex
  * Reads the commit-pipeline counters of this store handle into `stats_out`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
  */
 int postbox_store_stats(const struct postbox_store *store, struct postbox_commit_stats *stats_out);
 
@@ -831,21 +974,40 @@ int postbox_queue_options_init(struct postbox_queue_options *options);
 
 /**
  * Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
- * An existing queue keeps its messages. With `options` NULL an existing queue also keeps its
- * options (a new one gets the defaults); with `options` it takes them.
+ * An existing queue keeps its messages, and its stored options except those `options`
+ * mentions (see `postbox_queue_options`); with `options` NULL nothing changes (a new queue
+ * gets the defaults). Names ending in `POSTBOX_DEAD_LETTER_SUFFIX` are reserved: such a name
+ * opens the dead-letter queue of an existing queue (`postbox_queue_dead_letters` is the usual
+ * way) and is refused otherwise.
  *
  * `queue_out` receives a handle the caller owns and frees with `postbox_queue_free`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, bad `struct_size`,
- * invalid option such as a lock duration or dedup window of 0 after conversion);
- * `POSTBOX_CLOSED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, a name ending in
+ * `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear` flags, an option both set
+ * and cleared, an invalid option such as `max_message_size` above 4 GiB - 1);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
  * `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
  */
 int postbox_queue_open(struct postbox_store *store,
                        const char *name,
                        const struct postbox_queue_options *options,
                        struct postbox_queue **queue_out);
+
+/**
+ * Reads the queue's options as stored now (another handle or process may have changed them)
+ * into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
+ * or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
+ * dedup window) read as 0; the others read as their values, defaults included; `clear` reads
+ * as 0. Passing the result to `postbox_queue_open` changes nothing.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`);
+ * `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_queue_options_get(const struct postbox_queue *queue,
+                              struct postbox_queue_options *options_out);
 
 /**
  * Frees a queue handle (the queue and its messages stay in the store). NULL is a no-op.
@@ -871,7 +1033,8 @@ bool postbox_queue_is_dead_letter(const struct postbox_queue *queue);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or `queue` is itself a dead-letter queue);
- * `POSTBOX_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`.
+ * `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
  */
 int postbox_queue_dead_letters(const struct postbox_queue *queue,
                                struct postbox_queue **dead_letters_out);
@@ -881,8 +1044,8 @@ int postbox_queue_dead_letters(const struct postbox_queue *queue,
  * messages, due scheduled messages) are applied first, so the counts are true as of the call.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_NOT_FOUND` (deleted);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_stats(const struct postbox_queue *queue, struct postbox_stats *stats_out);
 
@@ -892,8 +1055,8 @@ int postbox_queue_stats(const struct postbox_queue *queue, struct postbox_stats 
  * may be NULL; on success it receives how many messages were removed.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_NOT_FOUND` (deleted);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_purge(struct postbox_queue *queue, uint64_t *removed_out);
 
@@ -914,14 +1077,21 @@ int postbox_send_options_init(struct postbox_send_options *options);
  * transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
  * assigned at commit. `tx` must come from the same store as `queue`.
  *
+ * The message's size — body, text properties, user property keys and values — counts against
+ * the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
+ * most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes each, property keys 1 to
+ * `POSTBOX_MAX_PROPERTY_KEY_LEN` bytes, each key at most once.
+ *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (body above the queue's `max_message_size`);
- * `POSTBOX_QUEUE_FULL` (quota; with a transaction, reported by the commit);
- * `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with a length, bad options, priority above
- * 7, invalid UTF-8, a dead-letter queue, a transaction of another store, a finished
- * transaction); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED`;
- * `POSTBOX_OUTCOME_UNKNOWN` (the commit failed after it may have reached the disk); storage
- * errors.
+ * `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (the message is above the queue's `max_message_size`,
+ * checked at once, also with a transaction); `POSTBOX_QUEUE_FULL` (quota; with a
+ * transaction, reported by the commit); `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with
+ * a length, bad options, priority above 7, invalid UTF-8, a text property or property key out
+ * of bounds, a property key listed twice, a dead-letter queue, a transaction of another store,
+ * a finished transaction); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted; at once with a
+ * transaction too); `POSTBOX_CLOSED` (at once with a transaction too); `POSTBOX_FORKED`;
+ * `POSTBOX_STORAGE_FULL` (the disk is full: nothing was stored); `POSTBOX_OUTCOME_UNKNOWN`
+ * (the commit failed after it may have reached the disk); other storage errors.
  */
 int postbox_send(struct postbox_queue *queue,
                  struct postbox_tx *tx,
@@ -951,8 +1121,9 @@ int postbox_send_batch(struct postbox_queue *queue,
  * cannot be settled.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable); `POSTBOX_INVALID_ARGUMENT` (NULL);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable: a normal outcome);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_peek(const struct postbox_queue *queue, struct postbox_message **message_out);
 
@@ -963,7 +1134,7 @@ int postbox_peek(const struct postbox_queue *queue, struct postbox_message **mes
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
- * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_get(const struct postbox_queue *queue,
                 uint64_t id,
@@ -972,10 +1143,11 @@ int postbox_get(const struct postbox_queue *queue,
 /**
  * Starts browsing the receivable messages of the queue in delivery order (priority, then send
  * order), without locking them. `browser_out` receives an iterator the caller frees with
- * `postbox_browse_free`.
+ * `postbox_browse_free`. Nothing is read yet: a deleted queue or a closed store is reported
+ * by `postbox_browse_next`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
  */
 int postbox_browse_open(const struct postbox_queue *queue, struct postbox_browser **browser_out);
 
@@ -985,7 +1157,8 @@ int postbox_browse_open(const struct postbox_queue *queue, struct postbox_browse
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` at the end (and on every later call);
- * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_browse_next(struct postbox_browser *browser, struct postbox_message **message_out);
 
@@ -1010,8 +1183,8 @@ void postbox_browse_free(struct postbox_browser *browser);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
  * `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
- * already finished); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the
- * store closes during the wait); storage errors.
+ * already finished); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when
+ * the store closes during the wait); `POSTBOX_FORKED`; storage errors.
  */
 int postbox_receive(struct postbox_queue *queue,
                     struct postbox_tx *tx,
@@ -1026,8 +1199,10 @@ int postbox_receive(struct postbox_queue *queue,
  *
  * # Returns
  * `POSTBOX_OK` (at least one message); `POSTBOX_TIMEOUT` (none arrived in time);
- * `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_NOT_FOUND` (queue deleted);
- * `POSTBOX_CLOSED`; storage errors.
+ * `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_QUEUE_NOT_FOUND` (queue
+ * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT`
+ * `*count_out` is set to 0 (the one output written on a failure); on other failures it is
+ * left alone.
  */
 int postbox_receive_batch(struct postbox_queue *queue,
                           size_t max,
@@ -1037,14 +1212,16 @@ int postbox_receive_batch(struct postbox_queue *queue,
 
 /**
  * Completes `count` received messages of `queue` in one commit, all or none. Every handle must
- * hold its lock (checked before anything changes). Afterwards the handles are settled whatever
- * the outcome (on `POSTBOX_LOCK_LOST` none was completed, and their locks run out); free them
+ * be a message of `queue` that it holds (checked before anything changes: a refusal leaves
+ * every handle as it was). Once the commit ran, the handles are settled whatever the outcome
+ * (on `POSTBOX_LOCK_LOST` none was completed and the others returned to the queue); free them
  * with `postbox_message_free` as usual.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a lock was lost: nothing completed);
  * `POSTBOX_INVALID_ARGUMENT` (NULL queue or entry, a message not held, listed twice, or of
- * another store); `POSTBOX_CLOSED`; storage errors.
+ * another store or of another queue); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
  */
 int postbox_complete_batch(struct postbox_queue *queue,
                            struct postbox_message *const *messages,
@@ -1063,8 +1240,9 @@ int postbox_complete_batch(struct postbox_queue *queue,
  * `POSTBOX_OK` (at least one new message); `POSTBOX_TIMEOUT` (the messages were completed and
  * none arrived in time); `POSTBOX_LOCK_LOST` (a lock of `done` was lost: nothing completed or
  * received, the others returned to the queue); `POSTBOX_INVALID_ARGUMENT` (NULL argument,
- * `max` 0, a message not held, listed twice or of another store); `POSTBOX_NOT_FOUND`;
- * `POSTBOX_CLOSED`; storage errors.
+ * `max` 0, a message not held, listed twice, of another store or of another queue: nothing
+ * completed or received, every handle as it was); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT` `*count_out` is set to 0.
  */
 int postbox_complete_batch_and_receive(struct postbox_queue *queue,
                                        struct postbox_message *const *done,
@@ -1078,6 +1256,9 @@ int postbox_complete_batch_and_receive(struct postbox_queue *queue,
  * Frees a message handle. A message still held (received with peek-lock and not settled) is
  * abandoned: it returns to its queue at once for another delivery. NULL is a no-op.
  * Never free a message passed to a processor callback.
+ *
+ * In a forked child (see "Processes and fork()") it only frees the memory: the message stays
+ * locked by the parent.
  */
 void postbox_message_free(struct postbox_message *message);
 
@@ -1085,11 +1266,17 @@ void postbox_message_free(struct postbox_message *message);
  * Completes a received message: it is removed for good and never reappears. The handle stays
  * readable and must still be freed.
  *
+ * Only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the message. After any
+ * other status nothing changed and the handle still holds the lock: retry the call (e.g. after
+ * freeing disk space), settle it another way, or free the handle to abandon it.
+ *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
- * `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
- * received in a transaction, or already settled); `POSTBOX_CLOSED`;
- * `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired, was taken over, or the message was
+ * purged: nothing changed, and the handle no longer holds it); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL, or a message this handle does not hold: peeked, received in a transaction, or already
+ * settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors (`POSTBOX_OUTCOME_UNKNOWN`: the settle may or may not have
+ * been applied; a retry then reports `POSTBOX_LOCK_LOST` if it was).
  */
 int postbox_message_complete(struct postbox_message *message);
 
@@ -1099,18 +1286,23 @@ int postbox_message_complete(struct postbox_message *message);
  * up the queue's `max_deliveries`. The handle stays readable and must still be freed.
  *
  * # Returns
- * As `postbox_message_complete`.
+ * As `postbox_message_complete` (a failure other than `POSTBOX_LOCK_LOST` leaves the lock with
+ * the handle).
  */
 int postbox_message_abandon(struct postbox_message *message, uint64_t delay_ms);
 
 /**
- * Moves a received message to its queue's dead-letter queue with a machine-readable `reason`
- * and a human-readable `description` (both NUL-terminated UTF-8; `description` may be NULL for
- * none). The handle stays readable and must still be freed.
+ * Moves a received message to its queue's dead-letter queue (named `<queue>` +
+ * `POSTBOX_DEAD_LETTER_SUFFIX`, opened with `postbox_queue_dead_letters`) with a
+ * machine-readable `reason` (at most `POSTBOX_MAX_REASON_LEN` bytes) and a human-readable
+ * `description` (cut to `POSTBOX_MAX_DESCRIPTION_LEN` bytes at a character boundary). Both are
+ * NUL-terminated UTF-8; `description` may be NULL for none. The handle stays readable and must
+ * still be freed.
  *
  * # Returns
  * As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
- * UTF-8, or a message that is already in a dead-letter queue.
+ * UTF-8, a reason longer than `POSTBOX_MAX_REASON_LEN`, or a message that is already in a
+ * dead-letter queue. Refusals leave the lock with the handle.
  */
 int postbox_message_dead_letter(struct postbox_message *message,
                                 const char *reason,
@@ -1123,7 +1315,8 @@ int postbox_message_dead_letter(struct postbox_message *message,
  *
  * # Returns
  * As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` if the message was not
- * received from a dead-letter queue.
+ * received from a dead-letter queue (the refusal leaves the lock with the handle), and
+ * `POSTBOX_QUEUE_NOT_FOUND` if its source queue was deleted.
  */
 int postbox_message_resubmit(struct postbox_message *message);
 
@@ -1134,7 +1327,9 @@ int postbox_message_resubmit(struct postbox_message *message);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
- * it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_CLOSED`; storage errors.
+ * it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_QUEUE_NOT_FOUND` (the queue
+ * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. After a failure other than
+ * `POSTBOX_LOCK_LOST` the handle still holds the lock, with its previous expiry.
  */
 int postbox_message_renew_lock(struct postbox_message *message, uint64_t *locked_until_ms_out);
 
@@ -1221,8 +1416,9 @@ uint64_t postbox_message_visible_at_ms(const struct postbox_message *message);
 uint64_t postbox_message_expires_at_ms(const struct postbox_message *message);
 
 /**
- * When this handle's lock expires unless renewed, in ms since the Unix epoch; 0 when the
- * handle holds no lock (peeked, received in a transaction, settled).
+ * When this handle's lock expires unless renewed, in ms since the Unix epoch (a time in the
+ * past once it has expired); 0 when the handle holds no lock (peeked, received in a
+ * transaction, settled, or the lock was reported lost).
  */
 uint64_t postbox_message_locked_until_ms(const struct postbox_message *message);
 
@@ -1233,8 +1429,10 @@ uint64_t postbox_message_locked_until_ms(const struct postbox_message *message);
 uint64_t postbox_message_lock_token(const struct postbox_message *message);
 
 /**
- * Whether this handle currently holds the message's lock (received with peek-lock and not yet
- * settled); false for NULL.
+ * Whether this handle currently holds the message's lock: received with peek-lock, not yet
+ * settled, and its lock not expired (`postbox_message_locked_until_ms` is still in the future;
+ * once it has passed, another receiver may take the message and a settle reports
+ * `POSTBOX_LOCK_LOST`). False for NULL and in a forked child.
  */
 bool postbox_message_is_held(const struct postbox_message *message);
 
@@ -1279,15 +1477,16 @@ int postbox_message_property(const struct postbox_message *message,
 bool postbox_message_is_dead_lettered(const struct postbox_message *message);
 
 /**
- * Why the message was dead-lettered (`TTLExpired`, `MaxDeliveryCountExceeded`, or the reason
- * given to `postbox_message_dead_letter`); absent view if it was not. Valid until the message
- * is freed.
+ * Why the message was dead-lettered (`POSTBOX_REASON_TTL_EXPIRED`,
+ * `POSTBOX_REASON_MAX_DELIVERIES`, or the reason given to `postbox_message_dead_letter` /
+ * `postbox_processor_dead_letter`); absent view if it was not. Valid until the message is
+ * freed.
  */
 struct postbox_bytes postbox_message_dead_letter_reason(const struct postbox_message *message);
 
 /**
- * The dead-letter description; absent view if the message was not dead-lettered. Valid until
- * the message is freed.
+ * The dead-letter description (at most `POSTBOX_MAX_DESCRIPTION_LEN` bytes); absent view if
+ * the message was not dead-lettered. Valid until the message is freed.
  */
 struct postbox_bytes postbox_message_dead_letter_description(const struct postbox_message *message);
 
@@ -1307,7 +1506,8 @@ uint64_t postbox_message_dead_lettered_at_ms(const struct postbox_message *messa
  * `postbox_tx_commit` or `postbox_tx_abort`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED` (the store was closed);
+ * `POSTBOX_FORKED`.
  */
 int postbox_tx_begin(struct postbox_store *store, struct postbox_tx **tx_out);
 
@@ -1318,7 +1518,8 @@ int postbox_tx_begin(struct postbox_store *store, struct postbox_tx **tx_out);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, a message not held, of another store, or a
- * finished transaction).
+ * finished transaction: the message handle is left as it was); `POSTBOX_CLOSED` (the message
+ * is let go: closing the store released its lock); `POSTBOX_FORKED`.
  */
 int postbox_tx_complete(struct postbox_tx *tx, struct postbox_message *message);
 
@@ -1329,9 +1530,11 @@ int postbox_tx_complete(struct postbox_tx *tx, struct postbox_message *message);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
- * `POSTBOX_QUEUE_FULL` or `POSTBOX_NOT_FOUND` (a send's queue is full or was deleted: nothing
- * applied); `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_OUTCOME_UNKNOWN`;
- * storage errors.
+ * `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
+ * nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, or a processor's transaction);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
+ * locks stay with the parent); `POSTBOX_STORAGE_FULL` (nothing applied);
+ * `POSTBOX_OUTCOME_UNKNOWN` (applied or not, it cannot be known); other storage errors.
  */
 int postbox_tx_commit(struct postbox_tx *tx);
 
@@ -1342,7 +1545,8 @@ int postbox_tx_commit(struct postbox_tx *tx);
  *
  * # Returns
  * `POSTBOX_OK`; storage errors of the release (`POSTBOX_CLOSED`, `POSTBOX_IO`, …): the handle
- * is freed anyway and the locks run out on their own.
+ * is freed anyway and the locks run out on their own; `POSTBOX_FORKED` (freed, nothing
+ * written); `POSTBOX_INVALID_ARGUMENT` (a processor's transaction).
  */
 int postbox_tx_abort(struct postbox_tx *tx);
 
@@ -1369,7 +1573,7 @@ int postbox_processor_options_init(struct postbox_processor_options *options);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
  * `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
- * started); `POSTBOX_CLOSED`.
+ * started); `POSTBOX_CLOSED` (the store was closed); `POSTBOX_FORKED`.
  */
 int postbox_processor_start(const struct postbox_queue *queue,
                             const struct postbox_processor_options *options,
@@ -1394,13 +1598,14 @@ int postbox_processor_start_transactional(const struct postbox_queue *queue,
 /**
  * Asks the processor to move the message of the running callback to the dead-letter queue
  * when the callback returns, whatever it returns. Only for the `message` passed to a
- * processor callback, during the call. `reason` is NUL-terminated UTF-8; `description` may be
- * NULL.
+ * processor callback, during the call. `reason` is NUL-terminated UTF-8 of at most
+ * `POSTBOX_MAX_REASON_LEN` bytes; `description` may be NULL, and is cut to
+ * `POSTBOX_MAX_DESCRIPTION_LEN` bytes.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `reason`, invalid UTF-8, a
- * message that did not come from a processor callback, or a second request for the same
- * message).
+ * reason that is too long, a message that did not come from a processor callback, or a second
+ * request for the same message).
  */
 int postbox_processor_dead_letter(const struct postbox_message *message,
                                   const char *reason,
@@ -1412,7 +1617,7 @@ int postbox_processor_dead_letter(const struct postbox_message *message,
  * flag (or use `sigwait` in a thread) and call this from normal code.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
  */
 int postbox_processor_stop(const struct postbox_processor *processor);
 
@@ -1424,7 +1629,7 @@ int postbox_processor_stop(const struct postbox_processor *processor);
  *
  * # Returns
  * `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
- * processor).
+ * processor); `POSTBOX_FORKED`.
  */
 int postbox_processor_join(const struct postbox_processor *processor,
                            int64_t timeout_ms,
@@ -1445,7 +1650,7 @@ int postbox_processor_shutdown(const struct postbox_processor *processor,
  * Reads the processor's counters (readable at any time) into `stats_out`.
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
  */
 int postbox_processor_stats(const struct postbox_processor *processor,
                             struct postbox_processor_counters *stats_out);
@@ -1454,6 +1659,9 @@ int postbox_processor_stats(const struct postbox_processor *processor,
  * Frees a processor handle. Call `postbox_processor_shutdown` first: freeing a processor that
  * still runs shuts it down, waiting up to 30 s for running callbacks. NULL is a no-op.
  * Never call it from the processor's own callback.
+ *
+ * In a forked child the processor's threads do not exist: the handle is let go at once
+ * (its memory is left alone) and the parent's processor is unaffected.
  */
 void postbox_processor_free(struct postbox_processor *processor);
 

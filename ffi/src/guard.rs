@@ -307,6 +307,62 @@ pub fn read_versioned<T: Copy + Default>(
     Ok(Some(value))
 }
 
+/// A caller's versioned struct to fill (its first field, `struct_size`, set by the caller),
+/// checked up front and written only on success, like `Out`.
+pub struct VersionedOut<T> {
+    ptr: *mut T,
+    declared: usize,
+    min_size: usize,
+}
+
+impl<T: Copy> VersionedOut<T> {
+    /// Checks `ptr` and its `struct_size` (between `min_size`, the first version's size, and
+    /// ours).
+    pub fn required(ptr: *mut T, min_size: usize, what: &str) -> Outcome<VersionedOut<T>> {
+        if ptr.is_null() {
+            return Err(Failure::null(what));
+        }
+        // SAFETY: non-NULL; every version of the struct starts with a u32 `struct_size`, which
+        // the header requires the caller to set.
+        let declared = unsafe { ptr.cast::<u32>().read_unaligned() } as usize;
+        let ours = size_of::<T>();
+        if declared < min_size || declared > ours {
+            return Err(Failure::invalid(format!(
+                "{what}->struct_size is {declared}; this library accepts {min_size} to {ours} (set it to sizeof the struct)"
+            )));
+        }
+        Ok(VersionedOut {
+            ptr,
+            declared,
+            min_size,
+        })
+    }
+
+    /// Writes `value` (whose `struct_size` field must hold `size_of::<T>()`): the whole struct
+    /// for a caller of this version, the first version's fields for an older one. `T`'s first
+    /// `min_size` bytes must hold no padding.
+    pub fn write(self, value: T) {
+        if self.declared == size_of::<T>() {
+            // SAFETY: the caller's struct is this version (it says so in `struct_size`): the
+            // header requires it to be writable and aligned.
+            unsafe { self.ptr.write(value) }
+        } else {
+            // SAFETY: the caller's struct has at least `declared >= min_size` writable bytes;
+            // the first `min_size` bytes of `value` are initialised fields (no padding, per
+            // this function's contract); source and destination do not overlap. The size
+            // field is then put back to what the caller declared.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&value as *const T).cast::<u8>(),
+                    self.ptr.cast::<u8>(),
+                    self.min_size,
+                );
+                self.ptr.cast::<u32>().write_unaligned(self.declared as u32);
+            }
+        }
+    }
+}
+
 /// Takes back ownership of a handle that postbox boxed and gave to C; `None` for NULL.
 ///
 /// The header states that a handle is freed exactly once and not used by another thread

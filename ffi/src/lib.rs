@@ -83,12 +83,44 @@ impl guard::FfiReturn for postbox_bytes {
 
 /// Identifies the `postbox_store_open` call a handle descends from, so that a queue, message or
 /// transaction of one store is never silently used with another store (their ids would refer to
-/// different files).
-pub(crate) type StoreTag = u64;
+/// different files), and the process that made that call (invariant 11: a handle inherited
+/// across `fork()` refuses every call in the child).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoreTag {
+    id: u64,
+    pid: u32,
+}
 
-pub(crate) fn next_store_tag() -> StoreTag {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
+impl StoreTag {
+    pub(crate) fn next() -> StoreTag {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        StoreTag {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Fails with `POSTBOX_FORKED` in a process other than the one that opened the store.
+    ///
+    /// Checked first thing, before the binding takes any lock of its own: another thread of the
+    /// parent may have held one at the moment of the fork, and it would stay locked forever in
+    /// the child. The engine makes the same check before touching its own state.
+    pub(crate) fn check_process(self) -> guard::Outcome<()> {
+        let current = std::process::id();
+        if current == self.pid {
+            Ok(())
+        } else {
+            Err(postbox::Error::Forked {
+                opened_by: self.pid,
+                current,
+            }
+            .into())
+        }
+    }
+
+    pub(crate) fn is_forked(self) -> bool {
+        std::process::id() != self.pid
+    }
 }
 
 /// Milliseconds since the Unix epoch (0 for times before it).

@@ -4,8 +4,11 @@
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
 use parking_lot::Mutex;
-use postbox::{Envelope, PropertyValue, Queue, Received};
+use postbox::{Envelope, PropertyValue, Queue, Received, SettleError};
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK};
@@ -15,6 +18,33 @@ use crate::{StoreTag, postbox_bytes, unix_ms};
 pub const POSTBOX_PROPERTY_STRING: u32 = 0;
 /// Kind of a user property value: arbitrary bytes.
 pub const POSTBOX_PROPERTY_BYTES: u32 = 1;
+
+/// The longest text property of a message to send (`label`, `content_type`, `correlation_id`,
+/// `reply_to`, `message_key`, `group`), in bytes of UTF-8; a longer one is refused with
+/// `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_TEXT_PROPERTY_LEN: usize = 1024;
+/// The longest user property key, in bytes of UTF-8 (keys are 1 to this many bytes); a longer
+/// or empty one is refused with `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_PROPERTY_KEY_LEN: usize = 256;
+/// The longest dead-letter reason, in bytes; a longer one is refused with
+/// `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_REASON_LEN: usize = 256;
+/// The longest dead-letter description, in bytes; a longer one is cut to this length (at a
+/// UTF-8 character boundary).
+pub const POSTBOX_MAX_DESCRIPTION_LEN: usize = 4096;
+
+// The string macros of the header (`POSTBOX_REASON_*`, `POSTBOX_DEAD_LETTER_SUFFIX`) live in
+// ffi/cbindgen.toml, since cbindgen emits no string constants; a test below pins them to the
+// engine's values.
+
+// The header spells these as literals (cbindgen cannot follow a path into the engine crate);
+// the build fails if they ever differ from the engine's.
+const _: () = {
+    assert!(POSTBOX_MAX_TEXT_PROPERTY_LEN == postbox::MAX_TEXT_PROPERTY_LEN);
+    assert!(POSTBOX_MAX_PROPERTY_KEY_LEN == postbox::MAX_PROPERTY_KEY_LEN);
+    assert!(POSTBOX_MAX_REASON_LEN == postbox::MAX_REASON_LEN);
+    assert!(POSTBOX_MAX_DESCRIPTION_LEN == postbox::MAX_DESCRIPTION_LEN);
+};
 
 /// Where a message handle stands.
 pub(crate) enum Hold {
@@ -46,7 +76,9 @@ pub struct postbox_message {
     pub(crate) envelope: Envelope,
     pub(crate) hold: Mutex<Hold>,
     pub(crate) lock_token: u64,
-    pub(crate) locked_until_ms: Mutex<u64>,
+    /// The lock's expiry while this handle holds it, 0 once it does not. Atomic so that the
+    /// accessors never wait for a settle in progress (which holds `hold` during its commit).
+    pub(crate) locked_until_ms: AtomicU64,
     pub(crate) tag: StoreTag,
 }
 
@@ -58,7 +90,7 @@ impl postbox_message {
         postbox_message {
             envelope,
             lock_token: received.lock_token(),
-            locked_until_ms: Mutex::new(unix_ms(received.locked_until())),
+            locked_until_ms: AtomicU64::new(unix_ms(received.locked_until())),
             hold: Mutex::new(Hold::Held(Box::new(received))),
             tag,
         }
@@ -69,7 +101,7 @@ impl postbox_message {
             envelope,
             hold: Mutex::new(hold),
             lock_token: 0,
-            locked_until_ms: Mutex::new(0),
+            locked_until_ms: AtomicU64::new(0),
             tag,
         }
     }
@@ -78,43 +110,81 @@ impl postbox_message {
         Box::into_raw(Box::new(self))
     }
 
-    /// Takes the lock out of the handle for a settle call; the handle is `Settled` afterwards
-    /// whatever the outcome (postbox's settle calls are single-use).
+    /// Why a handle in state `hold` (anything but `Held`) cannot settle.
+    fn not_held(&self, hold: &Hold) -> Failure {
+        let why = match hold {
+            Hold::Transaction => "it was received in a transaction (commit or abort settles it)",
+            Hold::Unlocked => "it was peeked, browsed or looked up, not received",
+            Hold::Processor { .. } => {
+                "a processor settles it from the callback's status (use postbox_processor_dead_letter)"
+            }
+            Hold::Held(_) | Hold::Settled => "it was already settled or enlisted in a transaction",
+        };
+        Failure::invalid(format!(
+            "message {} cannot be settled through this handle: {why}",
+            self.envelope.id()
+        ))
+    }
+
+    /// Takes the lock out of the handle to hand it on (a transaction, a batch); the handle is
+    /// `Settled` afterwards.
     pub(crate) fn take_received(&self) -> Outcome<Received> {
+        self.tag.check_process()?;
         let mut hold = self.hold.lock();
         match std::mem::replace(&mut *hold, Hold::Settled) {
             Hold::Held(r) => {
-                *self.locked_until_ms.lock() = 0;
+                self.locked_until_ms.store(0, Ordering::Release);
                 Ok(*r)
             }
             other => {
-                let why = match other {
-                    Hold::Transaction => {
-                        "it was received in a transaction (commit or abort settles it)"
-                    }
-                    Hold::Unlocked => "it was peeked, browsed or looked up, not received",
-                    Hold::Processor { .. } => {
-                        "a processor settles it from the callback's status (use postbox_processor_dead_letter)"
-                    }
-                    _ => "it was already settled or enlisted in a transaction",
-                };
+                let failure = self.not_held(&other);
                 *hold = other;
-                Err(Failure::invalid(format!(
-                    "message {} cannot be settled through this handle: {why}",
-                    self.envelope.id()
-                )))
+                Err(failure)
             }
         }
     }
 
     /// Checks that the message is held, without taking it.
     pub(crate) fn check_held(&self) -> Outcome<()> {
+        self.tag.check_process()?;
         let hold = self.hold.lock();
-        if matches!(*hold, Hold::Held(_)) {
-            Ok(())
-        } else {
-            drop(hold);
-            self.take_received().map(drop)
+        match &*hold {
+            Hold::Held(_) => Ok(()),
+            other => Err(self.not_held(other)),
+        }
+    }
+
+    /// Runs one settle call on the held message. Only success and a lost lock end the hold:
+    /// any other failure (a refusal, a full disk, a closed store) gives the message back still
+    /// locked, so the caller may retry, or free the handle to abandon it.
+    ///
+    /// The handle stays locked during the call, so that a concurrent settle of the same handle
+    /// waits for the outcome instead of reading a half-settled state.
+    fn settle(&self, f: impl FnOnce(Received) -> Result<(), SettleError>) -> Outcome<()> {
+        self.tag.check_process()?;
+        let mut hold = self.hold.lock();
+        let r = match std::mem::replace(&mut *hold, Hold::Settled) {
+            Hold::Held(r) => *r,
+            other => {
+                let failure = self.not_held(&other);
+                *hold = other;
+                return Err(failure);
+            }
+        };
+        match f(r) {
+            Ok(()) => {
+                self.locked_until_ms.store(0, Ordering::Release);
+                Ok(())
+            }
+            Err(e) if e.is_lock_lost() => {
+                self.locked_until_ms.store(0, Ordering::Release);
+                Err(e.into_error().into())
+            }
+            Err(e) => {
+                let (error, r) = e.into_parts();
+                *hold = Hold::Held(Box::new(r));
+                Err(error.into())
+            }
         }
     }
 }
@@ -132,6 +202,9 @@ fn msg<'a>(m: *const postbox_message) -> Outcome<&'a postbox_message> {
 /// Frees a message handle. A message still held (received with peek-lock and not settled) is
 /// abandoned: it returns to its queue at once for another delivery. NULL is a no-op.
 /// Never free a message passed to a processor callback.
+///
+/// In a forked child (see "Processes and fork()") it only frees the memory: the message stays
+/// locked by the parent.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
     guard(|| {
@@ -146,18 +219,21 @@ pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
 /// Completes a received message: it is removed for good and never reappears. The handle stays
 /// readable and must still be freed.
 ///
+/// Only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the message. After any
+/// other status nothing changed and the handle still holds the lock: retry the call (e.g. after
+/// freeing disk space), settle it another way, or free the handle to abandon it.
+///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired or was taken over: nothing changed);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold: peeked,
-/// received in a transaction, or already settled); `POSTBOX_CLOSED`;
-/// `POSTBOX_OUTCOME_UNKNOWN`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired, was taken over, or the message was
+/// purged: nothing changed, and the handle no longer holds it); `POSTBOX_INVALID_ARGUMENT`
+/// (NULL, or a message this handle does not hold: peeked, received in a transaction, or already
+/// settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors (`POSTBOX_OUTCOME_UNKNOWN`: the settle may or may not have
+/// been applied; a retry then reports `POSTBOX_LOCK_LOST` if it was).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_int {
     guard(|| {
-        msg(message)?
-            .take_received()?
-            .complete()
-            .map_err(postbox::Error::from)?;
+        msg(message)?.settle(Received::complete)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -167,28 +243,33 @@ pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_i
 /// up the queue's `max_deliveries`. The handle stays readable and must still be freed.
 ///
 /// # Returns
-/// As `postbox_message_complete`.
+/// As `postbox_message_complete` (a failure other than `POSTBOX_LOCK_LOST` leaves the lock with
+/// the handle).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_ms: u64) -> c_int {
     guard(|| {
-        let r = msg(message)?.take_received()?;
-        if delay_ms == 0 {
-            r.abandon().map_err(postbox::Error::from)?;
-        } else {
-            r.abandon_after(Duration::from_millis(delay_ms))
-                .map_err(postbox::Error::from)?;
-        }
+        msg(message)?.settle(|r| {
+            if delay_ms == 0 {
+                r.abandon()
+            } else {
+                r.abandon_after(Duration::from_millis(delay_ms))
+            }
+        })?;
         Ok(POSTBOX_OK)
     })
 }
 
-/// Moves a received message to its queue's dead-letter queue with a machine-readable `reason`
-/// and a human-readable `description` (both NUL-terminated UTF-8; `description` may be NULL for
-/// none). The handle stays readable and must still be freed.
+/// Moves a received message to its queue's dead-letter queue (named `<queue>` +
+/// `POSTBOX_DEAD_LETTER_SUFFIX`, opened with `postbox_queue_dead_letters`) with a
+/// machine-readable `reason` (at most `POSTBOX_MAX_REASON_LEN` bytes) and a human-readable
+/// `description` (cut to `POSTBOX_MAX_DESCRIPTION_LEN` bytes at a character boundary). Both are
+/// NUL-terminated UTF-8; `description` may be NULL for none. The handle stays readable and must
+/// still be freed.
 ///
 /// # Returns
 /// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` for a NULL `reason`, invalid
-/// UTF-8, or a message that is already in a dead-letter queue.
+/// UTF-8, a reason longer than `POSTBOX_MAX_REASON_LEN`, or a message that is already in a
+/// dead-letter queue. Refusals leave the lock with the handle.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter(
     message: *mut postbox_message,
@@ -199,17 +280,7 @@ pub extern "C" fn postbox_message_dead_letter(
         let m = msg(message)?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
-        m.check_held()?;
-        // Checked here so the refusal leaves the lock with the caller: a settle that postbox
-        // refuses would otherwise consume the lock and leave the message locked until expiry.
-        if m.envelope.dead_letter_info().is_some() {
-            return Err(Failure::invalid(
-                "a dead letter cannot be dead-lettered again",
-            ));
-        }
-        m.take_received()?
-            .dead_letter(reason, description)
-            .map_err(postbox::Error::from)?;
+        m.settle(|r| r.dead_letter(reason, description))?;
         Ok(POSTBOX_OK)
     })
 }
@@ -220,21 +291,12 @@ pub extern "C" fn postbox_message_dead_letter(
 ///
 /// # Returns
 /// As `postbox_message_complete`; also `POSTBOX_INVALID_ARGUMENT` if the message was not
-/// received from a dead-letter queue.
+/// received from a dead-letter queue (the refusal leaves the lock with the handle), and
+/// `POSTBOX_QUEUE_NOT_FOUND` if its source queue was deleted.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_int {
     guard(|| {
-        let m = msg(message)?;
-        m.check_held()?;
-        // Checked here so that the refusal leaves the lock with the caller (see dead_letter).
-        if m.envelope.dead_letter_info().is_none() {
-            return Err(Failure::invalid(
-                "only a message received from a dead-letter queue can be resubmitted",
-            ));
-        }
-        m.take_received()?
-            .resubmit()
-            .map_err(postbox::Error::from)?;
+        msg(message)?.settle(Received::resubmit)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -245,7 +307,9 @@ pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_i
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is already gone; the handle no longer holds
-/// it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_CLOSED`; storage errors.
+/// it); `POSTBOX_INVALID_ARGUMENT` (NULL, or not held); `POSTBOX_QUEUE_NOT_FOUND` (the queue
+/// was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. After a failure other than
+/// `POSTBOX_LOCK_LOST` the handle still holds the lock, with its previous expiry.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_renew_lock(
     message: *mut postbox_message,
@@ -254,16 +318,15 @@ pub extern "C" fn postbox_message_renew_lock(
     guard(|| {
         let m = msg(message)?;
         let out = Out::optional(locked_until_ms_out);
+        m.tag.check_process()?;
         let mut hold = m.hold.lock();
         let Hold::Held(r) = &mut *hold else {
-            drop(hold);
-            m.check_held()?;
-            return Err(Failure::invalid("message is not held"));
+            return Err(m.not_held(&hold));
         };
         match r.renew_lock() {
             Ok(until) => {
                 let ms = unix_ms(until);
-                *m.locked_until_ms.lock() = ms;
+                m.locked_until_ms.store(ms, Ordering::Release);
                 out.write(ms);
                 Ok(POSTBOX_OK)
             }
@@ -271,7 +334,7 @@ pub extern "C" fn postbox_message_renew_lock(
                 if e.is_lock_lost() {
                     // The lock is gone for good: settling would fail too.
                     *hold = Hold::Settled;
-                    *m.locked_until_ms.lock() = 0;
+                    m.locked_until_ms.store(0, Ordering::Release);
                 }
                 Err(e.into())
             }
@@ -395,11 +458,12 @@ pub extern "C" fn postbox_message_expires_at_ms(message: *const postbox_message)
     guard(|| Ok(msg(message)?.envelope.expires_at().map_or(0, unix_ms)))
 }
 
-/// When this handle's lock expires unless renewed, in ms since the Unix epoch; 0 when the
-/// handle holds no lock (peeked, received in a transaction, settled).
+/// When this handle's lock expires unless renewed, in ms since the Unix epoch (a time in the
+/// past once it has expired); 0 when the handle holds no lock (peeked, received in a
+/// transaction, settled, or the lock was reported lost).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_locked_until_ms(message: *const postbox_message) -> u64 {
-    guard(|| Ok(*msg(message)?.locked_until_ms.lock()))
+    guard(|| Ok(msg(message)?.locked_until_ms.load(Ordering::Acquire)))
 }
 
 /// The lock token of this delivery (unique in the store); 0 when the message was not received
@@ -409,11 +473,21 @@ pub extern "C" fn postbox_message_lock_token(message: *const postbox_message) ->
     guard(|| Ok(msg(message)?.lock_token))
 }
 
-/// Whether this handle currently holds the message's lock (received with peek-lock and not yet
-/// settled); false for NULL.
+/// Whether this handle currently holds the message's lock: received with peek-lock, not yet
+/// settled, and its lock not expired (`postbox_message_locked_until_ms` is still in the future;
+/// once it has passed, another receiver may take the message and a settle reports
+/// `POSTBOX_LOCK_LOST`). False for NULL and in a forked child.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_is_held(message: *const postbox_message) -> bool {
-    guard(|| Ok(matches!(*msg(message)?.hold.lock(), Hold::Held(_))))
+    guard(|| {
+        let m = msg(message)?;
+        if m.tag.is_forked() {
+            return Ok(false);
+        }
+        // 0 once the handle stopped holding the lock (settled, lost, never held).
+        let until = m.locked_until_ms.load(Ordering::Acquire);
+        Ok(until > unix_ms(SystemTime::now()))
+    })
 }
 
 fn property_view(value: &PropertyValue) -> (u32, postbox_bytes) {
@@ -500,9 +574,10 @@ pub extern "C" fn postbox_message_is_dead_lettered(message: *const postbox_messa
     guard(|| Ok(msg(message)?.envelope.dead_letter_info().is_some()))
 }
 
-/// Why the message was dead-lettered (`TTLExpired`, `MaxDeliveryCountExceeded`, or the reason
-/// given to `postbox_message_dead_letter`); absent view if it was not. Valid until the message
-/// is freed.
+/// Why the message was dead-lettered (`POSTBOX_REASON_TTL_EXPIRED`,
+/// `POSTBOX_REASON_MAX_DELIVERIES`, or the reason given to `postbox_message_dead_letter` /
+/// `postbox_processor_dead_letter`); absent view if it was not. Valid until the message is
+/// freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter_reason(
     message: *const postbox_message,
@@ -513,8 +588,8 @@ pub extern "C" fn postbox_message_dead_letter_reason(
     })
 }
 
-/// The dead-letter description; absent view if the message was not dead-lettered. Valid until
-/// the message is freed.
+/// The dead-letter description (at most `POSTBOX_MAX_DESCRIPTION_LEN` bytes); absent view if
+/// the message was not dead-lettered. Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_letter_description(
     message: *const postbox_message,
@@ -552,16 +627,18 @@ pub(crate) fn complete_batch(
     tag: StoreTag,
     messages: &[*mut postbox_message],
 ) -> Outcome<()> {
-    queue.complete_batch(take_batch(tag, messages)?)?;
+    queue.complete_batch(take_batch(queue, tag, messages)?)?;
     Ok(())
 }
 
-/// Checks every handle (non-NULL, of this store, held, listed once), then takes their locks:
-/// all or none, so a refused batch leaves every handle as it was.
+/// Checks every handle (non-NULL, of this store and this queue, held, listed once), then takes
+/// their locks: all or none, so a refused batch leaves every handle as it was.
 pub(crate) fn take_batch(
+    queue: &Queue,
     tag: StoreTag,
     messages: &[*mut postbox_message],
 ) -> Outcome<Vec<Received>> {
+    tag.check_process()?;
     let mut handles = Vec::with_capacity(messages.len());
     for (i, &p) in messages.iter().enumerate() {
         let m = arg_ref(p.cast_const(), "messages[i]")
@@ -569,6 +646,13 @@ pub(crate) fn take_batch(
         if m.tag != tag {
             return Err(Failure::invalid(format!(
                 "messages[{i}] belongs to another store than the queue"
+            )));
+        }
+        if m.envelope.queue() != queue.name() {
+            return Err(Failure::invalid(format!(
+                "messages[{i}] is a message of queue {:?}, not of {:?}",
+                m.envelope.queue(),
+                queue.name()
             )));
         }
         m.check_held()?;
@@ -582,4 +666,29 @@ pub(crate) fn take_batch(
     }
     // Every handle was checked first, so the batch is all or nothing on the C side too.
     handles.iter().map(|m| m.take_received()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn header_string_macros_match_the_engine() {
+        let config = include_str!("../cbindgen.toml");
+        for (name, value) in [
+            ("POSTBOX_REASON_TTL_EXPIRED", postbox::REASON_TTL_EXPIRED),
+            (
+                "POSTBOX_REASON_MAX_DELIVERIES",
+                postbox::REASON_MAX_DELIVERIES,
+            ),
+            (
+                "POSTBOX_REASON_DECODE_FAILED",
+                postbox::REASON_DECODE_FAILED,
+            ),
+            // The engine keeps its suffix private; the C suite checks a dead-letter queue's
+            // name against the macro.
+            ("POSTBOX_DEAD_LETTER_SUFFIX", "/$deadletterqueue"),
+        ] {
+            let line = format!("#define {name} \"{value}\"");
+            assert!(config.contains(&line), "ffi/cbindgen.toml lacks {line}");
+        }
+    }
 }

@@ -131,6 +131,7 @@ pub struct postbox_shutdown_report {
 /// inside the processor's own callback (a join there returns at once, unfinished).
 pub struct postbox_processor {
     processor: Processor,
+    tag: StoreTag,
 }
 
 /// The caller's `user_data`, shared by the worker threads.
@@ -249,10 +250,27 @@ fn finish(d: &Delivery, m: postbox_message, status: c_int) -> Result<(), String>
     }
 }
 
-fn started(p: postbox::Result<Processor>, out: Out<*mut postbox_processor>) -> Outcome<c_int> {
+fn started(
+    p: postbox::Result<Processor>,
+    tag: StoreTag,
+    out: Out<*mut postbox_processor>,
+) -> Outcome<c_int> {
     let processor = p?;
-    out.write(Box::into_raw(Box::new(postbox_processor { processor })));
+    out.write(Box::into_raw(Box::new(postbox_processor {
+        processor,
+        tag,
+    })));
     Ok(POSTBOX_OK)
+}
+
+/// The queue of a processor about to start: refused in a forked child, and on a closed store
+/// (the workers would only ever see `POSTBOX_CLOSED`).
+fn check_startable(q: &postbox_queue) -> Outcome<()> {
+    q.tag.check_process()?;
+    // `try_begin` fails with `Closed` exactly when the store cannot take work; the empty
+    // transaction it returns otherwise is dropped at once, which does nothing.
+    drop(q.store.try_begin()?);
+    Ok(())
 }
 
 /// Starts a processor on `queue` in peek-lock mode: worker threads receive messages and call
@@ -269,7 +287,7 @@ fn started(p: postbox::Result<Processor>, out: Out<*mut postbox_processor>) -> O
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
 /// `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
-/// started); `POSTBOX_CLOSED`.
+/// started); `POSTBOX_CLOSED` (the store was closed); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_start(
     queue: *const postbox_queue,
@@ -283,6 +301,7 @@ pub extern "C" fn postbox_processor_start(
         let handler = handler.ok_or_else(|| Failure::null("handler"))?;
         let out = Out::required(processor_out, "processor_out")?;
         let b = builder(q, options)?;
+        check_startable(q)?;
         let (tag, user) = (q.tag, UserData(user_data));
         let p = b.start(move |d: &Delivery| {
             let user = user;
@@ -293,7 +312,7 @@ pub extern "C" fn postbox_processor_start(
             let status = unsafe { handler(user.0, &m) };
             finish(d, m, status)
         });
-        started(p, out)
+        started(p, tag, out)
     })
 }
 
@@ -316,6 +335,7 @@ pub extern "C" fn postbox_processor_start_transactional(
         let handler = handler.ok_or_else(|| Failure::null("handler"))?;
         let out = Out::required(processor_out, "processor_out")?;
         let b = builder(q, options)?;
+        check_startable(q)?;
         let (tag, user, store) = (q.tag, UserData(user_data), q.store.clone());
         let p = b.start_transactional(move |d: &Delivery, tx: &mut Transaction| {
             let user = user;
@@ -327,7 +347,7 @@ pub extern "C" fn postbox_processor_start_transactional(
             *tx = reclaim_tx(lent, &store);
             finish(d, m, status)
         });
-        started(p, out)
+        started(p, tag, out)
     })
 }
 
@@ -350,13 +370,14 @@ fn reclaim_tx(lent: *mut postbox_tx, store: &Store) -> Transaction {
 
 /// Asks the processor to move the message of the running callback to the dead-letter queue
 /// when the callback returns, whatever it returns. Only for the `message` passed to a
-/// processor callback, during the call. `reason` is NUL-terminated UTF-8; `description` may be
-/// NULL.
+/// processor callback, during the call. `reason` is NUL-terminated UTF-8 of at most
+/// `POSTBOX_MAX_REASON_LEN` bytes; `description` may be NULL, and is cut to
+/// `POSTBOX_MAX_DESCRIPTION_LEN` bytes.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `reason`, invalid UTF-8, a
-/// message that did not come from a processor callback, or a second request for the same
-/// message).
+/// reason that is too long, a message that did not come from a processor callback, or a second
+/// request for the same message).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_dead_letter(
     message: *const postbox_message,
@@ -367,6 +388,14 @@ pub extern "C" fn postbox_processor_dead_letter(
         let m = arg_ref(message, "message")?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
+        // Refused now rather than when the callback has returned, where nobody could see it.
+        if reason.len() > postbox::MAX_REASON_LEN {
+            return Err(Failure::invalid(format!(
+                "reason is {} bytes long; the limit is {}",
+                reason.len(),
+                postbox::MAX_REASON_LEN
+            )));
+        }
         let mut hold = m.hold.lock();
         match &mut *hold {
             Hold::Processor { dead_letter } if dead_letter.is_none() => {
@@ -383,8 +412,12 @@ pub extern "C" fn postbox_processor_dead_letter(
     })
 }
 
+/// A processor handle, refused in a forked child: its worker threads do not exist there, and
+/// its state may be locked by one of them forever.
 fn processor<'a>(p: *const postbox_processor) -> Outcome<&'a postbox_processor> {
-    arg_ref(p, "processor")
+    let p = arg_ref(p, "processor")?;
+    p.tag.check_process()?;
+    Ok(p)
 }
 
 fn report(r: ShutdownReport) -> postbox_shutdown_report {
@@ -404,7 +437,7 @@ fn report(r: ShutdownReport) -> postbox_shutdown_report {
 /// flag (or use `sigwait` in a thread) and call this from normal code.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_stop(processor: *const postbox_processor) -> c_int {
     guard(|| {
@@ -420,7 +453,7 @@ pub extern "C" fn postbox_processor_stop(processor: *const postbox_processor) ->
 ///
 /// # Returns
 /// `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
-/// processor).
+/// processor); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_join(
     processor: *const postbox_processor,
@@ -457,7 +490,7 @@ pub extern "C" fn postbox_processor_shutdown(
 /// Reads the processor's counters (readable at any time) into `stats_out`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_stats(
     processor: *const postbox_processor,
@@ -483,10 +516,20 @@ pub extern "C" fn postbox_processor_stats(
 /// Frees a processor handle. Call `postbox_processor_shutdown` first: freeing a processor that
 /// still runs shuts it down, waiting up to 30 s for running callbacks. NULL is a no-op.
 /// Never call it from the processor's own callback.
+///
+/// In a forked child the processor's threads do not exist: the handle is let go at once
+/// (its memory is left alone) and the parent's processor is unaffected.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_free(processor: *mut postbox_processor) {
     guard(|| {
-        drop(take_box(processor));
+        if let Some(p) = take_box(processor) {
+            if p.tag.is_forked() {
+                // Dropping would stop and join workers that only exist in the parent.
+                std::mem::forget(p);
+            } else {
+                drop(p);
+            }
+        }
         Ok(())
     })
 }

@@ -7,8 +7,8 @@ use parking_lot::Mutex;
 use postbox::{Browse, Message, MessageId, Queue, QueueOptions, Store};
 
 use crate::guard::{
-    Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
-    read_versioned, take_box,
+    Failure, Out, Outcome, VersionedOut, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str,
+    guard, read_versioned, take_box,
 };
 use crate::message::{Hold, complete_batch, postbox_message};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK, POSTBOX_TIMEOUT};
@@ -28,6 +28,8 @@ fn hand_out(
     timeout_ms: i64,
 ) -> Outcome<c_int> {
     if got.is_empty() {
+        // The one output written on a failure: a caller looping on `*count_out` sees 0.
+        count.write(0);
         return Err(Failure::new(
             POSTBOX_TIMEOUT,
             format!(
@@ -54,30 +56,64 @@ pub struct postbox_queue {
     pub(crate) tag: StoreTag,
 }
 
-/// Options for `postbox_queue_open`. A zeroed struct with `struct_size` set means "all
-/// defaults"; `postbox_queue_options_init` does exactly that. Each 0 below means the default.
+/// `postbox_queue_options.clear`: put `lock_duration` back to its default (30 s).
+pub const POSTBOX_OPTION_LOCK_DURATION: u32 = 1;
+/// `postbox_queue_options.clear`: put `max_deliveries` back to its default (10).
+pub const POSTBOX_OPTION_MAX_DELIVERIES: u32 = 1 << 1;
+/// `postbox_queue_options.clear`: no default time to live (messages live until received).
+pub const POSTBOX_OPTION_DEFAULT_TTL: u32 = 1 << 2;
+/// `postbox_queue_options.clear`: put `max_message_size` back to its default (4 MiB).
+pub const POSTBOX_OPTION_MAX_MESSAGE_SIZE: u32 = 1 << 3;
+/// `postbox_queue_options.clear`: no `max_messages` quota.
+pub const POSTBOX_OPTION_MAX_MESSAGES: u32 = 1 << 4;
+/// `postbox_queue_options.clear`: no `max_bytes` quota.
+pub const POSTBOX_OPTION_MAX_BYTES: u32 = 1 << 5;
+/// `postbox_queue_options.clear`: no duplicate detection (no `dedup_window`).
+pub const POSTBOX_OPTION_DEDUP_WINDOW: u32 = 1 << 6;
+
+const ALL_OPTIONS: u32 = (1 << 7) - 1;
+
+/// Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
+///
+/// The rule is the same in C, Rust and Python: **options not mentioned keep their stored
+/// values**. A field left 0 is not mentioned: a new queue gets the default, an existing queue
+/// keeps what it has. A non-zero field sets the option. A flag in `clear` puts the option back
+/// to its default (for the optional ones: none, unlimited). A zeroed struct with `struct_size`
+/// set changes nothing; `postbox_queue_options_init` makes one.
+///
+/// `postbox_queue_options_get` writes 0 for an option that is not set (no TTL, no quota, no
+/// dedup window) and the stored value for the others, defaults included.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct postbox_queue_options {
-    /// `sizeof(postbox_queue_options)`.
+    /// `sizeof(postbox_queue_options)`. Structs from headers before `clear` existed (a smaller
+    /// size) are still accepted.
     pub struct_size: u32,
-    /// Deliveries before a message moves to the dead-letter queue; 0 means 10.
+    /// Deliveries before a message moves to the dead-letter queue (default 10).
     pub max_deliveries: u32,
-    /// How long a receive holds a message before it returns to the queue, in ms; 0 means 30 s.
+    /// How long a receive holds a message before it returns to the queue, in ms (default 30 s).
     pub lock_duration_ms: u64,
-    /// Time to live of messages that set none, in ms; 0 means none (they live until received).
+    /// Time to live of messages that set none, in ms (default: none, they live until received).
     pub default_ttl_ms: u64,
-    /// Largest accepted body in bytes; 0 means 4 MiB.
+    /// Largest accepted message in bytes (default 4 MiB). Counts the whole message: body, text
+    /// properties, and user property keys and values.
     pub max_message_size: u64,
-    /// Most messages (receivable, locked, scheduled) the queue holds; 0 means unlimited.
+    /// Most messages (receivable, locked, scheduled) the queue holds (default: unlimited).
     pub max_messages: u64,
-    /// Most body bytes the queue holds; 0 means unlimited.
+    /// Most message bytes the queue holds, counted as for `max_message_size` (default:
+    /// unlimited).
     pub max_bytes: u64,
-    /// How long a `message_key` is remembered for duplicate detection, in ms; 0 means none.
+    /// How long a `message_key` is remembered for duplicate detection, in ms (default: none).
     pub dedup_window_ms: u64,
+    /// `POSTBOX_OPTION_*` flags of the options to put back to their defaults. Setting a flag
+    /// and the option's field at once is `POSTBOX_INVALID_ARGUMENT`. Written as 0 by
+    /// `postbox_queue_options_get`.
+    pub clear: u32,
 }
 
-const QUEUE_OPTIONS_V1: usize = size_of::<postbox_queue_options>();
+/// The size of the struct before `clear` was added: callers built against that header pass it.
+const QUEUE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_queue_options, clear);
+const QUEUE_OPTIONS_FULL: usize = size_of::<postbox_queue_options>();
 
 /// One user property of a message to send.
 #[repr(C)]
@@ -188,7 +224,8 @@ pub struct postbox_stats {
     pub scheduled: u64,
     /// In this queue's dead-letter queue (0 for a dead-letter queue itself).
     pub dead_lettered: u64,
-    /// Body bytes held (active, locked and scheduled).
+    /// Message bytes held (active, locked and scheduled), each message counted as for
+    /// `max_message_size`: body, text properties, user property keys and values.
     pub bytes: u64,
 }
 
@@ -206,6 +243,13 @@ fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
     arg_ref(q, "queue")
 }
 
+/// A queue handle for a call that reads or writes the store: refused in a forked child.
+fn live<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
+    let q = queue(q)?;
+    q.tag.check_process()?;
+    Ok(q)
+}
+
 /// Fills `options` with the defaults and sets its `struct_size`.
 ///
 /// # Returns
@@ -214,7 +258,7 @@ fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
 pub extern "C" fn postbox_queue_options_init(options: *mut postbox_queue_options) -> c_int {
     guard(|| {
         Out::required(options, "options")?.write(postbox_queue_options {
-            struct_size: QUEUE_OPTIONS_V1 as u32,
+            struct_size: QUEUE_OPTIONS_FULL as u32,
             ..Default::default()
         });
         Ok(POSTBOX_OK)
@@ -222,43 +266,102 @@ pub extern "C" fn postbox_queue_options_init(options: *mut postbox_queue_options
 }
 
 fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> {
-    let mut q = QueueOptions::default();
-    if o.max_deliveries != 0 {
-        q = q.max_deliveries(o.max_deliveries);
+    if o.clear & !ALL_OPTIONS != 0 {
+        return Err(Failure::invalid(format!(
+            "options.clear has unknown flags {:#x} (use the POSTBOX_OPTION_* flags)",
+            o.clear & !ALL_OPTIONS
+        )));
     }
+    let d = QueueOptions::default();
+    let mut q = QueueOptions::default();
+    // Each option: its field (0: not mentioned), its flag, and what the flag does.
+    let conflict = |field: &str| {
+        Failure::invalid(format!(
+            "options.{field} is set and its flag is in options.clear: choose one"
+        ))
+    };
+    let clear = |flag: u32| o.clear & flag != 0;
     if o.lock_duration_ms != 0 {
+        if clear(POSTBOX_OPTION_LOCK_DURATION) {
+            return Err(conflict("lock_duration_ms"));
+        }
         q = q.lock_duration(Duration::from_millis(o.lock_duration_ms));
+    } else if clear(POSTBOX_OPTION_LOCK_DURATION) {
+        q = q.lock_duration(d.lock_duration);
+    }
+    if o.max_deliveries != 0 {
+        if clear(POSTBOX_OPTION_MAX_DELIVERIES) {
+            return Err(conflict("max_deliveries"));
+        }
+        q = q.max_deliveries(o.max_deliveries);
+    } else if clear(POSTBOX_OPTION_MAX_DELIVERIES) {
+        q = q.max_deliveries(d.max_deliveries);
     }
     if o.default_ttl_ms != 0 {
+        if clear(POSTBOX_OPTION_DEFAULT_TTL) {
+            return Err(conflict("default_ttl_ms"));
+        }
         q = q.default_ttl(Duration::from_millis(o.default_ttl_ms));
+    } else if clear(POSTBOX_OPTION_DEFAULT_TTL) {
+        q = q.no_default_ttl();
     }
     if o.max_message_size != 0 {
+        if clear(POSTBOX_OPTION_MAX_MESSAGE_SIZE) {
+            return Err(conflict("max_message_size"));
+        }
         let size = usize::try_from(o.max_message_size)
             .map_err(|_| Failure::invalid("options.max_message_size does not fit in size_t"))?;
         q = q.max_message_size(size);
+    } else if clear(POSTBOX_OPTION_MAX_MESSAGE_SIZE) {
+        q = q.max_message_size(d.max_message_size);
     }
     if o.max_messages != 0 {
+        if clear(POSTBOX_OPTION_MAX_MESSAGES) {
+            return Err(conflict("max_messages"));
+        }
         q = q.max_messages(o.max_messages);
+    } else if clear(POSTBOX_OPTION_MAX_MESSAGES) {
+        q = q.no_max_messages();
     }
     if o.max_bytes != 0 {
+        if clear(POSTBOX_OPTION_MAX_BYTES) {
+            return Err(conflict("max_bytes"));
+        }
         q = q.max_bytes(o.max_bytes);
+    } else if clear(POSTBOX_OPTION_MAX_BYTES) {
+        q = q.no_max_bytes();
     }
     if o.dedup_window_ms != 0 {
+        if clear(POSTBOX_OPTION_DEDUP_WINDOW) {
+            return Err(conflict("dedup_window_ms"));
+        }
         q = q.dedup_window(Duration::from_millis(o.dedup_window_ms));
+    } else if clear(POSTBOX_OPTION_DEDUP_WINDOW) {
+        q = q.no_dedup_window();
     }
     Ok(q)
 }
 
+/// A duration as whole ms for C, rounded up so that a set option never reads as 0 ("none").
+fn ms_of(d: Duration) -> u64 {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if ms == 0 && !d.is_zero() { 1 } else { ms }
+}
+
 /// Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
-/// An existing queue keeps its messages. With `options` NULL an existing queue also keeps its
-/// options (a new one gets the defaults); with `options` it takes them.
+/// An existing queue keeps its messages, and its stored options except those `options`
+/// mentions (see `postbox_queue_options`); with `options` NULL nothing changes (a new queue
+/// gets the defaults). Names ending in `POSTBOX_DEAD_LETTER_SUFFIX` are reserved: such a name
+/// opens the dead-letter queue of an existing queue (`postbox_queue_dead_letters` is the usual
+/// way) and is refused otherwise.
 ///
 /// `queue_out` receives a handle the caller owns and frees with `postbox_queue_free`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, bad `struct_size`,
-/// invalid option such as a lock duration or dedup window of 0 after conversion);
-/// `POSTBOX_CLOSED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, a name ending in
+/// `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear` flags, an option both set
+/// and cleared, an invalid option such as `max_message_size` above 4 GiB - 1);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
 /// `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_open(
@@ -271,7 +374,9 @@ pub extern "C" fn postbox_queue_open(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::required(queue_out, "queue_out")?;
-        let q = match read_versioned(options, QUEUE_OPTIONS_V1, "options")? {
+        let options = read_versioned(options, QUEUE_OPTIONS_V1, "options")?;
+        store.tag.check_process()?;
+        let q = match options {
             None => store.store.queue(name)?,
             Some(o) => store.store.queue_with(name, queue_options(&o)?)?,
         };
@@ -280,6 +385,40 @@ pub extern "C" fn postbox_queue_open(
             store: store.store.clone(),
             tag: store.tag,
         })));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the queue's options as stored now (another handle or process may have changed them)
+/// into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
+/// or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
+/// dedup window) read as 0; the others read as their values, defaults included; `clear` reads
+/// as 0. Passing the result to `postbox_queue_open` changes nothing.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`);
+/// `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+/// storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_options_get(
+    queue: *const postbox_queue,
+    options_out: *mut postbox_queue_options,
+) -> c_int {
+    guard(|| {
+        let q = live(queue)?;
+        let out = VersionedOut::required(options_out, QUEUE_OPTIONS_V1, "options_out")?;
+        let o = q.queue.options()?;
+        out.write(postbox_queue_options {
+            struct_size: QUEUE_OPTIONS_FULL as u32,
+            max_deliveries: o.max_deliveries,
+            lock_duration_ms: ms_of(o.lock_duration),
+            default_ttl_ms: o.default_ttl.map_or(0, ms_of),
+            max_message_size: u64::try_from(o.max_message_size).unwrap_or(u64::MAX),
+            max_messages: o.max_messages.unwrap_or(0),
+            max_bytes: o.max_bytes.unwrap_or(0),
+            dedup_window_ms: o.dedup_window.map_or(0, ms_of),
+            clear: 0,
+        });
         Ok(POSTBOX_OK)
     })
 }
@@ -317,14 +456,15 @@ pub extern "C" fn postbox_queue_is_dead_letter(queue: *const postbox_queue) -> b
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or `queue` is itself a dead-letter queue);
-/// `POSTBOX_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`.
+/// `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+/// storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_dead_letters(
     queue: *const postbox_queue,
     dead_letters_out: *mut *mut postbox_queue,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(dead_letters_out, "dead_letters_out")?;
         let dlq = q.queue.dead_letters()?;
         out.write(Box::into_raw(Box::new(postbox_queue {
@@ -340,15 +480,15 @@ pub extern "C" fn postbox_queue_dead_letters(
 /// messages, due scheduled messages) are applied first, so the counts are true as of the call.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_NOT_FOUND` (deleted);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_stats(
     queue: *const postbox_queue,
     stats_out: *mut postbox_stats,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(stats_out, "stats_out")?;
         let s = q.queue.stats()?;
         out.write(postbox_stats {
@@ -367,12 +507,12 @@ pub extern "C" fn postbox_queue_stats(
 /// may be NULL; on success it receives how many messages were removed.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_NOT_FOUND` (deleted);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_purge(queue: *mut postbox_queue, removed_out: *mut u64) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::optional(removed_out);
         out.write(q.queue.purge()?);
         Ok(POSTBOX_OK)
@@ -459,9 +599,16 @@ fn build_message(
         }
     }
     let props = arg_slice(o.properties, o.property_count, "options.properties")?;
+    let mut keys = std::collections::HashSet::with_capacity(props.len());
     for (i, p) in props.iter().enumerate() {
         let key = arg_str(p.key, "options.properties[i].key")
             .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
+        // A map would keep the last value silently; a C array with a key twice is a bug.
+        if !keys.insert(key) {
+            return Err(Failure::invalid(format!(
+                "options.properties[{i}]: key {key:?} is listed twice"
+            )));
+        }
         let value = arg_slice(p.value, p.value_len, "options.properties[i].value")
             .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
         m = match p.kind {
@@ -492,14 +639,21 @@ fn build_message(
 /// transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
 /// assigned at commit. `tx` must come from the same store as `queue`.
 ///
+/// The message's size — body, text properties, user property keys and values — counts against
+/// the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
+/// most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes each, property keys 1 to
+/// `POSTBOX_MAX_PROPERTY_KEY_LEN` bytes, each key at most once.
+///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (body above the queue's `max_message_size`);
-/// `POSTBOX_QUEUE_FULL` (quota; with a transaction, reported by the commit);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with a length, bad options, priority above
-/// 7, invalid UTF-8, a dead-letter queue, a transaction of another store, a finished
-/// transaction); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED`;
-/// `POSTBOX_OUTCOME_UNKNOWN` (the commit failed after it may have reached the disk); storage
-/// errors.
+/// `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (the message is above the queue's `max_message_size`,
+/// checked at once, also with a transaction); `POSTBOX_QUEUE_FULL` (quota; with a
+/// transaction, reported by the commit); `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with
+/// a length, bad options, priority above 7, invalid UTF-8, a text property or property key out
+/// of bounds, a property key listed twice, a dead-letter queue, a transaction of another store,
+/// a finished transaction); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted; at once with a
+/// transaction too); `POSTBOX_CLOSED` (at once with a transaction too); `POSTBOX_FORKED`;
+/// `POSTBOX_STORAGE_FULL` (the disk is full: nothing was stored); `POSTBOX_OUTCOME_UNKNOWN`
+/// (the commit failed after it may have reached the disk); other storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_send(
     queue: *mut postbox_queue,
@@ -510,7 +664,7 @@ pub extern "C" fn postbox_send(
     id_out: *mut u64,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::optional(id_out);
         let m = build_message(body, body_len, options, "body")?;
         if tx.is_null() {
@@ -540,7 +694,7 @@ pub extern "C" fn postbox_send_batch(
     ids_out: *mut u64,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let items = arg_slice(items, count, "items")?;
         let ids = if ids_out.is_null() {
             None
@@ -582,15 +736,16 @@ pub extern "C" fn postbox_send_batch(
 /// cannot be settled.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable); `POSTBOX_INVALID_ARGUMENT` (NULL);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (nothing receivable: a normal outcome);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_peek(
     queue: *const postbox_queue,
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
         let env = q
             .queue
@@ -607,7 +762,7 @@ pub extern "C" fn postbox_peek(
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_get(
     queue: *const postbox_queue,
@@ -615,7 +770,7 @@ pub extern "C" fn postbox_get(
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
         let env = q.queue.get(MessageId(id))?.ok_or_else(|| {
             Failure::new(
@@ -630,17 +785,18 @@ pub extern "C" fn postbox_get(
 
 /// Starts browsing the receivable messages of the queue in delivery order (priority, then send
 /// order), without locking them. `browser_out` receives an iterator the caller frees with
-/// `postbox_browse_free`.
+/// `postbox_browse_free`. Nothing is read yet: a deleted queue or a closed store is reported
+/// by `postbox_browse_next`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_browse_open(
     queue: *const postbox_queue,
     browser_out: *mut *mut postbox_browser,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(browser_out, "browser_out")?;
         out.write(Box::into_raw(Box::new(postbox_browser {
             it: Mutex::new(q.queue.browse()),
@@ -655,7 +811,8 @@ pub extern "C" fn postbox_browse_open(
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` at the end (and on every later call);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_browse_next(
     browser: *mut postbox_browser,
@@ -664,6 +821,7 @@ pub extern "C" fn postbox_browse_next(
     guard(|| {
         let b = arg_ref(browser, "browser")?;
         let out = Out::required(message_out, "message_out")?;
+        b.tag.check_process()?;
         let next = b.it.lock().next();
         let env =
             next.ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "no further message to browse"))??;
@@ -696,8 +854,8 @@ pub extern "C" fn postbox_browse_free(browser: *mut postbox_browser) {
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
 /// `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
-/// already finished); `POSTBOX_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the
-/// store closes during the wait); storage errors.
+/// already finished); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when
+/// the store closes during the wait); `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive(
     queue: *mut postbox_queue,
@@ -706,7 +864,7 @@ pub extern "C" fn postbox_receive(
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
         let wait = timeout(timeout_ms);
         let nothing = || {
@@ -738,8 +896,10 @@ pub extern "C" fn postbox_receive(
 ///
 /// # Returns
 /// `POSTBOX_OK` (at least one message); `POSTBOX_TIMEOUT` (none arrived in time);
-/// `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_NOT_FOUND` (queue deleted);
-/// `POSTBOX_CLOSED`; storage errors.
+/// `POSTBOX_INVALID_ARGUMENT` (NULL argument, `max` 0); `POSTBOX_QUEUE_NOT_FOUND` (queue
+/// deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT`
+/// `*count_out` is set to 0 (the one output written on a failure); on other failures it is
+/// left alone.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive_batch(
     queue: *mut postbox_queue,
@@ -749,7 +909,7 @@ pub extern "C" fn postbox_receive_batch(
     count_out: *mut usize,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         if max == 0 {
             return Err(Failure::invalid("max must be at least 1"));
         }
@@ -761,14 +921,16 @@ pub extern "C" fn postbox_receive_batch(
 }
 
 /// Completes `count` received messages of `queue` in one commit, all or none. Every handle must
-/// hold its lock (checked before anything changes). Afterwards the handles are settled whatever
-/// the outcome (on `POSTBOX_LOCK_LOST` none was completed, and their locks run out); free them
+/// be a message of `queue` that it holds (checked before anything changes: a refusal leaves
+/// every handle as it was). Once the commit ran, the handles are settled whatever the outcome
+/// (on `POSTBOX_LOCK_LOST` none was completed and the others returned to the queue); free them
 /// with `postbox_message_free` as usual.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a lock was lost: nothing completed);
 /// `POSTBOX_INVALID_ARGUMENT` (NULL queue or entry, a message not held, listed twice, or of
-/// another store); `POSTBOX_CLOSED`; storage errors.
+/// another store or of another queue); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_complete_batch(
     queue: *mut postbox_queue,
@@ -776,7 +938,7 @@ pub extern "C" fn postbox_complete_batch(
     count: usize,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         let messages = arg_slice(messages, count, "messages")?;
         complete_batch(&q.queue, q.tag, messages)?;
         Ok(POSTBOX_OK)
@@ -795,8 +957,9 @@ pub extern "C" fn postbox_complete_batch(
 /// `POSTBOX_OK` (at least one new message); `POSTBOX_TIMEOUT` (the messages were completed and
 /// none arrived in time); `POSTBOX_LOCK_LOST` (a lock of `done` was lost: nothing completed or
 /// received, the others returned to the queue); `POSTBOX_INVALID_ARGUMENT` (NULL argument,
-/// `max` 0, a message not held, listed twice or of another store); `POSTBOX_NOT_FOUND`;
-/// `POSTBOX_CLOSED`; storage errors.
+/// `max` 0, a message not held, listed twice, of another store or of another queue: nothing
+/// completed or received, every handle as it was); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors. On `POSTBOX_TIMEOUT` `*count_out` is set to 0.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_complete_batch_and_receive(
     queue: *mut postbox_queue,
@@ -808,7 +971,7 @@ pub extern "C" fn postbox_complete_batch_and_receive(
     count_out: *mut usize,
 ) -> c_int {
     guard(|| {
-        let q = self::queue(queue)?;
+        let q = live(queue)?;
         if max == 0 {
             return Err(Failure::invalid("max must be at least 1"));
         }
@@ -819,7 +982,7 @@ pub extern "C" fn postbox_complete_batch_and_receive(
         };
         let slots = arg_slice_mut(messages_out, max, "messages_out")?;
         let count = Out::required(count_out, "count_out")?;
-        let received = crate::message::take_batch(q.tag, done)?;
+        let received = crate::message::take_batch(&q.queue, q.tag, done)?;
         let got = q
             .queue
             .complete_batch_and_receive(received, max, timeout(timeout_ms))?;

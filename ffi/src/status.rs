@@ -14,10 +14,11 @@ pub const POSTBOX_TIMEOUT: c_int = 1;
 pub const POSTBOX_LOCK_LOST: c_int = 2;
 /// A quota of the queue (`max_messages` or `max_bytes`) would be exceeded.
 pub const POSTBOX_QUEUE_FULL: c_int = 3;
-/// The message body exceeds the queue's `max_message_size`.
+/// The message (body, text properties and user properties together) exceeds the queue's
+/// `max_message_size`.
 pub const POSTBOX_TOO_LARGE: c_int = 4;
-/// The queue or message does not exist; also a peek of an empty queue, the end of a browse, and
-/// an absent optional property.
+/// The message does not exist; also a peek of an empty queue, the end of a browse, and an absent
+/// optional property. A queue that does not exist is `POSTBOX_QUEUE_NOT_FOUND`, never this.
 pub const POSTBOX_NOT_FOUND: c_int = 5;
 /// An argument was rejected: a NULL pointer, a bad length, invalid UTF-8, a priority above 7,
 /// a wrong `struct_size`, settling a message this handle does not hold, …
@@ -34,7 +35,9 @@ pub const POSTBOX_PANIC: c_int = 10;
 pub const POSTBOX_NOT_A_STORE: c_int = 11;
 /// The store was written by a newer, incompatible version of postbox.
 pub const POSTBOX_INCOMPATIBLE_VERSION: c_int = 12;
-/// Another process holds the store open in single-process mode.
+/// The store is already open in single-process mode: by another process, or by another
+/// `postbox_store_open` of this process (the detailed message says which; share the first handle
+/// instead).
 pub const POSTBOX_ALREADY_OPEN: c_int = 13;
 /// The commit failed after it may have reached the disk: the operation may or may not have taken
 /// effect (retrying a send is safe with a `message_key` and a `dedup_window`).
@@ -45,11 +48,11 @@ pub const POSTBOX_CONFIG: c_int = 15;
 pub const POSTBOX_STORAGE_FULL: c_int = 16;
 /// A typed body could not be encoded or decoded.
 pub const POSTBOX_CODEC: c_int = 17;
-/// The named queue does not exist (or was deleted). "No message" is `POSTBOX_NOT_FOUND` (peek)
-/// or `POSTBOX_TIMEOUT` (receive), so the two never look alike.
+/// The queue does not exist: it was deleted after the handle was opened. Distinct from
+/// `POSTBOX_NOT_FOUND`, so that "no such queue" never reads as "no message".
 pub const POSTBOX_QUEUE_NOT_FOUND: c_int = 18;
-/// The handle was opened by another process: it was inherited across `fork()`. Nothing was
-/// written; the child must open the store itself.
+/// The handle was inherited across `fork()`: it belongs to the process that opened the store.
+/// Nothing was read or written; the child opens the store itself (see "Processes and fork()").
 pub const POSTBOX_FORKED: c_int = 19;
 
 /// Major version of the header. `postbox_version()` returns the library's own version; the C
@@ -83,13 +86,13 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
             POSTBOX_PANIC => c"internal error (caught panic)",
             POSTBOX_NOT_A_STORE => c"not a postbox store",
             POSTBOX_INCOMPATIBLE_VERSION => c"the store was written by a newer version",
-            POSTBOX_ALREADY_OPEN => c"the store is already open in another process",
+            POSTBOX_ALREADY_OPEN => c"the store is already open",
             POSTBOX_OUTCOME_UNKNOWN => c"the outcome of the operation is unknown",
             POSTBOX_CONFIG => c"invalid configuration",
             POSTBOX_STORAGE_FULL => c"the disk is full",
             POSTBOX_CODEC => c"cannot encode or decode the message body",
             POSTBOX_QUEUE_NOT_FOUND => c"the queue does not exist",
-            POSTBOX_FORKED => c"the handle was opened by another process (inherited across fork)",
+            POSTBOX_FORKED => c"the handle belongs to the parent process (inherited across fork)",
             _ => c"unknown status",
         };
         Ok(text.as_ptr())

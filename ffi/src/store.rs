@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use postbox::{Durability, Store};
 
+use crate::StoreTag;
 use crate::guard::{Failure, Out, arg_ref, arg_str, guard, read_versioned, take_box};
 use crate::status::POSTBOX_OK;
-use crate::{StoreTag, next_store_tag};
 
 /// Durability: every commit is on stable storage (fsync) before the call returns; a message
 /// whose send returned `POSTBOX_OK` survives `kill -9` and power loss. The default.
@@ -126,7 +126,8 @@ fn path_of(path: *const c_char) -> Result<std::path::PathBuf, Failure> {
 /// `struct_size` or durability value); `POSTBOX_CONFIG` (multi-process with
 /// `POSTBOX_DURABILITY_NONE`, poll floor above ceiling); `POSTBOX_NOT_A_STORE` (the file is
 /// something else); `POSTBOX_CORRUPTED`; `POSTBOX_INCOMPATIBLE_VERSION`; `POSTBOX_ALREADY_OPEN`
-/// (another process holds it in single-process mode); `POSTBOX_IO` (missing directory,
+/// (the store is open in single-process mode elsewhere: in another process, or through another
+/// handle of this process; the detailed message says which); `POSTBOX_IO` (missing directory,
 /// permissions); `POSTBOX_STORAGE_FULL`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_store_open(
@@ -175,7 +176,7 @@ pub extern "C" fn postbox_store_open(
         let store = builder.open(&path)?;
         out.write(Box::into_raw(Box::new(postbox_store {
             store,
-            tag: next_store_tag(),
+            tag: StoreTag::next(),
         })));
         Ok(POSTBOX_OK)
     })
@@ -188,6 +189,9 @@ pub extern "C" fn postbox_store_open(
 /// their other calls fail with `POSTBOX_CLOSED` afterwards; free them as usual. Shut processors
 /// down before closing their store. Do not call this while another thread is still using
 /// `store`. `store` may be NULL (no-op, `POSTBOX_OK`).
+///
+/// In a forked child (a handle inherited across `fork()`) it only frees the handle and returns
+/// `POSTBOX_OK`: the file, its locks and its pending commits belong to the parent.
 ///
 /// # Returns
 /// `POSTBOX_OK`; the final commit's `POSTBOX_IO`, `POSTBOX_STORAGE_FULL` or
@@ -208,8 +212,8 @@ pub extern "C" fn postbox_store_close(store: *mut postbox_store) -> c_int {
 /// `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`; storage errors
-/// (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_store_queues(
     store: *const postbox_store,
@@ -218,6 +222,7 @@ pub extern "C" fn postbox_store_queues(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = Out::required(names_out, "names_out")?;
+        store.tag.check_process()?;
         let names = store.store.queues()?;
         let items = names
             .into_iter()
@@ -258,14 +263,15 @@ pub extern "C" fn postbox_strings_free(list: *mut postbox_strings) {
 }
 
 /// Deletes queue `name`, its dead-letter queue and all their messages. Handles to it fail with
-/// `POSTBOX_NOT_FOUND` afterwards (free them as usual).
+/// `POSTBOX_QUEUE_NOT_FOUND` afterwards (free them as usual); a queue opened again under the
+/// same name is a new, empty queue with default options.
 ///
 /// `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
 /// missing queue is not an error).
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name, or the name of a
-/// dead-letter queue); `POSTBOX_CLOSED`; storage errors.
+/// dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_delete(
     store: *mut postbox_store,
@@ -276,6 +282,7 @@ pub extern "C" fn postbox_queue_delete(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::optional(existed_out);
+        store.tag.check_process()?;
         let existed = store.store.delete_queue(name)?;
         out.write(existed);
         Ok(POSTBOX_OK)
@@ -285,7 +292,7 @@ pub extern "C" fn postbox_queue_delete(
 /// Reads the commit-pipeline counters of this store handle into `stats_out`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_store_stats(
     store: *const postbox_store,
@@ -294,6 +301,7 @@ pub extern "C" fn postbox_store_stats(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = Out::required(stats_out, "stats_out")?;
+        store.tag.check_process()?;
         let s = store.store.stats();
         out.write(postbox_commit_stats {
             commits: s.commits,

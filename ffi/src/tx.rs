@@ -25,8 +25,10 @@ pub struct postbox_tx {
     pub(crate) lent: bool,
 }
 
+/// Refuses a processor's lent transaction.
 fn refuse_lent(tx: *mut postbox_tx) -> Outcome<()> {
-    if arg_ref(tx.cast_const(), "tx")?.lent {
+    let t = arg_ref(tx.cast_const(), "tx")?;
+    if t.lent {
         return Err(Failure::invalid(
             "this transaction belongs to a processor, which commits or aborts it when the callback returns",
         ));
@@ -41,6 +43,7 @@ pub(crate) fn with_tx<T>(
     f: impl FnOnce(&mut Transaction) -> Outcome<T>,
 ) -> Outcome<T> {
     let t = arg_ref(tx.cast_const(), "tx")?;
+    t.tag.check_process()?;
     if t.tag != tag {
         return Err(Failure::invalid(
             "the transaction belongs to another store than the queue",
@@ -62,7 +65,8 @@ fn take(tx: *mut postbox_tx) -> Option<Transaction> {
 /// `postbox_tx_commit` or `postbox_tx_abort`.
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL).
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED` (the store was closed);
+/// `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_tx_begin(
     store: *mut postbox_store,
@@ -71,8 +75,10 @@ pub extern "C" fn postbox_tx_begin(
     guard(|| {
         let s = arg_ref(store, "store")?;
         let out = Out::required(tx_out, "tx_out")?;
+        s.tag.check_process()?;
+        let t = s.store.try_begin()?;
         out.write(Box::into_raw(Box::new(postbox_tx {
-            tx: Mutex::new(Some(s.store.begin())),
+            tx: Mutex::new(Some(t)),
             tag: s.tag,
             lent: false,
         })));
@@ -86,7 +92,8 @@ pub extern "C" fn postbox_tx_begin(
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, a message not held, of another store, or a
-/// finished transaction).
+/// finished transaction: the message handle is left as it was); `POSTBOX_CLOSED` (the message
+/// is let go: closing the store released its lock); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_tx_complete(tx: *mut postbox_tx, message: *mut postbox_message) -> c_int {
     guard(|| {
@@ -105,14 +112,21 @@ pub extern "C" fn postbox_tx_complete(tx: *mut postbox_tx, message: *mut postbox
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
-/// `POSTBOX_QUEUE_FULL` or `POSTBOX_NOT_FOUND` (a send's queue is full or was deleted: nothing
-/// applied); `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_OUTCOME_UNKNOWN`;
-/// storage errors.
+/// `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
+/// nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, or a processor's transaction);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
+/// locks stay with the parent); `POSTBOX_STORAGE_FULL` (nothing applied);
+/// `POSTBOX_OUTCOME_UNKNOWN` (applied or not, it cannot be known); other storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_tx_commit(tx: *mut postbox_tx) -> c_int {
     guard(|| {
         refuse_lent(tx)?;
+        // In a forked child the handle is freed without its lock being touched, and the
+        // transaction's drop writes nothing (the engine refuses it), so the parent keeps its
+        // locks.
+        let process = arg_ref(tx.cast_const(), "tx")?.tag.check_process();
         if let Some(t) = take(tx) {
+            process?;
             t.commit()?;
         }
         Ok(POSTBOX_OK)
@@ -125,7 +139,8 @@ pub extern "C" fn postbox_tx_commit(tx: *mut postbox_tx) -> c_int {
 ///
 /// # Returns
 /// `POSTBOX_OK`; storage errors of the release (`POSTBOX_CLOSED`, `POSTBOX_IO`, …): the handle
-/// is freed anyway and the locks run out on their own.
+/// is freed anyway and the locks run out on their own; `POSTBOX_FORKED` (freed, nothing
+/// written); `POSTBOX_INVALID_ARGUMENT` (a processor's transaction).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_tx_abort(tx: *mut postbox_tx) -> c_int {
     guard(|| {
@@ -133,7 +148,9 @@ pub extern "C" fn postbox_tx_abort(tx: *mut postbox_tx) -> c_int {
             return Ok(POSTBOX_OK);
         }
         refuse_lent(tx)?;
+        let process = arg_ref(tx.cast_const(), "tx")?.tag.check_process();
         if let Some(t) = take(tx) {
+            process?;
             t.abort()?;
         }
         Ok(POSTBOX_OK)

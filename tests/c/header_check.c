@@ -30,8 +30,16 @@ static int use_everything(void) {
     (void)item;
     (void)h;
     (void)th;
-    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + (int)POSTBOX_VERSION_NUMBER +
-           (int)POSTBOX_DURABILITY_NONE + (int)POSTBOX_PROPERTY_BYTES;
+    const char *reasons[] = {POSTBOX_REASON_TTL_EXPIRED, POSTBOX_REASON_MAX_DELIVERIES,
+                             POSTBOX_REASON_DECODE_FAILED, "q" POSTBOX_DEAD_LETTER_SUFFIX};
+    qo.clear = POSTBOX_OPTION_LOCK_DURATION | POSTBOX_OPTION_MAX_DELIVERIES |
+               POSTBOX_OPTION_DEFAULT_TTL | POSTBOX_OPTION_MAX_MESSAGE_SIZE |
+               POSTBOX_OPTION_MAX_MESSAGES | POSTBOX_OPTION_MAX_BYTES | POSTBOX_OPTION_DEDUP_WINDOW;
+    size_t bounds = POSTBOX_MAX_TEXT_PROPERTY_LEN + POSTBOX_MAX_PROPERTY_KEY_LEN +
+                    POSTBOX_MAX_REASON_LEN + POSTBOX_MAX_DESCRIPTION_LEN;
+    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + POSTBOX_QUEUE_NOT_FOUND + POSTBOX_FORKED +
+           (int)POSTBOX_VERSION_NUMBER + (int)POSTBOX_DURABILITY_NONE +
+           (int)POSTBOX_PROPERTY_BYTES + (int)qo.clear + (int)bounds + (reasons[0][0] == 'T');
 }
 
 int main(void) { return use_everything() == 0 ? 1 : 0; }

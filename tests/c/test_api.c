@@ -8,8 +8,12 @@
  */
 #include "harness.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -143,9 +147,11 @@ static void test_store_open_close(const char *dir) {
     REQUIRE_OK(postbox_store_open(path_in(dir, "a"), &o, &store));
     CHECK(store != NULL);
 
-    /* A second handle on a file this process holds in single-process mode. */
+    /* A second handle on a file this process holds in single-process mode; the message says
+     * that it is this process, not another one. */
     postbox_store *again = NULL;
     CHECK_RC(postbox_store_open(path_in(dir, "a"), NULL, &again), POSTBOX_ALREADY_OPEN);
+    CHECK(strstr(postbox_last_error_message(), "this process") != NULL);
     CHECK(again == NULL);
     CHECK_OK(postbox_store_close(store));
     CHECK_OK(postbox_store_close(NULL));
@@ -287,16 +293,49 @@ static void test_queue_open_list_delete(const char *dir) {
     CHECK(!existed);
     CHECK_OK(postbox_queue_delete(store, "never", NULL));
 
-    /* A handle to a deleted queue reports QUEUE_NOT_FOUND, never "no message". */
+    /* A handle to a deleted queue reports QUEUE_NOT_FOUND, never the NOT_FOUND of "no
+     * message" nor the TIMEOUT of "nothing arrived". */
     postbox_stats s;
     CHECK_RC(postbox_queue_stats(jobs, &s), POSTBOX_QUEUE_NOT_FOUND);
-    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK(strstr(postbox_last_error_message(), "jobs") != NULL);
+    CHECK_RC(postbox_send(jobs, NULL, (const uint8_t *)"x", 1, NULL, NULL),
+             POSTBOX_QUEUE_NOT_FOUND);
+    postbox_send_item item = {(const uint8_t *)"x", 1, NULL};
+    CHECK_RC(postbox_send_batch(jobs, NULL, &item, 1, NULL), POSTBOX_QUEUE_NOT_FOUND);
     CHECK_RC(postbox_queue_purge(jobs, NULL), POSTBOX_QUEUE_NOT_FOUND);
     postbox_message *m = NULL;
     CHECK_RC(postbox_receive(jobs, NULL, 0, &m), POSTBOX_QUEUE_NOT_FOUND);
-    CHECK(m == NULL);
+    CHECK_RC(postbox_receive(jobs, NULL, 50, &m), POSTBOX_QUEUE_NOT_FOUND);
     CHECK_RC(postbox_peek(jobs, &m), POSTBOX_QUEUE_NOT_FOUND);
-    CHECK(m == NULL);
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(jobs, &br)); /* reads nothing yet */
+    CHECK_RC(postbox_browse_next(br, &m), POSTBOX_QUEUE_NOT_FOUND);
+    postbox_browse_free(br);
+    postbox_message *batch[2];
+    size_t got = 99;
+    CHECK_RC(postbox_receive_batch(jobs, 2, 0, batch, &got), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_complete_batch_and_receive(jobs, NULL, 0, 2, 0, batch, &got),
+             POSTBOX_QUEUE_NOT_FOUND);
+    CHECK(got == 99); /* only a TIMEOUT writes the count */
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    CHECK_RC(postbox_queue_options_get(jobs, &qo), POSTBOX_QUEUE_NOT_FOUND);
+    postbox_queue *jobs_dlq = NULL;
+    CHECK_RC(postbox_queue_dead_letters(jobs, &jobs_dlq), POSTBOX_QUEUE_NOT_FOUND);
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_send(jobs, tx, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_receive(jobs, tx, 0, &m), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_OK(postbox_tx_commit(tx));
+    CHECK(m == NULL && jobs_dlq == NULL);
+    /* Opening the name again makes a new, empty queue with the default options. */
+    postbox_queue *jobs2 = open_queue(store, "jobs", NULL);
+    if (jobs2 != NULL) {
+        CHECK(stats_of(jobs2).active == 0);
+        CHECK_OK(postbox_queue_options_get(jobs2, &qo));
+        CHECK(qo.max_deliveries == 10 && qo.lock_duration_ms == 30000);
+        postbox_queue_free(jobs2);
+    }
 
     postbox_queue_free(dlq);
     postbox_queue_free(orders);
@@ -754,9 +793,15 @@ static void test_lock_lost(const char *dir) {
     send_text(q, "x");
     postbox_message *first = NULL, *second = NULL;
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
+    CHECK(postbox_message_is_held(first));
     sleep_ms(900);
-    /* The lock expired: another receiver takes the message over. */
+    /* The lock expired: the handle says so before any call, and another receiver takes the
+     * message over. */
+    CHECK(!postbox_message_is_held(first));
+    CHECK(postbox_message_locked_until_ms(first) != 0 &&
+          postbox_message_locked_until_ms(first) <= now_ms());
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &second));
+    CHECK(postbox_message_is_held(second));
     CHECK(postbox_message_id(first) == postbox_message_id(second));
     CHECK(postbox_message_delivery_count(second) == 2);
     CHECK_RC(postbox_message_renew_lock(first, NULL), POSTBOX_LOCK_LOST);
@@ -769,7 +814,10 @@ static void test_lock_lost(const char *dir) {
     send_text(q, "y");
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
     sleep_ms(900);
+    CHECK(!postbox_message_is_held(first));
     CHECK_RC(postbox_message_complete(first), POSTBOX_LOCK_LOST);
+    CHECK(postbox_message_locked_until_ms(first) == 0);
+    CHECK_RC(postbox_message_complete(first), POSTBOX_INVALID_ARGUMENT); /* lost: consumed */
     postbox_message_free(first);
     /* Completing after the lock was lost changed nothing: the message is still there. */
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
@@ -813,6 +861,7 @@ static void test_max_deliveries_and_ttl(const char *dir) {
     CHECK(stats_of(q).dead_lettered == 1);
     REQUIRE_OK(postbox_peek(dlq, &m));
     CHECK(bytes_is(postbox_message_dead_letter_reason(m), "MaxDeliveryCountExceeded"));
+    CHECK(bytes_is(postbox_message_dead_letter_reason(m), POSTBOX_REASON_MAX_DELIVERIES));
     postbox_message_free(m);
 
     postbox_send_options o;
@@ -828,7 +877,9 @@ static void test_max_deliveries_and_ttl(const char *dir) {
     REQUIRE_OK(postbox_browse_open(dlq, &br));
     int ttl_seen = 0;
     while (postbox_browse_next(br, &m) == POSTBOX_OK) {
-        if (bytes_is(postbox_message_dead_letter_reason(m), "TTLExpired")) ttl_seen++;
+        if (bytes_is(postbox_message_dead_letter_reason(m), "TTLExpired") &&
+            bytes_is(postbox_message_dead_letter_reason(m), POSTBOX_REASON_TTL_EXPIRED))
+            ttl_seen++;
         postbox_message_free(m);
     }
     postbox_browse_free(br);
@@ -1528,6 +1579,1014 @@ static void test_processor_shutdown_waits(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Settles, closed stores, options, bounds                                                   */
+
+/* Only success and LOCK_LOST end a handle's hold: a refused or failed settle keeps the lock,
+ * so the caller can retry. */
+static void test_settle_failure_keeps_lock(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "work", NULL);
+    postbox_queue *dlq = NULL;
+    if (q == NULL) return;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    send_text(q, "a");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+
+    /* A reason one byte too long is refused by the engine; the handle keeps the lock. */
+    char reason[POSTBOX_MAX_REASON_LEN + 2];
+    memset(reason, 'r', sizeof reason);
+    reason[POSTBOX_MAX_REASON_LEN + 1] = 0;
+    CHECK_RC(postbox_message_dead_letter(m, reason, "d"), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "reason") != NULL);
+    CHECK(postbox_message_is_held(m));
+    CHECK_RC(postbox_message_resubmit(m), POSTBOX_INVALID_ARGUMENT); /* not a dead letter */
+    CHECK(postbox_message_is_held(m));
+    CHECK(stats_of(q).locked == 1);
+    postbox_message *none = NULL;
+    CHECK_RC(postbox_receive(q, NULL, 0, &none), POSTBOX_TIMEOUT); /* still ours */
+    /* The retry with a reason of exactly the limit works. */
+    reason[POSTBOX_MAX_REASON_LEN] = 0;
+    CHECK_OK(postbox_message_dead_letter(m, reason, "d"));
+    CHECK(!postbox_message_is_held(m));
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_receive(dlq, NULL, 1000, &m));
+    CHECK(postbox_message_dead_letter_reason(m).len == POSTBOX_MAX_REASON_LEN);
+    CHECK_RC(postbox_message_dead_letter(m, "again", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m));
+    CHECK_OK(postbox_message_resubmit(m)); /* the retry of another settle works too */
+    postbox_message_free(m);
+
+    /* A settle on a closed store fails with CLOSED, and again with CLOSED: the handle was not
+     * consumed by the first failure. Closing released the lock in the file. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK_OK(postbox_store_close(store));
+    CHECK_RC(postbox_message_complete(m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_complete(m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_abandon(m, 0), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_dead_letter(m, "x", NULL), POSTBOX_CLOSED);
+    CHECK_RC(postbox_message_renew_lock(m, NULL), POSTBOX_CLOSED);
+    postbox_message_free(m);
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+
+    REQUIRE_OK(postbox_store_open(path_in(dir, "test.postbox"), NULL, &store));
+    q = open_queue(store, "work", NULL);
+    if (q != NULL) {
+        postbox_stats s = stats_of(q);
+        CHECK(s.active == 1 && s.locked == 0 && s.dead_lettered == 0);
+        postbox_queue_free(q);
+    }
+    CHECK_OK(postbox_store_close(store));
+}
+
+static int never_called(void *user_data, const postbox_message *msg) {
+    (void)user_data;
+    (void)msg;
+    return POSTBOX_OK;
+}
+
+/* After the store closed: processors refuse to start, and a transaction begun before refuses
+ * sends and receives at once (not at commit). */
+static void test_closed_store_refuses_work(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "c", NULL);
+    if (q == NULL) return;
+    send_text(q, "held");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_store_close(store));
+
+    postbox_processor *p = NULL;
+    CHECK_RC(postbox_processor_start(q, NULL, never_called, NULL, &p), POSTBOX_CLOSED);
+    CHECK_RC(postbox_processor_start_transactional(q, NULL, NULL, NULL, &p),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+    CHECK_RC(postbox_send(q, tx, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_CLOSED);
+    postbox_send_item item = {(const uint8_t *)"x", 1, NULL};
+    CHECK_RC(postbox_send_batch(q, tx, &item, 1, NULL), POSTBOX_CLOSED);
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_receive(q, tx, 0, &m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_tx_complete(tx, held), POSTBOX_CLOSED);
+    CHECK_RC(postbox_tx_commit(tx), POSTBOX_CLOSED);
+    postbox_message_free(held);
+    postbox_queue_free(q);
+}
+
+static postbox_queue_options queue_options_of(const postbox_queue *q) {
+    postbox_queue_options o;
+    memset(&o, 0xee, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
+    CHECK_OK(postbox_queue_options_get(q, &o));
+    return o;
+}
+
+/* Field by field: the struct's trailing padding is not a value. */
+static int same_options(const postbox_queue_options *a, const postbox_queue_options *b) {
+    return a->struct_size == b->struct_size && a->max_deliveries == b->max_deliveries &&
+           a->lock_duration_ms == b->lock_duration_ms && a->default_ttl_ms == b->default_ttl_ms &&
+           a->max_message_size == b->max_message_size && a->max_messages == b->max_messages &&
+           a->max_bytes == b->max_bytes && a->dedup_window_ms == b->dedup_window_ms &&
+           a->clear == b->clear;
+}
+
+/* Options not mentioned keep their stored values; each option can be cleared; the options are
+ * read back from the store. */
+static void test_queue_options_merge(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    CHECK(o.struct_size == sizeof o && o.clear == 0);
+    o.max_deliveries = 3;
+    o.default_ttl_ms = 60000;
+    o.max_messages = 50;
+    o.dedup_window_ms = 1000;
+    postbox_queue *q = open_queue(store, "merge", &o);
+    if (q == NULL) return;
+    postbox_queue_options g = queue_options_of(q);
+    CHECK(g.struct_size == sizeof g && g.clear == 0);
+    CHECK(g.max_deliveries == 3 && g.lock_duration_ms == 30000 && g.default_ttl_ms == 60000);
+    CHECK(g.max_message_size == 4u << 20 && g.max_messages == 50 && g.max_bytes == 0);
+    CHECK(g.dedup_window_ms == 1000);
+
+    /* An open that does not mention max_deliveries keeps 3 (and everything else). */
+    postbox_queue_options_init(&o);
+    o.lock_duration_ms = 5000;
+    postbox_queue *again = open_queue(store, "merge", &o);
+    postbox_queue *plain = open_queue(store, "merge", NULL);
+    if (again == NULL || plain == NULL) return;
+    g = queue_options_of(q); /* the first handle reads the store too */
+    CHECK(g.max_deliveries == 3 && g.lock_duration_ms == 5000 && g.default_ttl_ms == 60000);
+    CHECK(g.max_messages == 50 && g.dedup_window_ms == 1000);
+    /* ... and decisions use it: the third abandon dead-letters the message. */
+    send_text(plain, "poison");
+    postbox_message *m = NULL;
+    for (int i = 0; i < 3; i++) {
+        REQUIRE_OK(postbox_receive(again, NULL, 1000, &m));
+        CHECK_OK(postbox_message_abandon(m, 0));
+        postbox_message_free(m);
+    }
+    CHECK(stats_of(q).dead_lettered == 1);
+
+    /* Clearing optional options: none / unlimited. */
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_DEFAULT_TTL | POSTBOX_OPTION_MAX_MESSAGES;
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &o);
+    g = queue_options_of(q);
+    CHECK(g.default_ttl_ms == 0 && g.max_messages == 0);
+    CHECK(g.max_deliveries == 3 && g.lock_duration_ms == 5000 && g.dedup_window_ms == 1000);
+    send_text(q, "lives");
+    REQUIRE_OK(postbox_peek(q, &m));
+    CHECK(postbox_message_expires_at_ms(m) == 0);
+    postbox_message_free(m);
+
+    /* Clearing the others: back to the defaults. */
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_LOCK_DURATION | POSTBOX_OPTION_MAX_DELIVERIES |
+              POSTBOX_OPTION_MAX_MESSAGE_SIZE | POSTBOX_OPTION_MAX_BYTES |
+              POSTBOX_OPTION_DEDUP_WINDOW;
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &o);
+    g = queue_options_of(q);
+    CHECK(g.max_deliveries == 10 && g.lock_duration_ms == 30000 && g.dedup_window_ms == 0);
+    CHECK(g.max_message_size == 4u << 20 && g.max_bytes == 0);
+
+    /* Set and clear at once, unknown flags: refused, nothing changed. */
+    postbox_queue *bad = NULL;
+    postbox_queue_options_init(&o);
+    o.max_bytes = 5;
+    o.clear = POSTBOX_OPTION_MAX_BYTES;
+    CHECK_RC(postbox_queue_open(store, "merge", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "max_bytes") != NULL);
+    postbox_queue_options_init(&o);
+    o.clear = 1u << 20;
+    CHECK_RC(postbox_queue_open(store, "merge", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+    CHECK(queue_options_of(q).max_bytes == 0);
+
+    /* Round trip: what options_get reads, given back to open, changes nothing. */
+    postbox_queue_options_init(&o);
+    o.max_deliveries = 7;
+    o.lock_duration_ms = 1234;
+    o.default_ttl_ms = 99000;
+    o.max_message_size = 777;
+    o.max_messages = 8;
+    o.max_bytes = 9999;
+    o.dedup_window_ms = 4321;
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &o);
+    postbox_queue_options g1 = queue_options_of(q);
+    CHECK(same_options(&g1, &o));
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &g1);
+    postbox_queue_options g2 = queue_options_of(q);
+    CHECK(same_options(&g1, &g2));
+
+    /* A caller built against the header before `clear`: its smaller struct is accepted by
+     * open and get, and get writes nothing past it. */
+    struct {
+        postbox_queue_options o;
+        char guard[16];
+    } old;
+    memset(&old, 0xab, sizeof old);
+    old.o.struct_size = (uint32_t)offsetof(postbox_queue_options, clear);
+    CHECK_OK(postbox_queue_options_get(q, &old.o));
+    CHECK(old.o.struct_size == offsetof(postbox_queue_options, clear));
+    CHECK(old.o.max_deliveries == 7 && old.o.dedup_window_ms == 4321);
+    CHECK(old.o.clear == 0xabababab && (unsigned char)old.guard[0] == 0xab);
+    memset(&old.o, 0, offsetof(postbox_queue_options, clear));
+    old.o.struct_size = (uint32_t)offsetof(postbox_queue_options, clear);
+    old.o.max_deliveries = 4; /* old.o.clear holds 0xab bytes: not read */
+    postbox_queue_free(again);
+    again = open_queue(store, "merge", &old.o);
+    g = queue_options_of(q);
+    CHECK(g.max_deliveries == 4 && g.max_bytes == 9999);
+
+    /* Arguments. */
+    CHECK_RC(postbox_queue_options_get(NULL, &g), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_options_get(q, NULL), POSTBOX_INVALID_ARGUMENT);
+    g.struct_size = 4;
+    CHECK_RC(postbox_queue_options_get(q, &g), POSTBOX_INVALID_ARGUMENT);
+    g.struct_size = (uint32_t)sizeof g + 8;
+    CHECK_RC(postbox_queue_options_get(q, &g), POSTBOX_INVALID_ARGUMENT);
+
+    postbox_queue_free(again);
+    postbox_queue_free(plain);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* The dead-letter queue's name, and the reason macros. */
+static void test_dead_letter_naming(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "orders", NULL);
+    if (q == NULL) return;
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    CHECK(bytes_is(postbox_queue_name(dlq), "orders" POSTBOX_DEAD_LETTER_SUFFIX));
+    CHECK(bytes_is(postbox_queue_name(dlq), "orders/$deadletterqueue"));
+    /* The name is reserved: it opens the dead-letter queue of an existing queue only. */
+    postbox_queue *byname = NULL;
+    CHECK_RC(postbox_queue_open(store, "nosuch" POSTBOX_DEAD_LETTER_SUFFIX, NULL, &byname),
+             POSTBOX_INVALID_ARGUMENT);
+    REQUIRE_OK(postbox_queue_open(store, "orders" POSTBOX_DEAD_LETTER_SUFFIX, NULL, &byname));
+    CHECK(postbox_queue_is_dead_letter(byname));
+    postbox_queue_free(byname);
+    CHECK(strcmp(POSTBOX_REASON_TTL_EXPIRED, "TTLExpired") == 0);
+    CHECK(strcmp(POSTBOX_REASON_MAX_DELIVERIES, "MaxDeliveryCountExceeded") == 0);
+    CHECK(strcmp(POSTBOX_REASON_DECODE_FAILED, "DecodeFailed") == 0);
+
+    /* The reasons postbox writes are the macros. */
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.ttl_ms = 1;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"ttl", 3, &o, NULL));
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_deliveries = 1;
+    postbox_queue_free(q);
+    q = open_queue(store, "orders", &qo);
+    sleep_ms(20);
+    send_text(q, "spent");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(bytes_is(postbox_message_body(m), "spent"));
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    int ttl = 0, spent = 0;
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(dlq, &br));
+    while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+        postbox_bytes reason = postbox_message_dead_letter_reason(m);
+        if (bytes_is(postbox_message_body(m), "ttl"))
+            ttl += bytes_is(reason, POSTBOX_REASON_TTL_EXPIRED);
+        if (bytes_is(postbox_message_body(m), "spent"))
+            spent += bytes_is(reason, POSTBOX_REASON_MAX_DELIVERIES);
+        CHECK(bytes_is(postbox_message_queue(m), "orders" POSTBOX_DEAD_LETTER_SUFFIX));
+        CHECK(bytes_is(postbox_message_dead_letter_source(m), "orders"));
+        postbox_message_free(m);
+    }
+    postbox_browse_free(br);
+    CHECK(ttl == 1 && spent == 1);
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* Batches refuse a message of another queue; duplicate property keys are refused; a timed-out
+ * batch receive reports a count of 0. */
+static void test_batch_and_property_refusals(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *a = open_queue(store, "a", NULL);
+    postbox_queue *b = open_queue(store, "b", NULL);
+    if (a == NULL || b == NULL) return;
+    send_text(a, "1");
+    send_text(b, "2");
+    postbox_message *ma = NULL, *mb = NULL;
+    REQUIRE_OK(postbox_receive(a, NULL, 1000, &ma));
+    REQUIRE_OK(postbox_receive(b, NULL, 1000, &mb));
+    postbox_message *both[2] = {ma, mb};
+    CHECK_RC(postbox_complete_batch(a, both, 2), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "messages[1]") != NULL);
+    postbox_message *out[4] = {NULL, NULL, NULL, NULL};
+    size_t n = 77;
+    CHECK_RC(postbox_complete_batch_and_receive(a, both, 2, 4, 0, out, &n),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(n == 77 && out[0] == NULL);
+    CHECK(postbox_message_is_held(ma) && postbox_message_is_held(mb));
+    CHECK(stats_of(a).locked == 1 && stats_of(b).locked == 1);
+    CHECK_OK(postbox_complete_batch(a, &ma, 1));
+    CHECK_OK(postbox_complete_batch(b, &mb, 1));
+    postbox_message_free(ma);
+    postbox_message_free(mb);
+    CHECK(stats_of(a).locked == 0 && stats_of(b).active == 0);
+
+    /* TIMEOUT writes a count of 0 (and no handle). */
+    n = 77;
+    CHECK_RC(postbox_receive_batch(a, 4, 0, out, &n), POSTBOX_TIMEOUT);
+    CHECK(n == 0 && out[0] == NULL);
+    n = 77;
+    CHECK_RC(postbox_complete_batch_and_receive(a, NULL, 0, 4, 0, out, &n), POSTBOX_TIMEOUT);
+    CHECK(n == 0 && out[0] == NULL);
+
+    /* A property key listed twice is refused, in a send and in a batch. */
+    postbox_property props[3];
+    props[0].key = "k";
+    props[0].kind = POSTBOX_PROPERTY_STRING;
+    props[0].value = (const uint8_t *)"v1";
+    props[0].value_len = 2;
+    props[1] = props[0];
+    props[1].key = "other";
+    props[2] = props[0];
+    props[2].value = (const uint8_t *)"v2";
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.properties = props;
+    o.property_count = 3;
+    CHECK_RC(postbox_send(a, NULL, (const uint8_t *)"x", 1, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "twice") != NULL);
+    postbox_send_item item = {(const uint8_t *)"x", 1, &o};
+    CHECK_RC(postbox_send_batch(a, NULL, &item, 1, NULL), POSTBOX_INVALID_ARGUMENT);
+    o.property_count = 2; /* without the duplicate */
+    CHECK_OK(postbox_send(a, NULL, (const uint8_t *)"x", 1, &o, NULL));
+    CHECK(stats_of(a).active == 1);
+
+    postbox_queue_free(a);
+    postbox_queue_free(b);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* Total size of the regular files in dir (the store and anything beside it). */
+static long long dir_bytes(const char *dir) {
+    long long total = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[1024];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (long long)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+/* Oversize fields are refused before they reach the file; a huge dead-letter description is
+ * cut. */
+static void test_oversize_fields(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.max_message_size = 100;
+    postbox_queue *q = open_queue(store, "small", &qo);
+    if (q == NULL) return;
+    const size_t big_len = 5u << 20;
+    char *big = malloc(big_len + 1);
+    if (big == NULL) return;
+    memset(big, 'x', big_len);
+    big[big_len] = 0;
+    const uint8_t *body = (const uint8_t *)"body";
+    long long before = dir_bytes(dir);
+
+    postbox_send_options o;
+    const char **fields[] = {&o.label,   &o.content_type, &o.correlation_id,
+                             &o.reply_to, &o.message_key, &o.group};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        postbox_send_options_init(&o);
+        *fields[i] = big;
+        CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+        CHECK(strstr(postbox_last_error_message(), "1024") != NULL);
+    }
+    postbox_property p;
+    p.key = big;
+    p.kind = POSTBOX_PROPERTY_STRING;
+    p.value = (const uint8_t *)"v";
+    p.value_len = 1;
+    postbox_send_options_init(&o);
+    o.properties = &p;
+    o.property_count = 1;
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    p.key = "";
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    p.key = "k";
+    p.kind = POSTBOX_PROPERTY_BYTES;
+    p.value = (const uint8_t *)big;
+    p.value_len = big_len;
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_TOO_LARGE);
+    CHECK_RC(postbox_send(q, NULL, (const uint8_t *)big, big_len, NULL, NULL), POSTBOX_TOO_LARGE);
+    /* The limit counts the whole message: 4 bytes of body plus a 97-byte label is 101. */
+    char label[128];
+    memset(label, 'l', sizeof label);
+    label[97] = 0;
+    postbox_send_options_init(&o);
+    o.label = label;
+    CHECK_RC(postbox_send(q, NULL, body, 4, &o, NULL), POSTBOX_TOO_LARGE);
+    CHECK(strstr(postbox_last_error_message(), "101") != NULL);
+    /* In a transaction, at once. */
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_send(q, tx, body, 4, &o, NULL), POSTBOX_TOO_LARGE);
+    postbox_send_options_init(&o);
+    o.correlation_id = big;
+    CHECK_RC(postbox_send(q, tx, body, 4, &o, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_abort(tx));
+    CHECK(stats_of(q).active == 0);
+    CHECK(dir_bytes(dir) == before);
+
+    label[96] = 0; /* exactly 100 bytes */
+    postbox_send_options_init(&o);
+    o.label = label;
+    CHECK_OK(postbox_send(q, NULL, body, 4, &o, NULL));
+    CHECK(stats_of(q).bytes == 100);
+
+    /* A 20 MB dead-letter description is cut to POSTBOX_MAX_DESCRIPTION_LEN bytes, at a
+     * character boundary. */
+    const size_t huge_len = 20u << 20;
+    char *huge = malloc(huge_len + 1);
+    if (huge != NULL) {
+        memset(huge, 'd', huge_len);
+        huge[huge_len] = 0;
+        postbox_queue *w = open_queue(store, "wide", NULL);
+        postbox_queue *dlq = NULL;
+        postbox_message *m = NULL;
+        send_text(w, "one");
+        send_text(w, "two");
+        REQUIRE_OK(postbox_queue_dead_letters(w, &dlq));
+        REQUIRE_OK(postbox_receive(w, NULL, 1000, &m));
+        CHECK_OK(postbox_message_dead_letter(m, "Big", huge));
+        postbox_message_free(m);
+        /* "a" then two-byte characters: byte 4096 falls inside a character. */
+        huge[0] = 'a';
+        for (size_t i = 1; i + 1 < huge_len; i += 2) {
+            huge[i] = (char)0xc3;
+            huge[i + 1] = (char)0xa9; /* U+00E9 */
+        }
+        huge[huge_len - 1] = 'z';
+        REQUIRE_OK(postbox_receive(w, NULL, 1000, &m));
+        CHECK_OK(postbox_message_dead_letter(m, "Wide", huge));
+        postbox_message_free(m);
+        for (int i = 0; i < 2; i++) {
+            REQUIRE_OK(postbox_receive(dlq, NULL, 1000, &m));
+            postbox_bytes d = postbox_message_dead_letter_description(m);
+            if (bytes_is(postbox_message_dead_letter_reason(m), "Big")) {
+                CHECK(d.len == POSTBOX_MAX_DESCRIPTION_LEN && d.data[0] == 'd');
+            } else {
+                CHECK(d.len == POSTBOX_MAX_DESCRIPTION_LEN - 1);
+                CHECK(d.len > 1 && (unsigned char)d.data[d.len - 1] == 0xa9);
+            }
+            CHECK_OK(postbox_message_complete(m));
+            postbox_message_free(m);
+        }
+        postbox_queue_free(dlq);
+        postbox_queue_free(w);
+        free(huge);
+    }
+    free(big);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* fork(): a handle belongs to the process that opened its store (invariant 11)              */
+
+/* Waits up to limit_ms for child pid; kills it if it is still running. Returns its exit code,
+ * or -1 if it hung or died of a signal. */
+static int wait_child(pid_t pid, long limit_ms) {
+    int status = 0;
+    for (long waited = 0; waited < limit_ms; waited += 5) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (r < 0) return -1;
+        sleep_ms(5);
+    }
+    fprintf(stderr, "  child %d still running after %ld ms: killed\n", (int)pid, limit_ms);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* Ends a forked child with `code`. Through exec rather than exit: a child lets go of the
+ * handles it inherited without freeing the parent's state (that memory belongs to threads of
+ * the parent, which do not exist in the child), and valgrind's leak check at exit would count
+ * it against the child. An exec ends the process image without that check. */
+static void child_exit(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    execl("/bin/sh", "sh", "-c", code == 0 ? "exit 0" : "exit 1", (char *)NULL);
+    _exit(code == 0 ? 0 : 1);
+}
+
+static postbox_store *open_multi(const char *path) {
+    postbox_store_options so;
+    postbox_store_options_init(&so);
+    so.multi_process = 1;
+    postbox_store *store = NULL;
+    int rc = postbox_store_open(path, &so, &store);
+    if (rc != POSTBOX_OK) {
+        fprintf(stderr, "  cannot open %s: %s\n", path, postbox_last_error_message());
+        harness_failed_checks++;
+        return NULL;
+    }
+    return store;
+}
+
+/* The bodies in queue `name` of the store at `path`, each once, joined with ','. */
+static void bodies_of(const char *path, const char *name, char *out, size_t cap) {
+    out[0] = 0;
+    postbox_store *store = open_multi(path);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, name, NULL);
+    postbox_browser *br = NULL;
+    if (q != NULL && postbox_browse_open(q, &br) == POSTBOX_OK) {
+        postbox_message *m = NULL;
+        while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+            postbox_bytes b = postbox_message_body(m);
+            size_t used = strlen(out);
+            snprintf(out + used, cap - used, "%s%.*s", used ? "," : "", (int)b.len,
+                     (const char *)b.data);
+            postbox_message_free(m);
+        }
+        postbox_browse_free(br);
+    }
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static void test_fork_child_gets_forked(const char *dir) {
+    const char *path = path_in(dir, "fork.postbox");
+    char path_copy[1024];
+    snprintf(path_copy, sizeof path_copy, "%s", path);
+    postbox_store *store = open_multi(path_copy);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "jobs", NULL);
+    postbox_queue *idle = open_queue(store, "idle", NULL);
+    if (q == NULL || idle == NULL) return;
+    send_text(q, "parent-held");
+    send_text(q, "parent-1");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_send(q, tx, (const uint8_t *)"parent-tx", 9, NULL, NULL));
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(q, &br));
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(idle, NULL, proc_handler, &st, &p));
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        CHECK(pid >= 0);
+        return;
+    }
+    if (pid == 0) {
+        /* The child: every call on an inherited handle is refused, nothing is written. */
+        harness_failed_checks = 0;
+        postbox_message *m = NULL;
+        postbox_stats s;
+        postbox_queue *q2 = NULL;
+        postbox_strings *names = NULL;
+        postbox_tx *tx2 = NULL;
+        postbox_processor *p2 = NULL;
+        postbox_queue_options qo;
+        postbox_queue_options_init(&qo);
+        CHECK_RC(postbox_send(q, NULL, (const uint8_t *)"child", 5, NULL, NULL), POSTBOX_FORKED);
+        CHECK(strstr(postbox_last_error_message(), "process") != NULL);
+        postbox_send_item item = {(const uint8_t *)"child", 5, NULL};
+        CHECK_RC(postbox_send_batch(q, NULL, &item, 1, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_receive(q, NULL, 100, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_peek(q, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_get(q, postbox_message_id(held), &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_stats(q, &s), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_purge(q, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_options_get(q, &qo), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_dead_letters(q, &q2), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_open(store, "jobs", NULL, &q2), POSTBOX_FORKED);
+        CHECK_RC(postbox_store_queues(store, &names), POSTBOX_FORKED);
+        postbox_commit_stats cs;
+        CHECK_RC(postbox_store_stats(store, &cs), POSTBOX_FORKED);
+        CHECK_RC(postbox_queue_delete(store, "jobs", NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_tx_begin(store, &tx2), POSTBOX_FORKED);
+        CHECK_RC(postbox_send(q, tx, (const uint8_t *)"child", 5, NULL, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_receive(q, tx, 0, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_tx_complete(tx, held), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_complete(held), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_abandon(held, 0), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_dead_letter(held, "x", NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_renew_lock(held, NULL), POSTBOX_FORKED);
+        postbox_message *batch[1] = {held};
+        CHECK_RC(postbox_complete_batch(q, batch, 1), POSTBOX_FORKED);
+        CHECK(!postbox_message_is_held(held));
+        CHECK(bytes_is(postbox_message_body(held), "parent-held")); /* contents stay readable */
+        CHECK_RC(postbox_browse_next(br, &m), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_start(q, NULL, proc_handler, &st, &p2), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_start_transactional(q, NULL, proc_tx_handler, &st, &p2),
+                 POSTBOX_FORKED);
+        postbox_processor_counters pc;
+        CHECK_RC(postbox_processor_stats(p, &pc), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_stop(p), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_shutdown(p, 0, NULL), POSTBOX_FORKED);
+        CHECK(m == NULL && q2 == NULL && names == NULL && tx2 == NULL && p2 == NULL);
+        /* Letting go of the inherited handles returns at once and writes nothing. */
+        CHECK_RC(postbox_tx_commit(tx), POSTBOX_FORKED); /* frees the handle */
+        postbox_browse_free(br);
+        postbox_message_free(held);
+        postbox_processor_free(p);
+        postbox_queue_free(idle);
+        postbox_queue_free(q);
+        CHECK_OK(postbox_store_close(store));
+        /* The child opens the store itself and works normally. */
+        postbox_store *own = open_multi(path_copy);
+        if (own != NULL) {
+            postbox_queue *oq = open_queue(own, "jobs", NULL);
+            if (oq != NULL) {
+                send_text(oq, "child-own");
+                postbox_queue_free(oq);
+            }
+            CHECK_OK(postbox_store_close(own));
+        }
+        child_exit(harness_failed_checks);
+    }
+
+    int code = wait_child(pid, 120000);
+    CHECK(code == 0);
+    /* The parent is unaffected: its lock, its transaction, its browser and its processor. */
+    CHECK(postbox_message_is_held(held));
+    CHECK_OK(postbox_message_complete(held));
+    postbox_message_free(held);
+    CHECK_OK(postbox_tx_commit(tx));
+    postbox_message *m = NULL;
+    CHECK_OK(postbox_browse_next(br, &m));
+    postbox_message_free(m);
+    postbox_browse_free(br);
+    postbox_shutdown_report r;
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished);
+    postbox_processor_free(p);
+    send_text(q, "parent-2");
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 4 && s.locked == 0);
+    postbox_queue_free(idle);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    pthread_mutex_destroy(&st.mutex);
+
+    /* After reopening: exactly the parent's messages and the child's own send, in commit
+     * order (the child sent before the parent committed its transaction). */
+    char bodies[256];
+    bodies_of(path_copy, "jobs", bodies, sizeof bodies);
+    CHECK(strcmp(bodies, "parent-1,child-own,parent-tx,parent-2") == 0);
+    if (strcmp(bodies, "parent-1,child-own,parent-tx,parent-2") != 0)
+        fprintf(stderr, "  bodies: %s\n", bodies);
+}
+
+/* A child forked while another thread of the parent is in the middle of a commit gets FORKED
+ * at once instead of waiting for a lock that nobody in the child will ever release. */
+struct fork_sender {
+    postbox_queue *q;
+    pthread_mutex_t mutex;
+    int stop;
+    int errors;
+    long sent;
+};
+
+static void *fork_sender_loop(void *arg) {
+    struct fork_sender *fs = (struct fork_sender *)arg;
+    for (;;) {
+        pthread_mutex_lock(&fs->mutex);
+        int stop = fs->stop;
+        pthread_mutex_unlock(&fs->mutex);
+        if (stop) break;
+        int rc = postbox_send(fs->q, NULL, (const uint8_t *)"bg", 2, NULL, NULL);
+        pthread_mutex_lock(&fs->mutex);
+        if (rc == POSTBOX_OK)
+            fs->sent++;
+        else
+            fs->errors++;
+        pthread_mutex_unlock(&fs->mutex);
+    }
+    return NULL;
+}
+
+static long elapsed_ms(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (t1.tv_sec - t0->tv_sec) * 1000 + (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static void test_fork_during_commit(const char *dir) {
+    postbox_store *store = open_store(dir); /* single-process, durable: commits take a while */
+    if (store == NULL) return;
+    struct fork_sender fs;
+    memset(&fs, 0, sizeof fs);
+    fs.q = open_queue(store, "busy", NULL);
+    if (fs.q == NULL) return;
+    pthread_mutex_init(&fs.mutex, NULL);
+    pthread_t senders[2];
+    for (int i = 0; i < 2; i++) pthread_create(&senders[i], NULL, fork_sender_loop, &fs);
+    const char *env = getenv("POSTBOX_C_FORK_ROUNDS");
+    int rounds = env != NULL ? atoi(env) : 20;
+    int hung = 0, wrong = 0;
+    for (int i = 0; i < rounds; i++) {
+        sleep_ms(3 + i % 7);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) break;
+        if (pid == 0) {
+            struct timespec t0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            postbox_message *m = NULL;
+            int a = postbox_send(fs.q, NULL, (const uint8_t *)"child", 5, NULL, NULL);
+            int b = postbox_receive(fs.q, NULL, 1000, &m);
+            postbox_queue_free(fs.q);
+            int c = postbox_store_close(store);
+            long took = elapsed_ms(&t0);
+            child_exit(a == POSTBOX_FORKED && b == POSTBOX_FORKED && c == POSTBOX_OK &&
+                               took < 5000
+                           ? 0
+                           : 1);
+        }
+        int code = wait_child(pid, 60000);
+        if (code < 0) hung++;
+        if (code > 0) wrong++;
+    }
+    pthread_mutex_lock(&fs.mutex);
+    fs.stop = 1;
+    pthread_mutex_unlock(&fs.mutex);
+    for (int i = 0; i < 2; i++) pthread_join(senders[i], NULL);
+    CHECK(hung == 0);
+    CHECK(wrong == 0);
+    CHECK(fs.errors == 0);
+    CHECK(fs.sent > 0);
+    /* No child wrote: the queue holds exactly the parent's sends. */
+    CHECK(stats_of(fs.q).active == (uint64_t)fs.sent);
+    pthread_mutex_destroy(&fs.mutex);
+    postbox_queue_free(fs.q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A full disk (needs a small tmpfs, so root; skipped otherwise)                             */
+
+#define DF_ITEMS 8
+#define DF_BODY 1500
+#define DF_MAX_BATCHES 4000
+
+struct df_round {
+    int rc[DF_MAX_BATCHES];   /* status of each batch */
+    int size[DF_MAX_BATCHES]; /* messages in it */
+    int batches;
+};
+
+/* Fills the file system of `path` with a filler file, then gives back `leave` bytes. Returns
+ * 0 when the file system was filled (write failed with ENOSPC). */
+static int df_fill(const char *path, long leave) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return -1;
+    static char block[64 * 1024];
+    memset(block, 'f', sizeof block);
+    long total = 0;
+    int full = 0;
+    for (size_t chunk = sizeof block; chunk >= 512 && !full; chunk /= 8) {
+        for (;;) {
+            ssize_t n = write(fd, block, chunk);
+            if (n > 0) {
+                total += n;
+                continue;
+            }
+            if (n < 0 && errno == ENOSPC) break;
+            close(fd);
+            return -1;
+        }
+        if (chunk == 512) full = 1;
+    }
+    int rc = ftruncate(fd, total > leave ? total - leave : 0);
+    close(fd);
+    return rc == 0 ? 0 : -1;
+}
+
+static void df_remove_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) unlink(p);
+    }
+    closedir(d);
+}
+
+/* Sends batch `b` of `n` messages: a plain batch send, or a transaction's sends and commit. */
+static int df_send(postbox_store *store, postbox_queue *q, int b, int n, int in_tx) {
+    static char bodies[DF_ITEMS][DF_BODY];
+    postbox_send_item items[DF_ITEMS];
+    for (int i = 0; i < n; i++) {
+        memset(bodies[i], 'p', DF_BODY);
+        int len = snprintf(bodies[i], DF_BODY, "B%05d:%d:", b, i);
+        bodies[i][len] = 'p'; /* overwrite the NUL: the body is the whole buffer */
+        items[i].body = (const uint8_t *)bodies[i];
+        items[i].body_len = DF_BODY;
+        items[i].options = NULL;
+    }
+    if (!in_tx) return postbox_send_batch(q, NULL, items, (size_t)n, NULL);
+    postbox_tx *tx = NULL;
+    int rc = postbox_tx_begin(store, &tx);
+    if (rc != POSTBOX_OK) return rc;
+    for (int i = 0; i < n; i++) {
+        rc = postbox_send(q, tx, items[i].body, items[i].body_len, NULL, NULL);
+        if (rc != POSTBOX_OK) {
+            postbox_tx_abort(tx);
+            return rc;
+        }
+    }
+    return postbox_tx_commit(tx);
+}
+
+static int df_record(struct df_round *r, int rc, int n) {
+    if (r->batches < DF_MAX_BATCHES) {
+        r->rc[r->batches] = rc;
+        r->size[r->batches] = n;
+        r->batches++;
+    }
+    return rc;
+}
+
+static void df_round(const char *mnt, int step, long leave) {
+    char path[1024], filler[1024];
+    snprintf(path, sizeof path, "%s/round%d.postbox", mnt, step);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    static struct df_round r;
+    memset(&r, 0, sizeof r);
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.lock_duration_ms = 3600 * 1000; /* "held" stays locked however slow the round */
+    postbox_queue *q = open_queue(store, "fill", &qo);
+    if (q == NULL) return;
+    send_text(q, "held");
+    postbox_message *held = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+
+    if (df_fill(filler, leave) != 0) {
+        CHECK(!"cannot fill the tmpfs");
+        return;
+    }
+    /* Send until the disk is full: batch sends and transactions in turn. */
+    int rc = POSTBOX_OK;
+    while (rc == POSTBOX_OK && r.batches < DF_MAX_BATCHES - 16) {
+        int in_tx = r.batches % 2;
+        rc = df_record(&r, df_send(store, q, r.batches, DF_ITEMS, in_tx), DF_ITEMS);
+    }
+    const char *how = r.batches % 2 == 0 ? "a transaction commit" : "a batch send";
+    fprintf(stderr, "  round %d (%ld bytes left): %s failed after %d batches: %d (%s): %s\n",
+            step, leave, how, r.batches - 1, rc, postbox_strerror(rc),
+            postbox_last_error_message());
+    /* The truth about a full disk: STORAGE_FULL when nothing was written, OUTCOME_UNKNOWN when
+     * it cannot be known; never a bare I/O error. */
+    CHECK(rc == POSTBOX_STORAGE_FULL || rc == POSTBOX_OUTCOME_UNKNOWN);
+
+    /* While the disk stays full, the calls that fail say so. */
+    for (int k = 0; k < 3; k++) {
+        rc = df_record(&r, df_send(store, q, r.batches, 2, k % 2), 2);
+        if (rc != POSTBOX_OK) CHECK_RC(rc, POSTBOX_STORAGE_FULL);
+    }
+    /* A settle that fails keeps its lock for the retry. */
+    int settled = postbox_message_complete(held);
+    if (settled != POSTBOX_OK) {
+        CHECK(settled == POSTBOX_STORAGE_FULL || settled == POSTBOX_OUTCOME_UNKNOWN);
+        CHECK(postbox_message_is_held(held));
+    }
+
+    /* Space comes back: the same handle works again, without reopening. */
+    CHECK(unlink(filler) == 0);
+    CHECK_OK(df_record(&r, df_send(store, q, r.batches, DF_ITEMS, 0), DF_ITEMS));
+    CHECK_OK(df_record(&r, df_send(store, q, r.batches, DF_ITEMS, 1), DF_ITEMS));
+    if (settled != POSTBOX_OK) {
+        int again = postbox_message_complete(held);
+        /* After OUTCOME_UNKNOWN the first complete may have landed: then the lock is gone. */
+        if (settled == POSTBOX_OUTCOME_UNKNOWN && again == POSTBOX_LOCK_LOST) again = POSTBOX_OK;
+        CHECK_OK(again);
+    }
+    postbox_message_free(held);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+
+    /* Reopened, the store holds exactly the batches that succeeded, none of those refused
+     * with STORAGE_FULL, and all or nothing of an OUTCOME_UNKNOWN one. */
+    static int count[DF_MAX_BATCHES];
+    memset(count, 0, sizeof count);
+    int held_left = 0, strangers = 0;
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    q = open_queue(store, "fill", NULL);
+    postbox_browser *br = NULL;
+    if (q != NULL && postbox_browse_open(q, &br) == POSTBOX_OK) {
+        postbox_message *m = NULL;
+        while (postbox_browse_next(br, &m) == POSTBOX_OK) {
+            postbox_bytes body = postbox_message_body(m);
+            char head[16] = {0}; /* bodies are not NUL-terminated */
+            memcpy(head, body.data, body.len < sizeof head - 1 ? body.len : sizeof head - 1);
+            int b = -1;
+            if (bytes_is(body, "held"))
+                held_left++;
+            else if (body.len == DF_BODY && sscanf(head, "B%05d:", &b) == 1 && b >= 0 &&
+                     b < r.batches)
+                count[b]++;
+            else
+                strangers++;
+            postbox_message_free(m);
+        }
+        postbox_browse_free(br);
+    }
+    CHECK(held_left == 0 && strangers == 0);
+    for (int b = 0; b < r.batches; b++) {
+        int ok = r.rc[b] == POSTBOX_OK ? count[b] == r.size[b]
+                 : r.rc[b] == POSTBOX_STORAGE_FULL
+                     ? count[b] == 0
+                     : r.rc[b] == POSTBOX_OUTCOME_UNKNOWN && (count[b] == 0 || count[b] == r.size[b]);
+        if (!ok)
+            fprintf(stderr, "  round %d batch %d: status %d (%s), %d of %d messages stored\n", step,
+                    b, r.rc[b], postbox_strerror(r.rc[b]), count[b], r.size[b]);
+        CHECK(ok);
+    }
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    df_remove_files(mnt);
+}
+
+static void test_disk_full(const char *dir) {
+    char mnt[1024];
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    if (mkdir(mnt, 0700) != 0) {
+        CHECK(!"mkdir");
+        return;
+    }
+    /* Knobs: the tmpfs size, and how many rounds (each with more space left when the sends
+     * start, so that the disk fills up at a different point of the file's growth). */
+    const char *mb_env = getenv("POSTBOX_C_DISKFULL_MB");
+    const char *steps_env = getenv("POSTBOX_C_DISKFULL_STEPS");
+    long mb = mb_env != NULL && atol(mb_env) >= 2 ? atol(mb_env) : 8;
+    int steps = steps_env != NULL && atoi(steps_env) > 0 ? atoi(steps_env) : 6;
+    char options[64];
+    snprintf(options, sizeof options, "size=%ldm", mb);
+    if (mount("tmpfs", mnt, "tmpfs", 0, options) != 0) {
+        fprintf(stderr,
+                "  SKIPPED: cannot mount a tmpfs at %s (%s); the full-disk test needs root "
+                "(CAP_SYS_ADMIN)\n",
+                mnt, strerror(errno));
+        printf("skip disk_full: cannot mount a tmpfs (needs root)\n");
+        return;
+    }
+    /* The space left when the sends start: from almost nothing to a quarter of the tmpfs,
+     * off any page or block boundary. */
+    long span = mb * 1024 * 1024 / 4;
+    for (int step = 0; step < steps; step++) {
+        long leave = 700 + span / steps * step + (long)step * 4099;
+        df_round(mnt, step, leave);
+        if (harness_failed_checks > 0) break;
+    }
+    CHECK(umount2(mnt, MNT_DETACH) == 0);
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -1553,6 +2612,15 @@ int main(int argc, char **argv) {
         {"processor_failures", test_processor_failures},
         {"processor_transactional", test_processor_transactional},
         {"processor_shutdown_waits", test_processor_shutdown_waits},
+        {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
+        {"closed_store_refuses_work", test_closed_store_refuses_work},
+        {"queue_options_merge", test_queue_options_merge},
+        {"dead_letter_naming", test_dead_letter_naming},
+        {"batch_and_property_refusals", test_batch_and_property_refusals},
+        {"oversize_fields", test_oversize_fields},
+        {"fork_child_gets_forked", test_fork_child_gets_forked},
+        {"fork_during_commit", test_fork_during_commit},
+        {"disk_full", test_disk_full},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
