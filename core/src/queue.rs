@@ -212,6 +212,12 @@ impl QueueOptions {
         if self.max_deliveries == 0 {
             return Err(Error::invalid("max_deliveries must be at least 1"));
         }
+        // 0 would mean "refuse every send", which C cannot tell from "unlimited" (its 0).
+        if self.max_messages == Some(0) || self.max_bytes == Some(0) {
+            return Err(Error::invalid(
+                "max_messages and max_bytes must be at least 1 (clear them for no limit)",
+            ));
+        }
         if self.max_message_size > u32::MAX as usize {
             return Err(Error::invalid("max_message_size cannot exceed 4 GiB - 1"));
         }
@@ -454,9 +460,28 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// [`Error::LockLost`] for the first message whose lock is gone.
+    /// [`Error::LockLost`] for the first message whose lock is gone; [`Error::InvalidArgument`]
+    /// when a message was received from another queue or store (nothing is completed then, and
+    /// the messages go back to their queues).
     pub fn complete_batch(&self, messages: Vec<Received>) -> Result<()> {
+        self.check_own(&messages)?;
         crate::received::complete_all(&self.engine, messages)
+    }
+
+    /// Refuses messages received from another queue (or store) than this one.
+    fn check_own(&self, messages: &[Received]) -> Result<()> {
+        if let Some(m) = messages
+            .iter()
+            .find(|m| !Arc::ptr_eq(&m.engine, &self.engine) || m.queue() != &*self.name)
+        {
+            return Err(Error::invalid(format!(
+                "message {} was received from queue {:?}, not from {:?}",
+                m.id(),
+                m.queue(),
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     /// Completes `done` and locks up to `max` more messages of this queue in **one** commit —
@@ -482,7 +507,7 @@ impl Queue {
     ///
     /// [`Error::LockLost`] if any lock of `done` was lost: then nothing was completed or
     /// received, and the rest of `done` is returned to the queue. [`Error::InvalidArgument`]
-    /// when `max` is 0 or a message belongs to another store.
+    /// when `max` is 0 or a message was received from another queue or store.
     pub fn complete_batch_and_receive(
         &self,
         done: Vec<Received>,
@@ -492,11 +517,7 @@ impl Queue {
         if max == 0 {
             return Err(Error::invalid("complete_batch_and_receive needs max >= 1"));
         }
-        if done.iter().any(|r| !Arc::ptr_eq(&r.engine, &self.engine)) {
-            return Err(Error::invalid(
-                "a message belongs to another store than this queue",
-            ));
-        }
+        self.check_own(&done)?;
         let deadline = Instant::now().checked_add(timeout);
         let locks: Vec<(u64, u64)> = done.into_iter().map(Received::take_lock).collect();
         let (q, name, owner) = (self.id, self.name.to_string(), self.engine.owner);

@@ -278,3 +278,34 @@ fn opening_a_store_twice_in_one_process_says_so() {
     first.close().unwrap();
     Store::open(&path).unwrap().close().unwrap();
 }
+
+#[test]
+fn complete_batch_refuses_messages_of_another_queue() {
+    let t = TestStore::new();
+    let a = t.store().queue("a").unwrap();
+    let b = t.store().queue("b").unwrap();
+    b.send("of b").unwrap();
+    let m = b.try_receive().unwrap().unwrap();
+    let e = a.complete_batch(vec![m]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    // Nothing was completed: the message went back to b.
+    assert_eq!(counts(&b), (1, 0, 0, 0, 4));
+    let m = b.try_receive().unwrap().unwrap();
+    let e = a
+        .complete_batch_and_receive(vec![m], 1, Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert_eq!(counts(&b), (1, 0, 0, 0, 4));
+}
+
+#[test]
+fn zero_quotas_are_refused() {
+    let t = TestStore::new();
+    for o in [
+        QueueOptions::default().max_messages(0),
+        QueueOptions::default().max_bytes(0),
+    ] {
+        let e = t.store().queue_with("q", o).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
+}

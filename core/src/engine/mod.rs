@@ -434,10 +434,15 @@ mod in_process {
 
     use parking_lot::Mutex;
 
-    static OPEN: Mutex<Option<HashMap<PathBuf, usize>>> = Mutex::new(None);
+    /// Keyed by process as well as path: a forked child inherits this map, but the stores in it
+    /// belong to its parent.
+    static OPEN: Mutex<Option<HashMap<(u32, PathBuf), usize>>> = Mutex::new(None);
 
-    fn key(path: &Path) -> PathBuf {
-        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+    fn key(path: &Path) -> (u32, PathBuf) {
+        (
+            std::process::id(),
+            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()),
+        )
     }
 
     pub fn opened(path: &Path) {
