@@ -792,6 +792,16 @@ typedef struct postbox_shutdown_report {
    * nothing left locked by the processor.
    */
   int finished;
+  /**
+   * Messages the processor could not settle or return (e.g. the store was closed under it);
+   * their locks expire by themselves.
+   */
+  uint64_t unsettled;
+  /**
+   * Non-zero when the processor was shut down in a forked child, where its threads do not
+   * exist: nothing was waited for or written.
+   */
+  int forked;
 } postbox_shutdown_report;
 
 /**

@@ -122,6 +122,12 @@ pub struct postbox_shutdown_report {
     /// Non-zero when every worker had finished: all callbacks returned, their commits applied,
     /// nothing left locked by the processor.
     pub finished: c_int,
+    /// Messages the processor could not settle or return (e.g. the store was closed under it);
+    /// their locks expire by themselves.
+    pub unsettled: u64,
+    /// Non-zero when the processor was shut down in a forked child, where its threads do not
+    /// exist: nothing was waited for or written.
+    pub forked: c_int,
 }
 
 /// A running processor: worker threads that receive from one queue and call a C callback.
@@ -429,6 +435,8 @@ fn report(r: ShutdownReport) -> postbox_shutdown_report {
         returned: r.returned,
         still_running: r.still_running as u64,
         finished: c_int::from(r.finished),
+        unsettled: r.unsettled,
+        forked: c_int::from(r.forked),
     }
 }
 

@@ -1412,6 +1412,7 @@ static void test_processor_basic(const char *dir) {
     CHECK_RC(postbox_processor_shutdown(NULL, 1000, &r), POSTBOX_INVALID_ARGUMENT);
     CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
     CHECK(r.finished && r.processed == 30 && r.failed == 0 && r.still_running == 0);
+    CHECK(r.unsettled == 0 && !r.forked);
     CHECK(proc_calls(&st) == 30 && st.misuse_checked == 30);
     CHECK_OK(postbox_processor_shutdown(p, 0, NULL)); /* idempotent */
     postbox_processor_free(p);
@@ -1577,6 +1578,41 @@ static void test_processor_shutdown_waits(const char *dir) {
     pthread_mutex_destroy(&st.mutex);
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
+}
+
+/* Closing the store under a running processor: the handler's message cannot be settled, and
+ * the shutdown report counts it instead of the library printing anything. */
+static void test_processor_store_closed_under_it(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "closing", NULL);
+    if (q == NULL) return;
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    st.sleep_ms = 300;
+    send_text(q, "job");
+    postbox_processor_options o;
+    postbox_processor_options_init(&o);
+    o.workers = 1;
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
+    postbox_processor_counters ps;
+    memset(&ps, 0, sizeof ps);
+    for (int i = 0; i < 500; i++) {
+        CHECK_OK(postbox_processor_stats(p, &ps));
+        if (ps.in_flight > 0) break;
+        sleep_ms(5);
+    }
+    CHECK(ps.in_flight == 1);
+    CHECK_OK(postbox_store_close(store));
+    postbox_shutdown_report r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(postbox_processor_shutdown(p, -1, &r));
+    CHECK(r.finished && r.unsettled >= 1 && !r.forked);
+    postbox_processor_free(p);
+    pthread_mutex_destroy(&st.mutex);
+    postbox_queue_free(q);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2612,6 +2648,7 @@ int main(int argc, char **argv) {
         {"processor_failures", test_processor_failures},
         {"processor_transactional", test_processor_transactional},
         {"processor_shutdown_waits", test_processor_shutdown_waits},
+        {"processor_store_closed_under_it", test_processor_store_closed_under_it},
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
         {"closed_store_refuses_work", test_closed_store_refuses_work},
         {"queue_options_merge", test_queue_options_merge},
