@@ -261,7 +261,7 @@ impl<'t> Batch<'t> {
                     })?
                     .value()
                     .to_vec();
-                let rec = codec::decode_queue(&raw).map_err(|e| corrupted("queue record", e))?;
+                let rec = codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
                 Some(Arc::new((name, rec)))
             }
         };
@@ -278,7 +278,7 @@ impl<'t> Batch<'t> {
         match self.t_queues()?.get(name)? {
             None => Ok(None),
             Some(g) => Ok(Some(
-                codec::decode_queue(g.value()).map_err(|e| corrupted("queue record", e))?,
+                codec::decode_queue(name, g.value()).map_err(|e| corrupted("queue record", e))?,
             )),
         }
     }
@@ -286,7 +286,7 @@ impl<'t> Batch<'t> {
     fn put_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
         self.mutations += 1;
         self.t_queues()?
-            .insert(name, codec::encode_queue(rec).as_slice())?;
+            .insert(name, codec::encode_queue(name, rec).as_slice())?;
         self.t_queue_ids()?.insert(rec.id, name)?;
         self.queue_cache.remove(&rec.id);
         Ok(())
@@ -433,7 +433,7 @@ impl<'t> Batch<'t> {
         match self.t_state()?.get(id)? {
             None => Ok(None),
             Some(g) => Ok(Some(
-                State::decode(&g.value()).map_err(|e| corrupted("message state", e))?,
+                State::decode(id, &g.value()).map_err(|e| corrupted("message state", e))?,
             )),
         }
     }
@@ -489,7 +489,7 @@ impl<'t> Batch<'t> {
             self.hints.expiring = self.hints.expiring.min(st.expires_at);
         }
         *self.counters_mut(st.queue)?.slot(status) += 1;
-        self.t_state()?.insert(id, st.encode())?;
+        self.t_state()?.insert(id, st.encode(id))?;
         Ok(())
     }
 
@@ -541,7 +541,7 @@ impl<'t> Batch<'t> {
             .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
             .value()
             .to_vec();
-        let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
+        let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
         let dl = DeadLetter {
             reason: reason.to_owned(),
             description: crate::message::truncate_description(description).to_owned(),
@@ -554,7 +554,7 @@ impl<'t> Batch<'t> {
         c.bytes = c.bytes.saturating_sub(size);
         self.t_data()?.insert(
             id,
-            codec::encode_envelope(&env.props, Some(&dl), &env.body).as_slice(),
+            codec::encode_envelope(id, &env.props, Some(&dl), &env.body).as_slice(),
         )?;
         st.queue = rec.1.peer;
         st.expires_at = 0;
@@ -886,7 +886,7 @@ impl<'t> Batch<'t> {
         self.mutations += 1;
         self.t_data()?.insert(
             id,
-            codec::encode_envelope(&m.props, None, &m.body).as_slice(),
+            codec::encode_envelope(id, &m.props, None, &m.body).as_slice(),
         )?;
         let status = if visible_at > now {
             Status::Scheduled
@@ -1025,14 +1025,14 @@ impl<'t> Batch<'t> {
                     .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
                     .value()
                     .to_vec();
-                let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
+                let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
                 self.detach(id, &st)?;
                 let size = u64::from(st.size);
                 let c = self.counters_mut(st.queue)?;
                 c.bytes = c.bytes.saturating_sub(size);
                 self.t_data()?.insert(
                     id,
-                    codec::encode_envelope(&env.props, None, &env.body).as_slice(),
+                    codec::encode_envelope(id, &env.props, None, &env.body).as_slice(),
                 )?;
                 st.queue = source;
                 st.delivery_count = 0;
@@ -1061,7 +1061,7 @@ impl<'t> Batch<'t> {
             .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
             .value()
             .to_vec();
-        let env = codec::decode_envelope(&raw).map_err(|e| corrupted("envelope", e))?;
+        let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
         let queue_name = self
             .queue(st.queue)?
             .map(|r| r.0.clone())

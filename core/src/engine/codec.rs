@@ -82,9 +82,9 @@ impl Writer {
         buf.extend_from_slice(&[0; V2_HEADER - 1]);
         Writer(buf)
     }
-    /// Fills in the checksum of a record started with `v2`.
-    fn seal(mut self) -> Vec<u8> {
-        let crc = v2_crc(&self.0).to_le_bytes();
+    /// Fills in the checksum of a record started with `v2`, bound to the record's `key`.
+    fn seal(mut self, key: &[u8]) -> Vec<u8> {
+        let crc = v2_crc(&self.0, key).to_le_bytes();
         self.0[1..V2_HEADER].copy_from_slice(&crc);
         self.0
     }
@@ -122,15 +122,24 @@ pub struct Reader<'a> {
 type DecodeResult<T> = Result<T, String>;
 
 /// CRC32C of a format-2 record: the format byte, then everything after the checksum field.
-fn v2_crc(buf: &[u8]) -> u32 {
+/// The checksum of a v2 record: its format byte, the key it is stored under (so that a record
+/// found under a damaged key is caught too: redb checksums no keys unless it verifies at open),
+/// and everything after the checksum field.
+fn v2_crc(buf: &[u8], key: &[u8]) -> u32 {
     let head = buf.get(..1).unwrap_or_default();
     let rest = buf.get(V2_HEADER..).unwrap_or_default();
-    crc32c::crc32c_append(crc32c::crc32c(head), rest)
+    crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(head), key), rest)
 }
 
 /// Reads the format byte of a record; for `v2`, verifies the checksum. Returns a reader at the
 /// first field. `what` names the record in errors.
-fn open_record<'a>(buf: &'a [u8], v1: u8, v2: u8, what: &str) -> DecodeResult<Reader<'a>> {
+fn open_record<'a>(
+    buf: &'a [u8],
+    key: &[u8],
+    v1: u8,
+    v2: u8,
+    what: &str,
+) -> DecodeResult<Reader<'a>> {
     let mut r = Reader::new(buf);
     let format = r.byte()?;
     if format == v2 {
@@ -140,7 +149,7 @@ fn open_record<'a>(buf: &'a [u8], v1: u8, v2: u8, what: &str) -> DecodeResult<Re
             .try_into()
             .map(u32::from_le_bytes)
             .map_err(|_| "record truncated")?;
-        let computed = v2_crc(buf);
+        let computed = v2_crc(buf, key);
         if stored != computed {
             return Err(format!(
                 "{what} checksum mismatch (stored {stored:08x}, computed {computed:08x})"
@@ -195,8 +204,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Encodes an envelope and body into one `DATA` value, in format 2 (checksummed).
+/// Encodes an envelope and body into one `DATA` value for message `id`, in format 2
+/// (checksummed, the checksum bound to `id`).
 pub fn encode_envelope(
+    id: u64,
     props: &Properties,
     dead_letter: Option<&DeadLetter>,
     body: &[u8],
@@ -240,13 +251,13 @@ pub fn encode_envelope(
         }
     }
     w.0.extend_from_slice(body);
-    w.seal()
+    w.seal(&id.to_le_bytes())
 }
 
 /// Decodes a `DATA` value (format 2, checksum verified, or format 1). Errors describe the
 /// damage; callers turn them into `Corrupted`.
-pub fn decode_envelope(buf: &[u8]) -> DecodeResult<StoredEnvelope> {
-    let mut r = open_record(buf, ENVELOPE_V1, ENVELOPE_V2, "envelope")?;
+pub fn decode_envelope(id: u64, buf: &[u8]) -> DecodeResult<StoredEnvelope> {
+    let mut r = open_record(buf, &id.to_le_bytes(), ENVELOPE_V1, ENVELOPE_V2, "envelope")?;
     let mut props = Properties {
         label: r.opt_str()?,
         content_type: r.opt_str()?,
@@ -328,8 +339,8 @@ fn from_ms(v: u64) -> Option<Duration> {
     (v != 0).then(|| Duration::from_millis(v))
 }
 
-/// Encodes a `QUEUES` value, in format 2 (checksummed).
-pub fn encode_queue(rec: &QueueRecord) -> Vec<u8> {
+/// Encodes the `QUEUES` value of queue `name`, in format 2 (checksummed, bound to `name`).
+pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
     let o = &rec.options;
     let mut w = Writer::v2(QUEUE_V2, 64);
     w.varint(u64::from(rec.id));
@@ -345,12 +356,12 @@ pub fn encode_queue(rec: &QueueRecord) -> Vec<u8> {
     w.varint(o.max_messages.map_or(0, |v| v.saturating_add(1)));
     w.varint(o.max_bytes.map_or(0, |v| v.saturating_add(1)));
     w.varint(ms(o.dedup_window));
-    w.seal()
+    w.seal(name.as_bytes())
 }
 
 /// Decodes a `QUEUES` value (format 2, checksum verified, or format 1).
-pub fn decode_queue(buf: &[u8]) -> DecodeResult<QueueRecord> {
-    let mut r = open_record(buf, QUEUE_V1, QUEUE_V2, "queue record")?;
+pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
+    let mut r = open_record(buf, name.as_bytes(), QUEUE_V1, QUEUE_V2, "queue record")?;
     let id = u32::try_from(r.varint()?).map_err(|_| "queue id out of range")?;
     let kind = match r.byte()? {
         0 => QueueKind::Normal,
@@ -384,6 +395,38 @@ pub fn decode_queue(buf: &[u8]) -> DecodeResult<QueueRecord> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_record_read_under_another_key_is_refused() {
+        let env = encode_envelope(7, &Properties::default(), None, b"body");
+        assert!(decode_envelope(7, &env).is_ok());
+        assert!(decode_envelope(6, &env).is_err());
+        let rec = QueueRecord {
+            id: 1,
+            kind: QueueKind::Normal,
+            peer: 2,
+            options: QueueOptions::default(),
+        };
+        let q = encode_queue("q", &rec);
+        assert!(decode_queue("q", &q).is_ok());
+        assert!(decode_queue("p", &q).is_err());
+        let st = crate::engine::tables::State {
+            queue: 1,
+            priority: 3,
+            status: crate::engine::tables::Status::Ready,
+            delivery_count: 0,
+            size: 4,
+            enqueued_at: 1,
+            visible_at: 0,
+            expires_at: 0,
+            lock_owner: 0,
+            lock_token: 0,
+            locked_until: 0,
+        };
+        let row = st.encode(7);
+        assert!(crate::engine::tables::State::decode(7, &row).is_ok());
+        assert!(crate::engine::tables::State::decode(6, &row).is_err());
+    }
+
     use super::*;
 
     /// The format-1 encoding of a record encoded in format 2: format byte 1, no checksum.
@@ -448,8 +491,8 @@ mod tests {
             source_queue: 7,
             at_ms: 12345,
         };
-        let buf = encode_envelope(&props, Some(&dl), b"body");
-        let back = decode_envelope(&buf).unwrap();
+        let buf = encode_envelope(7, &props, Some(&dl), b"body");
+        let back = decode_envelope(7, &buf).unwrap();
         assert_eq!(back.props, props);
         assert_eq!(back.dead_letter, Some(dl));
         assert_eq!(back.body, b"body");
@@ -457,7 +500,7 @@ mod tests {
 
     #[test]
     fn truncated_envelopes_are_errors_not_panics() {
-        let buf = encode_envelope(
+        let buf = encode_envelope(7, 
             &Properties {
                 label: Some("label".into()),
                 ..Properties::default()
@@ -466,21 +509,21 @@ mod tests {
             b"",
         );
         for len in 0..buf.len() - 1 {
-            assert!(decode_envelope(&buf[..len]).is_err(), "len {len}");
+            assert!(decode_envelope(7, &buf[..len]).is_err(), "len {len}");
         }
     }
 
     #[test]
     fn queue_record_round_trips() {
         let rec = sample_queue();
-        assert_eq!(decode_queue(&encode_queue(&rec)).unwrap(), rec);
+        assert_eq!(decode_queue("q", &encode_queue("q", &rec)).unwrap(), rec);
     }
 
     #[test]
     fn new_records_are_format_2() {
-        let env = encode_envelope(&full_props(), None, b"body");
+        let env = encode_envelope(7, &full_props(), None, b"body");
         assert_eq!(env[0], ENVELOPE_V2);
-        assert_eq!(encode_queue(&sample_queue())[0], QUEUE_V2);
+        assert_eq!(encode_queue("q", &sample_queue())[0], QUEUE_V2);
     }
 
     #[test]
@@ -492,13 +535,13 @@ mod tests {
             source_queue: 7,
             at_ms: 12345,
         };
-        let v1 = as_v1(&encode_envelope(&props, Some(&dl), b"old body"));
-        let back = decode_envelope(&v1).unwrap();
+        let v1 = as_v1(&encode_envelope(7, &props, Some(&dl), b"old body"));
+        let back = decode_envelope(7, &v1).unwrap();
         assert_eq!(back.props, props);
         assert_eq!(back.dead_letter, Some(dl));
         assert_eq!(back.body, b"old body");
         let rec = sample_queue();
-        assert_eq!(decode_queue(&as_v1(&encode_queue(&rec))).unwrap(), rec);
+        assert_eq!(decode_queue("q", &as_v1(&encode_queue("q", &rec))).unwrap(), rec);
     }
 
     #[test]
@@ -535,8 +578,8 @@ mod tests {
             (full_props(), Some(&dl), &b"short"[..]),
             (full_props(), None, &body[..]),
         ] {
-            let mut buf = encode_envelope(&props, dl, body);
-            assert_every_flip_detected(&mut buf, |b| decode_envelope(b).is_ok());
+            let mut buf = encode_envelope(7, &props, dl, body);
+            assert_every_flip_detected(&mut buf, |b| decode_envelope(7, b).is_ok());
         }
     }
 
@@ -551,14 +594,14 @@ mod tests {
                 options: QueueOptions::default(),
             },
         ] {
-            let mut buf = encode_queue(&rec);
-            assert_every_flip_detected(&mut buf, |b| decode_queue(b).is_ok());
+            let mut buf = encode_queue("q", &rec);
+            assert_every_flip_detected(&mut buf, |b| decode_queue("q", b).is_ok());
         }
     }
 
     #[test]
     fn every_double_bit_flip_of_a_v2_queue_record_is_detected() {
-        let buf = encode_queue(&sample_queue());
+        let buf = encode_queue("q", &sample_queue());
         let bits = buf.len() * 8;
         for i in 0..bits {
             for j in i + 1..bits {
@@ -566,7 +609,7 @@ mod tests {
                 d[i / 8] ^= 1 << (i % 8);
                 d[j / 8] ^= 1 << (j % 8);
                 assert!(
-                    decode_queue(&d).is_err(),
+                    decode_queue("q", &d).is_err(),
                     "flip of bits {i}, {j} went unnoticed"
                 );
             }
@@ -575,9 +618,9 @@ mod tests {
 
     #[test]
     fn truncated_v1_envelopes_are_errors_not_panics() {
-        let buf = as_v1(&encode_envelope(&full_props(), None, b""));
+        let buf = as_v1(&encode_envelope(7, &full_props(), None, b""));
         for len in 0..buf.len() - 1 {
-            assert!(decode_envelope(&buf[..len]).is_err(), "len {len}");
+            assert!(decode_envelope(7, &buf[..len]).is_err(), "len {len}");
         }
     }
 
@@ -608,16 +651,16 @@ mod tests {
             let crc = ns_per_call(n, || {
                 black_box(crc32c::crc32c(black_box(&body)));
             });
-            let v2 = encode_envelope(&props, None, &body);
+            let v2 = encode_envelope(7, &props, None, &body);
             let v1 = as_v1(&v2);
             let encode = ns_per_call(n, || {
-                black_box(encode_envelope(black_box(&props), None, black_box(&body)));
+                black_box(encode_envelope(7, black_box(&props), None, black_box(&body)));
             });
             let decode_v2 = ns_per_call(n, || {
-                black_box(decode_envelope(black_box(&v2)).is_ok());
+                black_box(decode_envelope(7, black_box(&v2)).is_ok());
             });
             let decode_v1 = ns_per_call(n, || {
-                black_box(decode_envelope(black_box(&v1)).is_ok());
+                black_box(decode_envelope(7, black_box(&v1)).is_ok());
             });
             eprintln!(
                 "body {size:>7} B: crc32c {crc:>10.1} ns ({:.1} GB/s); encode_envelope (v2) \
@@ -639,16 +682,16 @@ mod tests {
             lock_token: 12_345,
             locked_until: 1_700_000_030_000,
         };
-        let row = st.encode();
+        let row = st.encode(7);
         let mut old = row;
         old[5] &= 0x03;
         old[6] = 0;
         old[7] = 0;
         let encode = ns_per_call(1_000_000, || {
-            black_box(black_box(&st).encode());
+            black_box(black_box(&st).encode(7));
         });
         let decode = ns_per_call(1_000_000, || {
-            black_box(State::decode(black_box(&row)).is_ok());
+            black_box(State::decode(7, black_box(&row)).is_ok());
         });
         let decode_old = ns_per_call(1_000_000, || {
             black_box(State::decode_format1(black_box(&old)).is_ok());

@@ -186,7 +186,7 @@ fn upgrade(db: &Database) -> Result<()> {
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             for (id, row) in &rows {
                 if let Ok(st) = State::decode_format1(row) {
-                    states.insert(*id, st.encode())?;
+                    states.insert(*id, st.encode(*id))?;
                 }
             }
             match rows.last() {
@@ -203,8 +203,11 @@ fn upgrade(db: &Database) -> Result<()> {
             .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         for (name, raw) in records {
-            if let Ok(rec) = super::codec::decode_queue(&raw) {
-                queues.insert(name.as_str(), super::codec::encode_queue(&rec).as_slice())?;
+            if let Ok(rec) = super::codec::decode_queue(&name, &raw) {
+                queues.insert(
+                    name.as_str(),
+                    super::codec::encode_queue(&name, &rec).as_slice(),
+                )?;
             }
         }
         txn.open_table(META)?.insert(KEY_FORMAT, FORMAT_VERSION)?;

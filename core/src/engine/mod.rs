@@ -252,6 +252,8 @@ impl Engine {
         max: usize,
         deadline: Option<Instant>,
     ) -> Result<Vec<Locked>> {
+        // Before any lock, such as the signal map's that the polling wait takes first.
+        self.check_open()?;
         if self.multi_process {
             self.receive_polling(q, name, max, deadline)
         } else {

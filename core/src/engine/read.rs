@@ -44,7 +44,7 @@ pub fn queue_by_name(txn: &ReadTransaction, name: &str) -> Result<Option<QueueRe
     match t.get(name)? {
         None => Ok(None),
         Some(g) => Ok(Some(
-            codec::decode_queue(g.value()).map_err(|e| corrupted("queue record", e))?,
+            codec::decode_queue(name, g.value()).map_err(|e| corrupted("queue record", e))?,
         )),
     }
 }
@@ -70,7 +70,8 @@ pub fn list_queues(txn: &ReadTransaction) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for e in t.iter()? {
         let (k, v) = e?;
-        let rec = codec::decode_queue(v.value()).map_err(|e| corrupted("queue record", e))?;
+        let rec = codec::decode_queue(k.value(), v.value())
+            .map_err(|e| corrupted("queue record", e))?;
         if rec.kind == QueueKind::Normal {
             out.push(k.value().to_owned());
         }
@@ -84,12 +85,12 @@ pub fn get(txn: &ReadTransaction, id: u64) -> Result<Option<Envelope>> {
     let Some(g) = states.get(id)? else {
         return Ok(None);
     };
-    let st = State::decode(&g.value()).map_err(|e| corrupted("message state", e))?;
+    let st = State::decode(id, &g.value()).map_err(|e| corrupted("message state", e))?;
     let data = txn.open_table(DATA)?;
     let raw = data
         .get(id)?
         .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?;
-    let env = codec::decode_envelope(raw.value()).map_err(|e| corrupted("envelope", e))?;
+    let env = codec::decode_envelope(id, raw.value()).map_err(|e| corrupted("envelope", e))?;
     let qname = queue_name(txn, st.queue)?.unwrap_or_default();
     let source = match &env.dead_letter {
         Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
@@ -125,7 +126,7 @@ pub fn browse_next(
     let load = |id: u64| -> Result<Option<State>> {
         match states.get(id)? {
             Some(g) => Ok(Some(
-                State::decode(&g.value()).map_err(|e| corrupted("message state", e))?,
+                State::decode(id, &g.value()).map_err(|e| corrupted("message state", e))?,
             )),
             None => Ok(None),
         }
@@ -188,7 +189,8 @@ pub fn browse_next(
     let raw = data
         .get(pos.1)?
         .ok_or_else(|| Error::corrupted(format!("message {} has state but no data", pos.1)))?;
-    let env = codec::decode_envelope(raw.value()).map_err(|e| corrupted("envelope", e))?;
+    let env =
+        codec::decode_envelope(pos.1, raw.value()).map_err(|e| corrupted("envelope", e))?;
     let source = match &env.dead_letter {
         Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
         None => None,

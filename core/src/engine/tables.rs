@@ -163,12 +163,14 @@ fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
-/// The checksum of a state row: the CRC-16 of the row with the checksum field (6..8) read as
-/// zeros.
-fn state_crc(b: &[u8; STATE_LEN]) -> u16 {
-    let mut row = *b;
-    row[6] = 0;
-    row[7] = 0;
+/// The checksum of message `id`'s state row: the CRC-16 of the id (so that a row found under a
+/// damaged key is caught) followed by the row with the checksum field (6..8) read as zeros.
+fn state_crc(id: u64, b: &[u8; STATE_LEN]) -> u16 {
+    let mut row = [0u8; 8 + STATE_LEN];
+    row[..8].copy_from_slice(&id.to_le_bytes());
+    row[8..].copy_from_slice(b);
+    row[8 + 6] = 0;
+    row[8 + 7] = 0;
     crc16(&row)
 }
 
@@ -206,8 +208,8 @@ pub struct State {
 }
 
 impl State {
-    /// The format-2 row: flagged and checksummed.
-    pub fn encode(&self) -> [u8; STATE_LEN] {
+    /// The format-2 row of message `id`: flagged and checksummed.
+    pub fn encode(&self, id: u64) -> [u8; STATE_LEN] {
         let mut b = [0u8; STATE_LEN];
         b[0..4].copy_from_slice(&self.queue.to_le_bytes());
         b[4] = self.priority;
@@ -220,19 +222,19 @@ impl State {
         b[40..48].copy_from_slice(&self.lock_owner.to_le_bytes());
         b[48..56].copy_from_slice(&self.lock_token.to_le_bytes());
         b[56..64].copy_from_slice(&self.locked_until.to_le_bytes());
-        let crc = state_crc(&b);
+        let crc = state_crc(id, &b);
         b[6..8].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     /// Decodes a format-2 row, verifying its checksum. Errors describe the damage; callers turn
     /// them into `Corrupted`.
-    pub fn decode(b: &[u8; STATE_LEN]) -> Result<State, String> {
+    pub fn decode(id: u64, b: &[u8; STATE_LEN]) -> Result<State, String> {
         if b[5] & STATE_CHECKSUMMED == 0 {
             return Err("message state has no checksum".into());
         }
         let stored = u16::from_le_bytes([b[6], b[7]]);
-        let computed = state_crc(b);
+        let computed = state_crc(id, b);
         if stored != computed {
             return Err(format!(
                 "message state checksum mismatch (stored {stored:04x}, computed {computed:04x})"
@@ -387,8 +389,8 @@ mod tests {
     /// others (three bits).
     #[test]
     fn every_error_of_up_to_three_bits_changes_the_checksum() {
-        let b = sample().encode();
-        let syndrome = |d: &[u8; STATE_LEN]| u16::from_le_bytes([d[6], d[7]]) ^ state_crc(d);
+        let b = sample().encode(7);
+        let syndrome = |d: &[u8; STATE_LEN]| u16::from_le_bytes([d[6], d[7]]) ^ state_crc(7, d);
         assert_eq!(syndrome(&b), 0);
         let s: Vec<u16> = (0..STATE_LEN * 8)
             .map(|bit| {
@@ -411,21 +413,21 @@ mod tests {
     fn state_round_trips_with_a_checksum() {
         for status in [Status::Ready, Status::Locked, Status::Scheduled] {
             let st = State { status, ..sample() };
-            let b = st.encode();
+            let b = st.encode(7);
             assert_eq!(b[5] & STATE_CHECKSUMMED, STATE_CHECKSUMMED);
-            assert_eq!(State::decode(&b), Ok(st));
+            assert_eq!(State::decode(7, &b), Ok(st));
             assert!(State::decode_format1(&b).is_err());
         }
     }
 
     #[test]
     fn every_single_bit_flip_of_a_state_row_is_detected() {
-        let b = sample().encode();
+        let b = sample().encode(7);
         for bit in 0..STATE_LEN * 8 {
             let mut d = b;
             d[bit / 8] ^= 1 << (bit % 8);
             assert!(
-                State::decode(&d).is_err(),
+                State::decode(7, &d).is_err(),
                 "flip of bit {bit} went unnoticed"
             );
         }
@@ -433,14 +435,14 @@ mod tests {
 
     #[test]
     fn every_double_bit_flip_of_a_state_row_is_detected() {
-        let b = sample().encode();
+        let b = sample().encode(7);
         for i in 0..STATE_LEN * 8 {
             for j in i + 1..STATE_LEN * 8 {
                 let mut d = b;
                 d[i / 8] ^= 1 << (i % 8);
                 d[j / 8] ^= 1 << (j % 8);
                 assert!(
-                    State::decode(&d).is_err(),
+                    State::decode(7, &d).is_err(),
                     "flip of bits {i}, {j} went unnoticed"
                 );
             }
@@ -450,12 +452,12 @@ mod tests {
     #[test]
     fn format1_rows_decode_only_through_the_upgrade_path() {
         let st = sample();
-        let mut old = st.encode();
+        let mut old = st.encode(7);
         old[5] = st.status as u8;
         old[6] = 0;
         old[7] = 0;
         assert_eq!(State::decode_format1(&old), Ok(st));
-        let err = State::decode(&old).unwrap_err();
+        let err = State::decode(7, &old).unwrap_err();
         assert!(err.contains("no checksum"), "{err}");
     }
 }
