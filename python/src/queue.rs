@@ -42,6 +42,8 @@ pub fn wait_sliced<T: Send>(
 #[pyclass(frozen, module = "postbox._postbox", name = "Queue")]
 pub struct PyQueue {
     pub q: Queue,
+    /// Checked before every call into the core: some core paths take a lock of the store
+    /// before their own fork check, and a parent thread may have held it at fork time.
     opened_by: u32,
 }
 
@@ -113,6 +115,7 @@ impl PyQueue {
     /// durations as `timedelta`; `None` for an option that is not set.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         let o = py.detach(|| q.options()).py_err()?;
         options_to_py(py, &o)
@@ -152,6 +155,7 @@ impl PyQueue {
         properties: Option<&Bound<'_, PyAny>>,
         message_key: Option<String>,
     ) -> PyResult<u64> {
+        check_process(self.opened_by)?;
         let m = SendArgs {
             label,
             content_type,
@@ -175,6 +179,7 @@ impl PyQueue {
     /// Sends several messages atomically, in one commit. Each item is a body, or a dict with a
     /// `"body"` key and any of `send`'s keywords. Returns the ids in order.
     fn send_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        check_process(self.opened_by)?;
         let mut batch = Vec::new();
         for item in messages.try_iter()? {
             batch.push(convert::batch_item(&item?)?);
@@ -186,6 +191,7 @@ impl PyQueue {
 
     /// The message `receive` would take next, without locking it; `None` if there is none.
     fn peek(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         let env = py.detach(|| q.peek()).py_err()?;
         Ok(env.map(PyMessage::unlocked))
@@ -204,6 +210,7 @@ impl PyQueue {
 
     /// The message with this id in this queue, whatever its state; `None` if there is none.
     fn get(&self, py: Python<'_>, id: u64) -> PyResult<Option<PyMessage>> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         let env = py.detach(|| q.get(MessageId(id))).py_err()?;
         Ok(env.map(PyMessage::unlocked))
@@ -213,6 +220,7 @@ impl PyQueue {
     /// Raises `postbox.Empty` when nothing arrives in time.
     #[pyo3(signature = (timeout=None))]
     fn receive(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         match receive_one(py, &self.q, deadline)? {
             Some(r) => Ok(PyMessage::received(r)),
@@ -222,6 +230,7 @@ impl PyQueue {
 
     /// `receive(timeout=0)`, as `queue.Queue.get_nowait`.
     fn receive_nowait(&self, py: Python<'_>) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
         match py.detach(|| self.q.try_receive()).py_err()? {
             Some(r) => Ok(PyMessage::received(r)),
             None => Err(empty(self.q.name())),
@@ -237,6 +246,7 @@ impl PyQueue {
         max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyMessage>> {
+        check_process(self.opened_by)?;
         if max_messages == 0 {
             return Err(invalid("receive_batch needs max_messages >= 1"));
         }
@@ -255,6 +265,7 @@ impl PyQueue {
 
     /// Completes several received messages in one commit, all or none.
     fn complete_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
+        check_process(self.opened_by)?;
         let received = take_all(messages, "complete_batch")?;
         let q = &self.q;
         py.detach(|| q.complete_batch(received)).py_err()
@@ -272,6 +283,7 @@ impl PyQueue {
         max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyMessage>> {
+        check_process(self.opened_by)?;
         if max_messages == 0 {
             return Err(invalid(
                 "complete_batch_and_receive needs max_messages >= 1",
@@ -297,6 +309,7 @@ impl PyQueue {
 
     /// Exact counts.
     fn stats(&self, py: Python<'_>) -> PyResult<PyQueueStats> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         let s = py.detach(|| q.stats()).py_err()?;
         Ok(PyQueueStats {
@@ -310,6 +323,7 @@ impl PyQueue {
 
     /// Messages receivable now (`stats().active`).
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         let n = py.detach(|| q.len()).py_err()?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
@@ -317,6 +331,7 @@ impl PyQueue {
 
     /// Removes every message of the queue (not of its dead-letter queue); returns how many.
     fn purge(&self, py: Python<'_>) -> PyResult<u64> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         py.detach(|| q.purge()).py_err()
     }
@@ -324,6 +339,7 @@ impl PyQueue {
     /// The dead-letter queue of this queue.
     #[getter]
     fn dead_letters(&self, py: Python<'_>) -> PyResult<PyQueue> {
+        check_process(self.opened_by)?;
         let q = &self.q;
         let dl = py.detach(|| q.dead_letters()).py_err()?;
         Ok(PyQueue::new(dl))
@@ -335,6 +351,7 @@ impl PyQueue {
     fn consume(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyConsumer> {
         check_process(self.opened_by)?;
         Ok(PyConsumer {
+            opened_by: self.opened_by,
             q: self.q.clone(),
             timeout: convert::opt_duration(timeout, "timeout")?,
         })
@@ -429,6 +446,7 @@ impl PyBrowse {
 /// Iterator of `Queue.consume()`.
 #[pyclass(frozen, module = "postbox._postbox", name = "Consumer")]
 pub struct PyConsumer {
+    opened_by: u32,
     q: Queue,
     timeout: Option<Duration>,
 }
@@ -440,6 +458,7 @@ impl PyConsumer {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+        check_process(self.opened_by)?;
         let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
         Ok(receive_one(py, &self.q, deadline)?.map(PyMessage::received))
     }

@@ -106,7 +106,8 @@ fn queue_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<QueueOptions> 
 impl PyStore {
     fn check_process(&self) -> PyResult<()> {
         if self.store.is_forked() {
-            // The core builds the error with both pids.
+            // Before any call into the core (see `PyQueue::opened_by`); the core builds the
+            // error with both pids.
             self.store.try_begin().py_err().map(drop)
         } else {
             Ok(())
@@ -199,6 +200,7 @@ impl PyStore {
         name: &str,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyQueue> {
+        self.check_process()?;
         let o = queue_options(options)?;
         let store = &self.store;
         let q = py.detach(|| store.queue_with(name, o)).py_err()?;
@@ -207,12 +209,14 @@ impl PyStore {
 
     /// The names of all queues (dead-letter queues are reached through `Queue.dead_letters`).
     fn queues(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.check_process()?;
         let store = &self.store;
         py.detach(|| store.queues()).py_err()
     }
 
     /// Deletes a queue, its dead-letter queue and their messages; returns whether it existed.
     fn delete_queue(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+        self.check_process()?;
         let store = &self.store;
         py.detach(|| store.delete_queue(name)).py_err()
     }

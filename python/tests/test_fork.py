@@ -393,12 +393,16 @@ def test_child_cannot_open_a_single_process_store_the_parent_holds(store_path: P
         assert got == "AlreadyOpenError"
 
 
-@pytest.mark.timeout(120)
-def test_fork_while_other_threads_commit_wait_and_renew(store_path: Path) -> None:
-    """Each child of a parent whose other threads were mid-commit, waiting inside a transaction
-    or renewing a lock fails promptly, never hangs on a lock such a thread held at fork."""
-    forks = int(os.environ.get("POSTBOX_FORK_ROUNDS", "25"))
-    with postbox.Store(store_path) as store:
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("multi_process", [False, True], ids=["single", "multi"])
+def test_fork_while_other_threads_commit_wait_and_renew(
+    store_path: Path, multi_process: bool
+) -> None:
+    """Each child of a parent whose other threads were mid-commit, receiving, waiting inside a
+    transaction or renewing a lock fails promptly, never hangs on a lock such a thread held at
+    fork time."""
+    forks = int(os.environ.get("POSTBOX_FORK_ROUNDS", "40"))
+    with postbox.Store(store_path, multi_process=multi_process) as store:
         q = store.queue("jobs")
         idle = store.queue("idle")
         q.send(b"held")
@@ -422,7 +426,12 @@ def test_fork_while_other_threads_commit_wait_and_renew(store_path: Path) -> Non
                 held.renew_lock()
                 renewed[0] += 1
 
-        threads = [threading.Thread(target=f) for f in (sender, waiter, renewer)]
+        def receiver() -> None:  # the store's wake-up signals, in and out of receives
+            while not stop.is_set():
+                with pytest.raises(postbox.Empty):
+                    idle.receive(timeout=0)
+
+        threads = [threading.Thread(target=f) for f in (sender, waiter, renewer, receiver)]
         for t in threads:
             t.start()
         try:
@@ -436,6 +445,7 @@ def test_fork_while_other_threads_commit_wait_and_renew(store_path: Path) -> Non
                     return [
                         outcome(lambda: q.send(b"from the child")),
                         outcome(lambda: q.receive(timeout=0)),
+                        outcome(lambda: idle.receive(timeout=0)),
                         outcome(lambda: tx.receive(idle, timeout=0)),
                         outcome(lambda: tx.send(q, b"x")),
                         outcome(held.renew_lock),
@@ -453,7 +463,7 @@ def test_fork_while_other_threads_commit_wait_and_renew(store_path: Path) -> Non
                 t.join()
         for code, got, took in results:
             assert code == 0
-            assert got == ["ForkedError"] * 6 + ["locked", "ForkedError", "returned"]
+            assert got == ["ForkedError"] * 7 + ["locked", "ForkedError", "returned"]
             assert took < 5.0
         assert len(q) == len(sent) and len(set(sent)) == len(sent)
         tx.commit()
