@@ -2,10 +2,9 @@
 read back is byte-identical to what was sent, or the read raises StoreCorruptedError. Never a
 wrong byte, never a crash or a hang.
 
-NEEDS PER-RECORD CHECKSUMS IN CORE. redb checks its pages only when verify_on_open is on, so a
-flip inside a message body reads back as a wrong byte until core checksums each record (another
-branch adds them). Until then both flip tests are expected to fail and are marked xfail
-(non-strict: they report XPASS once the checksums land; then drop the marks).
+redb checks its pages only when verify_on_open is on; what catches a flip with it off is the
+checksum postbox keeps in every record (envelope and body, state, queue record), bound to the
+key the record is stored under.
 
 Each damaged copy is read in a child process, so that a crash or hang is seen as one.
 Knobs: POSTBOX_BITFLIP_TRIALS (default 24 per test), POSTBOX_BITFLIP_SEED (default 1).
@@ -29,12 +28,6 @@ import postbox
 TRIALS = int(os.environ.get("POSTBOX_BITFLIP_TRIALS", "24"))
 SEED = int(os.environ.get("POSTBOX_BITFLIP_SEED", "1"))
 MESSAGES = 120
-
-NEEDS_CHECKSUMS = pytest.mark.xfail(
-    reason="needs per-record checksums in core: a flipped body bit reads back unnoticed",
-    strict=False,
-)
-
 
 def body_of(i: int) -> bytes:
     """Deterministic, incompressible bodies of varied sizes (a few span pages)."""
@@ -170,7 +163,6 @@ def test_undamaged_copy_reads_back_exactly(
     assert wrong_answers(got) == []
 
 
-@NEEDS_CHECKSUMS
 @pytest.mark.timeout(600)
 def test_random_bit_flips_never_read_back_wrong(
     base_store: tuple[bytes, dict[str, int]], tmp_path: Path
@@ -189,7 +181,6 @@ def test_random_bit_flips_never_read_back_wrong(
     assert failures == []
 
 
-@NEEDS_CHECKSUMS
 @pytest.mark.timeout(600)
 def test_bit_flips_in_message_bodies_are_detected(
     base_store: tuple[bytes, dict[str, int]], tmp_path: Path
