@@ -1534,6 +1534,28 @@ int postbox_tx_begin(struct postbox_store *store, struct postbox_tx **tx_out);
 int postbox_tx_complete(struct postbox_tx *tx, struct postbox_message *message);
 
 /**
+ * Extends the lock on message `message_id`, received into (or enlisted in) `tx`, by its
+ * queue's current lock duration from now, so a long transaction keeps what it received.
+ * `locked_until_ms_out` may be NULL; on success it receives the new expiry (ms since the Unix
+ * epoch), which `postbox_tx_locked_until_ms` reports from then on.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the transaction holds no such message);
+ * `POSTBOX_LOCK_LOST` (the lock already expired: the commit will fail);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL, or a finished transaction); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_tx_renew_lock(struct postbox_tx *tx,
+                          uint64_t message_id,
+                          uint64_t *locked_until_ms_out);
+
+/**
+ * When the lock on message `message_id`, held by `tx`, expires unless renewed (ms since the
+ * Unix epoch); 0 when `tx` is NULL, finished, or holds no such message.
+ */
+uint64_t postbox_tx_locked_until_ms(const struct postbox_tx *tx, uint64_t message_id);
+
+/**
  * Commits the transaction: every receive is completed and every send stored, atomically and
  * durably, or nothing is. Always frees `tx`, whatever the outcome; on failure the received
  * messages have been returned to their queues.

@@ -3,13 +3,13 @@
 use std::ffi::c_int;
 
 use parking_lot::Mutex;
-use postbox::Transaction;
+use postbox::{MessageId, Transaction};
 
-use crate::StoreTag;
 use crate::guard::{Failure, Out, Outcome, arg_ref, guard, take_box};
 use crate::message::postbox_message;
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
+use crate::{StoreTag, unix_ms};
 
 /// A transaction. Begun with `postbox_tx_begin`; pass it to `postbox_send`,
 /// `postbox_send_batch` and `postbox_receive` (for queues of the same store); end it with
@@ -103,6 +103,48 @@ pub extern "C" fn postbox_tx_complete(tx: *mut postbox_tx, message: *mut postbox
             Ok(())
         })?;
         Ok(POSTBOX_OK)
+    })
+}
+
+/// Extends the lock on message `message_id`, received into (or enlisted in) `tx`, by its
+/// queue's current lock duration from now, so a long transaction keeps what it received.
+/// `locked_until_ms_out` may be NULL; on success it receives the new expiry (ms since the Unix
+/// epoch), which `postbox_tx_locked_until_ms` reports from then on.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the transaction holds no such message);
+/// `POSTBOX_LOCK_LOST` (the lock already expired: the commit will fail);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL, or a finished transaction); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_renew_lock(
+    tx: *mut postbox_tx,
+    message_id: u64,
+    locked_until_ms_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let out = Out::optional(locked_until_ms_out);
+        let tag = arg_ref(tx.cast_const(), "tx")?.tag;
+        let until = with_tx(tx, tag, |t| Ok(t.renew_lock(MessageId(message_id))?))?;
+        out.write(unix_ms(until));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// When the lock on message `message_id`, held by `tx`, expires unless renewed (ms since the
+/// Unix epoch); 0 when `tx` is NULL, finished, or holds no such message.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_locked_until_ms(tx: *const postbox_tx, message_id: u64) -> u64 {
+    guard(|| {
+        let t = arg_ref(tx, "tx")?;
+        if t.tag.is_forked() {
+            return Ok(0);
+        }
+        let slot = t.tx.lock();
+        Ok(slot
+            .as_ref()
+            .and_then(|t| t.locked_until(MessageId(message_id)))
+            .map_or(0, unix_ms))
     })
 }
 

@@ -261,7 +261,8 @@ impl<'t> Batch<'t> {
                     })?
                     .value()
                     .to_vec();
-                let rec = codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
+                let rec =
+                    codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
                 Some(Arc::new((name, rec)))
             }
         };

@@ -500,7 +500,8 @@ mod tests {
 
     #[test]
     fn truncated_envelopes_are_errors_not_panics() {
-        let buf = encode_envelope(7, 
+        let buf = encode_envelope(
+            7,
             &Properties {
                 label: Some("label".into()),
                 ..Properties::default()
@@ -541,7 +542,10 @@ mod tests {
         assert_eq!(back.dead_letter, Some(dl));
         assert_eq!(back.body, b"old body");
         let rec = sample_queue();
-        assert_eq!(decode_queue("q", &as_v1(&encode_queue("q", &rec))).unwrap(), rec);
+        assert_eq!(
+            decode_queue("q", &as_v1(&encode_queue("q", &rec))).unwrap(),
+            rec
+        );
     }
 
     #[test]
@@ -654,7 +658,12 @@ mod tests {
             let v2 = encode_envelope(7, &props, None, &body);
             let v1 = as_v1(&v2);
             let encode = ns_per_call(n, || {
-                black_box(encode_envelope(7, black_box(&props), None, black_box(&body)));
+                black_box(encode_envelope(
+                    7,
+                    black_box(&props),
+                    None,
+                    black_box(&body),
+                ));
             });
             let decode_v2 = ns_per_call(n, || {
                 black_box(decode_envelope(7, black_box(&v2)).is_ok());

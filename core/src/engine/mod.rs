@@ -6,6 +6,7 @@ pub mod clock;
 pub mod codec;
 mod db;
 mod file;
+mod guarded;
 pub mod owners;
 pub mod park;
 pub mod pipeline;
@@ -15,7 +16,6 @@ pub mod signal;
 pub mod tables;
 mod watch;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,7 +89,7 @@ impl Engine {
         }
         // Everything that touches the file runs under one guard: redb can panic on a damaged
         // store, and even dropping the half-opened database on an error path can.
-        catch_unwind(AssertUnwindSafe(|| Self::open_file(path, b))).map_err(panic_to_error)?
+        guarded::catch(|| Self::open_file(path, b)).map_err(panic_to_error)?
     }
 
     fn open_file(path: &Path, b: &StoreBuilder) -> Result<Engine> {
@@ -112,7 +112,7 @@ impl Engine {
         let (pid, start) = owners::current();
         let scope = owners::current_scope();
         let multi = b.multi_process;
-        let setup = catch_unwind(AssertUnwindSafe(|| -> Result<u64> {
+        let setup = guarded::catch(|| -> Result<u64> {
             let txn = db.begin_write()?;
             let owner = {
                 let mut batch = Batch::open(&txn, clock.now_ms(), Default::default())?;
@@ -128,7 +128,7 @@ impl Engine {
             };
             txn.commit()?;
             Ok(owner)
-        }))
+        })
         .map_err(panic_to_error)??;
 
         let slot = Arc::new(db::DbSlot::new(db, path.to_owned(), b.clone()));
@@ -230,11 +230,11 @@ impl Engine {
     /// Runs a read on a fresh snapshot.
     pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_open()?;
-        catch_unwind(AssertUnwindSafe(|| {
+        guarded::catch(|| {
             let db = self.db.get()?;
             let txn = db.begin_read()?;
             f(&txn)
-        }))
+        })
         .map_err(panic_to_error)?
         .inspect_err(|e| {
             if e.is_io_failure() {
@@ -399,7 +399,7 @@ impl Engine {
         // caught panic); that must not escape to the caller either.
         let db = self.db.close();
         in_process::closed(&self.path);
-        let dropped = catch_unwind(AssertUnwindSafe(move || drop(db)));
+        let dropped = guarded::catch(move || drop(db));
         match (result, dropped) {
             (Ok(()), Err(p)) => Err(panic_to_error(p)),
             (result, _) => result,
@@ -486,13 +486,13 @@ fn wake_waiters(db: &std::sync::Weak<db::DbSlot>, signals: &Signals, clock: &dyn
         return;
     };
     let now = clock.now_ms();
-    let found = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<bool>> {
+    let found = guarded::catch(|| -> Result<Vec<bool>> {
         let txn = db.begin_read()?;
         waited
             .iter()
             .map(|(q, _)| read::has_candidate(&txn, *q, now))
             .collect()
-    }));
+    });
     match found {
         Ok(Ok(found)) => {
             for ((_, s), yes) in waited.iter().zip(found) {

@@ -12,7 +12,6 @@
 //! and whatever queues up behind it is handed to the writer thread. See [`Pipeline`].
 
 use std::collections::VecDeque;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -24,6 +23,7 @@ use parking_lot::{Condvar, Mutex};
 use super::batch::{Batch, DueHints};
 use super::clock::Clock;
 use super::db::{DbSlot, Resolved};
+use super::guarded;
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
 use crate::error::{Error, Result};
@@ -523,9 +523,8 @@ fn run_guarded(
 ) {
     // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
     // callers get an error instead of hanging; the writer thread lives on.
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        run_batch(ctx, jobs, parked, timer, durability, reap, batch_no)
-    }));
+    let outcome =
+        guarded::catch(|| run_batch(ctx, jobs, parked, timer, durability, reap, batch_no));
     if outcome.is_err() {
         ctx.signals.notify_all();
     }

@@ -70,8 +70,8 @@ pub fn list_queues(txn: &ReadTransaction) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for e in t.iter()? {
         let (k, v) = e?;
-        let rec = codec::decode_queue(k.value(), v.value())
-            .map_err(|e| corrupted("queue record", e))?;
+        let rec =
+            codec::decode_queue(k.value(), v.value()).map_err(|e| corrupted("queue record", e))?;
         if rec.kind == QueueKind::Normal {
             out.push(k.value().to_owned());
         }
@@ -189,8 +189,7 @@ pub fn browse_next(
     let raw = data
         .get(pos.1)?
         .ok_or_else(|| Error::corrupted(format!("message {} has state but no data", pos.1)))?;
-    let env =
-        codec::decode_envelope(pos.1, raw.value()).map_err(|e| corrupted("envelope", e))?;
+    let env = codec::decode_envelope(pos.1, raw.value()).map_err(|e| corrupted("envelope", e))?;
     let source = match &env.dead_letter {
         Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
         None => None,
