@@ -309,6 +309,12 @@ class ShutdownReport:
     def still_running(self) -> int: ...
     @property
     def finished(self) -> bool: ...
+    @property
+    def unsettled(self) -> int:
+        """Messages the processor could not settle or return (e.g. the store closed under it)."""
+    @property
+    def forked(self) -> bool:
+        """True when shut down in a forked child, where its threads do not exist."""
 
 @final
 class Processor:

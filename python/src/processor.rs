@@ -188,6 +188,8 @@ fn report_to_py(r: ShutdownReport) -> PyShutdownReport {
         returned: r.returned,
         still_running: r.still_running,
         finished: r.finished,
+        unsettled: r.unsettled,
+        forked: r.forked,
     }
 }
 
@@ -412,18 +414,23 @@ pub struct PyShutdownReport {
     returned: u64,
     still_running: usize,
     finished: bool,
+    /// Messages the processor could not settle or return (e.g. the store closed under it).
+    unsettled: u64,
+    /// Shut down in a forked child, where its threads do not exist: nothing was waited for.
+    forked: bool,
 }
 
 #[pymethods]
 impl PyShutdownReport {
     fn __repr__(&self) -> String {
         format!(
-            "ShutdownReport(processed={}, failed={}, dead_lettered={}, lock_lost={}, returned={}, still_running={}, finished={})",
+            "ShutdownReport(processed={}, failed={}, dead_lettered={}, lock_lost={}, returned={}, unsettled={}, still_running={}, finished={})",
             self.processed,
             self.failed,
             self.dead_lettered,
             self.lock_lost,
             self.returned,
+            self.unsettled,
             self.still_running,
             if self.finished { "True" } else { "False" }
         )
