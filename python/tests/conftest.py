@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,3 +30,12 @@ def queue(tmp_store: postbox.Store) -> postbox.Queue:
 
 
 PYTHON = sys.executable
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    """Polls `predicate` until true; the timeout is a failure guard, not a way to order events."""
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)

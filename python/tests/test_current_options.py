@@ -9,14 +9,7 @@ import time
 import pytest
 
 import postbox
-
-
-def wait_for(predicate: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
+from conftest import wait_for
 
 
 def test_lock_duration_lowered_while_a_handler_runs(tmp_store: postbox.Store) -> None:

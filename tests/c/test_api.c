@@ -1537,6 +1537,18 @@ static void test_processor_transactional(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Waits until the processor has a handler running (a failure guard, not an ordering sleep). */
+static void wait_in_flight(postbox_processor *p) {
+    postbox_processor_counters ps;
+    memset(&ps, 0, sizeof ps);
+    for (int i = 0; i < 500; i++) {
+        CHECK_OK(postbox_processor_stats(p, &ps));
+        if (ps.in_flight > 0) break;
+        sleep_ms(5);
+    }
+    CHECK(ps.in_flight == 1);
+}
+
 static void test_processor_shutdown_waits(const char *dir) {
     postbox_store *store = open_store(dir);
     if (store == NULL) return;
@@ -1556,14 +1568,7 @@ static void test_processor_shutdown_waits(const char *dir) {
     o.autoscale_check_interval_ms = 50;
     postbox_processor *p = NULL;
     REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
-    postbox_processor_counters ps;
-    memset(&ps, 0, sizeof ps);
-    for (int i = 0; i < 500; i++) {
-        CHECK_OK(postbox_processor_stats(p, &ps));
-        if (ps.in_flight > 0) break;
-        sleep_ms(5);
-    }
-    CHECK(ps.in_flight == 1);
+    wait_in_flight(p);
     CHECK_RC(postbox_processor_stop(NULL), POSTBOX_INVALID_ARGUMENT);
     CHECK_OK(postbox_processor_stop(p));
     postbox_shutdown_report r;
@@ -1597,14 +1602,7 @@ static void test_processor_store_closed_under_it(const char *dir) {
     o.workers = 1;
     postbox_processor *p = NULL;
     REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
-    postbox_processor_counters ps;
-    memset(&ps, 0, sizeof ps);
-    for (int i = 0; i < 500; i++) {
-        CHECK_OK(postbox_processor_stats(p, &ps));
-        if (ps.in_flight > 0) break;
-        sleep_ms(5);
-    }
-    CHECK(ps.in_flight == 1);
+    wait_in_flight(p);
     CHECK_OK(postbox_store_close(store));
     postbox_shutdown_report r;
     memset(&r, 0, sizeof r);
