@@ -12,7 +12,11 @@ stress_env=(POSTBOX_STRESS="${POSTBOX_STRESS:-2}" POSTBOX_STRESS_ROUNDS="${POSTB
 failed=()
 for s in "${scripts[@]}"; do
   f=".ci/$s.sh"
-  [ -f "$f" ] || continue
+  if [ ! -f "$f" ]; then
+    echo "=== $f is missing"
+    failed+=("$s")
+    continue
+  fi
   echo "=== $f"
   start=$SECONDS
   env_for=()

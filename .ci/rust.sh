@@ -4,6 +4,8 @@ set -euxo pipefail
 cd "$(dirname "$0")/.."
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 cargo fmt --all --check
+# The layering of core/src: no import cycle, the engine below the public API.
+python3 .ci/layers.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --exclude postbox-python --no-deps --locked
 cargo test --workspace --exclude postbox-python --locked

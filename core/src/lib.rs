@@ -102,9 +102,12 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod body_codec;
+mod clock;
 mod engine;
 mod error;
 mod message;
+mod options;
 mod processor;
 mod queue;
 mod received;
@@ -112,19 +115,20 @@ mod store;
 mod tx;
 mod typed;
 
-pub use engine::clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
     PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED,
 };
+pub use options::{Durability, QueueOptions};
 pub use processor::{
     Autoscale, Delivery, Processor, ProcessorBuilder, ProcessorStats, REASON_DECODE_FAILED,
     RetryPolicy, ScaleCallback, ShutdownReport,
 };
-pub use queue::{Browse, Queue, QueueOptions, QueueStats};
+pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
-pub use store::{Durability, Store, StoreBuilder, StoreStats};
+pub use store::{Store, StoreBuilder, StoreStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};

@@ -364,6 +364,8 @@ pub struct DeadLetterInfo {
 pub const REASON_TTL_EXPIRED: &str = "TTLExpired";
 /// Reason given to messages delivered `max_deliveries` times without being completed.
 pub const REASON_MAX_DELIVERIES: &str = "MaxDeliveryCountExceeded";
+/// Reason given to a message whose body a typed queue or typed processor could not decode.
+pub const REASON_DECODE_FAILED: &str = "DecodeFailed";
 
 /// A stored message as read back by `peek`, `browse`, `get` or `receive`.
 #[derive(Debug, Clone, PartialEq)]

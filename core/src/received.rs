@@ -4,9 +4,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::clock::{duration_ms, to_system_time};
 use crate::engine::Engine;
 use crate::engine::batch::{Locked, Settle};
-use crate::engine::clock::{duration_ms, to_system_time};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, MessageId};
 

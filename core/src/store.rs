@@ -5,28 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::engine::Engine;
-use crate::engine::clock::{Clock, SystemClock};
 use crate::engine::codec::QueueRecord;
 use crate::engine::read;
 use crate::error::{Error, Result};
-use crate::queue::{Queue, QueueOptions};
+use crate::options::{Durability, EngineConfig, QueueOptions, QueueSettings};
+use crate::queue::Queue;
 use crate::tx::Transaction;
-
-/// How hard a commit works to survive a crash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Durability {
-    /// Every commit is on stable storage (fsync) before the call returns. A message whose send
-    /// returned `Ok` survives `kill -9` and power loss.
-    #[default]
-    Immediate,
-    /// Commits are not synced: much faster, but **a crash or power loss loses recent work** —
-    /// sends that returned `Ok` and completions alike (the store itself stays consistent and
-    /// opens to an earlier committed state). Closing the store syncs once. Not available with
-    /// `multi_process(true)`.
-    None,
-}
 
 /// Options for opening a [`Store`].
 ///
@@ -40,48 +26,28 @@ pub enum Durability {
 ///   receiver sees a message another process sent)
 /// - `verify_on_open`: `true` (checksums every page on open, so a damaged file is reported as
 ///   [`Error::Corrupted`] at open rather than by the operation that reads the damage)
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct StoreBuilder {
-    pub(crate) durability: Durability,
-    pub(crate) cache_size: usize,
-    pub(crate) multi_process: bool,
-    pub(crate) poll_floor: Duration,
-    pub(crate) poll_ceiling: Duration,
-    pub(crate) verify_on_open: bool,
-    pub(crate) clock: Arc<dyn Clock>,
-}
-
-impl Default for StoreBuilder {
-    fn default() -> Self {
-        StoreBuilder {
-            durability: Durability::Immediate,
-            cache_size: 64 << 20,
-            multi_process: false,
-            poll_floor: Duration::from_millis(1),
-            poll_ceiling: Duration::from_millis(50),
-            verify_on_open: true,
-            clock: Arc::new(SystemClock),
-        }
-    }
+    config: EngineConfig,
 }
 
 impl StoreBuilder {
     /// Sets the durability of every commit.
     pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
+        self.config.durability = durability;
         self
     }
 
     /// Sets the page cache size in bytes.
     pub fn cache_size(mut self, bytes: usize) -> Self {
-        self.cache_size = bytes;
+        self.config.cache_size = bytes;
         self
     }
 
     /// Lets several processes open the store at once (redb's multi-writer mode). Requires
     /// [`Durability::Immediate`].
     pub fn multi_process(mut self, enabled: bool) -> Self {
-        self.multi_process = enabled;
+        self.config.multi_process = enabled;
         self
     }
 
@@ -89,8 +55,8 @@ impl StoreBuilder {
     /// messages sent by other processes: it starts at `floor`, doubles on every empty poll up to
     /// `ceiling`, and returns to `floor` on activity.
     pub fn poll_interval(mut self, floor: Duration, ceiling: Duration) -> Self {
-        self.poll_floor = floor;
-        self.poll_ceiling = ceiling;
+        self.config.poll_floor = floor;
+        self.config.poll_ceiling = ceiling;
         self
     }
 
@@ -106,14 +72,14 @@ impl StoreBuilder {
     /// format 2 keep their unchecksummed envelopes (the upgrade rewrites only states and queue
     /// records).
     pub fn verify_on_open(mut self, enabled: bool) -> Self {
-        self.verify_on_open = enabled;
+        self.config.verify_on_open = enabled;
         self
     }
 
     /// Replaces the wall clock, so tests can cross lock expiries and TTLs without sleeping.
     #[doc(hidden)]
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.config.clock = clock;
         self
     }
 
@@ -126,7 +92,7 @@ impl StoreBuilder {
     /// [`Error::Config`] for contradictory options, [`Error::Io`] for the operating system's
     /// refusals (missing directory, permissions).
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store> {
-        let engine = Engine::open(path.as_ref(), &self)?;
+        let engine = Engine::open(path.as_ref(), &self.config)?;
         Ok(Store {
             engine: Arc::new(engine),
         })
@@ -225,7 +191,7 @@ impl Store {
     /// As [`Store::queue`], plus [`Error::InvalidArgument`] for invalid options (checked after
     /// merging with the stored ones).
     pub fn queue_with(&self, name: &str, options: QueueOptions) -> Result<Queue> {
-        options.apply_to(&QueueOptions::default()).validate()?;
+        options.apply_to(&QueueSettings::default()).validate()?;
         self.open_queue(name, Some(options))
     }
 

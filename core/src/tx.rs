@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::clock::to_system_time;
 use crate::engine::Engine;
 use crate::engine::batch::{Batch, Locked, Settle, validate_message};
-use crate::engine::clock::to_system_time;
 use crate::engine::read;
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::message::{
     Envelope, Expiry, Message, MessageId, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, Visibility,
 };
-use crate::queue::QueueOptions;
+use crate::options::{QueueOptions, QueueSettings};
 
 /// At most this many entries are moved by one sweep of an index, so that a large backlog of
 /// expired entries is worked off over several batches instead of stalling one.
@@ -327,8 +327,8 @@ impl<'t> Batch<'t> {
                 "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
             )));
         }
-        let options = options.map_or_else(QueueOptions::default, |o| {
-            o.apply_to(&QueueOptions::default())
+        let options = options.map_or_else(QueueSettings::default, |o| {
+            o.apply_to(&QueueSettings::default())
         });
         options.validate()?;
         // Queue ids stay below the commit marks' keys in `COUNTERS`.
@@ -854,20 +854,20 @@ impl<'t> Batch<'t> {
         })
     }
 
-    fn insert_message(&mut self, q: u32, o: &QueueOptions, m: Message) -> Result<u64> {
+    fn insert_message(&mut self, q: u32, o: &QueueSettings, m: Message) -> Result<u64> {
         let now = self.now;
         let id = self.next_seq(Seq::Message)?;
         let visible_at = match m.visibility {
             Visibility::Now => 0,
-            Visibility::After(d) => now.saturating_add(super::clock::duration_ms(d)),
-            Visibility::At(t) => super::clock::from_system_time(t),
+            Visibility::After(d) => now.saturating_add(crate::clock::duration_ms(d)),
+            Visibility::At(t) => crate::clock::from_system_time(t),
         };
         let expires_at = match m.expiry {
             Expiry::QueueDefault => o
                 .default_ttl
-                .map_or(0, |d| now.saturating_add(super::clock::duration_ms(d))),
-            Expiry::After(d) => now.saturating_add(super::clock::duration_ms(d)),
-            Expiry::At(t) => super::clock::from_system_time(t).max(1),
+                .map_or(0, |d| now.saturating_add(crate::clock::duration_ms(d))),
+            Expiry::After(d) => now.saturating_add(crate::clock::duration_ms(d)),
+            Expiry::At(t) => crate::clock::from_system_time(t).max(1),
         };
         // The whole message counts against `max_bytes`, as it does against `max_message_size`.
         let size = u32::try_from(m.size()).map_err(|_| Error::invalid("message too large"))?;
@@ -897,7 +897,7 @@ impl<'t> Batch<'t> {
         self.attach(id, &mut st, status)?;
         self.counters_mut(q)?.bytes += u64::from(size);
         if let (Some(key), Some(window)) = (m.props.message_key.as_deref(), o.dedup_window) {
-            let forget_at = now.saturating_add(super::clock::duration_ms(window));
+            let forget_at = now.saturating_add(crate::clock::duration_ms(window));
             let old = self
                 .t_dedup()?
                 .insert((q, key), (id, forget_at))?
@@ -914,7 +914,7 @@ impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
     pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
         let rec = self.require_queue(q, name)?;
-        let lock_ms = super::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         let max_deliveries = rec.1.options.max_deliveries;
         let mut out = Vec::new();
         while out.len() < max {
@@ -1048,7 +1048,7 @@ impl<'t> Batch<'t> {
     pub fn renew(&mut self, id: u64, token: u64) -> Result<u64> {
         let mut st = self.check_lock(id, token)?;
         let rec = self.require_queue(st.queue, "")?;
-        let lock_ms = super::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         self.detach(id, &st)?;
         st.locked_until = self.now.saturating_add(lock_ms);
         self.attach(id, &mut st, Status::Locked)?;
@@ -1133,9 +1133,13 @@ pub fn dead_letter_name(source: &str) -> String {
     format!("{source}{DEAD_LETTER_SUFFIX}")
 }
 
-fn dead_letter_options(source: &QueueOptions) -> QueueOptions {
-    QueueOptions::default()
-        .lock_duration(source.lock_duration)
-        .max_deliveries(u32::MAX)
-        .max_message_size(source.max_message_size)
+/// A dead-letter queue keeps its source's lock duration and size limit; its messages never
+/// expire or die again, and it has no quotas.
+fn dead_letter_options(source: &QueueSettings) -> QueueSettings {
+    QueueSettings {
+        lock_duration: source.lock_duration,
+        max_deliveries: u32::MAX,
+        max_message_size: source.max_message_size,
+        ..QueueSettings::default()
+    }
 }

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::message::{Properties, PropertyValue};
-use crate::queue::QueueOptions;
+use crate::options::QueueSettings;
 
 /// Envelope without a checksum: read only, written by store format 1.
 const ENVELOPE_V1: u8 = 1;
@@ -326,7 +326,7 @@ pub struct QueueRecord {
     pub id: u32,
     pub kind: QueueKind,
     pub peer: u32,
-    pub options: QueueOptions,
+    pub options: QueueSettings,
 }
 
 fn ms(d: Option<Duration>) -> u64 {
@@ -380,7 +380,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
         id,
         kind,
         peer,
-        options: QueueOptions {
+        options: QueueSettings {
             lock_duration,
             max_deliveries,
             default_ttl,
@@ -388,7 +388,6 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
             max_messages,
             max_bytes,
             dedup_window,
-            mentioned: 0,
         },
     })
 }
@@ -404,7 +403,7 @@ mod tests {
             id: 1,
             kind: QueueKind::Normal,
             peer: 2,
-            options: QueueOptions::default(),
+            options: QueueSettings::default(),
         };
         let q = encode_queue("q", &rec);
         assert!(decode_queue("q", &q).is_ok());
@@ -461,12 +460,12 @@ mod tests {
             id: 3,
             kind: QueueKind::DeadLetter,
             peer: 2,
-            options: QueueOptions {
+            options: QueueSettings {
                 max_messages: Some(0),
                 max_bytes: Some(10),
                 default_ttl: Some(Duration::from_secs(5)),
                 dedup_window: Some(Duration::from_secs(60)),
-                ..QueueOptions::default()
+                ..QueueSettings::default()
             },
         }
     }
@@ -595,7 +594,7 @@ mod tests {
                 id: 1,
                 kind: QueueKind::Normal,
                 peer: 2,
-                options: QueueOptions::default(),
+                options: QueueSettings::default(),
             },
         ] {
             let mut buf = encode_queue("q", &rec);

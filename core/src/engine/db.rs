@@ -19,7 +19,7 @@ use redb::{Database, ReadableDatabase};
 use super::tables::{COUNTERS, COUNTERS_LEN};
 
 use crate::error::{Error, Result};
-use crate::store::StoreBuilder;
+use crate::options::EngineConfig;
 
 /// The `COUNTERS` key of an owner's commit mark: the number of the last batch that owner
 /// committed, written in every committing batch so that after a commit that failed the reopened
@@ -51,11 +51,11 @@ enum State {
 pub struct DbSlot {
     state: RwLock<State>,
     path: PathBuf,
-    builder: StoreBuilder,
+    builder: EngineConfig,
 }
 
 impl DbSlot {
-    pub fn new(db: Arc<Database>, path: PathBuf, builder: StoreBuilder) -> DbSlot {
+    pub fn new(db: Arc<Database>, path: PathBuf, builder: EngineConfig) -> DbSlot {
         DbSlot {
             state: RwLock::new(State::Open(db)),
             path,

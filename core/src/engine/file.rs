@@ -19,11 +19,11 @@ use redb::{
 
 use super::tables::*;
 use crate::error::{Error, Result, io_to_error};
-use crate::store::StoreBuilder;
+use crate::options::EngineConfig;
 
 const REDB_MAGIC: &[u8] = b"redb";
 
-fn redb_builder(b: &StoreBuilder) -> redb::Builder {
+fn redb_builder(b: &EngineConfig) -> redb::Builder {
     let mut rb = Database::builder();
     rb.set_cache_size(b.cache_size);
     rb.set_concurrency_mode(if b.multi_process {
@@ -35,7 +35,7 @@ fn redb_builder(b: &StoreBuilder) -> redb::Builder {
     rb
 }
 
-pub fn open(path: &Path, b: &StoreBuilder) -> Result<Database> {
+pub fn open(path: &Path, b: &EngineConfig) -> Result<Database> {
     match fs::metadata(path) {
         Ok(m) if m.is_dir() => {
             return Err(Error::NotAStore(format!(
@@ -253,14 +253,14 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.creating-{}-{nonce}", std::process::id()))
 }
 
-fn create(path: &Path, b: &StoreBuilder) -> Result<()> {
+fn create(path: &Path, b: &EngineConfig) -> Result<()> {
     let tmp = temp_path(path);
     let result = build_new(&tmp, b).and_then(|()| publish(&tmp, path));
     let _ = fs::remove_file(&tmp);
     result
 }
 
-fn build_new(tmp: &Path, b: &StoreBuilder) -> Result<()> {
+fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     let mut opts = OpenOptions::new();
     opts.read(true).write(true).create_new(true);
     #[cfg(unix)]
@@ -312,7 +312,7 @@ fn publish(tmp: &Path, path: &Path) -> Result<()> {
 
 /// Opens an existing store again after a failed write (see `db`): like [`open`], but never
 /// creates the file.
-pub fn reopen(path: &Path, b: &StoreBuilder) -> Result<Database> {
+pub fn reopen(path: &Path, b: &EngineConfig) -> Result<Database> {
     if let Err(e) = fs::metadata(path) {
         return Err(io_to_error(e));
     }

@@ -2,7 +2,6 @@
 //! pipeline, read snapshots, and waiting for messages.
 
 pub mod batch;
-pub mod clock;
 pub mod codec;
 mod db;
 mod file;
@@ -24,11 +23,11 @@ use std::time::{Duration, Instant};
 use redb::{ReadTransaction, ReadableDatabase};
 
 use self::batch::{Batch, Locked};
-use self::clock::Clock;
 use self::pipeline::{Pipeline, PipelineStats, WriterContext};
 use self::signal::Signals;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::store::{Durability, StoreBuilder};
+use crate::options::{Durability, EngineConfig};
 
 pub struct Engine {
     /// Emptied once closed, so that closing releases the file (and its lock) even while
@@ -76,7 +75,7 @@ pub fn panic_to_error(p: Box<dyn std::any::Any + Send>) -> Error {
 }
 
 impl Engine {
-    pub fn open(path: &Path, b: &StoreBuilder) -> Result<Engine> {
+    pub fn open(path: &Path, b: &EngineConfig) -> Result<Engine> {
         if b.multi_process && matches!(b.durability, Durability::None) {
             return Err(Error::Config(
                 "multi-process stores commit durably only: Durability::None cannot be combined with multi_process(true)".into(),
@@ -92,7 +91,7 @@ impl Engine {
         guarded::catch(|| Self::open_file(path, b)).map_err(panic_to_error)?
     }
 
-    fn open_file(path: &Path, b: &StoreBuilder) -> Result<Engine> {
+    fn open_file(path: &Path, b: &EngineConfig) -> Result<Engine> {
         let db = match file::open(path, b) {
             Ok(db) => Arc::new(db),
             Err(Error::AlreadyOpen(_)) if in_process::is_open(path) => {

@@ -21,13 +21,13 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 use super::batch::{Batch, DueHints};
-use super::clock::Clock;
 use super::db::{DbSlot, Resolved};
 use super::guarded;
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::store::Durability;
+use crate::options::Durability;
 
 /// The most operations one batch takes; more wait for the next batch, which bounds the latency
 /// a single huge burst can add.

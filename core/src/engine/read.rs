@@ -3,9 +3,9 @@
 
 use redb::{ReadTransaction, ReadableTable};
 
-use super::clock::to_system_time;
 use super::codec::{self, QueueKind, QueueRecord, StoredEnvelope};
 use super::tables::*;
+use crate::clock::to_system_time;
 use crate::error::{Error, Result};
 use crate::message::{DeadLetterInfo, Envelope, MAX_PRIORITY, MessageId};
 

@@ -2,9 +2,10 @@
 //! and autoscaling — the receive loop users should not have to write.
 //!
 //! Layout: this file holds the public API and the shared state; `worker` runs one receiver;
-//! `watch` renews locks, enforces handler time limits and autoscales.
+//! `renewal` renews locks and enforces handler time limits; `scaling` autoscales.
 
-mod watch;
+mod renewal;
+mod scaling;
 mod worker;
 
 use std::collections::HashMap;
@@ -19,15 +20,14 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::{Condvar, Mutex};
 use serde::de::DeserializeOwned;
 
-use crate::engine::clock::{Clock, to_system_time};
+use crate::clock::{Clock, to_system_time};
 use crate::engine::signal::Signal;
 use crate::error::{Error, Result};
 use crate::message::Envelope;
 use crate::queue::Queue;
 use crate::tx::Transaction;
 
-/// The dead-letter reason given to a message whose body a typed processor could not decode.
-pub const REASON_DECODE_FAILED: &str = "DecodeFailed";
+pub use crate::message::REASON_DECODE_FAILED;
 
 /// How long a failed message waits before it is delivered again: `initial` after the first
 /// delivery, multiplied by `multiplier` for every further delivery, never more than `max`.
@@ -288,7 +288,7 @@ impl Delivery {
     ///
     /// [`Error::Codec`] when the body is not a valid encoding of `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
-        crate::typed::codec::decode(self.envelope.body())
+        crate::body_codec::decode(self.envelope.body())
     }
 
     /// Asks the processor to move the message to the dead-letter queue when the handler
@@ -576,9 +576,9 @@ impl ProcessorBuilder {
         let processor = Processor {
             shared: shared.clone(),
         };
-        watch::spawn_watchdog(&shared)?;
+        renewal::spawn_watchdog(&shared)?;
         if shared.config.autoscale.is_some() {
-            watch::spawn_autoscaler(&shared)?;
+            scaling::spawn_autoscaler(&shared)?;
         }
         worker::spawn_workers(&shared, initial)?;
         Ok(processor)
@@ -872,4 +872,22 @@ impl Drop for Processor {
         let timeout = self.shared.config.drop_timeout;
         self.shutdown(timeout);
     }
+}
+
+/// Starts a background thread counted in `State::background`, so `join` waits for it.
+fn spawn_background(sh: &Arc<Shared>, name: &str, body: fn(&Arc<Shared>)) -> Result<()> {
+    // Holding the lock while spawning keeps the thread's exit from being counted before its
+    // start.
+    let mut st = sh.state.lock();
+    let s = sh.clone();
+    let handle = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            body(&s);
+            s.state.lock().background -= 1;
+            s.cv.notify_all();
+        })?;
+    st.background += 1;
+    st.threads.push(handle);
+    Ok(())
 }

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{
-    Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched, watch,
+    Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched, renewal,
 };
+use crate::clock::duration_ms;
 use crate::engine::batch::{Batch, Locked, Settle};
-use crate::engine::clock::duration_ms;
 use crate::engine::codec::QueueKind;
 use crate::engine::read;
 use crate::error::{Error, Result};
@@ -597,7 +597,7 @@ impl Worker<'_> {
                     l.token,
                     Watched {
                         track: track.clone(),
-                        next_renew: watch::next_renewal(sh, l.locked_until, renew_until),
+                        next_renew: renewal::next_renewal(sh, l.locked_until, renew_until),
                         renew_until,
                         deadline: None,
                     },

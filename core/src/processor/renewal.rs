@@ -1,6 +1,6 @@
-//! The processor's background threads: the watchdog (lock renewal and handler time limits) and
-//! the autoscaler. Both wait on the processor's condition variable, so a stop wakes them at
-//! once.
+//! The watchdog: renews the locks of messages the workers hold, on a schedule taken from each
+//! lock's actual expiry, and cancels handlers past their time limit. It waits on the
+//! processor's condition variable, so a stop wakes it at once.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,33 +8,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::{Shared, State, Track, worker};
+use super::{Shared, State, Track};
 use crate::error::{Error, Result};
 
-/// Starts a background thread counted in `State::background`, so `join` waits for it.
-fn spawn_background(sh: &Arc<Shared>, name: &str, body: fn(&Arc<Shared>)) -> Result<()> {
-    // Holding the lock while spawning keeps the thread's exit from being counted before its
-    // start.
-    let mut st = sh.state.lock();
-    let s = sh.clone();
-    let handle = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            body(&s);
-            s.state.lock().background -= 1;
-            s.cv.notify_all();
-        })?;
-    st.background += 1;
-    st.threads.push(handle);
-    Ok(())
-}
-
 pub(super) fn spawn_watchdog(sh: &Arc<Shared>) -> Result<()> {
-    spawn_background(sh, "postbox-watchdog", watchdog)
-}
-
-pub(super) fn spawn_autoscaler(sh: &Arc<Shared>) -> Result<()> {
-    spawn_background(sh, "postbox-autoscale", autoscaler)
+    super::spawn_background(sh, "postbox-watchdog", watchdog)
 }
 
 /// Shortest wait before a renewal, so that a lock already at its expiry is renewed (or found
@@ -160,71 +138,6 @@ fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<
                     w.next_renew = Instant::now().checked_add(wait);
                 }
             }
-        }
-    }
-}
-
-/// Measures the backlog every `check_interval` and sets the wanted worker count: spawns
-/// workers up to it at once; surplus workers retire themselves when they find the queue empty.
-fn autoscaler(sh: &Arc<Shared>) {
-    let Some(a) = sh.config.autoscale else {
-        return;
-    };
-    loop {
-        {
-            let mut st = sh.state.lock();
-            let deadline = Instant::now().checked_add(a.check_interval);
-            while !st.stopping {
-                match deadline {
-                    Some(d) => {
-                        if sh.cv.wait_until(&mut st, d).timed_out() {
-                            break;
-                        }
-                    }
-                    None => sh.cv.wait(&mut st),
-                }
-            }
-            if st.stopping {
-                return;
-            }
-        }
-        let active = match sh.queue.stats() {
-            Ok(s) => s.active,
-            Err(e @ (Error::Closed | Error::QueueNotFound(_))) => {
-                tracing::warn!(queue = %sh.queue.name(), error = %e, "processor stops");
-                sh.stop();
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(
-                    queue = %sh.queue.name(),
-                    error = %e,
-                    "processor could not measure its backlog"
-                );
-                continue;
-            }
-        };
-        let (spawn, shrink) = {
-            let mut st = sh.state.lock();
-            // Every lock the processor holds (handled or prefetched) is backlog too.
-            let backlog = active.saturating_add(st.watched.len() as u64);
-            let desired = a.desired(backlog);
-            st.target = desired;
-            (desired.saturating_sub(st.live), desired < st.live)
-        };
-        for _ in 0..spawn {
-            if let Err(e) = worker::spawn_one(sh) {
-                tracing::error!(
-                    queue = %sh.queue.name(),
-                    error = %e,
-                    "processor could not add a worker"
-                );
-                break;
-            }
-        }
-        if shrink {
-            // Idle workers wait on the queue's signal; waking them lets the surplus retire.
-            sh.signal.notify();
         }
     }
 }
