@@ -1,0 +1,217 @@
+//! The queue catalog: queue records by id and name, creating, opening, deleting and purging
+//! queues, and the dead-letter queue that goes with each.
+
+use std::sync::Arc;
+
+use redb::ReadableTable;
+
+use super::sweep::index_ids;
+use super::*;
+
+impl<'t> Batch<'t> {
+    /// The record of queue `q`, or `None` if it was deleted.
+    pub fn queue(&mut self, q: u32) -> Result<Option<Arc<(String, QueueRecord)>>> {
+        if let Some(r) = self.queue_cache.get(&q) {
+            return Ok(r.clone());
+        }
+        let name = self.t_queue_ids()?.get(q)?.map(|g| g.value().to_owned());
+        let rec = match name {
+            None => None,
+            Some(name) => {
+                let raw = self
+                    .t_queues()?
+                    .get(name.as_str())?
+                    .ok_or_else(|| {
+                        Error::corrupted(format!("queue {name:?} has an id but no record"))
+                    })?
+                    .value()
+                    .to_vec();
+                let rec =
+                    codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
+                Some(Arc::new((name, rec)))
+            }
+        };
+        self.queue_cache.insert(q, rec.clone());
+        Ok(rec)
+    }
+
+    pub(super) fn require_queue(
+        &mut self,
+        q: u32,
+        name: &str,
+    ) -> Result<Arc<(String, QueueRecord)>> {
+        self.queue(q)?
+            .ok_or_else(|| Error::QueueNotFound(name.to_owned()))
+    }
+
+    pub(super) fn queue_by_name(&mut self, name: &str) -> Result<Option<QueueRecord>> {
+        match self.t_queues()?.get(name)? {
+            None => Ok(None),
+            Some(g) => Ok(Some(
+                codec::decode_queue(name, g.value()).map_err(|e| corrupted("queue record", e))?,
+            )),
+        }
+    }
+
+    pub(super) fn put_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
+        self.mutations += 1;
+        self.t_queues()?
+            .insert(name, codec::encode_queue(name, rec).as_slice())?;
+        self.t_queue_ids()?.insert(rec.id, name)?;
+        self.queue_cache.remove(&rec.id);
+        Ok(())
+    }
+
+    /// Opens queue `name`, creating it and its dead-letter queue if missing. With `options`,
+    /// an existing queue takes the options they mention (see `QueueOptions::apply_to`); its
+    /// messages are kept.
+    pub fn open_queue(
+        &mut self,
+        name: &str,
+        options: Option<&QueueOptions>,
+    ) -> Result<QueueRecord> {
+        if let Some(mut rec) = self.queue_by_name(name)? {
+            if let Some(o) = options {
+                if rec.kind == QueueKind::DeadLetter {
+                    return Err(Error::invalid(
+                        "the options of a dead-letter queue follow its source queue",
+                    ));
+                }
+                let merged = o.apply_to(&rec.options);
+                merged.validate()?;
+                if rec.options != merged {
+                    rec.options = merged;
+                    self.put_queue(name, &rec)?;
+                    let dlq_name = dead_letter_name(name);
+                    if let Some(mut dlq) = self.queue_by_name(&dlq_name)? {
+                        dlq.options = dead_letter_options(&rec.options);
+                        self.put_queue(&dlq_name, &dlq)?;
+                    }
+                }
+            }
+            return Ok(rec);
+        }
+        if name.ends_with(DEAD_LETTER_SUFFIX) {
+            return Err(Error::invalid(format!(
+                "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
+            )));
+        }
+        let options = options.map_or_else(QueueSettings::default, |o| {
+            o.apply_to(&QueueSettings::default())
+        });
+        options.validate()?;
+        // Queue ids stay below the commit marks' keys in `COUNTERS`.
+        let queue_id = |v: u64| {
+            u32::try_from(v)
+                .ok()
+                .filter(|id| *id < crate::engine::db::FIRST_MARK_KEY)
+                .ok_or_else(|| Error::invalid("too many queues"))
+        };
+        let id = queue_id(self.next_seq(Seq::Queue)?)?;
+        let dlq_id = queue_id(self.next_seq(Seq::Queue)?)?;
+        let rec = QueueRecord {
+            id,
+            kind: QueueKind::Normal,
+            peer: dlq_id,
+            options: options.clone(),
+        };
+        let dlq = QueueRecord {
+            id: dlq_id,
+            kind: QueueKind::DeadLetter,
+            peer: id,
+            options: dead_letter_options(&options),
+        };
+        self.put_queue(name, &rec)?;
+        self.put_queue(&dead_letter_name(name), &dlq)?;
+        self.t_counters()?
+            .insert(id, Counters::default().encode())?;
+        self.t_counters()?
+            .insert(dlq_id, Counters::default().encode())?;
+        Ok(rec)
+    }
+
+    /// Deletes a queue, its dead-letter queue and every message in either. Returns whether it
+    /// existed.
+    pub fn delete_queue(&mut self, name: &str) -> Result<bool> {
+        let Some(rec) = self.queue_by_name(name)? else {
+            return Ok(false);
+        };
+        if rec.kind == QueueKind::DeadLetter {
+            return Err(Error::invalid(
+                "a dead-letter queue is deleted with its source queue",
+            ));
+        }
+        for (q, qname) in [
+            (rec.id, name.to_owned()),
+            (rec.peer, dead_letter_name(name)),
+        ] {
+            self.purge(q)?;
+            self.mutations += 1;
+            self.t_queues()?.remove(qname.as_str())?;
+            self.t_queue_ids()?.remove(q)?;
+            self.t_counters()?.remove(q)?;
+            self.counter_cache.remove(&q);
+            self.queue_cache.remove(&q);
+            self.deleted.insert(q);
+            // Waiters on the queue (parked receives, processors) must learn that it is gone.
+            self.woken.insert(q);
+            let keys: Vec<String> = self
+                .t_dedup()?
+                .range((q, "")..(q.saturating_add(1), ""))?
+                .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
+                .collect::<std::result::Result<_, _>>()?;
+            for key in keys {
+                let removed = self
+                    .t_dedup()?
+                    .remove((q, key.as_str()))?
+                    .map(|g| g.value());
+                if let Some((_, forget_at)) = removed {
+                    self.t_dedup_expiry()?
+                        .remove((forget_at, q, key.as_str()))?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Removes every message of queue `q` (receivable, scheduled and locked). Returns how many.
+    pub fn purge(&mut self, q: u32) -> Result<u64> {
+        let mut ids: Vec<u64> = Vec::new();
+        for e in self.t_ready()?.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))? {
+            ids.push(e?.0.value().2);
+        }
+        let mut others = index_ids(self.t_scheduled()?)?;
+        others.extend(index_ids(self.t_lock_expiry()?)?);
+        for id in others {
+            if self.load_state(id)?.is_some_and(|st| st.queue == q) {
+                ids.push(id);
+            }
+        }
+        let n = ids.len() as u64;
+        for id in ids {
+            let st = self
+                .load_state(id)?
+                .ok_or_else(|| Error::corrupted("indexed message has no state"))?;
+            self.remove_message(id, &st)?;
+        }
+        Ok(n)
+    }
+}
+
+/// The suffix that names a dead-letter queue after its source (as Azure Service Bus does).
+pub const DEAD_LETTER_SUFFIX: &str = "/$deadletterqueue";
+
+pub fn dead_letter_name(source: &str) -> String {
+    format!("{source}{DEAD_LETTER_SUFFIX}")
+}
+
+/// A dead-letter queue keeps its source's lock duration and size limit; its messages never
+/// expire or die again, and it has no quotas.
+pub(super) fn dead_letter_options(source: &QueueSettings) -> QueueSettings {
+    QueueSettings {
+        lock_duration: source.lock_duration,
+        max_deliveries: u32::MAX,
+        max_message_size: source.max_message_size,
+        ..QueueSettings::default()
+    }
+}

@@ -1,0 +1,256 @@
+//! One redb write transaction shared by every operation of a group commit.
+//!
+//! Each operation first validates (reads only), then mutates. `mutations` counts writes, so the
+//! pipeline can tell an operation that failed cleanly (its error goes to its caller alone) from
+//! one that failed half way (the whole batch is aborted).
+//!
+//! This file holds the batch itself: its lazily opened tables, the id sequences and the exact
+//! per-queue counts it writes back in `flush`. The operations are split by concern: `catalog`
+//! (queues), `state` (a message's status transitions), `send`, `settle` (receive, settle,
+//! renew), `sweep` (time-driven work) and `reaping` (processes and their locks).
+
+mod catalog;
+mod reaping;
+mod send;
+mod settle;
+mod state;
+mod sweep;
+
+pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name};
+pub use send::validate_message;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use super::codec::{self, DeadLetter, QueueKind, QueueRecord};
+use super::tables::*;
+use crate::error::{Error, Result};
+use crate::message::{
+    Envelope, Expiry, Message, MessageId, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, Visibility,
+};
+use crate::options::{QueueOptions, QueueSettings};
+
+/// The message a receive locked, with its lock.
+#[derive(Debug)]
+pub struct Locked {
+    pub envelope: Envelope,
+    pub token: u64,
+    pub locked_until: u64,
+}
+
+/// How a settle call ends a lock.
+#[derive(Debug, Clone)]
+pub enum Settle {
+    Complete,
+    Abandon { delay_ms: u64 },
+    DeadLetter { reason: String, description: String },
+    Resubmit,
+}
+
+/// The earliest time at which each time index may hold due work; 0 means "unknown: look".
+///
+/// Valid only while this process is the store's one writer (single-process mode): every insert
+/// into an index lowers its hint, so a sweep can skip indexes with nothing due without opening
+/// them. Multi-process stores always look, since other processes insert too.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DueHints {
+    lock: u64,
+    scheduled: u64,
+    expiring: u64,
+    dedup: u64,
+}
+
+/// (queue id, message_key) → (message id, forget at ms).
+type DedupTable<'t> = Table<'t, (u32, &'static str), (u64, u64)>;
+
+impl DueHints {
+    /// When the earliest scheduled message or lock expiry may fall due (ms; 0 = unknown).
+    pub fn next_receivable(&self) -> u64 {
+        self.lock.min(self.scheduled)
+    }
+}
+
+pub struct Batch<'t> {
+    txn: &'t WriteTransaction,
+    /// Carried from batch to batch by the pipeline; see [`DueHints`].
+    pub hints: DueHints,
+    pub now: u64,
+    pub mutations: u64,
+    /// Queues that gained receivable messages; their waiters are woken after the commit.
+    pub woken: HashSet<u32>,
+    queues: Option<Table<'t, &'static str, &'static [u8]>>,
+    queue_ids: Option<Table<'t, u32, &'static str>>,
+    counters: Option<Table<'t, u32, [u8; COUNTERS_LEN]>>,
+    state: Option<Table<'t, u64, [u8; STATE_LEN]>>,
+    data: Option<Table<'t, u64, &'static [u8]>>,
+    ready: Option<Table<'t, (u32, u8, u64), ()>>,
+    scheduled: Option<Table<'t, (u64, u64), ()>>,
+    expiring: Option<Table<'t, (u64, u64), ()>>,
+    lock_expiry: Option<Table<'t, (u64, u64), ()>>,
+    owners: Option<Table<'t, u64, (u32, u64)>>,
+    owner_scopes: Option<Table<'t, u64, u64>>,
+    dedup: Option<DedupTable<'t>>,
+    dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
+    /// The sequences, once read in this batch; written back by `flush`.
+    seqs: Option<[u64; 4]>,
+    counter_cache: HashMap<u32, Counters>,
+    /// Queues deleted in this batch.
+    deleted: HashSet<u32>,
+    queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
+}
+
+fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &'t WriteTransaction,
+    slot: &'a mut Option<Table<'t, K, V>>,
+    def: redb::TableDefinition<K, V>,
+) -> Result<&'a mut Table<'t, K, V>> {
+    if slot.is_none() {
+        *slot = Some(txn.open_table(def)?);
+    }
+    slot.as_mut()
+        .ok_or_else(|| Error::corrupted("table could not be opened"))
+}
+
+fn corrupted(what: &str, e: String) -> Error {
+    Error::Corrupted(format!("{what}: {e}"))
+}
+
+impl<'t> Batch<'t> {
+    pub fn open(txn: &'t WriteTransaction, now: u64, hints: DueHints) -> Result<Batch<'t>> {
+        Ok(Batch {
+            txn,
+            hints,
+            now,
+            mutations: 0,
+            woken: HashSet::new(),
+            queues: None,
+            queue_ids: None,
+            counters: None,
+            state: None,
+            data: None,
+            ready: None,
+            scheduled: None,
+            expiring: None,
+            lock_expiry: None,
+            owners: None,
+            owner_scopes: None,
+            dedup: None,
+            dedup_expiry: None,
+            seqs: None,
+            counter_cache: HashMap::new(),
+            deleted: HashSet::new(),
+            queue_cache: HashMap::new(),
+        })
+    }
+
+    // Tables are opened on first use: opening one costs a lookup and a type check in redb,
+    // and most operations touch only a few of them.
+
+    fn t_queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+        lazy(self.txn, &mut self.queues, QUEUES)
+    }
+
+    fn t_queue_ids(&mut self) -> Result<&mut Table<'t, u32, &'static str>> {
+        lazy(self.txn, &mut self.queue_ids, QUEUE_IDS)
+    }
+
+    fn t_counters(&mut self) -> Result<&mut Table<'t, u32, [u8; COUNTERS_LEN]>> {
+        lazy(self.txn, &mut self.counters, COUNTERS)
+    }
+
+    fn t_state(&mut self) -> Result<&mut Table<'t, u64, [u8; STATE_LEN]>> {
+        lazy(self.txn, &mut self.state, STATE)
+    }
+
+    fn t_data(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        lazy(self.txn, &mut self.data, DATA)
+    }
+
+    fn t_ready(&mut self) -> Result<&mut Table<'t, (u32, u8, u64), ()>> {
+        lazy(self.txn, &mut self.ready, READY)
+    }
+
+    fn t_scheduled(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(self.txn, &mut self.scheduled, SCHEDULED)
+    }
+
+    fn t_expiring(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(self.txn, &mut self.expiring, EXPIRING)
+    }
+
+    fn t_lock_expiry(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        lazy(self.txn, &mut self.lock_expiry, LOCK_EXPIRY)
+    }
+
+    fn t_owner_scopes(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        lazy(self.txn, &mut self.owner_scopes, OWNER_SCOPES)
+    }
+
+    fn t_owners(&mut self) -> Result<&mut Table<'t, u64, (u32, u64)>> {
+        lazy(self.txn, &mut self.owners, OWNERS)
+    }
+
+    fn t_dedup(&mut self) -> Result<&mut DedupTable<'t>> {
+        lazy(self.txn, &mut self.dedup, DEDUP)
+    }
+
+    fn t_dedup_expiry(&mut self) -> Result<&mut Table<'t, (u64, u32, &'static str), ()>> {
+        lazy(self.txn, &mut self.dedup_expiry, DEDUP_EXPIRY)
+    }
+
+    /// Writes the cached sequences and counters. Called once, before the commit.
+    pub fn flush(&mut self) -> Result<()> {
+        if let Some(seqs) = self.seqs.take() {
+            self.t_counters()?
+                .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
+        }
+        for (q, c) in std::mem::take(&mut self.counter_cache) {
+            // A queue deleted in this batch lost its counters; do not resurrect them.
+            if !self.deleted.contains(&q) {
+                self.t_counters()?.insert(q, c.encode())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_seq(&mut self, seq: Seq) -> Result<u64> {
+        let mut seqs = match self.seqs {
+            Some(s) => s,
+            None => match self.t_counters()?.get(SEQUENCES_KEY)? {
+                Some(g) => decode_sequences(&g.value()),
+                None => return Err(Error::corrupted("the id sequences are missing")),
+            },
+        };
+        let slot = &mut seqs[seq as usize];
+        let current = (*slot).max(1);
+        *slot = current + 1;
+        self.seqs = Some(seqs);
+        Ok(current)
+    }
+
+    fn counters_mut(&mut self, q: u32) -> Result<&mut Counters> {
+        if !self.counter_cache.contains_key(&q) {
+            let c = self
+                .t_counters()?
+                .get(q)?
+                .map(|g| Counters::decode(&g.value()))
+                .unwrap_or_default();
+            self.counter_cache.insert(q, c);
+        }
+        self.mutations += 1;
+        Ok(self.counter_cache.entry(q).or_default())
+    }
+
+    pub fn counters(&mut self, q: u32) -> Result<Counters> {
+        if let Some(c) = self.counter_cache.get(&q) {
+            return Ok(*c);
+        }
+        Ok(self
+            .t_counters()?
+            .get(q)?
+            .map(|g| Counters::decode(&g.value()))
+            .unwrap_or_default())
+    }
+}

@@ -1,0 +1,198 @@
+//! Sending: validation and quota planning first, then the inserts, so a refused send writes
+//! nothing.
+
+use std::collections::HashMap;
+
+use redb::ReadableTable;
+
+use super::*;
+
+impl<'t> Batch<'t> {
+    /// Sends messages to queue `q` atomically: all are stored or none.
+    pub fn send(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<MessageId>> {
+        let mut ids = self.send_many(vec![(q, name.to_owned(), msgs)])?;
+        Ok(ids.pop().unwrap_or_default())
+    }
+
+    /// Sends to several queues atomically: every message of every group is validated (size,
+    /// priority, quota, duplicates) before the first is written.
+    pub fn send_many(
+        &mut self,
+        groups: Vec<(u32, String, Vec<Message>)>,
+    ) -> Result<Vec<Vec<MessageId>>> {
+        let mut plans = Vec::with_capacity(groups.len());
+        // Quotas are checked against what earlier groups of this call add to the same queue.
+        let mut added: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (q, name, msgs) in &groups {
+            let rec = self.require_queue(*q, name)?;
+            let plan = self.plan_send(*q, &rec, msgs, added.get(q).copied().unwrap_or_default())?;
+            let e = added.entry(*q).or_default();
+            e.0 += plan.new_count;
+            e.1 += plan.new_bytes;
+            plans.push((rec, plan));
+        }
+        let mut out = Vec::with_capacity(groups.len());
+        for ((q, _, msgs), (rec, plan)) in groups.into_iter().zip(plans) {
+            let mut ids: Vec<u64> = Vec::with_capacity(msgs.len());
+            for (m, step) in msgs.into_iter().zip(plan.steps) {
+                let id = match step {
+                    SendStep::Existing(id) => id,
+                    SendStep::SameAs(j) => ids[j],
+                    SendStep::New => self.insert_message(q, &rec.1.options, m)?,
+                };
+                ids.push(id);
+            }
+            out.push(ids.into_iter().map(MessageId).collect());
+        }
+        Ok(out)
+    }
+
+    fn plan_send(
+        &mut self,
+        q: u32,
+        rec: &(String, QueueRecord),
+        msgs: &[Message],
+        already: (u64, u64),
+    ) -> Result<SendPlan> {
+        let (qname, rec) = (&rec.0, &rec.1);
+        if rec.kind == QueueKind::DeadLetter {
+            return Err(Error::invalid(
+                "messages cannot be sent to a dead-letter queue",
+            ));
+        }
+        let o = &rec.options;
+        let mut steps = Vec::with_capacity(msgs.len());
+        let mut keys_here: HashMap<&str, usize> = HashMap::new();
+        let (mut new_count, mut new_bytes) = (0u64, 0u64);
+        for (i, m) in msgs.iter().enumerate() {
+            validate_message(m, o.max_message_size)?;
+            let key = m
+                .props
+                .message_key
+                .as_deref()
+                .filter(|_| o.dedup_window.is_some());
+            if let Some(key) = key {
+                let now = self.now;
+                if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value())
+                    && forget_at > now
+                {
+                    steps.push(SendStep::Existing(id));
+                    continue;
+                }
+                if let Some(&j) = keys_here.get(key) {
+                    steps.push(SendStep::SameAs(j));
+                    continue;
+                }
+                keys_here.insert(key, i);
+            }
+            steps.push(SendStep::New);
+            new_count += 1;
+            new_bytes += m.size();
+        }
+        let c = self.counters(q)?;
+        if let Some(max) = o.max_messages
+            && c.total() + already.0 + new_count > max
+        {
+            return Err(Error::QueueFull {
+                queue: qname.clone(),
+                limit: format!("max_messages = {max}"),
+            });
+        }
+        if let Some(max) = o.max_bytes
+            && c.bytes + already.1 + new_bytes > max
+        {
+            return Err(Error::QueueFull {
+                queue: qname.clone(),
+                limit: format!("max_bytes = {max}"),
+            });
+        }
+        Ok(SendPlan {
+            steps,
+            new_count,
+            new_bytes,
+        })
+    }
+
+    fn insert_message(&mut self, q: u32, o: &QueueSettings, m: Message) -> Result<u64> {
+        let now = self.now;
+        let id = self.next_seq(Seq::Message)?;
+        let visible_at = match m.visibility {
+            Visibility::Now => 0,
+            Visibility::After(d) => now.saturating_add(crate::clock::duration_ms(d)),
+            Visibility::At(t) => crate::clock::from_system_time(t),
+        };
+        let expires_at = match m.expiry {
+            Expiry::QueueDefault => o
+                .default_ttl
+                .map_or(0, |d| now.saturating_add(crate::clock::duration_ms(d))),
+            Expiry::After(d) => now.saturating_add(crate::clock::duration_ms(d)),
+            Expiry::At(t) => crate::clock::from_system_time(t).max(1),
+        };
+        // The whole message counts against `max_bytes`, as it does against `max_message_size`.
+        let size = u32::try_from(m.size()).map_err(|_| Error::invalid("message too large"))?;
+        let mut st = State {
+            queue: q,
+            priority: m.priority,
+            status: Status::Ready,
+            delivery_count: 0,
+            size,
+            enqueued_at: now,
+            visible_at,
+            expires_at,
+            lock_owner: 0,
+            lock_token: 0,
+            locked_until: 0,
+        };
+        self.mutations += 1;
+        self.t_data()?.insert(
+            id,
+            codec::encode_envelope(id, &m.props, None, &m.body).as_slice(),
+        )?;
+        let status = if visible_at > now {
+            Status::Scheduled
+        } else {
+            Status::Ready
+        };
+        self.attach(id, &mut st, status)?;
+        self.counters_mut(q)?.bytes += u64::from(size);
+        if let (Some(key), Some(window)) = (m.props.message_key.as_deref(), o.dedup_window) {
+            let forget_at = now.saturating_add(crate::clock::duration_ms(window));
+            let old = self
+                .t_dedup()?
+                .insert((q, key), (id, forget_at))?
+                .map(|g| g.value());
+            if let Some((_, old_at)) = old {
+                self.t_dedup_expiry()?.remove((old_at, q, key))?;
+            }
+            self.t_dedup_expiry()?.insert((forget_at, q, key), ())?;
+            self.hints.dedup = self.hints.dedup.min(forget_at);
+        }
+        Ok(id)
+    }
+}
+
+enum SendStep {
+    New,
+    Existing(u64),
+    SameAs(usize),
+}
+
+struct SendPlan {
+    steps: Vec<SendStep>,
+    new_count: u64,
+    new_bytes: u64,
+}
+
+/// Checks a message against the queue's current `max_message_size` (which counts the whole
+/// message: body and properties), its priority and its property bounds.
+pub fn validate_message(m: &Message, max_message_size: usize) -> Result<()> {
+    m.validate()?;
+    let size = m.size();
+    if size > max_message_size as u64 || u32::try_from(size).is_err() {
+        return Err(Error::MessageTooLarge {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
+            max: max_message_size,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Receiving and settling: locking the head of a queue, checking and ending a lock, renewing
+//! it.
+
+use redb::ReadableTable;
+
+use super::*;
+
+impl<'t> Batch<'t> {
+    /// Locks up to `max` messages from the head of queue `q` for `owner`.
+    pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
+        let rec = self.require_queue(q, name)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let max_deliveries = rec.1.options.max_deliveries;
+        let mut out = Vec::new();
+        while out.len() < max {
+            let head = self
+                .t_ready()?
+                .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
+                .next()
+                .transpose()?
+                .map(|(k, _)| k.value());
+            let Some(key) = head else { break };
+            let id = key.2;
+            let mut st = self
+                .load_state(id)?
+                .ok_or_else(|| Error::corrupted(format!("ready message {id} has no state")))?;
+            // A state that disagrees with its index entry would not remove that entry below,
+            // and this loop would find the same head forever (seen on damaged files).
+            if st.status != Status::Ready || st.ready_key(id) != key {
+                return Err(Error::corrupted(format!(
+                    "ready message {id} has an inconsistent state"
+                )));
+            }
+            if st.expires_at != 0 && st.expires_at <= self.now {
+                self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
+                continue;
+            }
+            if st.delivery_count >= max_deliveries {
+                let desc = format!(
+                    "delivered {} times without being completed",
+                    st.delivery_count
+                );
+                self.move_to_dead_letter(id, st, REASON_MAX_DELIVERIES, &desc)?;
+                continue;
+            }
+            self.detach(id, &st)?;
+            st.delivery_count += 1;
+            st.lock_owner = owner;
+            st.lock_token = self.next_seq(Seq::Token)?;
+            st.locked_until = self.now.saturating_add(lock_ms);
+            self.attach(id, &mut st, Status::Locked)?;
+            let envelope = self.envelope(id, &st)?;
+            out.push(Locked {
+                envelope,
+                token: st.lock_token,
+                locked_until: st.locked_until,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Checks that `token` still holds the lock on message `id`.
+    pub fn check_lock(&mut self, id: u64, token: u64) -> Result<State> {
+        match self.load_state(id)? {
+            Some(st)
+                if st.status == Status::Locked
+                    && st.lock_token == token
+                    && st.locked_until > self.now =>
+            {
+                Ok(st)
+            }
+            _ => Err(Error::LockLost(MessageId(id))),
+        }
+    }
+
+    /// Ends the lock `token` on message `id`.
+    pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<()> {
+        let mut st = self.check_lock(id, token)?;
+        match how {
+            Settle::Complete => self.remove_message(id, &st),
+            Settle::Abandon { delay_ms: 0 } => self.requeue(id, st),
+            Settle::Abandon { delay_ms } => {
+                let rec = self.require_queue(st.queue, "")?;
+                if st.delivery_count >= rec.1.options.max_deliveries {
+                    return self.requeue(id, st);
+                }
+                self.detach(id, &st)?;
+                st.visible_at = self.now.saturating_add(*delay_ms);
+                self.attach(id, &mut st, Status::Scheduled)
+            }
+            Settle::DeadLetter {
+                reason,
+                description,
+            } => {
+                let rec = self.require_queue(st.queue, "")?;
+                if rec.1.kind == QueueKind::DeadLetter {
+                    return Err(Error::invalid(
+                        "a dead letter cannot be dead-lettered again",
+                    ));
+                }
+                if reason.len() > crate::message::MAX_REASON_LEN {
+                    return Err(Error::invalid(format!(
+                        "dead-letter reasons are at most {} bytes, got {}",
+                        crate::message::MAX_REASON_LEN,
+                        reason.len()
+                    )));
+                }
+                self.move_to_dead_letter(id, st, reason, description)
+            }
+            Settle::Resubmit => {
+                let rec = self.require_queue(st.queue, "")?;
+                if rec.1.kind != QueueKind::DeadLetter {
+                    return Err(Error::invalid(
+                        "only a message received from a dead-letter queue can be resubmitted",
+                    ));
+                }
+                let source = rec.1.peer;
+                let raw = self
+                    .t_data()?
+                    .get(id)?
+                    .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
+                    .value()
+                    .to_vec();
+                let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
+                self.detach(id, &st)?;
+                let size = u64::from(st.size);
+                let c = self.counters_mut(st.queue)?;
+                c.bytes = c.bytes.saturating_sub(size);
+                self.t_data()?.insert(
+                    id,
+                    codec::encode_envelope(id, &env.props, None, &env.body).as_slice(),
+                )?;
+                st.queue = source;
+                st.delivery_count = 0;
+                self.attach(id, &mut st, Status::Ready)?;
+                self.counters_mut(source)?.bytes += size;
+                Ok(())
+            }
+        }
+    }
+
+    /// Extends the lock; returns the new expiry.
+    pub fn renew(&mut self, id: u64, token: u64) -> Result<u64> {
+        let mut st = self.check_lock(id, token)?;
+        let rec = self.require_queue(st.queue, "")?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        self.detach(id, &st)?;
+        st.locked_until = self.now.saturating_add(lock_ms);
+        self.attach(id, &mut st, Status::Locked)?;
+        Ok(st.locked_until)
+    }
+
+    pub(super) fn envelope(&mut self, id: u64, st: &State) -> Result<Envelope> {
+        let raw = self
+            .t_data()?
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
+            .value()
+            .to_vec();
+        let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
+        let queue_name = self
+            .queue(st.queue)?
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        let source = match &env.dead_letter {
+            Some(d) => Some(
+                self.queue(d.source_queue)?
+                    .map(|r| r.0.clone())
+                    .unwrap_or_default(),
+            ),
+            None => None,
+        };
+        Ok(crate::engine::read::build_envelope(
+            id, st, queue_name, env, source,
+        ))
+    }
+}

@@ -1,0 +1,142 @@
+//! Message state transitions: a message's state row and the index entry that goes with its
+//! status, kept in step with the exact counts; requeueing and dead-lettering.
+
+use redb::ReadableTable;
+
+use super::*;
+
+impl<'t> Batch<'t> {
+    pub(super) fn load_state(&mut self, id: u64) -> Result<Option<State>> {
+        match self.t_state()?.get(id)? {
+            None => Ok(None),
+            Some(g) => Ok(Some(
+                State::decode(id, &g.value()).map_err(|e| corrupted("message state", e))?,
+            )),
+        }
+    }
+
+    /// Removes the index entries of the message's current status and its count.
+    pub(super) fn detach(&mut self, id: u64, st: &State) -> Result<()> {
+        self.mutations += 1;
+        match st.status {
+            Status::Ready => {
+                self.t_ready()?.remove(st.ready_key(id))?;
+            }
+            Status::Scheduled => {
+                self.t_scheduled()?.remove((st.visible_at, id))?;
+            }
+            Status::Locked => {
+                self.t_lock_expiry()?.remove((st.locked_until, id))?;
+            }
+        }
+        if st.status != Status::Locked && st.expires_at != 0 {
+            self.t_expiring()?.remove((st.expires_at, id))?;
+        }
+        let c = self.counters_mut(st.queue)?;
+        let slot = c.slot(st.status);
+        *slot = slot.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Puts the message in `status`: index entries, count, stored state.
+    pub(super) fn attach(&mut self, id: u64, st: &mut State, status: Status) -> Result<()> {
+        self.mutations += 1;
+        st.status = status;
+        if status != Status::Locked {
+            st.lock_owner = 0;
+            st.lock_token = 0;
+            st.locked_until = 0;
+        }
+        match status {
+            Status::Ready => {
+                self.t_ready()?.insert(st.ready_key(id), ())?;
+                self.woken.insert(st.queue);
+            }
+            Status::Scheduled => {
+                self.t_scheduled()?.insert((st.visible_at, id), ())?;
+                self.hints.scheduled = self.hints.scheduled.min(st.visible_at);
+            }
+            Status::Locked => {
+                self.t_lock_expiry()?.insert((st.locked_until, id), ())?;
+                self.hints.lock = self.hints.lock.min(st.locked_until);
+            }
+        }
+        if status != Status::Locked && st.expires_at != 0 {
+            self.t_expiring()?.insert((st.expires_at, id), ())?;
+            self.hints.expiring = self.hints.expiring.min(st.expires_at);
+        }
+        *self.counters_mut(st.queue)?.slot(status) += 1;
+        self.t_state()?.insert(id, st.encode(id))?;
+        Ok(())
+    }
+
+    pub(super) fn remove_message(&mut self, id: u64, st: &State) -> Result<()> {
+        self.detach(id, st)?;
+        let c = self.counters_mut(st.queue)?;
+        c.bytes = c.bytes.saturating_sub(u64::from(st.size));
+        self.t_state()?.remove(id)?;
+        self.t_data()?.remove(id)?;
+        Ok(())
+    }
+
+    /// Returns an unlocked message to its queue, unless it has used up its deliveries or its
+    /// time to live, in which case it goes to the dead-letter queue.
+    pub(super) fn requeue(&mut self, id: u64, mut st: State) -> Result<()> {
+        let rec = self.require_queue(st.queue, "")?;
+        if st.delivery_count >= rec.1.options.max_deliveries {
+            let desc = format!(
+                "delivered {} times without being completed",
+                st.delivery_count
+            );
+            return self.move_to_dead_letter(id, st, REASON_MAX_DELIVERIES, &desc);
+        }
+        if st.expires_at != 0 && st.expires_at <= self.now {
+            return self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired");
+        }
+        self.detach(id, &st)?;
+        self.attach(id, &mut st, Status::Ready)
+    }
+
+    /// Moves a message (in any status) to its queue's dead-letter queue.
+    pub(super) fn move_to_dead_letter(
+        &mut self,
+        id: u64,
+        mut st: State,
+        reason: &str,
+        description: &str,
+    ) -> Result<()> {
+        let rec = self.require_queue(st.queue, "")?;
+        if rec.1.kind == QueueKind::DeadLetter {
+            // Dead letters never die twice: they stay until someone deals with them.
+            self.detach(id, &st)?;
+            st.expires_at = 0;
+            return self.attach(id, &mut st, Status::Ready);
+        }
+        let raw = self
+            .t_data()?
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
+            .value()
+            .to_vec();
+        let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
+        let dl = DeadLetter {
+            reason: reason.to_owned(),
+            description: crate::message::truncate_description(description).to_owned(),
+            source_queue: st.queue,
+            at_ms: self.now,
+        };
+        self.detach(id, &st)?;
+        let size = u64::from(st.size);
+        let c = self.counters_mut(st.queue)?;
+        c.bytes = c.bytes.saturating_sub(size);
+        self.t_data()?.insert(
+            id,
+            codec::encode_envelope(id, &env.props, Some(&dl), &env.body).as_slice(),
+        )?;
+        st.queue = rec.1.peer;
+        st.expires_at = 0;
+        self.attach(id, &mut st, Status::Ready)?;
+        self.counters_mut(st.queue)?.bytes += size;
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! Time-driven work, applied lazily inside the batches that run anyway: expired locks, due
+//! scheduled messages, expired messages and forgotten duplicate keys.
+
+use redb::{ReadableTable, Table};
+
+use super::*;
+
+/// At most this many entries are moved by one sweep of an index, so that a large backlog of
+/// expired entries is worked off over several batches instead of stalling one.
+const SWEEP_LIMIT: usize = 256;
+
+impl<'t> Batch<'t> {
+    /// Moves due scheduled messages to their queues, releases expired locks and dead-letters
+    /// expired messages: the lazy time-driven work, done inside transactions that run anyway.
+    pub fn sweep(&mut self) -> Result<()> {
+        let now = self.now;
+        if self.hints.lock <= now {
+            self.sweep_locks()?;
+            self.hints.lock = next_at(self.t_lock_expiry()?)?;
+        }
+        if self.hints.scheduled <= now {
+            self.sweep_scheduled()?;
+            self.hints.scheduled = next_at(self.t_scheduled()?)?;
+        }
+        if self.hints.expiring <= now {
+            self.sweep_expiring()?;
+            self.hints.expiring = next_at(self.t_expiring()?)?;
+        }
+        if self.hints.dedup <= now {
+            self.sweep_dedup()?;
+            let next = self
+                .t_dedup_expiry()?
+                .first()?
+                .map_or(u64::MAX, |(k, _)| k.value().0);
+            self.hints.dedup = next;
+        }
+        Ok(())
+    }
+
+    pub(super) fn sweep_locks(&mut self) -> Result<()> {
+        let now = self.now;
+        for _ in 0..SWEEP_LIMIT {
+            let Some((until, id)) = first_due(self.t_lock_expiry()?, now)? else {
+                break;
+            };
+            match self.load_state(id)? {
+                Some(st) if st.status == Status::Locked && st.locked_until == until => {
+                    self.requeue(id, st)?
+                }
+                _ => {
+                    self.mutations += 1;
+                    self.t_lock_expiry()?.remove((until, id))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn sweep_scheduled(&mut self) -> Result<()> {
+        let now = self.now;
+        for _ in 0..SWEEP_LIMIT {
+            let Some((at, id)) = first_due(self.t_scheduled()?, now)? else {
+                break;
+            };
+            match self.load_state(id)? {
+                Some(st) if st.status == Status::Scheduled && st.visible_at == at => {
+                    self.requeue(id, st)?
+                }
+                _ => {
+                    self.mutations += 1;
+                    self.t_scheduled()?.remove((at, id))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn sweep_expiring(&mut self) -> Result<()> {
+        let now = self.now;
+        for _ in 0..SWEEP_LIMIT {
+            let Some((at, id)) = first_due(self.t_expiring()?, now)? else {
+                break;
+            };
+            match self.load_state(id)? {
+                Some(st) if st.status != Status::Locked && st.expires_at == at => {
+                    self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
+                }
+                _ => {
+                    self.mutations += 1;
+                    self.t_expiring()?.remove((at, id))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn sweep_dedup(&mut self) -> Result<()> {
+        let now = self.now;
+        for _ in 0..SWEEP_LIMIT {
+            let first = match self.t_dedup_expiry()?.first()? {
+                Some((k, _)) => {
+                    let (at, q, key) = k.value();
+                    (at <= now).then(|| (at, q, key.to_owned()))
+                }
+                None => None,
+            };
+            let Some((at, q, key)) = first else { break };
+            self.mutations += 1;
+            self.t_dedup_expiry()?.remove((at, q, key.as_str()))?;
+            let stale = self
+                .t_dedup()?
+                .get((q, key.as_str()))?
+                .is_some_and(|g| g.value().1 == at);
+            if stale {
+                self.t_dedup()?.remove((q, key.as_str()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The message ids of a time index (`SCHEDULED` or `LOCK_EXPIRY`), soonest first.
+pub(super) fn index_ids(table: &Table<'_, (u64, u64), ()>) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for e in table.iter()? {
+        ids.push(e?.0.value().1);
+    }
+    Ok(ids)
+}
+
+/// The time of the first entry of a time index, or `u64::MAX` when it is empty.
+pub(super) fn next_at(table: &Table<'_, (u64, u64), ()>) -> Result<u64> {
+    Ok(table.first()?.map_or(u64::MAX, |(k, _)| k.value().0))
+}
+
+pub(super) fn first_due(table: &Table<'_, (u64, u64), ()>, now: u64) -> Result<Option<(u64, u64)>> {
+    Ok(table
+        .first()?
+        .map(|(k, _)| k.value())
+        .filter(|(at, _)| *at <= now))
+}
