@@ -11,6 +11,7 @@ pub mod park;
 pub mod pipeline;
 mod probe;
 pub mod read;
+mod rules;
 pub mod signal;
 pub mod tables;
 mod watch;

@@ -4,6 +4,7 @@
 use redb::{ReadTransaction, ReadableTable};
 
 use super::codec::{self, QueueKind, QueueRecord, StoredEnvelope};
+use super::rules;
 use super::tables::*;
 use crate::clock::to_system_time;
 use crate::error::{Error, Result};
@@ -131,7 +132,7 @@ pub fn browse_next(
             None => Ok(None),
         }
     };
-    let live = |st: &State| st.expires_at == 0 || st.expires_at > now;
+    let live = |st: &State| !rules::expired(st, now);
     let past = |pos: BrowsePosition| after.is_none_or(|a| pos > a);
 
     // The first ready message past `after` that has not expired.
@@ -173,8 +174,7 @@ pub fn browse_next(
             if st.queue == q
                 && st.status == status
                 && at_matches
-                && st.delivery_count < max_deliveries
-                && live(&st)
+                && rules::spent(&st, max_deliveries, now).is_none()
                 && past(pos)
                 && best.as_ref().is_none_or(|(b, _)| pos < *b)
             {

@@ -27,9 +27,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use super::codec::{self, DeadLetter, QueueKind, QueueRecord};
 use super::tables::*;
 use crate::error::{Error, Result};
-use crate::message::{
-    Envelope, Expiry, Message, MessageId, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, Visibility,
-};
+use crate::message::{Envelope, Expiry, Message, MessageId, REASON_TTL_EXPIRED, Visibility};
 use crate::options::{QueueOptions, QueueSettings};
 
 /// The message a receive locked, with its lock.

@@ -4,6 +4,7 @@
 use redb::ReadableTable;
 
 use super::*;
+use crate::engine::rules;
 
 impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
@@ -31,16 +32,8 @@ impl<'t> Batch<'t> {
                     "ready message {id} has an inconsistent state"
                 )));
             }
-            if st.expires_at != 0 && st.expires_at <= self.now {
-                self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
-                continue;
-            }
-            if st.delivery_count >= max_deliveries {
-                let desc = format!(
-                    "delivered {} times without being completed",
-                    st.delivery_count
-                );
-                self.move_to_dead_letter(id, st, REASON_MAX_DELIVERIES, &desc)?;
+            if let Some(why) = rules::spent(&st, max_deliveries, self.now) {
+                self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
                 continue;
             }
             self.detach(id, &st)?;
@@ -81,7 +74,8 @@ impl<'t> Batch<'t> {
             Settle::Abandon { delay_ms: 0 } => self.requeue(id, st),
             Settle::Abandon { delay_ms } => {
                 let rec = self.require_queue(st.queue, "")?;
-                if st.delivery_count >= rec.1.options.max_deliveries {
+                if rules::spent(&st, rec.1.options.max_deliveries, self.now).is_some() {
+                    // Not worth a delay: it goes to the dead-letter queue now.
                     return self.requeue(id, st);
                 }
                 self.detach(id, &st)?;
@@ -114,26 +108,10 @@ impl<'t> Batch<'t> {
                         "only a message received from a dead-letter queue can be resubmitted",
                     ));
                 }
-                let source = rec.1.peer;
-                let raw = self
-                    .t_data()?
-                    .get(id)?
-                    .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
-                    .value()
-                    .to_vec();
-                let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
-                self.detach(id, &st)?;
-                let size = u64::from(st.size);
-                let c = self.counters_mut(st.queue)?;
-                c.bytes = c.bytes.saturating_sub(size);
-                self.t_data()?.insert(
-                    id,
-                    codec::encode_envelope(id, &env.props, None, &env.body).as_slice(),
-                )?;
-                st.queue = source;
+                // A resubmitted message starts over: its delivery count and dead-letter details
+                // are cleared (its time to live was cleared when it was dead-lettered).
                 st.delivery_count = 0;
-                self.attach(id, &mut st, Status::Ready)?;
-                self.counters_mut(source)?.bytes += size;
+                self.move_to_queue(id, st, rec.1.peer, None)?;
                 Ok(())
             }
         }
@@ -151,13 +129,7 @@ impl<'t> Batch<'t> {
     }
 
     pub(super) fn envelope(&mut self, id: u64, st: &State) -> Result<Envelope> {
-        let raw = self
-            .t_data()?
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
-            .value()
-            .to_vec();
-        let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
+        let env = self.load_envelope(id)?;
         let queue_name = self
             .queue(st.queue)?
             .map(|r| r.0.clone())

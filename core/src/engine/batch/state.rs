@@ -4,6 +4,8 @@
 use redb::ReadableTable;
 
 use super::*;
+use crate::engine::codec::StoredEnvelope;
+use crate::engine::rules;
 
 impl<'t> Batch<'t> {
     pub(super) fn load_state(&mut self, id: u64) -> Result<Option<State>> {
@@ -83,18 +85,46 @@ impl<'t> Batch<'t> {
     /// time to live, in which case it goes to the dead-letter queue.
     pub(super) fn requeue(&mut self, id: u64, mut st: State) -> Result<()> {
         let rec = self.require_queue(st.queue, "")?;
-        if st.delivery_count >= rec.1.options.max_deliveries {
-            let desc = format!(
-                "delivered {} times without being completed",
-                st.delivery_count
-            );
-            return self.move_to_dead_letter(id, st, REASON_MAX_DELIVERIES, &desc);
-        }
-        if st.expires_at != 0 && st.expires_at <= self.now {
-            return self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired");
+        if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {
+            return self.move_to_dead_letter(id, st, why.reason(), &why.description());
         }
         self.detach(id, &st)?;
         self.attach(id, &mut st, Status::Ready)
+    }
+
+    /// Reads and decodes message `id`'s envelope and body.
+    pub(super) fn load_envelope(&mut self, id: u64) -> Result<StoredEnvelope> {
+        let data = self
+            .t_data()?
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?;
+        codec::decode_envelope(id, data.value()).map_err(|e| corrupted("envelope", e))
+    }
+
+    /// Moves a message to queue `to` as a ready message, rewriting its envelope with
+    /// `dead_letter` (set or cleared); the one move that dead-lettering and resubmitting share.
+    /// Its bytes move with it.
+    pub(super) fn move_to_queue(
+        &mut self,
+        id: u64,
+        mut st: State,
+        to: u32,
+        dead_letter: Option<&DeadLetter>,
+    ) -> Result<State> {
+        let env = self.load_envelope(id)?;
+        self.detach(id, &st)?;
+        let size = u64::from(st.size);
+        let c = self.counters_mut(st.queue)?;
+        c.bytes = c.bytes.saturating_sub(size);
+        self.t_data()?.insert(
+            id,
+            codec::encode_envelope(id, &env.props, dead_letter, &env.body).as_slice(),
+        )?;
+        st.queue = to;
+        st.expires_at = 0;
+        self.attach(id, &mut st, Status::Ready)?;
+        self.counters_mut(to)?.bytes += size;
+        Ok(st)
     }
 
     /// Moves a message (in any status) to its queue's dead-letter queue.
@@ -112,31 +142,13 @@ impl<'t> Batch<'t> {
             st.expires_at = 0;
             return self.attach(id, &mut st, Status::Ready);
         }
-        let raw = self
-            .t_data()?
-            .get(id)?
-            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?
-            .value()
-            .to_vec();
-        let env = codec::decode_envelope(id, &raw).map_err(|e| corrupted("envelope", e))?;
         let dl = DeadLetter {
             reason: reason.to_owned(),
             description: crate::message::truncate_description(description).to_owned(),
             source_queue: st.queue,
             at_ms: self.now,
         };
-        self.detach(id, &st)?;
-        let size = u64::from(st.size);
-        let c = self.counters_mut(st.queue)?;
-        c.bytes = c.bytes.saturating_sub(size);
-        self.t_data()?.insert(
-            id,
-            codec::encode_envelope(id, &env.props, Some(&dl), &env.body).as_slice(),
-        )?;
-        st.queue = rec.1.peer;
-        st.expires_at = 0;
-        self.attach(id, &mut st, Status::Ready)?;
-        self.counters_mut(st.queue)?.bytes += size;
+        self.move_to_queue(id, st, rec.1.peer, Some(&dl))?;
         Ok(())
     }
 }

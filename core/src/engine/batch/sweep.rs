@@ -9,6 +9,9 @@ use super::*;
 /// expired entries is worked off over several batches instead of stalling one.
 const SWEEP_LIMIT: usize = 256;
 
+/// A time index `(at, id) → ()`: `SCHEDULED`, `EXPIRING` or `LOCK_EXPIRY`.
+type TimeIndex<'t> = Table<'t, (u64, u64), ()>;
+
 impl<'t> Batch<'t> {
     /// Moves due scheduled messages to their queues, releases expired locks and dead-letters
     /// expired messages: the lazy time-driven work, done inside transactions that run anyway.
@@ -37,64 +40,59 @@ impl<'t> Batch<'t> {
         Ok(())
     }
 
-    pub(super) fn sweep_locks(&mut self) -> Result<()> {
+    /// The one sweep over a time index `(at, id)`: for each entry due at `now` (at most
+    /// `SWEEP_LIMIT`), `act` on the message when its state still matches the entry (`owns`),
+    /// else drop the stale entry.
+    fn sweep_index(
+        &mut self,
+        index: fn(&mut Self) -> Result<&mut TimeIndex<'t>>,
+        owns: fn(&State, u64) -> bool,
+        act: fn(&mut Self, u64, State) -> Result<()>,
+    ) -> Result<()> {
         let now = self.now;
         for _ in 0..SWEEP_LIMIT {
-            let Some((until, id)) = first_due(self.t_lock_expiry()?, now)? else {
+            let Some((at, id)) = first_due(index(self)?, now)? else {
                 break;
             };
             match self.load_state(id)? {
-                Some(st) if st.status == Status::Locked && st.locked_until == until => {
-                    self.requeue(id, st)?
-                }
+                Some(st) if owns(&st, at) => act(self, id, st)?,
                 _ => {
                     self.mutations += 1;
-                    self.t_lock_expiry()?.remove((until, id))?;
+                    index(self)?.remove((at, id))?;
                 }
             }
         }
         Ok(())
     }
 
-    pub(super) fn sweep_scheduled(&mut self) -> Result<()> {
-        let now = self.now;
-        for _ in 0..SWEEP_LIMIT {
-            let Some((at, id)) = first_due(self.t_scheduled()?, now)? else {
-                break;
-            };
-            match self.load_state(id)? {
-                Some(st) if st.status == Status::Scheduled && st.visible_at == at => {
-                    self.requeue(id, st)?
-                }
-                _ => {
-                    self.mutations += 1;
-                    self.t_scheduled()?.remove((at, id))?;
-                }
-            }
-        }
-        Ok(())
+    /// Expired locks: the message goes back to its queue (or, spent, to the dead letters).
+    fn sweep_locks(&mut self) -> Result<()> {
+        self.sweep_index(
+            Self::t_lock_expiry,
+            |st, at| st.status == Status::Locked && st.locked_until == at,
+            Self::requeue,
+        )
     }
 
-    pub(super) fn sweep_expiring(&mut self) -> Result<()> {
-        let now = self.now;
-        for _ in 0..SWEEP_LIMIT {
-            let Some((at, id)) = first_due(self.t_expiring()?, now)? else {
-                break;
-            };
-            match self.load_state(id)? {
-                Some(st) if st.status != Status::Locked && st.expires_at == at => {
-                    self.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired")?;
-                }
-                _ => {
-                    self.mutations += 1;
-                    self.t_expiring()?.remove((at, id))?;
-                }
-            }
-        }
-        Ok(())
+    /// Due scheduled messages become receivable (unless spent).
+    fn sweep_scheduled(&mut self) -> Result<()> {
+        self.sweep_index(
+            Self::t_scheduled,
+            |st, at| st.status == Status::Scheduled && st.visible_at == at,
+            Self::requeue,
+        )
     }
 
-    pub(super) fn sweep_dedup(&mut self) -> Result<()> {
+    /// Messages whose time to live ran out go to the dead-letter queue.
+    fn sweep_expiring(&mut self) -> Result<()> {
+        self.sweep_index(
+            Self::t_expiring,
+            |st, at| st.status != Status::Locked && st.expires_at == at,
+            |b, id, st| b.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired"),
+        )
+    }
+
+    fn sweep_dedup(&mut self) -> Result<()> {
         let now = self.now;
         for _ in 0..SWEEP_LIMIT {
             let first = match self.t_dedup_expiry()?.first()? {
