@@ -128,8 +128,17 @@ impl Engine {
             };
             txn.commit()?;
             Ok(owner)
-        })
-        .map_err(panic_to_error)??;
+        });
+        let setup = match setup.map_err(panic_to_error).and_then(|r| r) {
+            Ok(owner) => owner,
+            Err(e) => {
+                // Drop the database before the error is on its way out: redb's drop can panic
+                // on a store damaged under it, and a panic while a return value is in flight
+                // leaks that value.
+                let _ = guarded::catch(move || drop(db));
+                return Err(e);
+            }
+        };
 
         let slot = Arc::new(db::DbSlot::new(db, path.to_owned(), b.clone()));
         let pipeline = Pipeline::start(WriterContext {
