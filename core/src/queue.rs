@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::Engine;
 use crate::engine::batch::{DEAD_LETTER_SUFFIX, Locked, dead_letter_name};
 use crate::engine::codec::{QueueKind, QueueRecord};
 use crate::engine::read;
+use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::options::QueueOptions;
@@ -299,27 +299,28 @@ impl Queue {
         }
         self.check_own(&done)?;
         let deadline = Instant::now().checked_add(timeout);
-        let locks: Vec<(u64, u64)> = done.into_iter().map(Received::take_lock).collect();
-        let (q, name, owner) = (self.id, self.name.to_string(), self.engine.owner);
-        let result = self.engine.call({
-            let locks = locks.clone();
-            move |b| {
-                for &(id, token) in &locks {
-                    b.check_lock(id, token)?;
-                }
-                for &(id, token) in &locks {
-                    b.settle(id, token, &crate::engine::batch::Settle::Complete)?;
-                }
-                b.receive(q, &name, owner, max)
-            }
-        });
-        let got = match result {
-            Ok(got) => got,
-            Err(e) => {
-                let _ = crate::received::abandon_locks(&self.engine, locks);
-                return Err(e);
-            }
-        };
+        let locks: Vec<HeldLock> = done.into_iter().map(Received::take_lock).collect();
+        let (completed, got) = self.engine.then_receive(
+            {
+                let locks = locks.clone();
+                move |b| b.complete_all(&locks)
+            },
+            self.id,
+            &self.name,
+            max,
+        );
+        if let Err(e) = completed {
+            // Nothing was completed: the rest of `done`, and whatever the same commit locked,
+            // go back to the queue now.
+            let mut back = locks;
+            back.extend(got.into_iter().flatten().map(|l| HeldLock {
+                id: l.envelope.id().get(),
+                token: l.token,
+            }));
+            let _ = self.engine.abandon_all(back);
+            return Err(e);
+        }
+        let got = got?;
         if !got.is_empty() || timeout.is_zero() {
             return Ok(got.into_iter().map(|l| self.wrap(l)).collect());
         }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{duration_ms, to_system_time};
-use crate::engine::Engine;
 use crate::engine::batch::{Locked, Settle};
+use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, MessageId};
 
@@ -158,10 +158,13 @@ impl Received {
     }
 
     /// Marks the message as settled elsewhere (e.g. enlisted in a transaction) so `Drop` leaves
-    /// it alone; returns `(id, token)`.
-    pub(crate) fn take_lock(mut self) -> (u64, u64) {
+    /// it alone; returns its lock.
+    pub(crate) fn take_lock(mut self) -> HeldLock {
         self.settled = true;
-        (self.envelope.id.0, self.token)
+        HeldLock {
+            id: self.envelope.id.0,
+            token: self.token,
+        }
     }
 }
 
@@ -242,23 +245,6 @@ impl Drop for Received {
     }
 }
 
-/// Returns locked messages to their queues (ignoring locks already lost), e.g. after a batch
-/// settle or a transaction that failed as a whole.
-pub(crate) fn abandon_locks(engine: &Arc<Engine>, locks: Vec<(u64, u64)>) -> Result<()> {
-    if locks.is_empty() {
-        return Ok(());
-    }
-    engine.call(move |b| {
-        for (id, token) in locks {
-            match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
-                Ok(()) | Err(Error::LockLost(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    })
-}
-
 /// Completes every message in one commit, all or none; if one lock was lost, the others are
 /// returned to their queues.
 pub(crate) fn complete_all(engine: &Arc<Engine>, messages: Vec<Received>) -> Result<()> {
@@ -267,21 +253,5 @@ pub(crate) fn complete_all(engine: &Arc<Engine>, messages: Vec<Received>) -> Res
             "a message belongs to another store than this queue".into(),
         ));
     }
-    let locks: Vec<(u64, u64)> = messages.into_iter().map(Received::take_lock).collect();
-    let result = engine.call({
-        let locks = locks.clone();
-        move |b| {
-            for &(id, token) in &locks {
-                b.check_lock(id, token)?;
-            }
-            for &(id, token) in &locks {
-                b.settle(id, token, &Settle::Complete)?;
-            }
-            Ok(())
-        }
-    });
-    if result.is_err() {
-        let _ = abandon_locks(engine, locks);
-    }
-    result
+    engine.complete_all(messages.into_iter().map(Received::take_lock).collect())
 }

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
-use crate::engine::Engine;
-use crate::engine::batch::{Batch, Locked, Settle, validate_message};
+use crate::engine::batch::{Batch, Locked, validate_message};
 use crate::engine::read;
+use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::queue::Queue;
-use crate::received::{Received, abandon_locks};
+use crate::received::Received;
 
 /// Messages to send to one queue: (queue id, queue name, messages).
 type SendGroup = (u32, String, Vec<Message>);
@@ -44,7 +44,7 @@ type SendGroup = (u32, String, Vec<Message>);
 #[derive(Debug)]
 pub struct Transaction {
     engine: Arc<Engine>,
-    locks: Vec<(u64, u64)>,
+    locks: Vec<HeldLock>,
     /// `locked_until` (ms) of each entry of `locks`.
     until: Vec<u64>,
     sends: Vec<SendGroup>,
@@ -72,7 +72,10 @@ impl Transaction {
         let deadline = Instant::now().checked_add(timeout);
         let got = self.engine.receive(queue.id, &queue.name, 1, deadline)?;
         Ok(got.into_iter().next().map(|l| {
-            self.locks.push((l.envelope.id.0, l.token));
+            self.locks.push(HeldLock {
+                id: l.envelope.id.0,
+                token: l.token,
+            });
             self.until.push(l.locked_until);
             l.envelope
         }))
@@ -80,13 +83,13 @@ impl Transaction {
 
     /// The lock token of message `id`, received through this transaction.
     pub fn lock_token(&self, id: MessageId) -> Option<u64> {
-        self.locks.iter().find(|l| l.0 == id.0).map(|l| l.1)
+        self.locks.iter().find(|l| l.id == id.0).map(|l| l.token)
     }
 
     /// When the lock on message `id` (received or enlisted in this transaction) expires unless
     /// renewed.
     pub fn locked_until(&self, id: MessageId) -> Option<SystemTime> {
-        let i = self.locks.iter().position(|l| l.0 == id.0)?;
+        let i = self.locks.iter().position(|l| l.id == id.0)?;
         Some(to_system_time(self.until[i]))
     }
 
@@ -114,10 +117,10 @@ impl Transaction {
         let i = self
             .locks
             .iter()
-            .position(|l| l.0 == id.0)
+            .position(|l| l.id == id.0)
             .ok_or(Error::MessageNotFound(id))?;
-        let (msg, token) = self.locks[i];
-        let until = self.engine.call(move |b| b.renew(msg, token))?;
+        let l = self.locks[i];
+        let until = self.engine.call(move |b| b.renew(l.id, l.token))?;
         self.until[i] = until;
         Ok(to_system_time(until))
     }
@@ -219,7 +222,7 @@ impl Transaction {
             move |b| apply_commit(b, &locks, sends)
         });
         if result.is_err() {
-            let _ = abandon_locks(&self.engine, locks);
+            let _ = self.engine.abandon_all(locks);
         }
         result
     }
@@ -235,42 +238,19 @@ impl Transaction {
         self.finished = true;
         let locks = std::mem::take(&mut self.locks);
         let sends = std::mem::take(&mut self.sends);
-        let (qid, name, owner) = (queue.id, queue.name.to_string(), queue.engine.owner);
-        let r = self.engine.call({
-            let locks = locks.clone();
-            move |b| {
-                let before = b.mutations;
-                let committed = apply_commit(b, &locks, sends);
-                if let Err(e) = &committed
-                    && b.mutations != before
-                {
-                    return Err(e.duplicate());
-                }
-                let got = if want == 0 {
-                    Ok(Vec::new())
-                } else {
-                    let before = b.mutations;
-                    match b.receive(qid, &name, owner, want) {
-                        Err(e) if b.mutations != before => return Err(e),
-                        r => r,
-                    }
-                };
-                Ok((committed, got))
-            }
-        });
-        match r {
-            Ok((committed, got)) => {
-                if committed.is_err() {
-                    let _ = abandon_locks(&self.engine, locks);
-                }
-                (committed, got)
-            }
-            Err(e) => {
-                let _ = abandon_locks(&self.engine, locks);
-                let again = e.duplicate();
-                (Err(e), Err(again))
-            }
+        let (committed, got) = self.engine.then_receive(
+            {
+                let locks = locks.clone();
+                move |b| apply_commit(b, &locks, sends)
+            },
+            queue.id,
+            &queue.name,
+            want,
+        );
+        if committed.is_err() {
+            let _ = self.engine.abandon_all(locks);
         }
+        (committed, got)
     }
 
     /// Discards the sends and returns the received messages to their queues.
@@ -281,28 +261,25 @@ impl Transaction {
     pub fn abort(mut self) -> Result<()> {
         self.finished = true;
         let locks = std::mem::take(&mut self.locks);
-        abandon_locks(&self.engine, locks)
+        self.engine.abandon_all(locks)
     }
 }
 
 /// Checks every lock, then stores every send and completes every received message: validation
 /// first, so a refused commit writes nothing.
-fn apply_commit(b: &mut Batch<'_>, locks: &[(u64, u64)], sends: Vec<SendGroup>) -> Result<()> {
-    for &(id, token) in locks {
-        b.check_lock(id, token)?;
+fn apply_commit(b: &mut Batch<'_>, locks: &[HeldLock], sends: Vec<SendGroup>) -> Result<()> {
+    for l in locks {
+        b.check_lock(l.id, l.token)?;
     }
     b.send_many(sends)?;
-    for &(id, token) in locks {
-        b.settle(id, token, &Settle::Complete)?;
-    }
-    Ok(())
+    b.complete_all(locks)
 }
 
 impl Drop for Transaction {
     fn drop(&mut self) {
         if !self.finished {
             let locks = std::mem::take(&mut self.locks);
-            let _ = abandon_locks(&self.engine, locks);
+            let _ = self.engine.abandon_all(locks);
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod codec;
+mod compound;
 mod db;
 mod file;
 mod guarded;
@@ -29,6 +30,14 @@ use self::signal::Signals;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::options::{Durability, EngineConfig};
+
+/// A lock held on a message: its id and the token of this delivery. Settling needs both, so
+/// that a lock taken over by another receiver is told apart from ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldLock {
+    pub id: u64,
+    pub token: u64,
+}
 
 pub struct Engine {
     /// Emptied once closed, so that closing releases the file (and its lock) even while

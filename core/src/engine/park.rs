@@ -122,9 +122,8 @@ pub fn serve(
             });
             continue;
         }
-        let before = batch.mutations;
-        match batch.receive(p.q, &p.name, p.owner, p.max) {
-            Err(e) if batch.mutations != before => {
+        match batch.attempt(|b| b.receive(p.q, &p.name, p.owner, p.max)) {
+            Err(e) => {
                 let fatal = e.duplicate();
                 served.push(Served {
                     request: p,
@@ -134,11 +133,11 @@ pub fn serve(
                 *parked = keep;
                 return Err(fatal);
             }
-            Ok(v) if v.is_empty() && !p.expired(Instant::now()) => {
+            Ok(Ok(v)) if v.is_empty() && !p.expired(Instant::now()) => {
                 p.state.release();
                 keep.push(p);
             }
-            result => served.push(Served { request: p, result }),
+            Ok(result) => served.push(Served { request: p, result }),
         }
     }
     *parked = keep;

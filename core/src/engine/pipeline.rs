@@ -62,11 +62,13 @@ where
     T: Send + 'static,
 {
     fn run(self: Box<Self>, batch: &mut Batch<'_>) -> Ran {
-        let before = batch.mutations;
-        let result = (self.f)(batch);
-        let fatal = match &result {
-            Err(e) if batch.mutations != before => Some(e.duplicate()),
-            _ => None,
+        let (result, fatal) = match batch.attempt(self.f) {
+            Ok(result) => (result, None),
+            // The caller hears the error; the batch aborts because of it.
+            Err(e) => {
+                let fatal = e.duplicate();
+                (Err(e), Some(fatal))
+            }
         };
         let reply = self.reply;
         Ran {

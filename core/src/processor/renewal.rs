@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::{Shared, State, Track};
+use crate::engine::HeldLock;
 use crate::error::{Error, Result};
 
 pub(super) fn spawn_watchdog(sh: &Arc<Shared>) -> Result<()> {
@@ -88,24 +89,14 @@ fn watchdog(sh: &Arc<Shared>) {
 
 /// Renews every lock in `due` in one commit.
 fn renew_all(sh: &Shared, due: &[Arc<Track>]) -> Vec<Result<u64>> {
-    let locks: Vec<(u64, u64)> = due.iter().map(|t| (t.id, t.token)).collect();
-    let n = locks.len();
-    let r = sh.queue.engine.call(move |b| {
-        let mut out = Vec::with_capacity(locks.len());
-        for (id, token) in locks {
-            let before = b.mutations;
-            match b.renew(id, token) {
-                // Failed after writing: the batch must not commit.
-                Err(e) if b.mutations != before => return Err(e),
-                r => out.push(r),
-            }
-        }
-        Ok(out)
-    });
-    match r {
-        Ok(v) => v,
-        Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
-    }
+    let locks = due
+        .iter()
+        .map(|t| HeldLock {
+            id: t.id,
+            token: t.token,
+        })
+        .collect();
+    sh.queue.engine.renew_all(locks)
 }
 
 fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<Result<u64>>) {

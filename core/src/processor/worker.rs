@@ -13,6 +13,7 @@ use super::{
     Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched, renewal,
 };
 use crate::clock::duration_ms;
+use crate::engine::HeldLock;
 use crate::engine::batch::{Batch, Locked, Settle};
 use crate::engine::codec::QueueKind;
 use crate::engine::read;
@@ -396,31 +397,8 @@ impl Worker<'_> {
         want: usize,
     ) -> (Result<bool>, Result<Vec<Locked>>) {
         let q = &self.sh.queue;
-        let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
-        let r = q.engine.call(move |b| {
-            let before = b.mutations;
-            let settled = match plan.apply(b, id, token) {
-                Err(e) if b.mutations != before => return Err(e),
-                r => r,
-            };
-            let got = if want == 0 {
-                Ok(Vec::new())
-            } else {
-                let before = b.mutations;
-                match b.receive(qid, &name, owner, want) {
-                    Err(e) if b.mutations != before => return Err(e),
-                    r => r,
-                }
-            };
-            Ok((settled, got))
-        });
-        match r {
-            Ok(pair) => pair,
-            Err(e) => {
-                let again = e.duplicate();
-                (Err(e), Err(again))
-            }
-        }
+        q.engine
+            .then_receive(move |b| plan.apply(b, id, token), q.id, &q.name, want)
     }
 
     /// Counts a settlement that did not commit: a lost lock, or an unsettled message.
@@ -610,7 +588,7 @@ impl Worker<'_> {
 
     /// Gives messages back without running a handler (stopping): not a failure.
     fn return_untouched(&self, got: Vec<Locked>) {
-        let locks: Vec<(u64, u64)> = got.iter().map(|l| (l.envelope.id().0, l.token)).collect();
+        let locks = got.iter().map(held).collect();
         self.abandon_all(locks);
     }
 
@@ -626,25 +604,14 @@ impl Worker<'_> {
                 st.watched.remove(&l.token);
             }
         }
-        let locks = taken
-            .iter()
-            .map(|(l, _)| (l.envelope.id().0, l.token))
-            .collect();
+        let locks = taken.iter().map(|(l, _)| held(l)).collect();
         self.abandon_all(locks);
     }
 
-    fn abandon_all(&self, locks: Vec<(u64, u64)>) {
+    fn abandon_all(&self, locks: Vec<HeldLock>) {
         let sh = self.sh;
         let n = locks.len() as u64;
-        let r = sh.queue.engine.call(move |b| {
-            for (id, token) in locks {
-                match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
-                    Ok(()) | Err(Error::LockLost(_)) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(())
-        });
+        let r = sh.queue.engine.abandon_all(locks);
         match r {
             Ok(()) => {
                 sh.counters.returned.fetch_add(n, Ordering::Relaxed);
@@ -681,4 +648,12 @@ pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// The lock a receive took.
+fn held(l: &Locked) -> HeldLock {
+    HeldLock {
+        id: l.envelope.id().get(),
+        token: l.token,
+    }
 }

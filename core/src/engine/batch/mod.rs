@@ -116,6 +116,18 @@ fn corrupted(what: &str, e: String) -> Error {
 }
 
 impl<'t> Batch<'t> {
+    /// Runs one operation of a job and tells what its failure means. `Ok(result)`: the
+    /// operation's own result — an error there wrote nothing (operations validate before they
+    /// write), so the job may go on and report it to its caller. `Err(e)`: it failed after
+    /// writing, so the batch holds half an operation and must be aborted as a whole.
+    pub fn attempt<T>(&mut self, op: impl FnOnce(&mut Self) -> Result<T>) -> Result<Result<T>> {
+        let before = self.mutations;
+        match op(self) {
+            Err(e) if self.mutations != before => Err(e),
+            r => Ok(r),
+        }
+    }
+
     pub fn open(txn: &'t WriteTransaction, now: u64, hints: DueHints) -> Result<Batch<'t>> {
         Ok(Batch {
             txn,

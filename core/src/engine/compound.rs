@@ -1,0 +1,108 @@
+//! Operations on several locks at once, written here once and called by name by the queue
+//! handle, the transaction and the processor: complete all or none, abandon all, renew all,
+//! and "do this, then lock the next messages" in the same commit.
+
+use super::batch::{Batch, Locked, Settle};
+use super::{Engine, HeldLock};
+use crate::error::{Error, Result};
+
+impl Batch<'_> {
+    /// Completes every lock, all or none: every lock is checked before the first completion.
+    pub fn complete_all(&mut self, locks: &[HeldLock]) -> Result<()> {
+        for l in locks {
+            self.check_lock(l.id, l.token)?;
+        }
+        for l in locks {
+            self.settle(l.id, l.token, &Settle::Complete)?;
+        }
+        Ok(())
+    }
+
+    /// Returns every message to its queue; locks already lost are skipped.
+    pub fn abandon_all(&mut self, locks: &[HeldLock]) -> Result<()> {
+        for l in locks {
+            match self.settle(l.id, l.token, &Settle::Abandon { delay_ms: 0 }) {
+                Ok(()) | Err(Error::LockLost(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Completes every lock in one commit, all or none. On failure the messages are returned
+    /// to their queues (their locks would otherwise wait for expiry).
+    pub fn complete_all(&self, locks: Vec<HeldLock>) -> Result<()> {
+        if locks.is_empty() {
+            return Ok(());
+        }
+        let result = self.call({
+            let locks = locks.clone();
+            move |b| b.complete_all(&locks)
+        });
+        if result.is_err() {
+            let _ = self.abandon_all(locks);
+        }
+        result
+    }
+
+    /// Returns every message to its queue in one commit, ignoring locks already lost.
+    pub fn abandon_all(&self, locks: Vec<HeldLock>) -> Result<()> {
+        if locks.is_empty() {
+            return Ok(());
+        }
+        self.call(move |b| b.abandon_all(&locks))
+    }
+
+    /// Renews every lock in one commit; each gets its own result (its new expiry, or why
+    /// not).
+    pub fn renew_all(&self, locks: Vec<HeldLock>) -> Vec<Result<u64>> {
+        let n = locks.len();
+        let r = self.call(move |b| {
+            let mut out = Vec::with_capacity(locks.len());
+            for l in locks {
+                out.push(b.attempt(|b| b.renew(l.id, l.token))?);
+            }
+            Ok(out)
+        });
+        match r {
+            Ok(v) => v,
+            Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
+        }
+    }
+
+    /// Runs `first`, then locks up to `want` messages of queue `q` for this process, in one
+    /// commit: a consumer's settle (or a transaction's commit) and its next receive share the
+    /// fsync. Either part may fail alone when it failed before writing; one that failed half
+    /// way fails both.
+    pub fn then_receive<A, F>(
+        &self,
+        first: F,
+        q: u32,
+        name: &str,
+        want: usize,
+    ) -> (Result<A>, Result<Vec<Locked>>)
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<A> + Send + 'static,
+        A: Send + 'static,
+    {
+        let (owner, name) = (self.owner, name.to_owned());
+        let r = self.call(move |b| {
+            let done = b.attempt(first)?;
+            let got = if want == 0 {
+                Ok(Vec::new())
+            } else {
+                b.attempt(|b| b.receive(q, &name, owner, want))?
+            };
+            Ok((done, got))
+        });
+        match r {
+            Ok(pair) => pair,
+            Err(e) => {
+                let again = e.duplicate();
+                (Err(e), Err(again))
+            }
+        }
+    }
+}
