@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::batch::{DEAD_LETTER_SUFFIX, Locked, dead_letter_name};
-use crate::engine::codec::{QueueKind, QueueRecord};
-use crate::engine::read;
+use crate::engine::queries as read;
+use crate::engine::{DEAD_LETTER_SUFFIX, Locked, dead_letter_name};
 use crate::engine::{Engine, HeldLock};
+use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::options::QueueOptions;

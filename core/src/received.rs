@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{duration_ms, to_system_time};
-use crate::engine::batch::{Locked, Settle};
 use crate::engine::{Engine, HeldLock};
+use crate::engine::{Locked, Settle};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, MessageId};
 

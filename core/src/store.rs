@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::engine::Engine;
-use crate::engine::codec::QueueRecord;
-use crate::engine::read;
+use crate::engine::QueueRecord;
+use crate::engine::queries as read;
 use crate::error::{Error, Result};
 use crate::options::{Durability, EngineConfig, QueueOptions, QueueSettings};
 use crate::queue::Queue;

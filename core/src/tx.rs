@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
-use crate::engine::batch::{Batch, Locked, validate_message};
-use crate::engine::read;
+use crate::engine::queries as read;
+use crate::engine::{Batch, Locked, validate_message};
 use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};

@@ -1,21 +1,37 @@
 //! The storage engine behind the public handles: file creation and opening, the commit
 //! pipeline, read snapshots, and waiting for messages.
 
-pub mod batch;
-pub mod codec;
+mod batch;
+mod codec;
 mod compound;
 mod db;
 mod file;
 mod guarded;
-pub mod owners;
-pub mod park;
-pub mod pipeline;
+mod owners;
+mod park;
+mod pipeline;
 mod probe;
-pub mod read;
+mod read;
 mod rules;
-pub mod signal;
-pub mod tables;
+mod signal;
+mod tables;
 mod watch;
+
+// The engine's face: what the public API, the transaction and the processor may use. Everything
+// else stays inside.
+pub(crate) use batch::{
+    Batch, DEAD_LETTER_SUFFIX, Locked, Settle, dead_letter_name, validate_message,
+};
+pub(crate) use codec::{QueueKind, QueueRecord};
+pub(crate) use signal::Signal;
+
+/// Read-only queries on one snapshot, run through [`Engine::read`].
+pub(crate) mod queries {
+    pub(crate) use super::read::{
+        BrowsePosition, browse_next, get, has_candidate, list_queues, next_due, queue_by_id,
+        queue_by_name,
+    };
+}
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use redb::{ReadTransaction, ReadableDatabase};
 
-use self::batch::{Batch, Locked};
 use self::pipeline::{Pipeline, PipelineStats, WriterContext};
 use self::signal::Signals;
 use crate::clock::Clock;

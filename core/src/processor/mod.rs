@@ -21,7 +21,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::de::DeserializeOwned;
 
 use crate::clock::{Clock, to_system_time};
-use crate::engine::signal::Signal;
+use crate::engine::Signal;
 use crate::error::{Error, Result};
 use crate::message::Envelope;
 use crate::queue::Queue;

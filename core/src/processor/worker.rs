@@ -14,9 +14,9 @@ use super::{
 };
 use crate::clock::duration_ms;
 use crate::engine::HeldLock;
-use crate::engine::batch::{Batch, Locked, Settle};
-use crate::engine::codec::QueueKind;
-use crate::engine::read;
+use crate::engine::QueueKind;
+use crate::engine::queries as read;
+use crate::engine::{Batch, Locked, Settle};
 use crate::error::{Error, Result};
 use crate::message::REASON_MAX_DELIVERIES;
 use crate::received::Received;
