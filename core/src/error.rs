@@ -4,14 +4,35 @@ use std::fmt;
 
 use crate::message::MessageId;
 
-/// A stable, C-like classification of [`Error`], one per failure a caller can react to.
-///
-/// The C API maps each kind to a `POSTBOX_*` status code and Python to one exception class, so
-/// the numbering is part of the public contract: a kind is never renumbered or reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-#[repr(i32)]
-pub enum ErrorKind {
+/// Defines [`ErrorKind`] and its [`ErrorKind::ALL`] list from one table, so that a kind added
+/// to the enum cannot be missing from the list the bindings' coverage tests walk.
+macro_rules! error_kinds {
+    ($($(#[$doc:meta])* $name:ident = $code:literal,)*) => {
+        /// A stable, C-like classification of [`Error`], one per failure a caller can react to.
+        ///
+        /// The C API maps each kind to a `POSTBOX_*` status code and Python to one exception class, so
+        /// the numbering is part of the public contract: a kind is never renumbered or reused.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        #[repr(i32)]
+        pub enum ErrorKind {
+            $($(#[$doc])* $name = $code,)*
+        }
+
+        impl ErrorKind {
+            /// Every kind, in code order: what the C status list and the Python exception
+            /// classes must cover.
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$name,)*];
+
+            /// The stable number of this kind: the C status code, the Python exception's `code`.
+            pub fn code(self) -> i32 {
+                self as i32
+            }
+        }
+    };
+}
+
+error_kinds! {
     /// A receive found nothing before its deadline (only the C and Python APIs report this as an
     /// error; Rust returns `Ok(None)`).
     Timeout = 1,
@@ -255,6 +276,11 @@ impl From<redb::StorageError> for Error {
     fn from(e: redb::StorageError) -> Self {
         match e {
             redb::StorageError::Corrupted(m) => Error::Corrupted(m),
+            // redb reads only what its own pages point to: a read past the end of the file means
+            // a damaged pointer or a truncated file.
+            redb::StorageError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Error::Corrupted(format!("a page points past the end of the file ({io})"))
+            }
             redb::StorageError::Io(io) => io_to_error(io),
             other => {
                 let text = other.to_string();

@@ -101,6 +101,8 @@
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+// Library code never prints: it returns errors and emits `tracing` events.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 mod body_codec;
 mod clock;

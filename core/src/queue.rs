@@ -403,11 +403,18 @@ impl Queue {
             ));
         }
         let name = dead_letter_name(&self.name);
-        let rec = self
+        let (q, own) = (self.id, self.name.clone());
+        let (source, rec) = self
             .engine
-            .read(|t| read::queue_by_name(t, &name))?
-            .ok_or_else(|| Error::QueueNotFound(name.clone()))?;
-        Ok(Queue::new(self.engine.clone(), &name, rec))
+            .read(|t| Ok((read::queue_by_id(t, q)?, read::queue_by_name(t, &name)?)))?;
+        match (source, rec) {
+            (None, _) => Err(Error::QueueNotFound(own.to_string())),
+            (Some(_), Some(rec)) => Ok(Queue::new(self.engine.clone(), &name, rec)),
+            // A queue and its dead-letter queue are created and deleted together.
+            (Some(_), None) => Err(Error::corrupted(format!(
+                "queue {own:?} has no dead-letter queue"
+            ))),
+        }
     }
 
     /// The name of the source queue, for a dead-letter queue.

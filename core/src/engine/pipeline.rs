@@ -96,7 +96,7 @@ enum Msg {
     Stop(Box<dyn Job>),
 }
 
-/// Counters of the pipeline, for tests and benchmarks.
+/// QueueCounts of the pipeline, for tests and benchmarks.
 #[derive(Debug, Default)]
 pub struct PipelineStats {
     pub commits: AtomicU64,

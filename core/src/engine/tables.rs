@@ -289,14 +289,14 @@ impl State {
 
 /// Exact per-queue counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
+pub struct QueueCounts {
     pub active: u64,
     pub locked: u64,
     pub scheduled: u64,
     pub bytes: u64,
 }
 
-impl Counters {
+impl QueueCounts {
     pub fn encode(&self) -> [u8; COUNTERS_LEN] {
         let mut b = [0u8; COUNTERS_LEN];
         b[0..8].copy_from_slice(&self.active.to_le_bytes());
@@ -306,13 +306,13 @@ impl Counters {
         b
     }
 
-    pub fn decode(b: &[u8; COUNTERS_LEN]) -> Counters {
+    pub fn decode(b: &[u8; COUNTERS_LEN]) -> QueueCounts {
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(a)
         };
-        Counters {
+        QueueCounts {
             active: u64_at(0),
             locked: u64_at(8),
             scheduled: u64_at(16),

@@ -431,7 +431,9 @@ impl ProcessorBuilder {
     }
 
     /// Whether a worker settles the message it finished and locks its next one in the same
-    /// commit (on by default; off only for comparison). Applies to peek-lock mode.
+    /// commit (on by default). A benchmark knob, kept out of the documented API: turning it
+    /// off only measures what combining saves.
+    #[doc(hidden)]
     pub fn combined_commit(mut self, on: bool) -> Self {
         self.config.combined_commit = on;
         self

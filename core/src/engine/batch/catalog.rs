@@ -124,9 +124,9 @@ impl<'t> Batch<'t> {
         self.put_queue(name, &rec)?;
         self.put_queue(&dead_letter_name(name), &dlq)?;
         self.t_counters()?
-            .insert(id, Counters::default().encode())?;
+            .insert(id, QueueCounts::default().encode())?;
         self.t_counters()?
-            .insert(dlq_id, Counters::default().encode())?;
+            .insert(dlq_id, QueueCounts::default().encode())?;
         Ok(rec)
     }
 

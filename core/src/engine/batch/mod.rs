@@ -93,7 +93,7 @@ pub struct Batch<'t> {
     dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
-    counter_cache: HashMap<u32, Counters>,
+    counter_cache: HashMap<u32, QueueCounts>,
     /// Queues deleted in this batch.
     deleted: HashSet<u32>,
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
@@ -240,12 +240,12 @@ impl<'t> Batch<'t> {
         Ok(current)
     }
 
-    fn counters_mut(&mut self, q: u32) -> Result<&mut Counters> {
+    fn counters_mut(&mut self, q: u32) -> Result<&mut QueueCounts> {
         if !self.counter_cache.contains_key(&q) {
             let c = self
                 .t_counters()?
                 .get(q)?
-                .map(|g| Counters::decode(&g.value()))
+                .map(|g| QueueCounts::decode(&g.value()))
                 .unwrap_or_default();
             self.counter_cache.insert(q, c);
         }
@@ -253,14 +253,14 @@ impl<'t> Batch<'t> {
         Ok(self.counter_cache.entry(q).or_default())
     }
 
-    pub fn counters(&mut self, q: u32) -> Result<Counters> {
+    pub fn counters(&mut self, q: u32) -> Result<QueueCounts> {
         if let Some(c) = self.counter_cache.get(&q) {
             return Ok(*c);
         }
         Ok(self
             .t_counters()?
             .get(q)?
-            .map(|g| Counters::decode(&g.value()))
+            .map(|g| QueueCounts::decode(&g.value()))
             .unwrap_or_default())
     }
 }
