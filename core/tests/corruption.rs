@@ -317,12 +317,21 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                         Outcome::Panicked(_) => "PANIC".to_string(),
                     };
                     *tally.lock().unwrap().entry(key).or_default() += 1;
-                    // Damage is reported as such. Only without verify_on_open can damage to
-                    // redb's own tree order (which postbox's record checksums do not cover) hide
-                    // a message's lock from its settle.
+                    // With verify_on_open, damage is reported as such. Without it, postbox's
+                    // record checksums still catch damaged records, but damage to redb's own
+                    // tree structure (its branch pages and keys, which only the open-time check
+                    // covers) can make a lookup miss or land elsewhere: a queue or message not
+                    // found, a lock hidden from its settle, a message listed under the wrong
+                    // queue (which this drain's complete_batch then refuses).
                     let typed = match &outcome {
                         Outcome::Failed(ErrorKind::Corrupted | ErrorKind::NotAStore, _) => true,
-                        Outcome::Failed(ErrorKind::LockLost, _) => !verify,
+                        Outcome::Failed(
+                            ErrorKind::LockLost
+                            | ErrorKind::NotFound
+                            | ErrorKind::QueueNotFound
+                            | ErrorKind::InvalidArgument,
+                            _,
+                        ) => !verify,
                         Outcome::Failed(..) | Outcome::Panicked(_) => false,
                         Outcome::Drained(_) => true,
                     };

@@ -15,6 +15,7 @@ mod read;
 mod rules;
 mod signal;
 mod tables;
+mod wait;
 mod watch;
 
 // The engine's face: what the public API, the transaction and the processor may use. Everything
@@ -24,12 +25,12 @@ pub(crate) use batch::{
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
+pub(crate) use wait::Cancel;
 
 /// Read-only queries on one snapshot, run through [`Engine::read`].
 pub(crate) mod queries {
     pub(crate) use super::read::{
-        BrowsePosition, browse_next, get, has_candidate, list_queues, next_due, queue_by_id,
-        queue_by_name,
+        BrowsePosition, browse_next, get, list_queues, queue_by_id, queue_by_name,
     };
 }
 
@@ -276,136 +277,6 @@ impl Engine {
         })
     }
 
-    /// Locks up to `max` messages of queue `q`, waiting until `deadline` (forever if `None`)
-    /// for at least one.
-    pub fn receive(
-        &self,
-        q: u32,
-        name: &str,
-        max: usize,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Locked>> {
-        // Before any lock, such as the signal map's that the polling wait takes first.
-        self.check_open()?;
-        if self.multi_process {
-            self.receive_polling(q, name, max, deadline)
-        } else {
-            self.receive_parked(q, name, max, deadline)
-        }
-    }
-
-    /// Single-process receive: the request waits in the writer, which serves it in the batch
-    /// that makes a message receivable (see `park`).
-    fn receive_parked(
-        &self,
-        q: u32,
-        name: &str,
-        max: usize,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Locked>> {
-        self.check_open()?;
-        let state = park::ParkState::new();
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.pipeline.park(park::ParkedReceive {
-            q,
-            name: name.to_owned(),
-            owner: self.owner,
-            max,
-            deadline,
-            state: state.clone(),
-            reply,
-        })?;
-        let gone = || {
-            if self.is_closed() {
-                Error::Closed
-            } else {
-                // The writer caught a panic in this batch; as in `call`, that is redb failing
-                // on a damaged page.
-                Error::Corrupted(
-                    "storage failure: the commit pipeline stopped before answering".into(),
-                )
-            }
-        };
-        let first = match deadline {
-            Some(d) => answer.recv_deadline(d),
-            None => answer
-                .recv()
-                .map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
-        };
-        match first {
-            Ok(r) => r,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) if state.cancel() => Ok(Vec::new()),
-            // The writer has the request: its answer is on the way.
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                answer.recv().unwrap_or_else(|_| Err(gone()))
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(gone()),
-        }
-    }
-
-    /// Multi-process receive: other processes' sends do not pass through this writer, so a
-    /// waiter polls the file with truncated exponential backoff.
-    fn receive_polling(
-        &self,
-        q: u32,
-        name: &str,
-        max: usize,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Locked>> {
-        let signal = self.signals.get(q);
-        let mut backoff = self.poll_floor;
-        loop {
-            let seen = signal.seq();
-            let owner = self.owner;
-            let qname = name.to_owned();
-            let got = self.call(move |b| b.receive(q, &qname, owner, max))?;
-            if !got.is_empty() {
-                return Ok(got);
-            }
-            // Nothing now: sleep until a local commit wakes us, time-driven work falls due, the
-            // deadline passes, or (multi-process) the next poll of the shared file.
-            loop {
-                let now = Instant::now();
-                if deadline.is_some_and(|d| now >= d) {
-                    return Ok(Vec::new());
-                }
-                self.check_open()?;
-                let due = self.read(read::next_due)?.map(|at| {
-                    let wait_ms = at.saturating_sub(self.clock.now_ms()).max(1);
-                    now + Duration::from_millis(wait_ms)
-                });
-                let mut wake = earliest(deadline, due);
-                if self.multi_process {
-                    wake = earliest(wake, Some(now + backoff));
-                }
-                if signal.wait(seen, wake) {
-                    backoff = self.poll_floor;
-                    break;
-                }
-                if due.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
-                if self.multi_process {
-                    let now_ms = self.clock.now_ms();
-                    let me = self.owner;
-                    let scope = self.scope;
-                    if self.read(|t| read::has_dead_owner(t, me, scope))? {
-                        // Release the dead process's locks now rather than at the pipeline's
-                        // next periodic reap, so the retry below can take them.
-                        self.call(move |b| b.reap_dead_owners(me, scope))?;
-                        backoff = self.poll_floor;
-                        break;
-                    }
-                    if self.read(|t| read::has_candidate(t, q, now_ms))? {
-                        backoff = self.poll_floor;
-                        break;
-                    }
-                    backoff = (backoff * 2).min(self.poll_ceiling);
-                }
-            }
-        }
-    }
-
     /// Stops the pipeline after releasing this process's locks; later calls fail with `Closed`.
     /// In a forked child it only marks this handle closed: the file belongs to the parent.
     pub fn close(&self) -> Result<()> {
@@ -542,7 +413,7 @@ fn wake_waiters(db: &std::sync::Weak<db::DbSlot>, signals: &Signals, clock: &dyn
     }
 }
 
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,

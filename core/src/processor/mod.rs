@@ -21,7 +21,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::de::DeserializeOwned;
 
 use crate::clock::{Clock, to_system_time};
-use crate::engine::Signal;
+use crate::engine::{Cancel, Signal};
 use crate::error::{Error, Result};
 use crate::message::Envelope;
 use crate::queue::Queue;
@@ -563,6 +563,7 @@ impl ProcessorBuilder {
         let shared = Arc::new(Shared {
             id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
             signal: engine.signals.get(self.queue.id),
+            cancel: Cancel::default(),
             clock: engine.clock.clone(),
             queue: self.queue,
             config: self.config,
@@ -633,6 +634,8 @@ struct Shared {
     config: Config,
     handler: Handler,
     signal: Arc<Signal>,
+    /// Cancelled by `stop`: ends the workers' waits for messages at once.
+    cancel: Cancel,
     clock: Arc<dyn Clock>,
     /// Mirrors `State::stopping` for lock-free checks; set under the state lock.
     stopping: AtomicBool,
@@ -661,8 +664,9 @@ impl Shared {
             self.stopping.store(true, Ordering::Release);
         }
         self.cv.notify_all();
-        // Idle workers wait on the queue's wake-up signal; bumping it makes them look at the
-        // stop flag at once (other receivers on the queue merely retry).
+        // Idle workers wait in the engine: the token ends parked waits, and bumping the
+        // queue's signal wakes polling ones (other receivers on the queue merely retry).
+        self.cancel.cancel();
         self.signal.notify();
     }
 

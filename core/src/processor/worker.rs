@@ -15,19 +15,14 @@ use super::{
 use crate::clock::duration_ms;
 use crate::engine::HeldLock;
 use crate::engine::QueueKind;
-use crate::engine::queries as read;
 use crate::engine::{Batch, Locked, Settle};
 use crate::error::{Error, Result};
 use crate::message::REASON_MAX_DELIVERIES;
 use crate::received::Received;
 use crate::tx::Transaction;
 
-/// How often an idle worker of a multi-process store looks for messages sent by other
-/// processes (their sends do not fire this process's wake-ups).
-const CROSS_PROCESS_POLL: Duration = Duration::from_millis(50);
-
-/// Upper bound of one idle wait, so that a lost wake-up can only delay a worker, never strand
-/// it. Waking re-checks the stop flag and due work; it does not start a write transaction.
+/// Upper bound of one idle wait, so that an idle worker checks now and then whether the
+/// autoscaler wants it to retire.
 const IDLE_SLICE: Duration = Duration::from_millis(500);
 
 /// Pause after a receive failed with an error that may pass (e.g. a full disk).
@@ -472,7 +467,19 @@ impl Worker<'_> {
             if idle && self.try_retire() {
                 return Wait::Retire;
             }
-            match self.receive(sh.config.prefetch + 1) {
+            // An idle worker waits in the engine (parked in the writer, or polling a shared
+            // file at the store's poll_interval) for up to a slice, so it can retire when the
+            // autoscaler wants fewer workers; a stop cancels the wait at once.
+            let slice = if idle { IDLE_SLICE } else { Duration::ZERO };
+            let q = &sh.queue;
+            let got = q.engine.receive_until(
+                q.id,
+                &q.name,
+                sh.config.prefetch + 1,
+                Instant::now().checked_add(slice),
+                Some(&sh.cancel),
+            );
+            match got {
                 Ok(v) if !v.is_empty() => {
                     if sh.is_stopping() {
                         self.return_untouched(v);
@@ -492,53 +499,6 @@ impl Worker<'_> {
                 }
             }
             idle = true;
-            if self.try_retire() {
-                return Wait::Retire;
-            }
-            self.idle_wait(seen);
-        }
-    }
-
-    /// Sleeps until something may be receivable: a local commit made a message ready (the
-    /// queue's signal, also bumped by `stop` and by the autoscaler), scheduled work fell due,
-    /// or — for multi-process stores — another process's message shows up in the file.
-    fn idle_wait(&self, seen: u64) {
-        let sh = self.sh;
-        let engine = &sh.queue.engine;
-        loop {
-            if sh.is_stopping() {
-                return;
-            }
-            let now = Instant::now();
-            let due = match engine.read(read::next_due) {
-                Ok(d) => d.map(|at| {
-                    let ms = at.saturating_sub(sh.clock.now_ms()).max(1);
-                    now + Duration::from_millis(ms)
-                }),
-                Err(_) => return,
-            };
-            let mut wake = now + IDLE_SLICE;
-            if let Some(d) = due {
-                wake = wake.min(d);
-            }
-            if engine.multi_process {
-                wake = wake.min(now + CROSS_PROCESS_POLL);
-            }
-            if sh.signal.wait(seen, Some(wake)) {
-                return;
-            }
-            if due.is_some_and(|d| Instant::now() >= d) {
-                return;
-            }
-            if engine.multi_process {
-                let (qid, now_ms) = (sh.queue.id, sh.clock.now_ms());
-                if engine
-                    .read(|t| read::has_candidate(t, qid, now_ms))
-                    .unwrap_or(true)
-                {
-                    return;
-                }
-            }
         }
     }
 

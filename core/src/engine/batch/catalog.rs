@@ -40,8 +40,20 @@ impl<'t> Batch<'t> {
         q: u32,
         name: &str,
     ) -> Result<Arc<(String, QueueRecord)>> {
-        self.queue(q)?
-            .ok_or_else(|| Error::QueueNotFound(name.to_owned()))
+        if let Some(rec) = self.queue(q)? {
+            return Ok(rec);
+        }
+        // Gone from the id index: deleted, unless its record is still there under its name,
+        // which only damage to the index explains.
+        if !name.is_empty()
+            && let Some(rec) = self.queue_by_name(name)?
+            && rec.id == q
+        {
+            return Err(Error::corrupted(format!(
+                "queue {name:?} is missing from the queue id index"
+            )));
+        }
+        Err(Error::QueueNotFound(name.to_owned()))
     }
 
     pub(super) fn queue_by_name(&mut self, name: &str) -> Result<Option<QueueRecord>> {
