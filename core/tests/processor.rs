@@ -757,3 +757,39 @@ fn starting_on_a_closed_store_fails_before_spawning() {
     assert!(matches!(typed, Err(Error::Closed)), "{typed:?}");
     assert!(!ran.load(Ordering::SeqCst));
 }
+
+#[test]
+fn an_idle_processor_takes_each_message_in_the_sending_commit() {
+    // Workers wait parked in the writer, like Queue::receive: a send locks the message for
+    // the waiting worker in its own commit, so each message costs two commits (send+lock,
+    // complete), not three (send, wake, lock, complete).
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .start(move |_m| -> Result<(), String> {
+            done_tx.send(()).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    // Let the worker park: its first wait has nothing to take.
+    q.send("warm-up").unwrap();
+    done_rx.recv_timeout(WAIT).unwrap();
+    let n = 20u64;
+    let before = store.stats().commits;
+    for i in 0..n {
+        q.send(format!("m{i}")).unwrap();
+        done_rx.recv_timeout(WAIT).unwrap();
+        // The completion commits after the handler returns; wait for it.
+        for _ in 0..1000 {
+            if q.stats().unwrap().locked == 0 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    let commits = store.stats().commits - before;
+    p.shutdown(WAIT);
+    assert!(commits <= 2 * n + 2, "{commits} commits for {n} messages");
+}
