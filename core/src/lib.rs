@@ -126,8 +126,8 @@ pub use message::{
 };
 pub use options::{Durability, QueueOptions};
 pub use processor::{
-    Autoscale, Delivery, Processor, ProcessorBuilder, ProcessorStats, REASON_DECODE_FAILED,
-    RetryPolicy, ScaleCallback, ShutdownReport,
+    Autoscale, Delivery, EventCallback, Processor, ProcessorBuilder, ProcessorEvent,
+    ProcessorStats, REASON_DECODE_FAILED, RetryPolicy, ScaleCallback, ShutdownReport,
 };
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use crate::clock::{Clock, to_system_time};
 use crate::engine::{Cancel, Signal};
 use crate::error::{Error, Result};
-use crate::message::Envelope;
+use crate::message::{Envelope, MessageId};
 use crate::queue::Queue;
 use crate::tx::Transaction;
 
@@ -340,6 +340,51 @@ enum Handler {
 /// [`ProcessorBuilder::on_scale`]).
 pub type ScaleCallback = Arc<dyn Fn(usize) + Send + Sync>;
 
+/// Something a running processor did that a dashboard, a bridge or a log may want to see (see
+/// [`ProcessorBuilder::on_event`]). The same events also go to `tracing`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProcessorEvent {
+    /// A handler failed; the message will be delivered again after its retry delay.
+    RetryScheduled {
+        /// The message.
+        id: MessageId,
+        /// Deliveries so far, this one included.
+        delivery_count: u32,
+        /// How long until it is receivable again.
+        delay: Duration,
+        /// The handler's error text.
+        error: String,
+    },
+    /// The message went to the dead-letter queue.
+    DeadLettered {
+        /// The message.
+        id: MessageId,
+        /// The dead-letter reason (e.g. `MaxDeliveryCountExceeded`, `DecodeFailed`).
+        reason: String,
+    },
+    /// The message's lock was lost before it could be settled: it will be delivered again.
+    LockLost {
+        /// The message.
+        id: MessageId,
+    },
+    /// The message could not be settled for another reason (e.g. the store closed).
+    Unsettled {
+        /// The message.
+        id: MessageId,
+        /// Why.
+        error: String,
+    },
+    /// The number of live workers changed (autoscaling, stop).
+    Scaled {
+        /// Live workers now.
+        workers: usize,
+    },
+}
+
+/// A callback told every [`ProcessorEvent`] (see [`ProcessorBuilder::on_event`]).
+pub type EventCallback = Arc<dyn Fn(&ProcessorEvent) + Send + Sync>;
+
 #[derive(Clone)]
 struct Config {
     workers: usize,
@@ -351,6 +396,7 @@ struct Config {
     autoscale: Option<Autoscale>,
     drop_timeout: Duration,
     on_scale: Option<ScaleCallback>,
+    on_event: Option<EventCallback>,
     /// Stack size of worker threads; `None` for the Rust default.
     stack_size: Option<usize>,
 }
@@ -457,6 +503,33 @@ impl ProcessorBuilder {
     /// need more than the Rust default.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.config.stack_size = Some(bytes);
+        self
+    }
+
+    /// Calls `f` with every [`ProcessorEvent`]: retries scheduled, messages dead-lettered,
+    /// locks lost, settles that failed, worker counts changed. Runs on the worker thread that
+    /// saw it; keep it short (a panic in it is caught and logged).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// # let q = store.queue("jobs")?;
+    /// use postbox::{Processor, ProcessorEvent};
+    /// let p = Processor::builder(&q)
+    ///     .on_event(|e| {
+    ///         if let ProcessorEvent::DeadLettered { id, reason } = e {
+    ///             eprintln!("message {id} dead-lettered: {reason}");
+    ///         }
+    ///     })
+    ///     .start(|_msg| -> Result<(), String> { Ok(()) })?;
+    /// p.shutdown(std::time::Duration::from_secs(5));
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    pub fn on_event<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&ProcessorEvent) + Send + Sync + 'static,
+    {
+        self.config.on_event = Some(Arc::new(f));
         self
     }
 
@@ -670,7 +743,21 @@ impl Shared {
         self.signal.notify();
     }
 
+    /// Tells the `on_event` callback, if any, about `event`.
+    fn emit(&self, event: ProcessorEvent) {
+        if let Some(f) = &self.config.on_event
+            && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&event)))
+        {
+            tracing::error!(
+                queue = %self.queue.name(),
+                panic = %worker::panic_text(p.as_ref()),
+                "processor on_event callback panicked"
+            );
+        }
+    }
+
     fn report_scale(&self, live: usize) {
+        self.emit(ProcessorEvent::Scaled { workers: live });
         if let Some(f) = &self.config.on_scale
             && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(live)))
         {
@@ -770,6 +857,7 @@ impl Processor {
                 autoscale: None,
                 drop_timeout: Duration::from_secs(30),
                 on_scale: None,
+                on_event: None,
                 stack_size: None,
             },
         }

@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{
-    Delivery, Failure, Handler, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched, renewal,
+    Delivery, Failure, Handler, ProcessorEvent, REASON_DECODE_FAILED, Shared, Track, WORKER_OF,
+    Watched, renewal,
 };
 use crate::clock::duration_ms;
 use crate::engine::HeldLock;
 use crate::engine::QueueKind;
 use crate::engine::{Batch, Locked, Settle};
 use crate::error::{Error, Result};
-use crate::message::REASON_MAX_DELIVERIES;
+use crate::message::{MessageId, REASON_MAX_DELIVERIES};
 use crate::received::Received;
 use crate::tx::Transaction;
 
@@ -316,6 +317,7 @@ impl Worker<'_> {
                         if dead_letter {
                             c.dead_lettered.fetch_add(1, Ordering::Relaxed);
                         }
+                        self.report(id, delivery_count, &outcome, dead_letter);
                     }
                     Err(e) => {
                         if let Outcome::Fail(_) = outcome {
@@ -396,14 +398,44 @@ impl Worker<'_> {
             .then_receive(move |b| plan.apply(b, id, token), q.id, &q.name, want)
     }
 
+    /// Tells the event hook what became of a settled message.
+    fn report(&self, id: MessageId, delivery_count: u32, outcome: &Outcome, dead_letter: bool) {
+        let sh = self.sh;
+        let event = match outcome {
+            Outcome::Complete => return,
+            _ if dead_letter => ProcessorEvent::DeadLettered {
+                id,
+                reason: match outcome {
+                    Outcome::DeadLetter { reason, .. } => reason.clone(),
+                    _ => REASON_MAX_DELIVERIES.to_owned(),
+                },
+            },
+            Outcome::Fail(error) => ProcessorEvent::RetryScheduled {
+                id,
+                delivery_count,
+                delay: sh.config.retry.delay(delivery_count),
+                error: error.clone(),
+            },
+            Outcome::DeadLetter { .. } => return,
+        };
+        sh.emit(event);
+    }
+
     /// Counts a settlement that did not commit: a lost lock, or an unsettled message.
     fn settle_failed(&self, id: u64, e: &Error) {
         let sh = self.sh;
         if e.is_lock_lost() {
             sh.counters.lock_lost.fetch_add(1, Ordering::Relaxed);
+            sh.emit(ProcessorEvent::LockLost { id: MessageId(id) });
             return;
         }
         sh.counters.unsettled.fetch_add(1, Ordering::Relaxed);
+        if !matches!(e, Error::Forked { .. }) {
+            sh.emit(ProcessorEvent::Unsettled {
+                id: MessageId(id),
+                error: e.to_string(),
+            });
+        }
         match e {
             // In a forked child (see `run`) nothing is reported: the processor is the parent's.
             Error::Forked { .. } => {}
