@@ -10,6 +10,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use postbox::{Clock, Durability, ManualClock, Queue, Store};
 use tempfile::TempDir;
 
+/// One second.
+pub const SEC: Duration = Duration::from_secs(1);
+
+/// `n` milliseconds.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
 /// A store in a fresh temporary directory, driven by a manual clock.
 pub struct TestStore {
     pub dir: TempDir,
