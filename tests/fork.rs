@@ -151,3 +151,47 @@ fn the_child_can_open_a_shared_store_itself() {
     assert_eq!(code, 0);
     assert_eq!(q.stats().unwrap().active, 2);
 }
+
+#[test]
+fn a_child_opens_a_shared_store_while_parent_threads_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let store = Store::builder().multi_process(true).open(&path).unwrap();
+    let q = store.queue("q").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let (q, stop) = (q.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = q.try_receive();
+                }
+            })
+        })
+        .collect();
+    let rounds: usize = std::env::var("POSTBOX_FORK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    for _ in 0..rounds {
+        let code = fork_and_wait(|| {
+            let Ok(own) = Store::builder().multi_process(true).open(&path) else {
+                return 1;
+            };
+            let ok = own.queue("q").and_then(|q| q.send("child")).is_ok();
+            if ok && own.close().is_ok() { 0 } else { 2 }
+        });
+        assert_eq!(code, 0);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    // Every child's send is there (the parent's receivers may have worn some out to the
+    // dead-letter queue meanwhile).
+    let s = q.stats().unwrap();
+    assert_eq!(
+        s.active + s.locked + s.scheduled + s.dead_lettered,
+        rounds as u64
+    );
+}

@@ -30,7 +30,8 @@ pub(crate) use wait::Cancel;
 /// Read-only queries on one snapshot, run through [`Engine::read`].
 pub(crate) mod queries {
     pub(crate) use super::read::{
-        BrowsePosition, browse_next, get, list_queues, queue_by_id, queue_by_name,
+        BrowsePosition, browse_next, get, has_candidate, list_queues, next_due, queue_by_id,
+        queue_by_name,
     };
 }
 
@@ -122,7 +123,7 @@ impl Engine {
             Ok(db) => Arc::new(db),
             Err(Error::AlreadyOpen(_)) if in_process::is_open(path) => {
                 return Err(Error::AlreadyOpen(format!(
-                    "{} is already open in this process: share that Store (it is a cheap clone) instead of opening it twice",
+                    "{} is already open in this process (or in the process it was forked from): share that Store (it is a cheap clone) instead of opening it twice",
                     path.display()
                 )));
             }
@@ -183,7 +184,6 @@ impl Engine {
         } else {
             None
         };
-        in_process::opened(path);
         Ok(Engine {
             db: slot,
             opened_by: std::process::id(),
@@ -205,6 +205,12 @@ impl Engine {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The longest a multi-process waiter goes without looking at the file
+    /// (`StoreBuilder::poll_interval`).
+    pub fn poll_ceiling(&self) -> Duration {
+        self.poll_ceiling
     }
 
     /// Whether this handle was inherited across `fork()` (this process did not open it).
@@ -302,7 +308,6 @@ impl Engine {
         // redb's own drop can panic on a store damaged under it (a lock poisoned by an earlier
         // caught panic); that must not escape to the caller either.
         let db = self.db.close();
-        in_process::closed(&self.path);
         let dropped = guarded::catch(move || drop(db));
         match (result, dropped) {
             (Ok(()), Err(p)) => Err(panic_to_error(p)),
@@ -332,49 +337,31 @@ impl Drop for Engine {
     }
 }
 
-/// The stores this process has open, to tell "open in this process" from "open in another"
-/// when the file lock is taken.
+/// Whether this process has the store file open, to tell "open in this process" from "open in
+/// another" when the file lock is taken. Looks at the process's open files instead of keeping a
+/// registry: a process-wide lock would be inherited locked by a `fork()` child if another
+/// thread held it at that moment, and the child must be able to open stores.
 mod in_process {
-    use std::collections::HashMap;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
-    use parking_lot::Mutex;
-
-    /// Keyed by process as well as path: a forked child inherits this map, but the stores in it
-    /// belong to its parent.
-    static OPEN: Mutex<Option<HashMap<(u32, PathBuf), usize>>> = Mutex::new(None);
-
-    fn key(path: &Path) -> (u32, PathBuf) {
-        (
-            std::process::id(),
-            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()),
-        )
-    }
-
-    pub fn opened(path: &Path) {
-        *OPEN
-            .lock()
-            .get_or_insert_with(HashMap::new)
-            .entry(key(path))
-            .or_default() += 1;
-    }
-
-    pub fn closed(path: &Path) {
-        let k = key(path);
-        if let Some(map) = OPEN.lock().as_mut()
-            && let Some(n) = map.get_mut(&k)
-        {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&k);
-            }
-        }
-    }
-
+    #[cfg(target_os = "linux")]
     pub fn is_open(path: &Path) -> bool {
-        OPEN.lock()
-            .as_ref()
-            .is_some_and(|m| m.contains_key(&key(path)))
+        use std::os::unix::fs::MetadataExt;
+        let Ok(target) = std::fs::metadata(path) else {
+            return false;
+        };
+        let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::metadata(fd.path())
+                .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn is_open(_path: &Path) -> bool {
+        false
     }
 }
 

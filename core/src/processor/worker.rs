@@ -14,9 +14,9 @@ use super::{
     Watched, renewal,
 };
 use crate::clock::duration_ms;
-use crate::engine::HeldLock;
 use crate::engine::QueueKind;
 use crate::engine::{Batch, Locked, Settle};
+use crate::engine::{HeldLock, queries};
 use crate::error::{Error, Result};
 use crate::message::{MessageId, REASON_MAX_DELIVERIES};
 use crate::received::Received;
@@ -499,11 +499,17 @@ impl Worker<'_> {
             if idle && self.try_retire() {
                 return Wait::Retire;
             }
-            // An idle worker waits in the engine (parked in the writer, or polling a shared
-            // file at the store's poll_interval) for up to a slice, so it can retire when the
-            // autoscaler wants fewer workers; a stop cancels the wait at once.
-            let slice = if idle { IDLE_SLICE } else { Duration::ZERO };
+            // On a single-process store an idle worker waits parked in the writer (served in the
+            // sending commit) for up to a slice, so it can retire when the autoscaler wants
+            // fewer workers; a stop cancels the wait at once. On a shared store it tries once
+            // and then waits with reads only (`idle_wait`).
             let q = &sh.queue;
+            let parked = !q.engine.multi_process;
+            let slice = if idle && parked {
+                IDLE_SLICE
+            } else {
+                Duration::ZERO
+            };
             let got = q.engine.receive_until(
                 q.id,
                 &q.name,
@@ -531,6 +537,57 @@ impl Worker<'_> {
                 }
             }
             idle = true;
+            if !parked {
+                if self.try_retire() {
+                    return Wait::Retire;
+                }
+                self.idle_wait(seen);
+            }
+        }
+    }
+
+    /// Multi-process stores only: sleeps until something may be receivable — a local commit
+    /// made a message ready (the queue's signal, also bumped by `stop` and by the autoscaler),
+    /// scheduled work fell due, or another process's message shows up in the file (looked for
+    /// at the store's poll ceiling, with reads only). Parking in the engine's polling wait
+    /// instead would make every idle worker take the store's write lock at the poll floor.
+    fn idle_wait(&self, seen: u64) {
+        let sh = self.sh;
+        let engine = &sh.queue.engine;
+        loop {
+            if sh.is_stopping() {
+                return;
+            }
+            let now = Instant::now();
+            let due = match engine.read(queries::next_due) {
+                Ok(d) => d.map(|at| {
+                    let ms = at.saturating_sub(sh.clock.now_ms()).max(1);
+                    now + Duration::from_millis(ms)
+                }),
+                Err(_) => return,
+            };
+            let mut wake = now + IDLE_SLICE;
+            if let Some(d) = due {
+                wake = wake.min(d);
+            }
+            if engine.multi_process {
+                wake = wake.min(now + engine.poll_ceiling());
+            }
+            if sh.signal.wait(seen, Some(wake)) {
+                return;
+            }
+            if due.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            if engine.multi_process {
+                let (qid, now_ms) = (sh.queue.id, sh.clock.now_ms());
+                if engine
+                    .read(|t| queries::has_candidate(t, qid, now_ms))
+                    .unwrap_or(true)
+                {
+                    return;
+                }
+            }
         }
     }
 
