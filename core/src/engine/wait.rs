@@ -92,7 +92,6 @@ impl Engine {
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
     ) -> Result<Vec<Locked>> {
-        self.check_open()?;
         let state = park::ParkState::new();
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.pipeline.park(park::ParkedReceive {
@@ -118,17 +117,12 @@ impl Engine {
         // A cancel token's channel never delivers: it disconnects when cancelled.
         let never = crossbeam_channel::never();
         let cancelled = cancel.map_or(&never, |c| &c.rx);
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let first = match timeout {
-            Some(t) => crossbeam_channel::select! {
-                recv(answer) -> r => Some(r),
-                recv(cancelled) -> _ => None,
-                default(t) => None,
-            },
-            None => crossbeam_channel::select! {
-                recv(answer) -> r => Some(r),
-                recv(cancelled) -> _ => None,
-            },
+        // No deadline: a timer that never fires.
+        let timer = deadline.map_or_else(crossbeam_channel::never, crossbeam_channel::at);
+        let first = crossbeam_channel::select! {
+            recv(answer) -> r => Some(r),
+            recv(cancelled) -> _ => None,
+            recv(timer) -> _ => None,
         };
         match first {
             Some(Ok(r)) => r,
