@@ -1428,7 +1428,8 @@ uint64_t postbox_message_expires_at_ms(const struct postbox_message *message);
 /**
  * When this handle's lock expires unless renewed, in ms since the Unix epoch (a time in the
  * past once it has expired); 0 when the handle holds no lock (peeked, received in a
- * transaction, settled, or the lock was reported lost).
+ * transaction, settled, or the lock was reported lost). In a processor callback: when the
+ * processor's lock on the message expired at the time of the call (the processor renews it).
  */
 uint64_t postbox_message_locked_until_ms(const struct postbox_message *message);
 

@@ -104,6 +104,8 @@
 // Library code never prints: it returns errors and emits `tracing` events.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
+#[doc(hidden)]
+pub mod binding;
 mod body_codec;
 mod clock;
 mod engine;

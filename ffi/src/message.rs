@@ -4,10 +4,9 @@
 use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use parking_lot::Mutex;
+use postbox::binding::HeldMessage;
 use postbox::{Envelope, PropertyValue, Queue, Received, SettleError};
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
@@ -46,23 +45,6 @@ const _: () = {
     assert!(POSTBOX_MAX_DESCRIPTION_LEN == postbox::MAX_DESCRIPTION_LEN);
 };
 
-/// Where a message handle stands.
-pub(crate) enum Hold {
-    /// Received with peek-lock: this handle holds the lock and may settle it once.
-    Held(Box<Received>),
-    /// Received inside a transaction: the transaction's commit or abort settles it.
-    Transaction,
-    /// Read by peek, browse or get: no lock, nothing to settle.
-    Unlocked,
-    /// Settled (or enlisted in a transaction) through this handle; only readable now.
-    Settled,
-    /// Handed to a processor callback: the processor settles it from the callback's status,
-    /// or dead-letters it when the callback asked so with `postbox_processor_dead_letter`.
-    Processor {
-        dead_letter: Option<(String, String)>,
-    },
-}
-
 /// A message: its body and properties, and — when it came from a peek-lock receive — its lock.
 ///
 /// Obtained from `postbox_receive`, `postbox_receive_batch`, `postbox_peek`, `postbox_get` or
@@ -73,119 +55,41 @@ pub(crate) enum Hold {
 /// properties and every `postbox_bytes` view stay valid and unchanged until the handle is freed,
 /// even after the message has been settled.
 pub struct postbox_message {
-    pub(crate) envelope: Envelope,
-    pub(crate) hold: Mutex<Hold>,
-    pub(crate) lock_token: u64,
-    /// The lock's expiry while this handle holds it, 0 once it does not. Atomic so that the
-    /// accessors never wait for a settle in progress (which holds `hold` during its commit).
-    pub(crate) locked_until_ms: AtomicU64,
+    /// The message and its lock state, as every binding keeps them. C reaches a transaction's
+    /// messages through the transaction handle, so the link is empty.
+    pub(crate) held: HeldMessage<()>,
     pub(crate) tag: StoreTag,
 }
 
 impl postbox_message {
-    pub(crate) fn held(received: Received, tag: StoreTag) -> postbox_message {
-        // The envelope is copied out so that views handed to C stay valid after the settle
-        // consumes the `Received` (postbox's settle calls take it by value).
-        let envelope = received.envelope().clone();
-        postbox_message {
-            envelope,
-            lock_token: received.lock_token(),
-            locked_until_ms: AtomicU64::new(unix_ms(received.locked_until())),
-            hold: Mutex::new(Hold::Held(Box::new(received))),
-            tag,
-        }
-    }
-
-    pub(crate) fn unlocked(envelope: Envelope, hold: Hold, tag: StoreTag) -> postbox_message {
-        postbox_message {
-            envelope,
-            hold: Mutex::new(hold),
-            lock_token: 0,
-            locked_until_ms: AtomicU64::new(0),
-            tag,
-        }
+    pub(crate) fn new(held: HeldMessage<()>, tag: StoreTag) -> postbox_message {
+        postbox_message { held, tag }
     }
 
     pub(crate) fn into_raw(self) -> *mut postbox_message {
         Box::into_raw(Box::new(self))
     }
 
-    /// Why a handle in state `hold` (anything but `Held`) cannot settle.
-    fn not_held(&self, hold: &Hold) -> Failure {
-        let why = match hold {
-            Hold::Transaction => "it was received in a transaction (commit or abort settles it)",
-            Hold::Unlocked => "it was peeked, browsed or looked up, not received",
-            Hold::Processor { .. } => {
-                "a processor settles it from the callback's status (use postbox_processor_dead_letter)"
-            }
-            Hold::Held(_) | Hold::Settled => "it was already settled or enlisted in a transaction",
-        };
-        Failure::invalid(format!(
-            "message {} cannot be settled through this handle: {why}",
-            self.envelope.id()
-        ))
+    pub(crate) fn envelope(&self) -> &Envelope {
+        self.held.envelope()
     }
 
-    /// Takes the lock out of the handle to hand it on (a transaction, a batch); the handle is
-    /// `Settled` afterwards.
+    /// Takes the lock out of the handle to hand it on (a transaction); the handle is settled
+    /// afterwards.
     pub(crate) fn take_received(&self) -> Outcome<Received> {
         self.tag.check_process()?;
-        let mut hold = self.hold.lock();
-        match std::mem::replace(&mut *hold, Hold::Settled) {
-            Hold::Held(r) => {
-                self.locked_until_ms.store(0, Ordering::Release);
-                Ok(*r)
-            }
-            other => {
-                let failure = self.not_held(&other);
-                *hold = other;
-                Err(failure)
-            }
-        }
+        Ok(self.held.take("enlisted")?)
     }
 
-    /// Checks that the message is held, without taking it.
-    pub(crate) fn check_held(&self) -> Outcome<()> {
+    /// Runs one settle call on the held message (see `HeldMessage::settle`: only success and
+    /// a lost lock end the hold).
+    fn settle(
+        &self,
+        after: &'static str,
+        f: impl FnOnce(Received) -> Result<(), SettleError>,
+    ) -> Outcome<()> {
         self.tag.check_process()?;
-        let hold = self.hold.lock();
-        match &*hold {
-            Hold::Held(_) => Ok(()),
-            other => Err(self.not_held(other)),
-        }
-    }
-
-    /// Runs one settle call on the held message. Only success and a lost lock end the hold:
-    /// any other failure (a refusal, a full disk, a closed store) gives the message back still
-    /// locked, so the caller may retry, or free the handle to abandon it.
-    ///
-    /// The handle stays locked during the call, so that a concurrent settle of the same handle
-    /// waits for the outcome instead of reading a half-settled state.
-    fn settle(&self, f: impl FnOnce(Received) -> Result<(), SettleError>) -> Outcome<()> {
-        self.tag.check_process()?;
-        let mut hold = self.hold.lock();
-        let r = match std::mem::replace(&mut *hold, Hold::Settled) {
-            Hold::Held(r) => *r,
-            other => {
-                let failure = self.not_held(&other);
-                *hold = other;
-                return Err(failure);
-            }
-        };
-        match f(r) {
-            Ok(()) => {
-                self.locked_until_ms.store(0, Ordering::Release);
-                Ok(())
-            }
-            Err(e) if e.is_lock_lost() => {
-                self.locked_until_ms.store(0, Ordering::Release);
-                Err(e.into_error().into())
-            }
-            Err(e) => {
-                let (error, r) = e.into_parts();
-                *hold = Hold::Held(Box::new(r));
-                Err(error.into())
-            }
-        }
+        Ok(self.held.settle(after, f)?)
     }
 }
 
@@ -233,7 +137,7 @@ pub extern "C" fn postbox_message_free(message: *mut postbox_message) {
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_int {
     guard(|| {
-        msg(message)?.settle(Received::complete)?;
+        msg(message)?.settle("completed", Received::complete)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -248,7 +152,7 @@ pub extern "C" fn postbox_message_complete(message: *mut postbox_message) -> c_i
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_abandon(message: *mut postbox_message, delay_ms: u64) -> c_int {
     guard(|| {
-        msg(message)?.settle(|r| {
+        msg(message)?.settle("abandoned", |r| {
             if delay_ms == 0 {
                 r.abandon()
             } else {
@@ -280,7 +184,7 @@ pub extern "C" fn postbox_message_dead_letter(
         let m = msg(message)?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
-        m.settle(|r| r.dead_letter(reason, description))?;
+        m.settle("dead-lettered", |r| r.dead_letter(reason, description))?;
         Ok(POSTBOX_OK)
     })
 }
@@ -296,7 +200,7 @@ pub extern "C" fn postbox_message_dead_letter(
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_int {
     guard(|| {
-        msg(message)?.settle(Received::resubmit)?;
+        msg(message)?.settle("resubmitted", Received::resubmit)?;
         Ok(POSTBOX_OK)
     })
 }
@@ -319,26 +223,9 @@ pub extern "C" fn postbox_message_renew_lock(
         let m = msg(message)?;
         let out = Out::optional(locked_until_ms_out);
         m.tag.check_process()?;
-        let mut hold = m.hold.lock();
-        let Hold::Held(r) = &mut *hold else {
-            return Err(m.not_held(&hold));
-        };
-        match r.renew_lock() {
-            Ok(until) => {
-                let ms = unix_ms(until);
-                m.locked_until_ms.store(ms, Ordering::Release);
-                out.write(ms);
-                Ok(POSTBOX_OK)
-            }
-            Err(e) => {
-                if e.is_lock_lost() {
-                    // The lock is gone for good: settling would fail too.
-                    *hold = Hold::Settled;
-                    m.locked_until_ms.store(0, Ordering::Release);
-                }
-                Err(e.into())
-            }
-        }
+        let ms = unix_ms(m.held.renew_lock()?);
+        out.write(ms);
+        Ok(POSTBOX_OK)
     })
 }
 
@@ -348,33 +235,41 @@ pub extern "C" fn postbox_message_renew_lock(
 /// The message's store-wide id (ids increase in commit order and are never reused); 0 for NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_id(message: *const postbox_message) -> u64 {
-    guard(|| Ok(msg(message)?.envelope.id().get()))
+    guard(|| Ok(msg(message)?.envelope().id().get()))
 }
 
 /// The body. The view is valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_body(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of(msg(message)?.envelope.body())))
+    guard(|| Ok(postbox_bytes::of(msg(message)?.envelope().body())))
 }
 
 /// The name of the queue the message is in. Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_queue(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of(msg(message)?.envelope.queue().as_bytes())))
+    guard(|| {
+        Ok(postbox_bytes::of(
+            msg(message)?.envelope().queue().as_bytes(),
+        ))
+    })
 }
 
 /// The label (MSMQ `Label`, Service Bus `Subject`); absent view (`data == NULL`) if unset.
 /// Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_label(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.label())))
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope().label())))
 }
 
 /// The content type (e.g. `application/json`); absent view if unset. Valid until the message is
 /// freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_content_type(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.content_type())))
+    guard(|| {
+        Ok(postbox_bytes::of_opt(
+            msg(message)?.envelope().content_type(),
+        ))
+    })
 }
 
 /// The correlation id; absent view if unset. Valid until the message is freed.
@@ -382,7 +277,7 @@ pub extern "C" fn postbox_message_content_type(message: *const postbox_message) 
 pub extern "C" fn postbox_message_correlation_id(message: *const postbox_message) -> postbox_bytes {
     guard(|| {
         Ok(postbox_bytes::of_opt(
-            msg(message)?.envelope.correlation_id(),
+            msg(message)?.envelope().correlation_id(),
         ))
     })
 }
@@ -390,19 +285,23 @@ pub extern "C" fn postbox_message_correlation_id(message: *const postbox_message
 /// The reply-to queue name; absent view if unset. Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_reply_to(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.reply_to())))
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope().reply_to())))
 }
 
 /// The duplicate-detection key; absent view if unset. Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_message_key(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.message_key())))
+    guard(|| {
+        Ok(postbox_bytes::of_opt(
+            msg(message)?.envelope().message_key(),
+        ))
+    })
 }
 
 /// The ordered group (session); absent view if unset. Valid until the message is freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_group(message: *const postbox_message) -> postbox_bytes {
-    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope.group())))
+    guard(|| Ok(postbox_bytes::of_opt(msg(message)?.envelope().group())))
 }
 
 /// The sender's sequence number within its group, written to `sequence_out` if it was set.
@@ -418,7 +317,7 @@ pub extern "C" fn postbox_message_sequence(
         let m = msg(message)?;
         let out = Out::required(sequence_out, "sequence_out")?;
         let seq = m
-            .envelope
+            .envelope()
             .sequence()
             .ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "the message has no sequence"))?;
         out.write(seq);
@@ -429,48 +328,49 @@ pub extern "C" fn postbox_message_sequence(
 /// Priority 0–7 (higher is delivered first); 0 for NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_priority(message: *const postbox_message) -> u8 {
-    guard(|| Ok(msg(message)?.envelope.priority()))
+    guard(|| Ok(msg(message)?.envelope().priority()))
 }
 
 /// How many times the message has been handed to a receiver, this delivery included; 0 for NULL
 /// and for a message that was never received.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_delivery_count(message: *const postbox_message) -> u32 {
-    guard(|| Ok(msg(message)?.envelope.delivery_count()))
+    guard(|| Ok(msg(message)?.envelope().delivery_count()))
 }
 
 /// When the send committed, in ms since the Unix epoch; 0 for NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_enqueued_at_ms(message: *const postbox_message) -> u64 {
-    guard(|| Ok(unix_ms(msg(message)?.envelope.enqueued_at())))
+    guard(|| Ok(unix_ms(msg(message)?.envelope().enqueued_at())))
 }
 
 /// When a scheduled message became (or becomes) receivable, in ms since the Unix epoch; 0 if it
 /// was not scheduled.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_visible_at_ms(message: *const postbox_message) -> u64 {
-    guard(|| Ok(msg(message)?.envelope.visible_at().map_or(0, unix_ms)))
+    guard(|| Ok(msg(message)?.envelope().visible_at().map_or(0, unix_ms)))
 }
 
 /// When the message expires, in ms since the Unix epoch; 0 if it never expires.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_expires_at_ms(message: *const postbox_message) -> u64 {
-    guard(|| Ok(msg(message)?.envelope.expires_at().map_or(0, unix_ms)))
+    guard(|| Ok(msg(message)?.envelope().expires_at().map_or(0, unix_ms)))
 }
 
 /// When this handle's lock expires unless renewed, in ms since the Unix epoch (a time in the
 /// past once it has expired); 0 when the handle holds no lock (peeked, received in a
-/// transaction, settled, or the lock was reported lost).
+/// transaction, settled, or the lock was reported lost). In a processor callback: when the
+/// processor's lock on the message expired at the time of the call (the processor renews it).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_locked_until_ms(message: *const postbox_message) -> u64 {
-    guard(|| Ok(msg(message)?.locked_until_ms.load(Ordering::Acquire)))
+    guard(|| Ok(msg(message)?.held.locked_until().map_or(0, unix_ms)))
 }
 
 /// The lock token of this delivery (unique in the store); 0 when the message was not received
 /// with peek-lock.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_lock_token(message: *const postbox_message) -> u64 {
-    guard(|| Ok(msg(message)?.lock_token))
+    guard(|| Ok(msg(message)?.held.lock_token().unwrap_or(0)))
 }
 
 /// Whether this handle currently holds the message's lock: received with peek-lock, not yet
@@ -484,9 +384,10 @@ pub extern "C" fn postbox_message_is_held(message: *const postbox_message) -> bo
         if m.tag.is_forked() {
             return Ok(false);
         }
-        // 0 once the handle stopped holding the lock (settled, lost, never held).
-        let until = m.locked_until_ms.load(Ordering::Acquire);
-        Ok(until > unix_ms(SystemTime::now()))
+        // Only a peek-lock receive has a token; its expiry is forgotten once the handle stops
+        // holding the lock (settled, lost).
+        let until = m.held.locked_until().map_or(0, unix_ms);
+        Ok(m.held.lock_token().is_some() && until > unix_ms(SystemTime::now()))
     })
 }
 
@@ -503,7 +404,7 @@ fn property_view(value: &PropertyValue) -> (u32, postbox_bytes) {
 /// The number of user properties; 0 for NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_property_count(message: *const postbox_message) -> usize {
-    guard(|| Ok(msg(message)?.envelope.properties().len()))
+    guard(|| Ok(msg(message)?.envelope().properties().len()))
 }
 
 /// The user property at `index` (properties are sorted by key, index from 0 to
@@ -524,7 +425,7 @@ pub extern "C" fn postbox_message_property_at(
 ) -> c_int {
     guard(|| {
         let m = msg(message)?;
-        let (key, value) = m.envelope.properties().iter().nth(index).ok_or_else(|| {
+        let (key, value) = m.envelope().properties().iter().nth(index).ok_or_else(|| {
             Failure::new(
                 POSTBOX_NOT_FOUND,
                 format!("the message has no property at index {index}"),
@@ -554,7 +455,7 @@ pub extern "C" fn postbox_message_property(
     guard(|| {
         let m = msg(message)?;
         let key = arg_str(key, "key")?;
-        let value = m.envelope.property(key).ok_or_else(|| {
+        let value = m.envelope().property(key).ok_or_else(|| {
             Failure::new(
                 POSTBOX_NOT_FOUND,
                 format!("the message has no property {key:?}"),
@@ -571,7 +472,7 @@ pub extern "C" fn postbox_message_property(
 /// false for NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_is_dead_lettered(message: *const postbox_message) -> bool {
-    guard(|| Ok(msg(message)?.envelope.dead_letter_info().is_some()))
+    guard(|| Ok(msg(message)?.envelope().dead_letter_info().is_some()))
 }
 
 /// Why the message was dead-lettered (`POSTBOX_REASON_TTL_EXPIRED`,
@@ -583,7 +484,7 @@ pub extern "C" fn postbox_message_dead_letter_reason(
     message: *const postbox_message,
 ) -> postbox_bytes {
     guard(|| {
-        let info = msg(message)?.envelope.dead_letter_info();
+        let info = msg(message)?.envelope().dead_letter_info();
         Ok(postbox_bytes::of_opt(info.map(|i| i.reason.as_str())))
     })
 }
@@ -595,7 +496,7 @@ pub extern "C" fn postbox_message_dead_letter_description(
     message: *const postbox_message,
 ) -> postbox_bytes {
     guard(|| {
-        let info = msg(message)?.envelope.dead_letter_info();
+        let info = msg(message)?.envelope().dead_letter_info();
         Ok(postbox_bytes::of_opt(info.map(|i| i.description.as_str())))
     })
 }
@@ -607,7 +508,7 @@ pub extern "C" fn postbox_message_dead_letter_source(
     message: *const postbox_message,
 ) -> postbox_bytes {
     guard(|| {
-        let info = msg(message)?.envelope.dead_letter_info();
+        let info = msg(message)?.envelope().dead_letter_info();
         Ok(postbox_bytes::of_opt(info.map(|i| i.source_queue.as_str())))
     })
 }
@@ -616,7 +517,7 @@ pub extern "C" fn postbox_message_dead_letter_source(
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_message_dead_lettered_at_ms(message: *const postbox_message) -> u64 {
     guard(|| {
-        let info = msg(message)?.envelope.dead_letter_info();
+        let info = msg(message)?.envelope().dead_letter_info();
         Ok(info.map_or(0, |i| unix_ms(i.at)))
     })
 }
@@ -648,24 +549,9 @@ pub(crate) fn take_batch(
                 "messages[{i}] belongs to another store than the queue"
             )));
         }
-        if m.envelope.queue() != queue.name() {
-            return Err(Failure::invalid(format!(
-                "messages[{i}] is a message of queue {:?}, not of {:?}",
-                m.envelope.queue(),
-                queue.name()
-            )));
-        }
-        m.check_held()?;
-        if handles
-            .iter()
-            .any(|h: &&postbox_message| std::ptr::eq(*h, m))
-        {
-            return Err(Failure::invalid(format!("messages[{i}] is listed twice")));
-        }
-        handles.push(m);
+        handles.push(&m.held);
     }
-    // Every handle was checked first, so the batch is all or nothing on the C side too.
-    handles.iter().map(|m| m.take_received()).collect()
+    Ok(HeldMessage::take_all(&handles, queue.name(), "completed")?)
 }
 
 #[cfg(test)]

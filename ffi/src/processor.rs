@@ -5,12 +5,13 @@ use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use postbox::binding::{HeldMessage, finish_lent, retry_policy};
 use postbox::{Autoscale, Delivery, Processor, RetryPolicy, ShutdownReport, Store, Transaction};
 
 use crate::guard::{
     Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, read_versioned, take_box,
 };
-use crate::message::{Hold, postbox_message};
+use crate::message::postbox_message;
 use crate::queue::postbox_queue;
 use crate::status::POSTBOX_OK;
 use crate::tx::postbox_tx;
@@ -177,25 +178,14 @@ fn builder(
     if o.workers != 0 {
         b = b.workers(count(o.workers));
     }
+    let nonzero_ms = |v: u64| (v != 0).then(|| ms(v));
     if o.retry_immediately != 0 {
         b = b.retry(RetryPolicy::immediate());
-    } else if o.retry_initial_ms != 0 || o.retry_multiplier != 0 || o.retry_max_ms != 0 {
-        let d = RetryPolicy::default();
-        let mut p = RetryPolicy::exponential(
-            if o.retry_initial_ms == 0 {
-                d.initial
-            } else {
-                ms(o.retry_initial_ms)
-            },
-            if o.retry_max_ms == 0 {
-                d.max
-            } else {
-                ms(o.retry_max_ms)
-            },
-        );
-        if o.retry_multiplier != 0 {
-            p.multiplier = o.retry_multiplier;
-        }
+    } else if let Some(p) = retry_policy(
+        nonzero_ms(o.retry_initial_ms),
+        (o.retry_multiplier != 0).then_some(o.retry_multiplier),
+        nonzero_ms(o.retry_max_ms),
+    ) {
         b = b.retry(p);
     }
     if o.handler_timeout_ms != 0 {
@@ -228,23 +218,15 @@ fn builder(
 
 /// The message handle lent to one callback call.
 fn lend(d: &Delivery, tag: StoreTag) -> postbox_message {
-    postbox_message::unlocked(
-        d.envelope().clone(),
-        Hold::Processor { dead_letter: None },
+    postbox_message::new(
+        HeldMessage::lent(d.envelope().clone(), d.locked_until()),
         tag,
     )
 }
 
 /// After the callback: forwards a dead-letter request, turns a status into the handler result.
 fn finish(d: &Delivery, m: postbox_message, status: c_int) -> Result<(), String> {
-    if let Hold::Processor {
-        dead_letter: Some((reason, description)),
-    } = m.hold.into_inner()
-    {
-        d.dead_letter(&reason, &description)
-            .map_err(|e| e.to_string())?;
-    }
-    if status == POSTBOX_OK {
+    let handler = if status == POSTBOX_OK {
         Ok(())
     } else {
         // SAFETY: postbox_strerror returns a static NUL-terminated string.
@@ -253,7 +235,8 @@ fn finish(d: &Delivery, m: postbox_message, status: c_int) -> Result<(), String>
             "the handler returned status {status} ({})",
             text.to_string_lossy()
         ))
-    }
+    };
+    finish_lent(d, &m.held, handler)
 }
 
 fn started(
@@ -394,27 +377,9 @@ pub extern "C" fn postbox_processor_dead_letter(
         let m = arg_ref(message, "message")?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
-        // Refused now rather than when the callback has returned, where nobody could see it.
-        if reason.len() > postbox::MAX_REASON_LEN {
-            return Err(Failure::invalid(format!(
-                "reason is {} bytes long; the limit is {}",
-                reason.len(),
-                postbox::MAX_REASON_LEN
-            )));
-        }
-        let mut hold = m.hold.lock();
-        match &mut *hold {
-            Hold::Processor { dead_letter } if dead_letter.is_none() => {
-                *dead_letter = Some((reason.to_owned(), description.to_owned()));
-                Ok(POSTBOX_OK)
-            }
-            Hold::Processor { .. } => Err(Failure::invalid(
-                "this delivery is already marked for the dead-letter queue",
-            )),
-            _ => Err(Failure::invalid(
-                "postbox_processor_dead_letter applies to the message of a processor callback; use postbox_message_dead_letter for received messages",
-            )),
-        }
+        m.tag.check_process()?;
+        m.held.request_dead_letter(reason, description)?;
+        Ok(POSTBOX_OK)
     })
 }
 

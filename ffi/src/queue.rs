@@ -4,13 +4,14 @@ use std::ffi::{c_char, c_int};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use postbox::binding::{FlatSend, FlatSendError, HeldMessage};
 use postbox::{Browse, Message, MessageId, Queue, QueueOptions, Store};
 
 use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str,
     guard, read_versioned, take_box,
 };
-use crate::message::{Hold, complete_batch, postbox_message};
+use crate::message::{complete_batch, postbox_message};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK, POSTBOX_TIMEOUT};
 use crate::store::postbox_store;
 use crate::tx::{postbox_tx, with_tx};
@@ -40,7 +41,7 @@ fn hand_out(
     }
     let n = got.len().min(slots.len());
     for (slot, r) in slots.iter_mut().zip(got) {
-        *slot = postbox_message::held(r, q.tag).into_raw();
+        *slot = postbox_message::new(HeldMessage::received(r), q.tag).into_raw();
     }
     count.write(n);
     Ok(POSTBOX_OK)
@@ -545,18 +546,6 @@ fn build_message(
     let Some(o) = read_versioned(options, SEND_OPTIONS_V1, "options")? else {
         return Ok(m);
     };
-    if o.has_priority != 0 {
-        let p = u8::try_from(o.priority)
-            .ok()
-            .filter(|p| *p <= postbox::MAX_PRIORITY)
-            .ok_or_else(|| {
-                Failure::invalid(format!(
-                    "options.priority must be 0 to 7, got {}",
-                    o.priority
-                ))
-            })?;
-        m = m.priority(p);
-    }
     if o.has_sequence != 0 {
         m = m.sequence(o.sequence);
     }
@@ -578,26 +567,26 @@ fn build_message(
     if let Some(s) = arg_opt_str(o.group, "options.group")? {
         m = m.group(s);
     }
-    match (o.delay_ms, o.visible_at_ms) {
-        (0, 0) => {}
-        (d, 0) => m = m.delay(Duration::from_millis(d)),
-        (0, at) => m = m.visible_at(from_unix_ms(at)),
-        _ => {
-            return Err(Failure::invalid(
-                "options.delay_ms and options.visible_at_ms are exclusive",
-            ));
-        }
-    }
-    match (o.ttl_ms, o.expires_at_ms) {
-        (0, 0) => {}
-        (t, 0) => m = m.ttl(Duration::from_millis(t)),
-        (0, at) => m = m.expires_at(from_unix_ms(at)),
-        _ => {
-            return Err(Failure::invalid(
-                "options.ttl_ms and options.expires_at_ms are exclusive",
-            ));
-        }
-    }
+    let ms = |v: u64| (v != 0).then(|| Duration::from_millis(v));
+    let at = |v: u64| (v != 0).then(|| from_unix_ms(v));
+    let times = FlatSend {
+        priority: (o.has_priority != 0).then_some(i128::from(o.priority)),
+        delay: ms(o.delay_ms),
+        visible_at: at(o.visible_at_ms),
+        ttl: ms(o.ttl_ms),
+        expires_at: at(o.expires_at_ms),
+    };
+    m = times.apply(m).map_err(|e| {
+        Failure::invalid(match e {
+            FlatSendError::Priority(p) => format!("options.priority must be 0 to 7, got {p}"),
+            FlatSendError::DelayAndVisibleAt => {
+                "options.delay_ms and options.visible_at_ms are exclusive".to_owned()
+            }
+            FlatSendError::TtlAndExpiresAt => {
+                "options.ttl_ms and options.expires_at_ms are exclusive".to_owned()
+            }
+        })
+    })?;
     let props = arg_slice(o.properties, o.property_count, "options.properties")?;
     let mut keys = std::collections::HashSet::with_capacity(props.len());
     for (i, p) in props.iter().enumerate() {
@@ -751,7 +740,7 @@ pub extern "C" fn postbox_peek(
             .queue
             .peek()?
             .ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "the queue has nothing receivable"))?;
-        out.write(postbox_message::unlocked(env, Hold::Unlocked, q.tag).into_raw());
+        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
         Ok(POSTBOX_OK)
     })
 }
@@ -778,7 +767,7 @@ pub extern "C" fn postbox_get(
                 format!("message {id} is not in queue {:?}", q.queue.name()),
             )
         })?;
-        out.write(postbox_message::unlocked(env, Hold::Unlocked, q.tag).into_raw());
+        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
         Ok(POSTBOX_OK)
     })
 }
@@ -825,7 +814,7 @@ pub extern "C" fn postbox_browse_next(
         let next = b.it.lock().next();
         let env =
             next.ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "no further message to browse"))??;
-        out.write(postbox_message::unlocked(env, Hold::Unlocked, b.tag).into_raw());
+        out.write(postbox_message::new(HeldMessage::unlocked(env), b.tag).into_raw());
         Ok(POSTBOX_OK)
     })
 }
@@ -878,11 +867,11 @@ pub extern "C" fn postbox_receive(
         };
         let m = if tx.is_null() {
             let r = q.queue.receive(wait)?.ok_or_else(nothing)?;
-            postbox_message::held(r, q.tag)
+            postbox_message::new(HeldMessage::received(r), q.tag)
         } else {
             let env =
                 with_tx(tx, q.tag, |t| Ok(t.receive(&q.queue, wait)?))?.ok_or_else(nothing)?;
-            postbox_message::unlocked(env, Hold::Transaction, q.tag)
+            postbox_message::new(HeldMessage::in_transaction(env, (), None, None), q.tag)
         };
         out.write(m.into_raw());
         Ok(POSTBOX_OK)

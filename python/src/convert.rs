@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use postbox::binding::{FlatSend, FlatSendError};
 use postbox::{Message, PropertyValue};
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -231,6 +232,7 @@ pub struct SendArgs<'a, 'py> {
 impl SendArgs<'_, '_> {
     pub fn build(self, body: Vec<u8>) -> PyResult<Message> {
         let mut m = Message::new(body);
+        let mut priority = None;
         if let Some(p) = self.priority {
             if p.is_instance_of::<PyBool>() {
                 return Err(PyTypeError::new_err(
@@ -243,13 +245,7 @@ impl SendArgs<'_, '_> {
                     type_name(p)
                 ))
             })?;
-            let p = u8::try_from(p)
-                .ok()
-                .filter(|p| *p <= postbox::MAX_PRIORITY)
-                .ok_or_else(|| {
-                    crate::errors::invalid(format!("priority must be from 0 to 7, got {p}"))
-                })?;
-            m = m.priority(p);
+            priority = Some(i128::from(p));
         }
         if let Some(v) = self.label {
             m = m.label(v);
@@ -272,24 +268,30 @@ impl SendArgs<'_, '_> {
         if let Some(v) = self.sequence {
             m = m.sequence(v);
         }
-        if self.delay.is_some() && self.visible_at.is_some() {
-            return Err(PyTypeError::new_err("give delay or visible_at, not both"));
-        }
-        if let Some(d) = self.delay {
-            m = m.delay(duration(d, "delay")?);
-        }
-        if let Some(t) = self.visible_at {
-            m = m.visible_at(system_time(t, "visible_at")?);
-        }
-        if self.ttl.is_some() && self.expires_at.is_some() {
-            return Err(PyTypeError::new_err("give ttl or expires_at, not both"));
-        }
-        if let Some(d) = self.ttl {
-            m = m.ttl(duration(d, "ttl")?);
-        }
-        if let Some(t) = self.expires_at {
-            m = m.expires_at(system_time(t, "expires_at")?);
-        }
+        let times = FlatSend {
+            priority,
+            delay: self.delay.map(|d| duration(d, "delay")).transpose()?,
+            visible_at: self
+                .visible_at
+                .map(|t| system_time(t, "visible_at"))
+                .transpose()?,
+            ttl: self.ttl.map(|d| duration(d, "ttl")).transpose()?,
+            expires_at: self
+                .expires_at
+                .map(|t| system_time(t, "expires_at"))
+                .transpose()?,
+        };
+        m = times.apply(m).map_err(|e| match e {
+            FlatSendError::Priority(p) => {
+                crate::errors::invalid(format!("priority must be from 0 to 7, got {p}"))
+            }
+            FlatSendError::DelayAndVisibleAt => {
+                PyTypeError::new_err("give delay or visible_at, not both")
+            }
+            FlatSendError::TtlAndExpiresAt => {
+                PyTypeError::new_err("give ttl or expires_at, not both")
+            }
+        })?;
         if let Some(p) = self.properties {
             for (k, v) in properties(p)? {
                 m = m.property(k, v);

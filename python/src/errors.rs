@@ -96,12 +96,7 @@ pub fn is_forked(opened_by: u32) -> bool {
 /// Fails with `ForkedError` in a process other than `opened_by`. Checked before any mutex of
 /// this binding is taken: one that a parent thread held at fork time stays locked in the child.
 pub fn check_process(opened_by: u32) -> PyResult<()> {
-    let current = std::process::id();
-    if current == opened_by {
-        Ok(())
-    } else {
-        Err(to_py(Error::Forked { opened_by, current }))
-    }
+    postbox::binding::check_process(opened_by).map_err(to_py)
 }
 
 /// `postbox.Empty`: nothing arrived before the timeout.

@@ -8,13 +8,14 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use postbox::{Autoscale, Delivery, Processor, RetryPolicy, ShutdownReport};
+use postbox::binding::{finish_lent, retry_policy};
+use postbox::{Autoscale, Delivery, Processor, ShutdownReport};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::convert;
 use crate::errors::{IntoPy, check_process, invalid, is_forked};
-use crate::message::{Lock, PyMessage};
+use crate::message::PyMessage;
 use crate::queue::{PyQueue, SLICE};
 
 struct Inner {
@@ -72,7 +73,7 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// Runs `handler(message)` on `workers` threads for every message of `queue`. A handler that
 /// returns completes its message; one that raises abandons it for a retry with backoff (after
 /// `max_deliveries` it is dead-lettered with the exception text). `msg.dead_letter(reason)`
-/// inside the handler dead-letters it instead.
+/// inside the handler dead-letters it instead, whether the handler then returns or raises.
 ///
 /// Workers are native threads with the stack size Python gives its own threads
 /// (`threading.stack_size()` if set, else the platform's default for Python threads), so a
@@ -112,27 +113,17 @@ fn failure_text(py: Python<'_>, e: &PyErr) -> String {
 }
 
 fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
-    let requested = Python::attach(|py| -> Result<Option<(String, String)>, String> {
+    let (msg, result) = Python::attach(|py| {
         let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until());
         let msg = Bound::new(py, msg).map_err(|e| failure_text(py, &e))?;
-        let result = handler.bind(py).call1((&msg,));
-        let after = std::mem::replace(
-            &mut *msg.get().lock.lock(),
-            Lock::Settled("settled by the processor"),
-        );
-        if let Err(e) = result {
-            return Err(failure_text(py, &e));
-        }
-        Ok(match after {
-            Lock::Processor(dead) => dead,
-            _ => None,
-        })
+        let result = handler
+            .bind(py)
+            .call1((&msg,))
+            .map(drop)
+            .map_err(|e| failure_text(py, &e));
+        Ok::<_, String>((msg.unbind(), result))
     })?;
-    if let Some((reason, description)) = requested {
-        d.dead_letter(&reason, &description)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    finish_lent(d, &msg.get().held, result)
 }
 
 /// Rust's default stack for spawned threads: workers never get less.
@@ -246,12 +237,12 @@ impl PyProcessor {
                 "handler must be callable: handler(message) -> None",
             ));
         }
-        let initial = convert::opt_duration(retry_delay, "retry_delay")?
-            .unwrap_or(Duration::from_millis(100));
-        let max = convert::opt_duration(max_retry_delay, "max_retry_delay")?
-            .unwrap_or(Duration::from_secs(60));
-        let drop_timeout =
-            convert::opt_duration(drop_timeout, "drop_timeout")?.unwrap_or(Duration::from_secs(30));
+        let retry = retry_policy(
+            convert::opt_duration(retry_delay, "retry_delay")?,
+            None,
+            convert::opt_duration(max_retry_delay, "max_retry_delay")?,
+        );
+        let drop_timeout = convert::opt_duration(drop_timeout, "drop_timeout")?;
         let q = &queue.get().q;
         // A closed store (or a forked child's, or a deleted queue) fails here, at once, rather
         // than in every worker.
@@ -259,9 +250,13 @@ impl PyProcessor {
         let mut b = Processor::builder(q)
             .stack_size(python_thread_stack_size(py))
             .workers(workers)
-            .retry(RetryPolicy::exponential(initial, max))
-            .prefetch(prefetch)
-            .drop_timeout(drop_timeout);
+            .prefetch(prefetch);
+        if let Some(p) = retry {
+            b = b.retry(p);
+        }
+        if let Some(t) = drop_timeout {
+            b = b.drop_timeout(t);
+        }
         if let Some(t) = convert::opt_duration(handler_timeout, "handler_timeout")? {
             b = b.handler_timeout(t);
         }
@@ -276,8 +271,8 @@ impl PyProcessor {
             .detach(|| b.start(move |d: &Delivery| run_handler(&handler, d)))
             .py_err()?;
         let inner = Arc::new(Inner {
+            drop_timeout: p.drop_timeout(),
             processor: Mutex::new(Some(Arc::new(p))),
-            drop_timeout,
             opened_by: std::process::id(),
         });
         let mut live = LIVE.lock();

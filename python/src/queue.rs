@@ -3,13 +3,14 @@
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use postbox::binding::HeldMessage;
 use postbox::{MessageId, Queue, QueueOptions, Received};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, invalid};
-use crate::message::{Lock, PyMessage};
+use crate::message::PyMessage;
 
 /// Longest stretch spent waiting without the GIL before checking for signals (Ctrl-C).
 pub const SLICE: Duration = Duration::from_millis(100);
@@ -60,47 +61,25 @@ fn receive_one(py: Python<'_>, q: &Queue, deadline: Option<Instant>) -> PyResult
     wait_sliced(py, deadline, |slice| q.receive(slice))
 }
 
-/// Takes the locks of every message of `messages` (an iterable of `Message`), all or none: on
-/// an error every handle is left as it was.
-fn take_all(messages: &Bound<'_, PyAny>, verb: &str) -> PyResult<Vec<Received>> {
-    let mut taken: Vec<(Bound<'_, PyMessage>, Received)> = Vec::new();
-    let mut failure = None;
+/// Takes the locks of every message of `messages` (an iterable of `Message` of `queue`), all
+/// or none: on an error every handle is left as it was.
+fn take_all(messages: &Bound<'_, PyAny>, queue: &str, verb: &str) -> PyResult<Vec<Received>> {
+    let mut bound = Vec::new();
     for item in messages.try_iter()? {
-        let item = item?;
-        let msg = match item.cast_into::<PyMessage>() {
-            Ok(m) => m,
-            Err(e) => {
-                failure = Some(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "{verb} takes postbox.Message objects: {}",
-                    e.into_inner()
-                        .get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default()
-                )));
-                break;
-            }
-        };
-        match msg
-            .get()
-            .check_process()
-            .and_then(|()| msg.get().take("completed"))
-        {
-            Ok(r) => taken.push((msg, r)),
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        }
+        let msg = item?.cast_into::<PyMessage>().map_err(|e| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "{verb} takes postbox.Message objects: {}",
+                e.into_inner()
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        bound.push(msg);
     }
-    if let Some(e) = failure {
-        // Put back what was taken: nothing was settled.
-        for (m, r) in taken {
-            *m.get().lock.lock() = Lock::Held(Box::new(r));
-        }
-        return Err(e);
-    }
-    Ok(taken.into_iter().map(|(_, r)| r).collect())
+    let handles: Vec<_> = bound.iter().map(|m| &m.get().held).collect();
+    HeldMessage::take_all(&handles, queue, "completed").py_err()
 }
 
 #[pymethods]
@@ -266,7 +245,7 @@ impl PyQueue {
     /// Completes several received messages in one commit, all or none.
     fn complete_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
         check_process(self.opened_by)?;
-        let received = take_all(messages, "complete_batch")?;
+        let received = take_all(messages, self.q.name(), "complete_batch")?;
         let q = &self.q;
         py.detach(|| q.complete_batch(received)).py_err()
     }
@@ -290,7 +269,7 @@ impl PyQueue {
             ));
         }
         let deadline = convert::deadline(timeout)?;
-        let received = take_all(messages, "complete_batch_and_receive")?;
+        let received = take_all(messages, self.q.name(), "complete_batch_and_receive")?;
         let q = &self.q;
         let first = py
             .detach(|| q.complete_batch_and_receive(received, max_messages, Duration::ZERO))

@@ -4,13 +4,14 @@ use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
+use postbox::binding::Hold;
 use postbox::{MessageId, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
-use crate::message::{Lock, PyMessage};
+use crate::message::PyMessage;
 use crate::queue::{PyQueue, wait_sliced};
 
 pub enum State {
@@ -183,25 +184,24 @@ impl PyTransaction {
     /// returns it to its queue.
     fn complete(&self, py: Python<'_>, message: &Bound<'_, PyMessage>) -> PyResult<()> {
         check_process(self.opened_by)?;
-        let msg = message.get();
-        msg.check_process()?;
-        let r = msg.take("enlisted")?;
+        let msg = &message.get().held;
+        let r = msg.take("enlisted").py_err()?;
         let back = py.detach(|| match &mut *self.state.lock() {
             State::Open(tx) => Ok(tx.complete(r)),
             State::Finished(how) => Err((Box::new(r), *how)),
         });
         match back {
             Ok(Ok(())) => {
-                *msg.lock.lock() = Lock::Transaction(Arc::downgrade(&self.state));
+                msg.set(Hold::Transaction(Arc::downgrade(&self.state)));
                 Ok(())
             }
             Ok(Err(e)) => {
                 // A message of another store: refused, and returned to its queue.
-                *msg.lock.lock() = Lock::Settled("abandoned");
+                msg.set(Hold::Settled("abandoned"));
                 Err(crate::errors::to_py(e))
             }
             Err((r, how)) => {
-                *msg.lock.lock() = Lock::Held(r);
+                msg.give_back(*r);
                 Err(invalid(format!("the transaction was already {how}")))
             }
         }

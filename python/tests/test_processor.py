@@ -73,6 +73,21 @@ def test_handler_dead_letters_and_cannot_settle_itself(queue: postbox.Queue) -> 
     assert len(queue) == 0
 
 
+def test_a_dead_letter_request_wins_over_a_raise(queue: postbox.Queue) -> None:
+    # As in Rust and C: the request is applied whatever the handler then does.
+    queue.send(b"poison")
+
+    def handler(msg: postbox.Message) -> None:
+        msg.dead_letter("Poison", "asked, then raised")
+        raise RuntimeError("after asking")
+
+    with postbox.Processor(queue, handler, workers=1, retry_delay=0.01) as p:
+        wait_for(lambda: p.stats()["dead_lettered"] == 1)
+    dead = queue.dead_letters.receive(timeout=1)
+    assert (dead.dead_letter_reason, dead.dead_letter_description) == ("Poison", "asked, then raised")
+    assert len(queue) == 0
+
+
 def test_shutdown_waits_for_slow_handlers_in_flight(queue: postbox.Queue) -> None:
     queue.send_batch([str(i) for i in range(10)])
     started: list[int] = []

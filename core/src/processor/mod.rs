@@ -868,6 +868,12 @@ impl Processor {
         &self.shared.queue
     }
 
+    /// How long dropping the processor waits for running handlers (the builder's
+    /// `drop_timeout`, 30 s by default).
+    pub fn drop_timeout(&self) -> Duration {
+        self.shared.config.drop_timeout
+    }
+
     /// Stops taking new messages, without waiting. Running handlers finish normally. Does
     /// nothing in a forked child (the processor runs in the parent).
     pub fn stop(&self) {

@@ -1,0 +1,406 @@
+//! A message handle as a binding holds it: the envelope, and where its lock stands. Settles
+//! run under the handle's mutex, so a concurrent settle of the same handle waits for the
+//! outcome instead of seeing a half-settled state; a settle that fails for any reason but a
+//! lost lock gives the lock back to the handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+use crate::clock::{from_system_time, to_system_time};
+use crate::error::{Error, Result};
+use crate::message::{Envelope, MAX_REASON_LEN};
+use crate::received::{Received, SettleError};
+
+/// A dead letter asked for by a processor handler, applied when the handler returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterRequest {
+    /// Machine-readable reason (at most [`MAX_REASON_LEN`] bytes).
+    pub reason: String,
+    /// Human-readable description.
+    pub description: String,
+}
+
+/// Where a message handle stands with respect to its lock. `T` is what a binding keeps to reach
+/// the transaction a message belongs to (nothing, in C).
+#[derive(Debug)]
+pub enum Hold<T> {
+    /// Read by peek, browse or get: no lock, nothing to settle.
+    Unlocked,
+    /// Received with peek-lock: this handle holds the lock and settles it once.
+    Held(Box<Received>),
+    /// Received through, or enlisted in, a transaction: its commit or abort settles it.
+    Transaction(T),
+    /// Lent to a processor handler: the processor settles it when the handler returns, with
+    /// the dead letter the handler asked for, if any.
+    Processor(Option<DeadLetterRequest>),
+    /// Settled; the text says how ("completed", "lock lost", ...).
+    Settled(&'static str),
+}
+
+impl<T> Hold<T> {
+    /// A short name of the state, as bindings report it.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Hold::Unlocked => "unlocked",
+            Hold::Held(_) => "locked",
+            Hold::Transaction(_) => "transaction",
+            Hold::Processor(_) => "processor",
+            Hold::Settled(how) => how,
+        }
+    }
+}
+
+/// A message and its lock state, shared by the C and Python message handles.
+///
+/// Thread-safe. The envelope never changes, so readers never wait for a settle in progress;
+/// the lock's expiry is an atomic for the same reason.
+#[derive(Debug)]
+pub struct HeldMessage<T> {
+    envelope: Envelope,
+    hold: Mutex<Hold<T>>,
+    lock_token: Option<u64>,
+    /// Milliseconds since the Unix epoch while a lock is known, 0 otherwise.
+    locked_until_ms: AtomicU64,
+    opened_by: u32,
+}
+
+impl<T> HeldMessage<T> {
+    fn new(
+        envelope: Envelope,
+        hold: Hold<T>,
+        token: Option<u64>,
+        until: Option<SystemTime>,
+    ) -> Self {
+        HeldMessage {
+            envelope,
+            hold: Mutex::new(hold),
+            lock_token: token,
+            locked_until_ms: AtomicU64::new(until.map_or(0, from_system_time)),
+            opened_by: std::process::id(),
+        }
+    }
+
+    /// A message read without a lock (peek, browse, get).
+    pub fn unlocked(envelope: Envelope) -> Self {
+        Self::new(envelope, Hold::Unlocked, None, None)
+    }
+
+    /// A message received with peek-lock; the handle holds its lock.
+    pub fn received(r: Received) -> Self {
+        let (token, until) = (r.lock_token(), r.locked_until());
+        // The envelope is copied out so that views handed out stay valid after a settle
+        // consumes the `Received`.
+        Self::new(
+            r.envelope().clone(),
+            Hold::Held(Box::new(r)),
+            Some(token),
+            Some(until),
+        )
+    }
+
+    /// A message received through a transaction reached with `link`.
+    pub fn in_transaction(
+        envelope: Envelope,
+        link: T,
+        token: Option<u64>,
+        until: Option<SystemTime>,
+    ) -> Self {
+        Self::new(envelope, Hold::Transaction(link), token, until)
+    }
+
+    /// A message lent to a processor handler for one call.
+    pub fn lent(envelope: Envelope, locked_until: SystemTime) -> Self {
+        Self::new(envelope, Hold::Processor(None), None, Some(locked_until))
+    }
+
+    /// The message.
+    pub fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
+
+    /// The lock token of the delivery, for a message that was received with a lock.
+    pub fn lock_token(&self) -> Option<u64> {
+        self.lock_token
+    }
+
+    /// When the lock expires, while one is known.
+    pub fn locked_until(&self) -> Option<SystemTime> {
+        match self.locked_until_ms.load(Ordering::Acquire) {
+            0 => None,
+            ms => Some(to_system_time(ms)),
+        }
+    }
+
+    /// Records a new lock expiry (after a renewal through a transaction).
+    pub fn note_locked_until(&self, until: SystemTime) {
+        self.locked_until_ms
+            .store(from_system_time(until), Ordering::Release);
+    }
+
+    fn forget_lock(&self) {
+        self.locked_until_ms.store(0, Ordering::Release);
+    }
+
+    /// Whether this process is not the one that read the message (it was inherited across
+    /// `fork()`).
+    pub fn is_forked(&self) -> bool {
+        std::process::id() != self.opened_by
+    }
+
+    /// Fails with [`Error::Forked`] in a forked child, before any mutex is taken.
+    pub fn check_process(&self) -> Result<()> {
+        super::check_process(self.opened_by)
+    }
+
+    /// The state's short name. In a forked child the mutex is only tried: a parent thread may
+    /// have held it at fork time, and then it stays locked there.
+    pub fn state(&self) -> &'static str {
+        if self.is_forked() {
+            return self.hold.try_lock().map_or("locked", |h| h.state());
+        }
+        self.hold.lock().state()
+    }
+
+    /// Whether the handle holds a peek-lock it can settle.
+    pub fn is_held(&self) -> bool {
+        !self.is_forked() && matches!(*self.hold.lock(), Hold::Held(_))
+    }
+
+    /// Why a handle in state `hold` cannot settle.
+    fn refusal(&self, hold: &Hold<T>) -> Error {
+        let id = self.envelope.id();
+        Error::InvalidArgument(match hold {
+            Hold::Unlocked => format!(
+                "message {id} was peeked, browsed or looked up, not received: it holds no lock"
+            ),
+            Hold::Transaction(_) => format!(
+                "message {id} belongs to a transaction: it is settled by the transaction's commit or abort"
+            ),
+            Hold::Processor(_) => format!(
+                "message {id} is settled by the processor when the handler returns (ask for a dead letter to move it to the dead-letter queue)"
+            ),
+            Hold::Held(_) => format!("message {id} is being settled"),
+            Hold::Settled(how) => format!("message {id} was already settled ({how})"),
+        })
+    }
+
+    /// Takes the lock out of the handle to hand it on (to a transaction, a batch), leaving
+    /// `after` in its place.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`] in a forked child; [`Error::InvalidArgument`] when the handle holds
+    /// no lock (the text says why). The handle is unchanged then.
+    pub fn take(&self, after: &'static str) -> Result<Received> {
+        self.check_process()?;
+        let mut hold = self.hold.lock();
+        match std::mem::replace(&mut *hold, Hold::Settled(after)) {
+            Hold::Held(r) => {
+                self.forget_lock();
+                Ok(*r)
+            }
+            other => {
+                let e = self.refusal(&other);
+                *hold = other;
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts a lock taken with [`take`](Self::take) back (nothing was settled).
+    pub fn give_back(&self, r: Received) {
+        self.locked_until_ms
+            .store(from_system_time(r.locked_until()), Ordering::Release);
+        *self.hold.lock() = Hold::Held(Box::new(r));
+    }
+
+    /// Moves the handle to `hold` (a transaction took its lock, or refused it).
+    pub fn set(&self, hold: Hold<T>) {
+        *self.hold.lock() = hold;
+    }
+
+    /// Takes the locks of all `handles` (each a message of queue `queue`, listed once), or
+    /// none: a refusal leaves every handle as it was.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`]; [`Error::InvalidArgument`] naming the index of the first handle that
+    /// is listed twice, of another queue, or holds no lock.
+    pub fn take_all(handles: &[&Self], queue: &str, after: &'static str) -> Result<Vec<Received>> {
+        for (i, m) in handles.iter().enumerate() {
+            if handles[..i].iter().any(|o| std::ptr::eq(*o, *m)) {
+                return Err(Error::InvalidArgument(format!(
+                    "messages[{i}] is listed twice"
+                )));
+            }
+            if m.envelope.queue() != queue {
+                return Err(Error::InvalidArgument(format!(
+                    "messages[{i}] is a message of queue {:?}, not of {queue:?}",
+                    m.envelope.queue()
+                )));
+            }
+        }
+        let mut taken = Vec::with_capacity(handles.len());
+        for m in handles {
+            match m.take(after) {
+                Ok(r) => taken.push(r),
+                Err(e) => {
+                    for (m, r) in handles.iter().zip(taken) {
+                        m.give_back(r);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Runs one settle call on the held lock, leaving `after` in its place on success. Only
+    /// success and a lost lock end the hold: any other failure (a refusal, a full disk, a
+    /// closed store) gives the lock back, so the caller may retry.
+    ///
+    /// The handle's mutex is held during the call, so a concurrent settle of the same handle
+    /// waits for the outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`]; [`Error::InvalidArgument`] when the handle holds no lock; whatever
+    /// `f` fails with.
+    pub fn settle(
+        &self,
+        after: &'static str,
+        f: impl FnOnce(Received) -> std::result::Result<(), SettleError>,
+    ) -> Result<()> {
+        self.check_process()?;
+        let mut hold = self.hold.lock();
+        let r = match std::mem::replace(&mut *hold, Hold::Settled(after)) {
+            Hold::Held(r) => *r,
+            other => {
+                let e = self.refusal(&other);
+                *hold = other;
+                return Err(e);
+            }
+        };
+        match f(r) {
+            Ok(()) => {
+                self.forget_lock();
+                Ok(())
+            }
+            Err(e) if e.is_lock_lost() => {
+                *hold = Hold::Settled("lock lost");
+                self.forget_lock();
+                Err(e.into_error())
+            }
+            Err(e) => {
+                let (error, r) = e.into_parts();
+                *hold = Hold::Held(Box::new(r));
+                Err(error)
+            }
+        }
+    }
+
+    /// Extends a held lock by the queue's lock duration; returns the new expiry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`]; [`Error::InvalidArgument`] when the handle holds no peek-lock (a
+    /// transaction's message renews through the transaction); [`Error::LockLost`] (the handle
+    /// is spent then); storage errors (the lock stays with the handle).
+    pub fn renew_lock(&self) -> Result<SystemTime> {
+        self.check_process()?;
+        let mut hold = self.hold.lock();
+        let Hold::Held(r) = &mut *hold else {
+            return Err(match &*hold {
+                Hold::Unlocked | Hold::Processor(_) | Hold::Transaction(_) => {
+                    Error::InvalidArgument(format!(
+                        "message {} holds no lock to renew ({})",
+                        self.envelope.id(),
+                        hold.state()
+                    ))
+                }
+                other => self.refusal(other),
+            });
+        };
+        match r.renew_lock() {
+            Ok(until) => {
+                self.note_locked_until(until);
+                Ok(until)
+            }
+            Err(e) => {
+                if e.is_lock_lost() {
+                    *hold = Hold::Settled("lock lost");
+                    self.forget_lock();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Asks, from inside a processor handler, for the message to be dead-lettered when the
+    /// handler returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a reason longer than [`MAX_REASON_LEN`], a second
+    /// request, or a handle that was not lent to a processor handler.
+    pub fn request_dead_letter(&self, reason: &str, description: &str) -> Result<()> {
+        self.check_process()?;
+        // Refused now rather than after the handler returned, where nobody would see it.
+        if reason.len() > MAX_REASON_LEN {
+            return Err(Error::InvalidArgument(format!(
+                "a dead-letter reason is at most {MAX_REASON_LEN} bytes, got {}",
+                reason.len()
+            )));
+        }
+        let mut hold = self.hold.lock();
+        match &mut *hold {
+            Hold::Processor(slot @ None) => {
+                *slot = Some(DeadLetterRequest {
+                    reason: reason.to_owned(),
+                    description: description.to_owned(),
+                });
+                Ok(())
+            }
+            Hold::Processor(Some(_)) => Err(Error::InvalidArgument(format!(
+                "message {} is already marked for the dead-letter queue",
+                self.envelope.id()
+            ))),
+            _ => Err(Error::InvalidArgument(format!(
+                "message {} was not lent to a processor handler",
+                self.envelope.id()
+            ))),
+        }
+    }
+
+    /// Whether the handle was lent to a processor handler that is still running.
+    pub fn is_lent(&self) -> bool {
+        matches!(*self.hold.lock(), Hold::Processor(_))
+    }
+
+    /// The transaction link of a message that belongs to a transaction.
+    pub fn transaction(&self) -> Option<T>
+    where
+        T: Clone,
+    {
+        match &*self.hold.lock() {
+            Hold::Transaction(link) => Some(link.clone()),
+            _ => None,
+        }
+    }
+
+    /// Ends a processor loan: the handle reads "settled by the processor" from now on; returns
+    /// the dead letter the handler asked for.
+    pub fn end_loan(&self) -> Option<DeadLetterRequest> {
+        let before = std::mem::replace(
+            &mut *self.hold.lock(),
+            Hold::Settled("settled by the processor"),
+        );
+        self.forget_lock();
+        match before {
+            Hold::Processor(request) => request,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! What the C and Python bindings share, written once so that both behave alike: the state of
+//! a message handle and its settles ([`held`]), flat send options ([`send`]), and the adapter
+//! between a processor delivery and a foreign handler ([`lent`]).
+//!
+//! Hidden from the documentation: it serves the bindings in this repository and may change
+//! with them. Rust programs use [`Received`](crate::Received) and
+//! [`ProcessorBuilder`](crate::ProcessorBuilder) directly.
+
+pub mod held;
+pub mod lent;
+pub mod send;
+
+pub use held::{DeadLetterRequest, HeldMessage, Hold};
+pub use lent::{finish_lent, retry_policy};
+pub use send::{FlatSend, FlatSendError};
+
+/// Fails with [`Error::Forked`](crate::Error::Forked) in a process other than `opened_by`.
+///
+/// Bindings check this before taking any mutex of theirs: one that a parent thread held at
+/// `fork()` stays locked in the child forever.
+pub fn check_process(opened_by: u32) -> crate::Result<()> {
+    let current = std::process::id();
+    if current == opened_by {
+        Ok(())
+    } else {
+        Err(crate::Error::Forked { opened_by, current })
+    }
+}

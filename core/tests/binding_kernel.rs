@@ -1,0 +1,170 @@
+//! The kernel the C and Python bindings share (`postbox::binding`): a handle's lock states,
+//! all-or-none batches, flat send options and processor loans behave the same for both.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{SEC, TestStore};
+use postbox::binding::{FlatSend, FlatSendError, HeldMessage, retry_policy};
+use postbox::{ErrorKind, Message, RetryPolicy};
+
+type Handle = HeldMessage<()>;
+
+fn receive(t: &TestStore, q: &str) -> Handle {
+    let q = t.store().queue(q).unwrap();
+    HeldMessage::received(q.try_receive().unwrap().expect("a message"))
+}
+
+#[test]
+fn a_settle_refused_by_the_engine_gives_the_lock_back() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    q.send(Message::new("a")).unwrap();
+    let m = receive(&t, "jobs");
+    assert_eq!(m.state(), "locked");
+    // A resubmit of a message that is not in a dead-letter queue is refused...
+    let e = m.settle("resubmitted", |r| r.resubmit()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // ...and the handle still holds the lock, so a valid settle follows.
+    assert!(m.is_held());
+    m.settle("completed", |r| r.complete()).unwrap();
+    assert_eq!(m.state(), "completed");
+    assert_eq!(m.locked_until(), None);
+    let again = m.settle("completed", |r| r.complete()).unwrap_err();
+    assert!(
+        again.to_string().contains("already settled (completed)"),
+        "{again}"
+    );
+    assert_eq!(q.stats().unwrap().active, 0);
+}
+
+#[test]
+fn a_lost_lock_spends_the_handle() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    q.send(Message::new("a")).unwrap();
+    let m = receive(&t, "jobs");
+    t.clock.advance(SEC * 31);
+    let e = m.settle("completed", |r| r.complete()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LockLost);
+    assert_eq!(m.state(), "lock lost");
+    assert!(!m.is_held());
+    // The message is receivable again by anyone.
+    assert!(q.try_receive().unwrap().is_some());
+}
+
+#[test]
+fn take_all_is_all_or_none() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    let other = t.store().queue("other").unwrap();
+    for b in ["a", "b", "d"] {
+        q.send(Message::new(b)).unwrap();
+    }
+    other.send(Message::new("c")).unwrap();
+    let (a, b) = (receive(&t, "jobs"), receive(&t, "jobs"));
+    let c = receive(&t, "other");
+    let peeked: Handle = HeldMessage::unlocked(q.peek().unwrap().expect("a message"));
+
+    for (handles, why) in [
+        (vec![&a, &b, &a], "listed twice"),
+        (vec![&a, &c], "not of \"jobs\""),
+        (vec![&a, &b, &peeked], "holds no lock"),
+    ] {
+        let e = HeldMessage::take_all(&handles, "jobs", "completed").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains(why), "{e}");
+        // Every handle is as it was.
+        assert!(a.is_held() && b.is_held() && c.is_held());
+    }
+    let taken = HeldMessage::take_all(&[&a, &b], "jobs", "completed").unwrap();
+    q.complete_batch(taken).unwrap();
+    assert_eq!(a.state(), "completed");
+    assert_eq!(q.stats().unwrap().active, 1);
+}
+
+#[test]
+fn a_lent_message_carries_one_dead_letter_request() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    q.send(Message::new("a")).unwrap();
+    let env = q.peek().unwrap().unwrap();
+    let m: Handle = HeldMessage::lent(env, std::time::SystemTime::now());
+    assert!(m.is_lent());
+    let long = "r".repeat(postbox::MAX_REASON_LEN + 1);
+    assert_eq!(
+        m.request_dead_letter(&long, "").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    m.request_dead_letter("bad", "why").unwrap();
+    assert!(m.request_dead_letter("again", "").is_err());
+    // A lent message is settled by the processor, never through the handle.
+    assert!(m.settle("completed", |r| r.complete()).is_err());
+    let request = m.end_loan().expect("the request");
+    assert_eq!(
+        (request.reason.as_str(), request.description.as_str()),
+        ("bad", "why")
+    );
+    assert_eq!(m.state(), "settled by the processor");
+    // An unlocked handle cannot ask for a dead letter.
+    let peeked: Handle = HeldMessage::unlocked(q.peek().unwrap().unwrap());
+    assert!(peeked.request_dead_letter("bad", "").is_err());
+}
+
+#[test]
+fn flat_send_options_are_checked_together() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    let apply = |f: FlatSend| f.apply(Message::new("x")).map(|m| q.send(m).unwrap());
+    for p in [-1, 8, i128::from(u64::MAX)] {
+        let f = FlatSend {
+            priority: Some(p),
+            ..FlatSend::default()
+        };
+        assert_eq!(apply(f).unwrap_err(), FlatSendError::Priority(p));
+    }
+    let now = t.now();
+    let both_visible = FlatSend {
+        delay: Some(SEC),
+        visible_at: Some(now),
+        ..FlatSend::default()
+    };
+    assert_eq!(
+        apply(both_visible).unwrap_err(),
+        FlatSendError::DelayAndVisibleAt
+    );
+    let both_expiry = FlatSend {
+        ttl: Some(SEC),
+        expires_at: Some(now),
+        ..FlatSend::default()
+    };
+    assert_eq!(
+        apply(both_expiry).unwrap_err(),
+        FlatSendError::TtlAndExpiresAt
+    );
+    let ok = FlatSend {
+        priority: Some(7),
+        delay: Some(SEC),
+        ttl: Some(SEC * 60),
+        ..FlatSend::default()
+    };
+    let id = apply(ok).unwrap();
+    let env = q.get(id).unwrap().expect("sent");
+    assert_eq!(env.priority(), 7);
+    assert_eq!(env.visible_at(), Some(now + SEC));
+    assert_eq!(env.expires_at(), Some(now + SEC * 60));
+}
+
+#[test]
+fn flat_retry_options_fill_in_the_defaults() {
+    let d = RetryPolicy::default();
+    assert_eq!(retry_policy(None, None, None), None);
+    let p = retry_policy(Some(Duration::from_millis(5)), None, None).unwrap();
+    assert_eq!(
+        (p.initial, p.multiplier, p.max),
+        (Duration::from_millis(5), d.multiplier, d.max)
+    );
+    let p = retry_policy(None, Some(3), Some(SEC)).unwrap();
+    assert_eq!((p.initial, p.multiplier, p.max), (d.initial, 3, SEC));
+}
