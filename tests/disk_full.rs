@@ -102,10 +102,7 @@ fn a_full_disk_is_reported_truthfully_and_the_store_recovers() {
         println!("SKIP: needs Linux tmpfs");
         return;
     }
-    let steps: u64 = std::env::var("POSTBOX_DISK_FULL_STEPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+    let steps: u64 = postbox_tests::env_u64("POSTBOX_DISK_FULL_STEPS", 12);
     let mut outcomes = Vec::new();
     for step in 0..steps {
         // From 100 KiB free (nothing fits) to about 700 KiB (everything fits).

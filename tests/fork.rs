@@ -169,10 +169,7 @@ fn a_child_opens_a_shared_store_while_parent_threads_write() {
             })
         })
         .collect();
-    let rounds: usize = std::env::var("POSTBOX_FORK_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+    let rounds: usize = postbox_testkit::knob("POSTBOX_FORK_ROUNDS", 10);
     for _ in 0..rounds {
         let code = fork_and_wait(|| {
             let Ok(own) = Store::builder().multi_process(true).open(&path) else {

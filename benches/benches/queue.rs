@@ -29,12 +29,7 @@ fn long() -> bool {
     std::env::var("POSTBOX_BENCH_LONG").is_ok_and(|v| v != "0" && !v.is_empty())
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.replace('_', "").parse::<f64>().ok())
-        .map_or(default, |v| v as u64)
-}
+use postbox_testkit::env_u64;
 
 fn probe_time() -> Duration {
     Duration::from_millis(env_u64("POSTBOX_BENCH_PROBE_MS", 2000))
@@ -655,7 +650,7 @@ fn wake_cross_process(n: usize) {
         .expect("spawn postbox-wake-child");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(|l| l.ok()).as_deref(), Some("ready"));
-    let mut rng = pb::XorShift::new(0x5EED);
+    let mut rng = pb::Rng::new(0x5EED);
     let mut lat = Vec::with_capacity(n);
     for _ in 0..n {
         // A random idle gap of 0–20 ms, so the child's poll backoff is caught at every stage.

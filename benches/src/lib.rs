@@ -225,26 +225,4 @@ pub fn epoch_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-/// A small deterministic xorshift generator (no dependency needed for jittered gaps).
-#[derive(Debug, Clone)]
-pub struct XorShift(u64);
-
-impl XorShift {
-    /// A generator from a non-zero seed.
-    pub fn new(seed: u64) -> XorShift {
-        XorShift(seed.max(1))
-    }
-
-    /// The next value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A value in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+pub use postbox_testkit::Rng;

@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::time::Duration;
 
-use common::{TestStore, XorShift, counts};
+use common::{Rng, TestStore, counts};
 use postbox::{Durability, Error, ErrorKind, Message, QueueOptions, Store};
 
 /// Opens `path` without letting a panic escape; returns the error.
@@ -289,7 +289,7 @@ fn assert_not_a_store(dir: &Path, name: &str, content: &[u8], kinds: &[ErrorKind
 #[test]
 fn files_that_are_not_stores_are_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = XorShift::new(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     let mut random = vec![0u8; 64 * 1024];
     rng.fill(&mut random);
     random[0] = b'x'; // cannot start with the redb magic by chance
@@ -632,7 +632,7 @@ fn truncated_stores_give_typed_errors() {
 fn damaged_headers_give_typed_errors() {
     let dir = common::fast_tempdir();
     let good = sample_store(dir.path());
-    let mut rng = XorShift::new(0xbad_5eed);
+    let mut rng = Rng::new(0xbad_5eed);
     // Every byte of the first page region, each in its own copy, overwritten.
     for offset in (0..512).step_by(16) {
         let mut bytes = good.clone();

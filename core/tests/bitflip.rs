@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
-use common::XorShift;
+use common::Rng;
 use postbox::{
     DeadLetterInfo, Durability, Envelope, Error, ErrorKind, Message, MessageId, PropertyValue,
     Queue, QueueOptions, Store,
@@ -56,7 +56,7 @@ const SEED: u64 = 0x00C0_FFEE_5EED;
 fn body_for(i: usize) -> Vec<u8> {
     let len = [0, 1, 33, 200, 1000, 3000, 6000, 9000][i % 8];
     let mut body = vec![0u8; len];
-    XorShift::new(i as u64 + 1).fill(&mut body);
+    Rng::new(i as u64 + 1).fill(&mut body);
     body
 }
 
@@ -350,7 +350,7 @@ fn check_copy(path: &Path, golden: &BTreeMap<u64, Envelope>) -> Result<Outcome, 
 
 /// A position to flip: three in four inside a page that holds something (pages redb never
 /// wrote are zeros, and their damage is invisible), the rest anywhere.
-fn flip_position(bytes: &[u8], rng: &mut XorShift) -> usize {
+fn flip_position(bytes: &[u8], rng: &mut Rng) -> usize {
     if rng.below(4) > 0 {
         let pages = bytes.len().div_ceil(4096);
         for _ in 0..64 {
@@ -397,10 +397,7 @@ fn run_copy(path: &Path, golden: &Arc<BTreeMap<u64, Envelope>>) -> Result<Outcom
 #[test]
 fn one_flipped_bit_is_reported_or_harmless_without_verify_on_open() {
     let flips = common::knob("POSTBOX_FLIPS", 150);
-    let seed = match std::env::var("POSTBOX_FLIPS_SEED") {
-        Ok(_) => common::seed_from_env("POSTBOX_FLIPS_SEED"),
-        Err(_) => SEED,
-    };
+    let seed = common::env_u64("POSTBOX_FLIPS_SEED", SEED);
     let verbose = std::env::var_os("POSTBOX_FLIPS_VERBOSE").is_some();
     let only: Option<usize> = std::env::var("POSTBOX_FLIPS_ONLY")
         .ok()
@@ -434,7 +431,7 @@ fn one_flipped_bit_is_reported_or_harmless_without_verify_on_open() {
                         continue;
                     }
                     let mut rng =
-                        XorShift::new(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                        Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                     let at = flip_position(&base.bytes, &mut rng);
                     let bit = rng.below(8);
                     let mut bytes = base.bytes.clone();

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::XorShift;
+use common::Rng;
 use postbox::{Durability, Error, ErrorKind, Message, QueueOptions, Store};
 
 /// Messages in the base store.
@@ -118,7 +118,7 @@ enum Damage {
 
 /// A random offset inside a page that holds something: pages redb never wrote are zeros, and
 /// damage there is invisible, so most flips aim at written pages.
-fn live_offset(bytes: &[u8], rng: &mut XorShift) -> usize {
+fn live_offset(bytes: &[u8], rng: &mut Rng) -> usize {
     let pages = bytes.len().div_ceil(4096);
     for _ in 0..64 {
         let page = rng.below(pages as u64) as usize * 4096;
@@ -130,7 +130,7 @@ fn live_offset(bytes: &[u8], rng: &mut XorShift) -> usize {
     rng.below(bytes.len() as u64) as usize
 }
 
-fn damage(base: &[u8], rng: &mut XorShift) -> (Vec<u8>, Damage) {
+fn damage(base: &[u8], rng: &mut Rng) -> (Vec<u8>, Damage) {
     let mut bytes = base.to_vec();
     let len = bytes.len() as u64;
     let kind = match rng.below(10) {
@@ -295,7 +295,7 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                         continue;
                     }
                     let mut rng =
-                        XorShift::new(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                        Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                     let base = if i.is_multiple_of(2) {
                         &locked
                     } else {

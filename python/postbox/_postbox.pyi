@@ -24,6 +24,7 @@ __all__ = [
     "Store",
     "Transaction",
     "_shutdown_all",
+    "_error_kinds",
     "__version__",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
@@ -353,3 +354,5 @@ class Processor:
     ) -> bool: ...
 
 def _shutdown_all() -> None: ...
+def _error_kinds() -> list[tuple[int, str]]:
+    """Every error kind of the engine as ``(code, exception class name)`` (for tests)."""

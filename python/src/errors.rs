@@ -13,35 +13,51 @@ fn class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     module.bind(py).getattr(name)
 }
 
-/// The exception class of each kind; a kind this binding does not know yet (the enum is
-/// non-exhaustive) falls back to the base class.
+/// The exception class of an error: the kind's, refined by the variant where Python has a
+/// narrower class.
 fn class_name(e: &Error) -> &'static str {
     match e {
         Error::QueueNotFound(_) => "QueueNotFoundError",
         Error::MessageNotFound(_) => "MessageNotFoundError",
-        _ => match e.kind() {
-            ErrorKind::Timeout => "Empty",
-            ErrorKind::LockLost => "LockLostError",
-            ErrorKind::QueueFull => "QueueFullError",
-            ErrorKind::TooLarge => "MessageTooLargeError",
-            ErrorKind::NotFound => "NotFoundError",
-            ErrorKind::InvalidArgument => "InvalidArgumentError",
-            ErrorKind::Corrupted => "StoreCorruptedError",
-            ErrorKind::Io => "IoError",
-            ErrorKind::Closed => "ClosedError",
-            ErrorKind::Panic => "InternalError",
-            ErrorKind::NotAStore => "NotAStoreError",
-            ErrorKind::IncompatibleVersion => "IncompatibleVersionError",
-            ErrorKind::AlreadyOpen => "AlreadyOpenError",
-            ErrorKind::OutcomeUnknown => "OutcomeUnknownError",
-            ErrorKind::Config => "ConfigError",
-            ErrorKind::StorageFull => "StorageFullError",
-            ErrorKind::Codec => "CodecError",
-            ErrorKind::QueueNotFound => "QueueNotFoundError",
-            ErrorKind::Forked => "ForkedError",
-            _ => "PostboxError",
-        },
+        _ => kind_class_name(e.kind()),
     }
+}
+
+/// The exception class of each kind; a kind this binding does not know yet (the enum is
+/// non-exhaustive) falls back to the base class, which `_error_kinds()` lets a test catch.
+pub fn kind_class_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Timeout => "Empty",
+        ErrorKind::LockLost => "LockLostError",
+        ErrorKind::QueueFull => "QueueFullError",
+        ErrorKind::TooLarge => "MessageTooLargeError",
+        ErrorKind::NotFound => "NotFoundError",
+        ErrorKind::InvalidArgument => "InvalidArgumentError",
+        ErrorKind::Corrupted => "StoreCorruptedError",
+        ErrorKind::Io => "IoError",
+        ErrorKind::Closed => "ClosedError",
+        ErrorKind::Panic => "InternalError",
+        ErrorKind::NotAStore => "NotAStoreError",
+        ErrorKind::IncompatibleVersion => "IncompatibleVersionError",
+        ErrorKind::AlreadyOpen => "AlreadyOpenError",
+        ErrorKind::OutcomeUnknown => "OutcomeUnknownError",
+        ErrorKind::Config => "ConfigError",
+        ErrorKind::StorageFull => "StorageFullError",
+        ErrorKind::Codec => "CodecError",
+        ErrorKind::QueueNotFound => "QueueNotFoundError",
+        ErrorKind::Forked => "ForkedError",
+        _ => "PostboxError",
+    }
+}
+
+/// Every error kind of the engine as `(code, class name)`: lets the test suite check that no
+/// kind falls back to the base class.
+#[pyfunction]
+pub fn _error_kinds() -> Vec<(i32, &'static str)> {
+    ErrorKind::ALL
+        .iter()
+        .map(|k| (k.code(), kind_class_name(*k)))
+        .collect()
 }
 
 /// Builds the Python exception for `e`, with `code` (the stable `ErrorKind` number) and the

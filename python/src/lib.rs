@@ -18,6 +18,8 @@ use pyo3::prelude::*;
 #[pymodule]
 mod _postbox {
     #[pymodule_export]
+    use crate::errors::_error_kinds;
+    #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
     use crate::processor::{_shutdown_all, PyProcessor, PyShutdownReport};

@@ -43,6 +43,17 @@ def test_one_class_per_kind(name: str, code: int) -> None:
     assert name in postbox.__all__
 
 
+def test_every_engine_kind_has_its_own_class() -> None:
+    # Derived from the engine's list of kinds, so a kind added there cannot be missed here.
+    from postbox import _postbox
+
+    kinds = _postbox._error_kinds()
+    assert sorted(code for code, _ in kinds) == sorted(LEAVES.values())
+    for code, name in kinds:
+        assert name != "PostboxError", f"kind {code} has no exception class"
+        assert getattr(postbox, name).code == code
+
+
 def test_hierarchy_and_builtin_bases() -> None:
     assert issubclass(postbox.Empty, stdlib_queue.Empty)
     assert issubclass(postbox.InvalidArgumentError, ValueError)

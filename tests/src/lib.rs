@@ -196,49 +196,7 @@ impl Drop for Proc {
     }
 }
 
-/// The size knob of the stress runs: `POSTBOX_STRESS` (default 1) multiplies message counts.
-pub fn stress() -> u64 {
-    env_u64("POSTBOX_STRESS", 1).max(1)
-}
-
-/// A `u64` from the environment, or `default`.
-pub fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
-
-/// A small deterministic generator (xorshift64*): seeded from `POSTBOX_SEED` or the clock, and
-/// the seed is printed so a failing run can be repeated.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn from_env(test: &str) -> Rng {
-        let seed = env_u64(
-            "POSTBOX_SEED",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64),
-        );
-        eprintln!("{test}: POSTBOX_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+pub use postbox_testkit::{Rng, env_u64, stress};
 
 /// Parses a decimal word printed by a child.
 pub fn num(word: &str) -> u64 {

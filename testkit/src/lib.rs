@@ -1,0 +1,16 @@
+//! What postbox's tests and benchmarks share, so that every suite seeds, sizes and times its
+//! runs the same way: a seeded generator whose seed is printed for replay ([`Rng`]), size knobs
+//! read from the environment ([`knob`], [`stress`]), deterministic clocks, and stores in fresh
+//! temporary directories ([`TestStore`]).
+//!
+//! Not published; test code only, so it panics on setup failures instead of returning errors.
+
+mod clocks;
+mod knobs;
+mod rng;
+mod stores;
+
+pub use clocks::{FixedClock, SEC, ms};
+pub use knobs::{env_u64, knob, seed_from_env, stress};
+pub use rng::Rng;
+pub use stores::{TestStore, counts, fast_tempdir, open_fast, open_with};
