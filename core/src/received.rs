@@ -64,7 +64,7 @@ impl Received {
     fn settle(mut self, how: Settle) -> Result<(), SettleError> {
         let (id, token) = (self.envelope.id.0, self.token);
         match self.engine.call(move |b| b.settle(id, token, &how)) {
-            Ok(()) => {
+            Ok(_) => {
                 self.settled = true;
                 Ok(())
             }
@@ -237,7 +237,7 @@ impl Drop for Received {
             // Not done: release the lock now rather than make others wait for its expiry.
             self.engine.call_detached(move |b| {
                 match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
-                    Ok(()) | Err(Error::LockLost(_)) => Ok(()),
+                    Ok(_) | Err(Error::LockLost(_)) => Ok(()),
                     Err(e) => Err(e),
                 }
             });

@@ -22,7 +22,7 @@ impl Batch<'_> {
     pub fn abandon_all(&mut self, locks: &[HeldLock]) -> Result<()> {
         for l in locks {
             match self.settle(l.id, l.token, &Settle::Abandon { delay_ms: 0 }) {
-                Ok(()) | Err(Error::LockLost(_)) => {}
+                Ok(_) | Err(Error::LockLost(_)) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -14,11 +14,10 @@ use super::{
     Watched, renewal,
 };
 use crate::clock::duration_ms;
-use crate::engine::QueueKind;
-use crate::engine::{Batch, Locked, Settle};
 use crate::engine::{HeldLock, queries};
+use crate::engine::{Locked, Settle};
 use crate::error::{Error, Result};
-use crate::message::{MessageId, REASON_MAX_DELIVERIES};
+use crate::message::MessageId;
 use crate::received::Received;
 use crate::tx::Transaction;
 
@@ -104,53 +103,6 @@ enum Outcome {
     Complete,
     Fail(String),
     DeadLetter { reason: String, description: String },
-}
-
-/// How a message is to be settled, resolved inside the commit that settles it.
-enum Plan {
-    Settle(Settle),
-    /// A failed run: retried after `delay_ms`, or dead-lettered with the handler's error text
-    /// when it was the last delivery the queue allows.
-    Fail {
-        delay_ms: u64,
-        description: String,
-    },
-}
-
-impl Plan {
-    /// Settles message `id` under lock `token` in batch `b`; returns whether it went to the
-    /// dead-letter queue.
-    ///
-    /// A failure's fate is decided here, against the queue's options as stored in this very
-    /// commit (invariant 12): `max_deliveries` may have been changed by another handle or
-    /// process since the message was received. The engine alone would dead-letter a spent
-    /// message on abandon too, but with a generic description; deciding here keeps the
-    /// handler's error text.
-    fn apply(self, b: &mut Batch<'_>, id: u64, token: u64) -> Result<bool> {
-        let how = match self {
-            Plan::Settle(how) => how,
-            Plan::Fail {
-                delay_ms,
-                description,
-            } => {
-                let st = b.check_lock(id, token)?;
-                let spent = b.queue(st.queue)?.is_some_and(|rec| {
-                    rec.1.kind != QueueKind::DeadLetter
-                        && st.delivery_count >= rec.1.options.max_deliveries
-                });
-                if spent {
-                    Settle::DeadLetter {
-                        reason: REASON_MAX_DELIVERIES.to_owned(),
-                        description,
-                    }
-                } else {
-                    Settle::Abandon { delay_ms }
-                }
-            }
-        };
-        b.settle(id, token, &how)?;
-        Ok(matches!(how, Settle::DeadLetter { .. }))
-    }
 }
 
 struct Worker<'a> {
@@ -314,7 +266,7 @@ impl Worker<'_> {
                             Outcome::Fail(_) => c.failed.fetch_add(1, Ordering::Relaxed),
                             Outcome::DeadLetter { .. } => 0,
                         };
-                        if dead_letter {
+                        if dead_letter.is_some() {
                             c.dead_lettered.fetch_add(1, Ordering::Relaxed);
                         }
                         self.report(id, delivery_count, &outcome, dead_letter);
@@ -327,7 +279,7 @@ impl Worker<'_> {
                         if let Error::InvalidArgument(_) = e {
                             // e.g. a dead letter requested on a dead-letter queue: release the
                             // message now instead of leaving it locked until its lock expires.
-                            let abandon = Plan::Settle(Settle::Abandon { delay_ms: 0 });
+                            let abandon = Settle::Abandon { delay_ms: 0 };
                             if let Err(e) = self.settle(track.id, track.token, abandon) {
                                 self.settle_failed(id.0, &e);
                             }
@@ -362,26 +314,32 @@ impl Worker<'_> {
         (self.sh.config.prefetch + 1).saturating_sub(self.buffer.len())
     }
 
-    fn plan(&self, outcome: &Outcome, delivery_count: u32) -> Plan {
+    /// How the commit settles a run's message. A failure's fate (retry, or dead letter after
+    /// the last delivery allowed) is decided by the engine inside that commit.
+    fn plan(&self, outcome: &Outcome, delivery_count: u32) -> Settle {
         match outcome {
-            Outcome::Complete => Plan::Settle(Settle::Complete),
+            Outcome::Complete => Settle::Complete,
             Outcome::DeadLetter {
                 reason,
                 description,
-            } => Plan::Settle(Settle::DeadLetter {
+            } => Settle::DeadLetter {
                 reason: reason.clone(),
                 description: description.clone(),
-            }),
-            Outcome::Fail(text) => Plan::Fail {
+            },
+            Outcome::Fail(text) => Settle::Fail {
                 delay_ms: duration_ms(self.sh.config.retry.delay(delivery_count)),
                 description: text.clone(),
             },
         }
     }
 
-    /// Settles one message in its own commit; returns whether it was dead-lettered.
-    fn settle(&self, id: u64, token: u64, plan: Plan) -> Result<bool> {
-        self.sh.queue.engine.call(move |b| plan.apply(b, id, token))
+    /// Settles one message in its own commit; returns the dead-letter reason when it went to
+    /// the dead-letter queue.
+    fn settle(&self, id: u64, token: u64, how: Settle) -> Result<Option<String>> {
+        self.sh
+            .queue
+            .engine
+            .call(move |b| b.settle(id, token, &how))
     }
 
     /// Settles a message and locks up to `want` more in one commit. A settle or receive that
@@ -390,33 +348,33 @@ impl Worker<'_> {
         &self,
         id: u64,
         token: u64,
-        plan: Plan,
+        how: Settle,
         want: usize,
-    ) -> (Result<bool>, Result<Vec<Locked>>) {
+    ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
         let q = &self.sh.queue;
         q.engine
-            .then_receive(move |b| plan.apply(b, id, token), q.id, &q.name, want)
+            .then_receive(move |b| b.settle(id, token, &how), q.id, &q.name, want)
     }
 
     /// Tells the event hook what became of a settled message.
-    fn report(&self, id: MessageId, delivery_count: u32, outcome: &Outcome, dead_letter: bool) {
+    fn report(
+        &self,
+        id: MessageId,
+        delivery_count: u32,
+        outcome: &Outcome,
+        dead_letter: Option<String>,
+    ) {
         let sh = self.sh;
-        let event = match outcome {
-            Outcome::Complete => return,
-            _ if dead_letter => ProcessorEvent::DeadLettered {
-                id,
-                reason: match outcome {
-                    Outcome::DeadLetter { reason, .. } => reason.clone(),
-                    _ => REASON_MAX_DELIVERIES.to_owned(),
-                },
-            },
-            Outcome::Fail(error) => ProcessorEvent::RetryScheduled {
+        let event = match (outcome, dead_letter) {
+            (Outcome::Complete, _) => return,
+            (_, Some(reason)) => ProcessorEvent::DeadLettered { id, reason },
+            (Outcome::Fail(error), None) => ProcessorEvent::RetryScheduled {
                 id,
                 delivery_count,
                 delay: sh.config.retry.delay(delivery_count),
                 error: error.clone(),
             },
-            Outcome::DeadLetter { .. } => return,
+            (Outcome::DeadLetter { .. }, None) => return,
         };
         sh.emit(event);
     }

@@ -42,8 +42,20 @@ pub struct Locked {
 #[derive(Debug, Clone)]
 pub enum Settle {
     Complete,
-    Abandon { delay_ms: u64 },
-    DeadLetter { reason: String, description: String },
+    Abandon {
+        delay_ms: u64,
+    },
+    /// A failed attempt: abandoned with `delay_ms`, or dead-lettered with `description` when
+    /// it was the last delivery the queue allows (decided against the options stored in the
+    /// settling commit, which another handle may have changed since the receive).
+    Fail {
+        delay_ms: u64,
+        description: String,
+    },
+    DeadLetter {
+        reason: String,
+        description: String,
+    },
     Resubmit,
 }
 

@@ -4,7 +4,7 @@
 use redb::ReadableTable;
 
 use super::*;
-use crate::engine::rules;
+use crate::engine::rules::{self, Spent};
 
 impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
@@ -66,21 +66,38 @@ impl<'t> Batch<'t> {
         }
     }
 
-    /// Ends the lock `token` on message `id`.
-    pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<()> {
+    /// Ends the lock `token` on message `id`; returns the dead-letter reason when the message
+    /// went to its dead-letter queue (asked for, or spent on its way back to its queue).
+    pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<Option<String>> {
         let mut st = self.check_lock(id, token)?;
         match how {
-            Settle::Complete => self.remove_message(id, &st),
-            Settle::Abandon { delay_ms: 0 } => self.requeue(id, st),
-            Settle::Abandon { delay_ms } => {
+            Settle::Complete => self.remove_message(id, &st).map(|()| None),
+            Settle::Abandon { delay_ms } | Settle::Fail { delay_ms, .. } => {
                 let rec = self.require_queue(st.queue, "")?;
-                if rules::spent(&st, rec.1.options.max_deliveries, self.now).is_some() {
-                    // Not worth a delay: it goes to the dead-letter queue now.
-                    return self.requeue(id, st);
+                // Dead letters never die twice: they stay until someone deals with them.
+                let spent = match rec.1.kind {
+                    QueueKind::DeadLetter => None,
+                    _ => rules::spent(&st, rec.1.options.max_deliveries, self.now),
+                };
+                if let Some(why) = spent {
+                    // A failed handler's own text says more than the generic description.
+                    let description = match (&why, how) {
+                        (Spent::MaxDeliveries(_), Settle::Fail { description, .. }) => {
+                            description.clone()
+                        }
+                        _ => why.description(),
+                    };
+                    self.move_to_dead_letter(id, st, why.reason(), &description)?;
+                    return Ok(Some(why.reason().to_owned()));
                 }
                 self.detach(id, &st)?;
-                st.visible_at = self.now.saturating_add(*delay_ms);
-                self.attach(id, &mut st, Status::Scheduled)
+                let status = if *delay_ms == 0 {
+                    Status::Ready
+                } else {
+                    st.visible_at = self.now.saturating_add(*delay_ms);
+                    Status::Scheduled
+                };
+                self.attach(id, &mut st, status).map(|()| None)
             }
             Settle::DeadLetter {
                 reason,
@@ -99,7 +116,8 @@ impl<'t> Batch<'t> {
                         reason.len()
                     )));
                 }
-                self.move_to_dead_letter(id, st, reason, description)
+                self.move_to_dead_letter(id, st, reason, description)?;
+                Ok(Some(reason.clone()))
             }
             Settle::Resubmit => {
                 let rec = self.require_queue(st.queue, "")?;
@@ -112,7 +130,7 @@ impl<'t> Batch<'t> {
                 // are cleared (its time to live was cleared when it was dead-lettered).
                 st.delivery_count = 0;
                 self.move_to_queue(id, st, rec.1.peer, None)?;
-                Ok(())
+                Ok(None)
             }
         }
     }
