@@ -404,6 +404,47 @@ fn plain_redb_databases_are_refused_untouched() {
     assert_fresh_store_works(dir.path());
 }
 
+/// Sets the meta row `key` of the postbox store at `path` to `value`.
+fn set_meta(path: &Path, key: &str, value: u64) {
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(redb::TableDefinition::<&str, u64>::new("postbox.meta"))
+        .unwrap()
+        .insert(key, value)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_damaged_format_version_is_damage_not_a_newer_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.postbox");
+    Store::open(&path).unwrap().close().unwrap();
+    // A flipped bit in the version number: its checksum no longer matches.
+    set_meta(&path, "format_version", 2 | 1 << 40);
+    let e = open_err(&path);
+    assert_eq!(e.kind(), ErrorKind::Corrupted, "{e:?}");
+    set_meta(&path, "format_version", 3);
+    assert_eq!(open_err(&path).kind(), ErrorKind::Corrupted);
+    // A newer postbox writes its version with a matching check: that is a newer format.
+    set_meta(
+        &path,
+        "format_version_crc",
+        u64::from(crc32c::crc32c(&3u64.to_le_bytes())),
+    );
+    let e = open_err(&path);
+    assert!(
+        matches!(
+            e,
+            Error::IncompatibleVersion {
+                found: 3,
+                supported: 2
+            }
+        ),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn a_directory_is_not_a_store() {
     let dir = tempfile::tempdir().unwrap();

@@ -214,19 +214,20 @@ fn open_and_drain(path: &Path, verify: bool) -> Result<usize, Error> {
     Ok(drained)
 }
 
-/// Saves a misbehaving copy for replay (the base store differs from run to run, so the seed
-/// alone does not reproduce it); returns where.
-fn keep(path: &Path) -> String {
+/// Saves the damaged bytes of a misbehaving copy for replay (the base store differs from run
+/// to run, so the seed alone does not reproduce it; and the file itself may have been changed
+/// by the open that misbehaved); returns where.
+fn keep(path: &Path, damaged: &[u8]) -> String {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("corruption-failures");
     let _ = std::fs::create_dir_all(&dir);
     let to = dir.join(path.file_name().unwrap_or_default());
-    match std::fs::copy(path, &to) {
+    match std::fs::write(&to, damaged) {
         Ok(_) => to.display().to_string(),
         Err(e) => format!("(not kept: {e})"),
     }
 }
 
-fn run_copy(path: &Path, verify: bool) -> Outcome {
+fn run_copy(path: &Path, verify: bool, damaged: &[u8]) -> Outcome {
     let (tx, rx) = mpsc::channel();
     let owned = path.to_owned();
     std::thread::spawn(move || {
@@ -246,7 +247,7 @@ fn run_copy(path: &Path, verify: bool) -> Outcome {
     match rx.recv_timeout(HANG) {
         Ok(o) => o,
         Err(_) => {
-            let kept = keep(path);
+            let kept = keep(path, damaged);
             panic!(
                 "{}: open-and-drain hung for {HANG:?}; copy kept at {kept}",
                 path.display()
@@ -268,7 +269,7 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
         let path = dir.path().join(format!("{name}.postbox"));
         std::fs::write(&path, base).unwrap();
         let expected = (0..MESSAGES).filter(|i| i % 11 != 0).count(); // all but scheduled
-        match run_copy(&path, true) {
+        match run_copy(&path, true, base) {
             Outcome::Drained(n) => assert_eq!(n, expected, "{name} snapshot"),
             other => panic!("undamaged {name} snapshot: {other:?}"),
         }
@@ -306,7 +307,7 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                     let path = dir.path().join(format!("copy-{i}.postbox"));
                     std::fs::write(&path, &bytes).unwrap();
                     let started = Instant::now();
-                    let outcome = run_copy(&path, verify);
+                    let outcome = run_copy(&path, verify, &bytes);
                     let what = format!("copy {i} ({how:?}, verify_on_open {verify})");
                     if verbose {
                         eprintln!("{what} {:?}: {outcome:?}", started.elapsed());
@@ -337,7 +338,7 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                     };
                     match &outcome {
                         _ if !typed => {
-                            let kept = keep(&path);
+                            let kept = keep(&path, &bytes);
                             bad.lock()
                                 .unwrap()
                                 .push(format!("{what}: {outcome:?}; copy kept at {kept}"));

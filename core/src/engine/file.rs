@@ -210,7 +210,7 @@ fn upgrade(db: &Database) -> Result<()> {
                 )?;
             }
         }
-        txn.open_table(META)?.insert(KEY_FORMAT, FORMAT_VERSION)?;
+        write_format(&mut txn.open_table(META)?)?;
     }
     txn.commit()?;
     Ok(())
@@ -276,7 +276,7 @@ fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     let txn = db.begin_write()?;
     {
         for_each_table!(create_table(&txn));
-        txn.open_table(META)?.insert(KEY_FORMAT, FORMAT_VERSION)?;
+        write_format(&mut txn.open_table(META)?)?;
         txn.open_table(COUNTERS)?
             .insert(SEQUENCES_KEY, encode_sequences(&[1; 4]))?;
     }

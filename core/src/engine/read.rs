@@ -266,5 +266,13 @@ pub fn format_version(txn: &ReadTransaction) -> Result<Option<u64>> {
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    Ok(meta.get(KEY_FORMAT)?.map(|g| g.value()))
+    let Some(version) = meta.get(KEY_FORMAT)?.map(|g| g.value()) else {
+        return Ok(None);
+    };
+    match meta.get(KEY_FORMAT_CHECK)?.map(|g| g.value()) {
+        Some(check) if check != format_check(version) => Err(Error::corrupted(format!(
+            "the format version ({version}) does not match its checksum"
+        ))),
+        _ => Ok(Some(version)),
+    }
 }

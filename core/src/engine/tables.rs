@@ -56,6 +56,24 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 pub const FORMAT_VERSION: u64 = 2;
 
 pub const KEY_FORMAT: &str = "format_version";
+/// The CRC32C of the format version's little-endian bytes, written beside it by stores created
+/// or upgraded since format 2, so that a damaged version number reads as damage rather than as
+/// a newer format. Stores without it (written before it existed) are trusted as they are.
+pub const KEY_FORMAT_CHECK: &str = "format_version_crc";
+
+/// The check value of format version `v`.
+pub fn format_check(v: u64) -> u64 {
+    u64::from(crc32c::crc32c(&v.to_le_bytes()))
+}
+
+/// Writes this version's format number and its check into the meta table.
+pub fn write_format(
+    meta: &mut redb::Table<'_, &'static str, u64>,
+) -> redb::Result<(), redb::StorageError> {
+    meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
+    meta.insert(KEY_FORMAT_CHECK, format_check(FORMAT_VERSION))?;
+    Ok(())
+}
 
 /// The `COUNTERS` key that holds the id sequences instead of a queue's counts (queue ids start
 /// at 1). Sharing the table with the counters means a send dirties one page fewer per commit.
