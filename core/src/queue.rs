@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::queries as read;
-use crate::engine::{DEAD_LETTER_SUFFIX, Locked, dead_letter_name};
+use crate::engine::{DEAD_LETTER_SUFFIX, Locked, Select, dead_letter_name};
 use crate::engine::{Engine, HeldLock};
 use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
@@ -215,6 +215,70 @@ impl Queue {
     fn receive_deadline_opt(&self, deadline: Option<Instant>) -> Result<Option<Received>> {
         let got = self.engine.receive(self.id, &self.name, 1, deadline)?;
         Ok(got.into_iter().next().map(|l| self.wrap(l)))
+    }
+
+    /// Locks message `id` of this queue, waiting up to `timeout` for it to be receivable (sent,
+    /// its scheduled time come, its lock released by another receiver). Other messages are
+    /// left alone. MSMQ's `ReceiveById`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// # let q = store.queue("jobs")?;
+    /// q.send("first")?;
+    /// let id = q.send("second")?;
+    /// let msg = q.receive_by_id(id, std::time::Duration::ZERO)?.unwrap();
+    /// assert_eq!(msg.body(), b"second");
+    /// msg.complete()?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::try_receive`]. A message that is in another queue, or was completed, is
+    /// never receivable here: the wait ends with `None` at the timeout.
+    pub fn receive_by_id(&self, id: MessageId, timeout: Duration) -> Result<Option<Received>> {
+        self.receive_selected(Select::Id(id.0), timeout)
+    }
+
+    /// Locks the first message (in delivery order) whose correlation id is `correlation_id`,
+    /// waiting up to `timeout` for one: on a reply queue shared by several requesters, each
+    /// takes only its own replies. MSMQ's `ReceiveByCorrelationId`.
+    ///
+    /// The pick reads the queue's receivable messages in delivery order until one matches, so
+    /// its cost grows with the number of receivable messages ahead of the match; a reply queue
+    /// that its requesters keep drained stays cheap.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::try_receive`].
+    pub fn receive_by_correlation_id(
+        &self,
+        correlation_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Received>> {
+        self.receive_selected(Select::CorrelationId(correlation_id.to_owned()), timeout)
+    }
+
+    fn receive_selected(&self, select: Select, timeout: Duration) -> Result<Option<Received>> {
+        let deadline = Instant::now().checked_add(timeout);
+        let got = self
+            .engine
+            .receive_selected(self.id, &self.name, select, deadline)?;
+        Ok(got.map(|l| self.wrap(l)))
+    }
+
+    /// Waits up to `timeout` for a receivable message and returns the head of the queue without
+    /// locking it (a blocking [`Queue::peek`]): another receiver may take it meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::peek`].
+    pub fn peek_wait(&self, timeout: Duration) -> Result<Option<Envelope>> {
+        self.engine.check_open()?;
+        let deadline = Instant::now().checked_add(timeout);
+        self.engine
+            .wait_for(self.id, deadline, None, || self.peek())
     }
 
     /// Locks up to `max` messages in one commit, waiting up to `timeout` for the first.

@@ -179,7 +179,7 @@ impl Store {
     /// [`Error::InvalidArgument`] for a bad name (empty, over 255 bytes, control characters, or
     /// the reserved dead-letter suffix on a queue that does not exist).
     pub fn queue(&self, name: &str) -> Result<Queue> {
-        self.open_queue(name, None)
+        self.open_or_create(name, None)
     }
 
     /// Opens queue `name` with `options`, creating it if missing. An existing queue keeps its
@@ -192,10 +192,36 @@ impl Store {
     /// merging with the stored ones).
     pub fn queue_with(&self, name: &str, options: QueueOptions) -> Result<Queue> {
         options.apply_to(&QueueSettings::default()).validate()?;
-        self.open_queue(name, Some(options))
+        self.open_or_create(name, Some(options))
     }
 
-    fn open_queue(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
+    /// Opens queue `name` only if it exists, never creating it: a late reply does not
+    /// re-create a deleted temporary queue, and a typo does not create a new one. A
+    /// dead-letter queue opens by its full name too.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// store.queue("jobs")?;
+    /// assert!(store.open_queue("jobs").is_ok());
+    /// let e = store.open_queue("jbos").unwrap_err();
+    /// assert_eq!(e.kind(), postbox::ErrorKind::QueueNotFound);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueNotFound`] when no such queue exists; [`Error::InvalidArgument`] for a bad
+    /// name; storage errors.
+    pub fn open_queue(&self, name: &str) -> Result<Queue> {
+        validate_queue_name(name)?;
+        match self.engine.read(|t| read::queue_by_name(t, name))? {
+            Some(rec) => Ok(Queue::new(self.engine.clone(), name, rec)),
+            None => Err(Error::QueueNotFound(name.to_owned())),
+        }
+    }
+
+    fn open_or_create(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
         validate_queue_name(name)?;
         // Opening an existing queue with nothing to change needs no write transaction.
         let existing = self.engine.read(|t| read::queue_by_name(t, name))?;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
 use crate::engine::queries as read;
-use crate::engine::{Batch, Locked, validate_message};
+use crate::engine::{Batch, Locked, Select, validate_message};
 use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
@@ -71,14 +71,63 @@ impl Transaction {
         self.same_store(queue)?;
         let deadline = Instant::now().checked_add(timeout);
         let got = self.engine.receive(queue.id, &queue.name, 1, deadline)?;
-        Ok(got.into_iter().next().map(|l| {
-            self.locks.push(HeldLock {
-                id: l.envelope.id.0,
-                token: l.token,
-            });
-            self.until.push(l.locked_until);
-            l.envelope
-        }))
+        Ok(got.into_iter().next().map(|l| self.hold(l)))
+    }
+
+    /// Receives message `id` of `queue` into the transaction, waiting up to `timeout` for it
+    /// to be receivable (see [`Queue::receive_by_id`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::receive`].
+    pub fn receive_by_id(
+        &mut self,
+        queue: &Queue,
+        id: MessageId,
+        timeout: Duration,
+    ) -> Result<Option<Envelope>> {
+        self.receive_selected(queue, Select::Id(id.0), timeout)
+    }
+
+    /// Receives the first message of `queue` whose correlation id is `correlation_id` into the
+    /// transaction, waiting up to `timeout` for one (see
+    /// [`Queue::receive_by_correlation_id`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::receive`].
+    pub fn receive_by_correlation_id(
+        &mut self,
+        queue: &Queue,
+        correlation_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Envelope>> {
+        let select = Select::CorrelationId(correlation_id.to_owned());
+        self.receive_selected(queue, select, timeout)
+    }
+
+    fn receive_selected(
+        &mut self,
+        queue: &Queue,
+        select: Select,
+        timeout: Duration,
+    ) -> Result<Option<Envelope>> {
+        self.same_store(queue)?;
+        let deadline = Instant::now().checked_add(timeout);
+        let got = self
+            .engine
+            .receive_selected(queue.id, &queue.name, select, deadline)?;
+        Ok(got.map(|l| self.hold(l)))
+    }
+
+    /// Records a lock taken for the transaction; returns its message.
+    fn hold(&mut self, l: Locked) -> Envelope {
+        self.locks.push(HeldLock {
+            id: l.envelope.id.0,
+            token: l.token,
+        });
+        self.until.push(l.locked_until);
+        l.envelope
     }
 
     /// The lock token of message `id`, received through this transaction.

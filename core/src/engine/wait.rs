@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::batch::Locked;
+use super::batch::{Locked, Select};
 use super::{Engine, earliest, park, read};
 use crate::error::{Error, Result};
 
@@ -144,23 +144,58 @@ impl Engine {
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
     ) -> Result<Vec<Locked>> {
+        let owner = self.owner;
+        let got = self.wait_for(q, deadline, cancel, || {
+            let qname = name.to_owned();
+            let got = self.call(move |b| b.receive(q, &qname, owner, max))?;
+            Ok((!got.is_empty()).then_some(got))
+        })?;
+        Ok(got.unwrap_or_default())
+    }
+
+    /// Locks the message of queue `q` that `select` picks, waiting until `deadline` (forever
+    /// if `None`) for it to be receivable. Selective waits are not parked in the writer (which
+    /// serves the head of a queue): they retry on each commit to the queue and on time-driven
+    /// work falling due, and poll the file in multi-process stores.
+    pub fn receive_selected(
+        &self,
+        q: u32,
+        name: &str,
+        select: Select,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Locked>> {
+        self.check_open()?;
+        let owner = self.owner;
+        self.wait_for(q, deadline, None, || {
+            let (qname, select) = (name.to_owned(), select.clone());
+            self.call(move |b| b.receive_selected(q, &qname, owner, &select))
+        })
+    }
+
+    /// Runs `attempt` until it finds something, the deadline passes (forever if `None`) or
+    /// `cancel` ends the wait; between attempts, sleeps until a local commit to queue `q`
+    /// wakes it, time-driven work falls due, or (multi-process) the next poll of the file.
+    pub fn wait_for<T>(
+        &self,
+        q: u32,
+        deadline: Option<Instant>,
+        cancel: Option<&Cancel>,
+        mut attempt: impl FnMut() -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
         let is_cancelled = || cancel.is_some_and(Cancel::is_cancelled);
         let signal = self.signals.get(q);
         let mut backoff = self.poll_floor;
         loop {
             let seen = signal.seq();
-            let owner = self.owner;
-            let qname = name.to_owned();
-            let got = self.call(move |b| b.receive(q, &qname, owner, max))?;
-            if !got.is_empty() {
-                return Ok(got);
+            if let Some(found) = attempt()? {
+                return Ok(Some(found));
             }
             // Nothing now: sleep until a local commit wakes us, time-driven work falls due, the
             // deadline passes, or (multi-process) the next poll of the shared file.
             loop {
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) || is_cancelled() {
-                    return Ok(Vec::new());
+                    return Ok(None);
                 }
                 self.check_open()?;
                 let due = self.read(read::next_due)?.map(|at| {

@@ -38,7 +38,16 @@ pub struct Locked {
     pub locked_until: u64,
 }
 
-/// How a settle call ends a lock.
+/// Which message a selective receive takes.
+#[derive(Debug, Clone)]
+pub enum Select {
+    /// The message with this id.
+    Id(u64),
+    /// The first message, in delivery order, with this correlation id.
+    CorrelationId(String),
+}
+
+/// How a lock ends.
 #[derive(Debug, Clone)]
 pub enum Settle {
     Complete,

@@ -22,7 +22,7 @@ impl<'t> Batch<'t> {
                 .map(|(k, _)| k.value());
             let Some(key) = head else { break };
             let id = key.2;
-            let mut st = self
+            let st = self
                 .load_state(id)?
                 .ok_or_else(|| Error::corrupted(format!("ready message {id} has no state")))?;
             // A state that disagrees with its index entry would not remove that entry below,
@@ -36,20 +36,77 @@ impl<'t> Batch<'t> {
                 self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
                 continue;
             }
-            self.detach(id, &st)?;
-            st.delivery_count += 1;
-            st.lock_owner = owner;
-            st.lock_token = self.next_seq(Seq::Token)?;
-            st.locked_until = self.now.saturating_add(lock_ms);
-            self.attach(id, &mut st, Status::Locked)?;
-            let envelope = self.envelope(id, &st)?;
-            out.push(Locked {
-                envelope,
-                token: st.lock_token,
-                locked_until: st.locked_until,
-            });
+            out.push(self.lock_ready(id, st, owner, lock_ms)?);
         }
         Ok(out)
+    }
+
+    /// Locks ready message `id` (state `st`) for `owner` for `lock_ms`.
+    fn lock_ready(&mut self, id: u64, mut st: State, owner: u64, lock_ms: u64) -> Result<Locked> {
+        self.detach(id, &st)?;
+        st.delivery_count += 1;
+        st.lock_owner = owner;
+        st.lock_token = self.next_seq(Seq::Token)?;
+        st.locked_until = self.now.saturating_add(lock_ms);
+        self.attach(id, &mut st, Status::Locked)?;
+        let envelope = self.envelope(id, &st)?;
+        Ok(Locked {
+            envelope,
+            token: st.lock_token,
+            locked_until: st.locked_until,
+        })
+    }
+
+    /// Locks the one receivable message of queue `q` that `select` picks, if there is one now.
+    /// A pick that is spent goes to the dead-letter queue instead, as in [`Batch::receive`].
+    pub fn receive_selected(
+        &mut self,
+        q: u32,
+        name: &str,
+        owner: u64,
+        select: &Select,
+    ) -> Result<Option<Locked>> {
+        let rec = self.require_queue(q, name)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let max_deliveries = rec.1.options.max_deliveries;
+        loop {
+            let Some((id, st)) = self.select_ready(q, select)? else {
+                return Ok(None);
+            };
+            if let Some(why) = rules::spent(&st, max_deliveries, self.now) {
+                self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
+                continue;
+            }
+            return self.lock_ready(id, st, owner, lock_ms).map(Some);
+        }
+    }
+
+    /// The receivable message of queue `q` that `select` picks: by id, or the first in
+    /// delivery order with the correlation id (a scan of the queue's receivable messages).
+    fn select_ready(&mut self, q: u32, select: &Select) -> Result<Option<(u64, State)>> {
+        match select {
+            Select::Id(id) => Ok(self
+                .load_state(*id)?
+                .filter(|st| st.queue == q && st.status == Status::Ready)
+                .map(|st| (*id, st))),
+            Select::CorrelationId(wanted) => {
+                let ids: Vec<u64> = self
+                    .t_ready()?
+                    .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
+                    .map(|e| e.map(|(k, _)| k.value().2))
+                    .collect::<std::result::Result<_, _>>()?;
+                for id in ids {
+                    let env = self.load_envelope(id)?;
+                    if env.props.correlation_id.as_deref() == Some(wanted.as_str()) {
+                        let st = self.load_state(id)?.ok_or_else(|| {
+                            Error::corrupted(format!("ready message {id} has no state"))
+                        })?;
+                        return Ok(Some((id, st)));
+                    }
+                }
+                Ok(None)
+            }
+        }
     }
 
     /// Checks that `token` still holds the lock on message `id`.
