@@ -1005,6 +1005,19 @@ int postbox_queue_open(struct postbox_store *store,
                        struct postbox_queue **queue_out);
 
 /**
+ * Opens queue `name` only if it exists, never creating it (a late reply cannot re-create a
+ * deleted temporary queue; a typo does not create a new queue). A dead-letter queue opens by
+ * its full name. `queue_out` receives a handle the caller frees with `postbox_queue_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_QUEUE_NOT_FOUND` (no such queue); `POSTBOX_INVALID_ARGUMENT` (NULL
+ * argument, bad name); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_queue_open_existing(struct postbox_store *store,
+                                const char *name,
+                                struct postbox_queue **queue_out);
+
+/**
  * Reads the queue's options as stored now (another handle or process may have changed them)
  * into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
  * or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
@@ -1138,6 +1151,18 @@ int postbox_send_batch(struct postbox_queue *queue,
 int postbox_peek(const struct postbox_queue *queue, struct postbox_message **message_out);
 
 /**
+ * Waits up to `timeout_ms` milliseconds (0: do not wait; negative: without limit) for a
+ * receivable message and reads the head of the queue without locking it, as `postbox_peek`;
+ * another receiver may take it meanwhile.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing receivable in time); otherwise as `postbox_peek`.
+ */
+int postbox_peek_wait(const struct postbox_queue *queue,
+                      int64_t timeout_ms,
+                      struct postbox_message **message_out);
+
+/**
  * Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled),
  * without locking it. `message_out` receives a handle the caller frees with
  * `postbox_message_free`.
@@ -1200,6 +1225,39 @@ int postbox_receive(struct postbox_queue *queue,
                     struct postbox_tx *tx,
                     int64_t timeout_ms,
                     struct postbox_message **message_out);
+
+/**
+ * Receives message `id` of the queue, waiting up to `timeout_ms` for it to be receivable
+ * (sent, its scheduled time come, its lock released); other messages are left alone. As
+ * `postbox_receive` otherwise, with or without a transaction.
+ *
+ * # Returns
+ * As `postbox_receive`: `POSTBOX_TIMEOUT` also when `id` is not a receivable message of
+ * this queue by the deadline (another queue's, completed, or never sent).
+ */
+int postbox_receive_by_id(struct postbox_queue *queue,
+                          struct postbox_tx *tx,
+                          uint64_t id,
+                          int64_t timeout_ms,
+                          struct postbox_message **message_out);
+
+/**
+ * Receives the first message (in delivery order) whose correlation id is `correlation_id`
+ * (NUL-terminated UTF-8), waiting up to `timeout_ms` for one: on a reply queue shared by
+ * several requesters, each takes only its own replies. As `postbox_receive` otherwise.
+ *
+ * The pick reads the queue's receivable messages in delivery order until one matches, so its
+ * cost grows with the receivable messages ahead of the match.
+ *
+ * # Returns
+ * As `postbox_receive`; also `POSTBOX_INVALID_ARGUMENT` for a NULL or invalid
+ * `correlation_id`.
+ */
+int postbox_receive_by_correlation_id(struct postbox_queue *queue,
+                                      struct postbox_tx *tx,
+                                      const char *correlation_id,
+                                      int64_t timeout_ms,
+                                      struct postbox_message **message_out);
 
 /**
  * Receives up to `max` messages with peek-lock in one commit, waiting up to `timeout_ms` for

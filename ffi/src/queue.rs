@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use postbox::binding::{FlatSend, FlatSendError, HeldMessage};
-use postbox::{Browse, Message, MessageId, Queue, QueueOptions, Store};
+use postbox::{
+    Browse, Envelope, Message, MessageId, Queue, QueueOptions, Received, Store, Transaction,
+};
 
 use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str,
@@ -390,6 +392,34 @@ pub extern "C" fn postbox_queue_open(
     })
 }
 
+/// Opens queue `name` only if it exists, never creating it (a late reply cannot re-create a
+/// deleted temporary queue; a typo does not create a new queue). A dead-letter queue opens by
+/// its full name. `queue_out` receives a handle the caller frees with `postbox_queue_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_QUEUE_NOT_FOUND` (no such queue); `POSTBOX_INVALID_ARGUMENT` (NULL
+/// argument, bad name); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_open_existing(
+    store: *mut postbox_store,
+    name: *const c_char,
+    queue_out: *mut *mut postbox_queue,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let name = arg_str(name, "name")?;
+        let out = Out::required(queue_out, "queue_out")?;
+        store.tag.check_process()?;
+        let q = store.store.open_queue(name)?;
+        out.write(Box::into_raw(Box::new(postbox_queue {
+            queue: q,
+            store: store.store.clone(),
+            tag: store.tag,
+        })));
+        Ok(POSTBOX_OK)
+    })
+}
+
 /// Reads the queue's options as stored now (another handle or process may have changed them)
 /// into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
 /// or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
@@ -745,6 +775,35 @@ pub extern "C" fn postbox_peek(
     })
 }
 
+/// Waits up to `timeout_ms` milliseconds (0: do not wait; negative: without limit) for a
+/// receivable message and reads the head of the queue without locking it, as `postbox_peek`;
+/// another receiver may take it meanwhile.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing receivable in time); otherwise as `postbox_peek`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_peek_wait(
+    queue: *const postbox_queue,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let q = live(queue)?;
+        let out = Out::required(message_out, "message_out")?;
+        let env = q.queue.peek_wait(timeout(timeout_ms))?.ok_or_else(|| {
+            Failure::new(
+                POSTBOX_TIMEOUT,
+                format!(
+                    "nothing receivable arrived in queue {:?} within {timeout_ms} ms",
+                    q.queue.name()
+                ),
+            )
+        })?;
+        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
 /// Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled),
 /// without locking it. `message_out` receives a handle the caller frees with
 /// `postbox_message_free`.
@@ -853,28 +912,106 @@ pub extern "C" fn postbox_receive(
     message_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = live(queue)?;
-        let out = Out::required(message_out, "message_out")?;
-        let wait = timeout(timeout_ms);
-        let nothing = || {
-            Failure::new(
-                POSTBOX_TIMEOUT,
-                format!(
-                    "no message arrived in queue {:?} within {timeout_ms} ms",
-                    q.queue.name()
-                ),
-            )
-        };
-        let m = if tx.is_null() {
-            let r = q.queue.receive(wait)?.ok_or_else(nothing)?;
-            postbox_message::new(HeldMessage::received(r), q.tag)
-        } else {
-            let env =
-                with_tx(tx, q.tag, |t| Ok(t.receive(&q.queue, wait)?))?.ok_or_else(nothing)?;
-            postbox_message::new(HeldMessage::in_transaction(env, (), None, None), q.tag)
-        };
-        out.write(m.into_raw());
-        Ok(POSTBOX_OK)
+        receive_one(
+            queue,
+            tx,
+            timeout_ms,
+            message_out,
+            |q, wait| q.receive(wait),
+            |t, q, wait| t.receive(q, wait),
+        )
+    })
+}
+
+/// The one receive of a single message behind `postbox_receive` and the selective receives:
+/// `peek_lock` without a transaction, `in_tx` with one.
+fn receive_one(
+    queue: *mut postbox_queue,
+    tx: *mut postbox_tx,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+    peek_lock: impl FnOnce(&Queue, Duration) -> postbox::Result<Option<Received>>,
+    in_tx: impl FnOnce(&mut Transaction, &Queue, Duration) -> postbox::Result<Option<Envelope>>,
+) -> Outcome<c_int> {
+    let q = live(queue)?;
+    let out = Out::required(message_out, "message_out")?;
+    let wait = timeout(timeout_ms);
+    let nothing = || {
+        Failure::new(
+            POSTBOX_TIMEOUT,
+            format!(
+                "no message arrived in queue {:?} within {timeout_ms} ms",
+                q.queue.name()
+            ),
+        )
+    };
+    let m = if tx.is_null() {
+        let r = peek_lock(&q.queue, wait)?.ok_or_else(nothing)?;
+        postbox_message::new(HeldMessage::received(r), q.tag)
+    } else {
+        let env = with_tx(tx, q.tag, |t| Ok(in_tx(t, &q.queue, wait)?))?.ok_or_else(nothing)?;
+        postbox_message::new(HeldMessage::in_transaction(env, (), None, None), q.tag)
+    };
+    out.write(m.into_raw());
+    Ok(POSTBOX_OK)
+}
+
+/// Receives message `id` of the queue, waiting up to `timeout_ms` for it to be receivable
+/// (sent, its scheduled time come, its lock released); other messages are left alone. As
+/// `postbox_receive` otherwise, with or without a transaction.
+///
+/// # Returns
+/// As `postbox_receive`: `POSTBOX_TIMEOUT` also when `id` is not a receivable message of
+/// this queue by the deadline (another queue's, completed, or never sent).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_receive_by_id(
+    queue: *mut postbox_queue,
+    tx: *mut postbox_tx,
+    id: u64,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let id = MessageId(id);
+        receive_one(
+            queue,
+            tx,
+            timeout_ms,
+            message_out,
+            |q, wait| q.receive_by_id(id, wait),
+            |t, q, wait| t.receive_by_id(q, id, wait),
+        )
+    })
+}
+
+/// Receives the first message (in delivery order) whose correlation id is `correlation_id`
+/// (NUL-terminated UTF-8), waiting up to `timeout_ms` for one: on a reply queue shared by
+/// several requesters, each takes only its own replies. As `postbox_receive` otherwise.
+///
+/// The pick reads the queue's receivable messages in delivery order until one matches, so its
+/// cost grows with the receivable messages ahead of the match.
+///
+/// # Returns
+/// As `postbox_receive`; also `POSTBOX_INVALID_ARGUMENT` for a NULL or invalid
+/// `correlation_id`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_receive_by_correlation_id(
+    queue: *mut postbox_queue,
+    tx: *mut postbox_tx,
+    correlation_id: *const c_char,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let cid = arg_str(correlation_id, "correlation_id")?;
+        receive_one(
+            queue,
+            tx,
+            timeout_ms,
+            message_out,
+            |q, wait| q.receive_by_correlation_id(cid, wait),
+            |t, q, wait| t.receive_by_correlation_id(q, cid, wait),
+        )
     })
 }
 

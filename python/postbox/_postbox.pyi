@@ -87,6 +87,12 @@ class Store:
         ``dedup_window``) and puts a required one (``lock_duration``, ``max_deliveries``,
         ``max_message_size``) back to its default.
         """
+    def open_queue(self, name: str) -> Queue:
+        """Opens queue ``name`` only if it exists, never creating it.
+
+        Raises ``QueueNotFoundError`` otherwise: a late reply cannot re-create a deleted
+        temporary queue, and a typo creates nothing.
+        """
     def queues(self) -> list[str]: ...
     def delete_queue(self, name: str) -> bool: ...
     def transaction(self) -> Transaction:
@@ -133,11 +139,31 @@ class Queue:
         message_key: str | None = None,
     ) -> int: ...
     def send_batch(self, messages: Iterable[_Body | Mapping[str, Any]]) -> list[int]: ...
-    def peek(self) -> Message | None: ...
+    def peek(self, timeout: _Seconds | None = None) -> Message | None:
+        """The message ``receive`` would take next, without locking it; ``None`` if none.
+
+        With a ``timeout`` it waits up to that long for one to be receivable; by default it
+        does not wait. Another receiver may take the message meanwhile.
+        """
     def browse(self) -> Browse: ...
     def get(self, id: int) -> Message | None: ...
     def receive(self, timeout: _Seconds | None = None) -> Message: ...
     def receive_nowait(self) -> Message: ...
+    def receive_by_id(self, id: int, timeout: _Seconds | None = None) -> Message:
+        """Locks message ``id`` of this queue, waiting up to ``timeout`` (``None``: forever).
+
+        Other messages are left alone. Raises ``Empty`` when the message is not receivable
+        in time (another queue's, completed, or locked by another receiver).
+        """
+    def receive_by_correlation_id(
+        self, correlation_id: str, timeout: _Seconds | None = None
+    ) -> Message:
+        """Locks the first message (in delivery order) with this correlation id.
+
+        Waits up to ``timeout`` (``None``: forever) and raises ``Empty`` when none arrives:
+        on a reply queue shared by several requesters, each takes only its own replies. The
+        pick reads the receivable messages in order until one matches.
+        """
     def receive_batch(self, max_messages: int, timeout: _Seconds | None = None) -> list[Message]: ...
     def complete_batch(self, messages: Iterable[Message]) -> None: ...
     def complete_batch_and_receive(
@@ -264,6 +290,12 @@ class Transaction:
     @property
     def state(self) -> Literal["open", "committed", "aborted"]: ...
     def receive(self, queue: Queue, timeout: _Seconds | None = None) -> Message: ...
+    def receive_by_id(self, queue: Queue, id: int, timeout: _Seconds | None = None) -> Message:
+        """Receives message ``id`` of ``queue`` into the transaction (see ``Queue``)."""
+    def receive_by_correlation_id(
+        self, queue: Queue, correlation_id: str, timeout: _Seconds | None = None
+    ) -> Message:
+        """Receives the first message of ``queue`` with this correlation id (see ``Queue``)."""
     def send(
         self,
         queue: Queue,

@@ -169,11 +169,65 @@ impl PyQueue {
     }
 
     /// The message `receive` would take next, without locking it; `None` if there is none.
-    fn peek(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
+    /// With a `timeout` (seconds or a `timedelta`) it waits up to that long for one to be
+    /// receivable first; by default (`None`) it does not wait.
+    #[pyo3(signature = (timeout=None))]
+    fn peek(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<PyMessage>> {
         check_process(self.opened_by)?;
         let q = &self.q;
-        let env = py.detach(|| q.peek()).py_err()?;
+        let env = match timeout {
+            None => py.detach(|| q.peek()).py_err()?,
+            Some(_) => {
+                let deadline = convert::deadline(timeout)?;
+                wait_sliced(py, deadline, |slice| q.peek_wait(slice))?
+            }
+        };
         Ok(env.map(PyMessage::unlocked))
+    }
+
+    /// Locks and returns message `id` of this queue, waiting up to `timeout` seconds (`None`:
+    /// forever) for it to be receivable; other messages are left alone. Raises `postbox.Empty`
+    /// when it is not receivable in time (another queue's, completed, or locked meanwhile).
+    #[pyo3(signature = (id, timeout=None))]
+    fn receive_by_id(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
+        let deadline = convert::deadline(timeout)?;
+        let q = &self.q;
+        match wait_sliced(py, deadline, |slice| q.receive_by_id(MessageId(id), slice))? {
+            Some(r) => Ok(PyMessage::received(r)),
+            None => Err(empty(self.q.name())),
+        }
+    }
+
+    /// Locks and returns the first message (in delivery order) whose correlation id is
+    /// `correlation_id`, waiting up to `timeout` seconds (`None`: forever): on a reply queue
+    /// shared by several requesters, each takes only its own replies. Raises `postbox.Empty`
+    /// when none arrives in time.
+    #[pyo3(signature = (correlation_id, timeout=None))]
+    fn receive_by_correlation_id(
+        &self,
+        py: Python<'_>,
+        correlation_id: &str,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
+        let deadline = convert::deadline(timeout)?;
+        let q = &self.q;
+        match wait_sliced(py, deadline, |slice| {
+            q.receive_by_correlation_id(correlation_id, slice)
+        })? {
+            Some(r) => Ok(PyMessage::received(r)),
+            None => Err(empty(self.q.name())),
+        }
     }
 
     /// Iterates over the receivable messages in delivery order, without locking them: what

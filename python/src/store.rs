@@ -207,6 +207,15 @@ impl PyStore {
         Ok(PyQueue::new(q))
     }
 
+    /// Opens queue `name` only if it exists, never creating it; raises `QueueNotFoundError`
+    /// otherwise (a late reply cannot re-create a deleted queue, a typo creates nothing).
+    fn open_queue(&self, py: Python<'_>, name: &str) -> PyResult<PyQueue> {
+        self.check_process()?;
+        let store = &self.store;
+        let q = py.detach(|| store.open_queue(name)).py_err()?;
+        Ok(PyQueue::new(q))
+    }
+
     /// The names of all queues (dead-letter queues are reached through `Queue.dead_letters`).
     fn queues(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         self.check_process()?;

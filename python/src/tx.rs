@@ -1,11 +1,11 @@
 //! `postbox.Transaction`: receives and sends that commit together.
 
 use std::sync::{Arc, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use postbox::binding::Hold;
-use postbox::{MessageId, Transaction};
+use postbox::{Envelope, MessageId, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
@@ -99,24 +99,22 @@ impl PyTransaction {
     }
 }
 
-#[pymethods]
 impl PyTransaction {
-    /// Receives the next message of `queue` into the transaction, waiting up to `timeout`
-    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time. The message is
-    /// locked until the transaction finishes: its `lock_token` and `locked_until` are set and
-    /// `msg.renew_lock()` extends the lock through the transaction.
-    #[pyo3(signature = (queue, timeout=None))]
-    fn receive(
+    /// One receive into the transaction through `f`, waiting in slices until `timeout`.
+    fn receive_with(
         &self,
         py: Python<'_>,
         queue: &Bound<'_, PyQueue>,
         timeout: Option<&Bound<'_, PyAny>>,
+        f: impl Fn(&mut Transaction, &postbox::Queue, Duration) -> postbox::Result<Option<Envelope>>
+        + Send
+        + Sync,
     ) -> PyResult<PyMessage> {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let q = &queue.get().q;
         let got = wait_sliced(py, deadline, |slice| match &mut *self.state.lock() {
-            State::Open(tx) => Ok(tx.receive(q, slice)?.map(|env| {
+            State::Open(tx) => Ok(f(tx, q, slice)?.map(|env| {
                 let id = env.id();
                 (env, tx.lock_token(id), tx.locked_until(id))
             })),
@@ -133,6 +131,54 @@ impl PyTransaction {
             )),
             None => Err(empty(q.name())),
         }
+    }
+}
+
+#[pymethods]
+impl PyTransaction {
+    /// Receives the next message of `queue` into the transaction, waiting up to `timeout`
+    /// (`None`: forever); raises `postbox.Empty` when nothing arrives in time. The message is
+    /// locked until the transaction finishes: its `lock_token` and `locked_until` are set and
+    /// `msg.renew_lock()` extends the lock through the transaction.
+    #[pyo3(signature = (queue, timeout=None))]
+    fn receive(
+        &self,
+        py: Python<'_>,
+        queue: &Bound<'_, PyQueue>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        self.receive_with(py, queue, timeout, |tx, q, slice| tx.receive(q, slice))
+    }
+
+    /// Receives message `id` of `queue` into the transaction, waiting up to `timeout` seconds
+    /// (`None`: forever) for it to be receivable; raises `postbox.Empty` otherwise.
+    #[pyo3(signature = (queue, id, timeout=None))]
+    fn receive_by_id(
+        &self,
+        py: Python<'_>,
+        queue: &Bound<'_, PyQueue>,
+        id: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        self.receive_with(py, queue, timeout, |tx, q, slice| {
+            tx.receive_by_id(q, MessageId(id), slice)
+        })
+    }
+
+    /// Receives the first message of `queue` whose correlation id is `correlation_id` into the
+    /// transaction, waiting up to `timeout` seconds (`None`: forever); raises `postbox.Empty`
+    /// when none arrives in time.
+    #[pyo3(signature = (queue, correlation_id, timeout=None))]
+    fn receive_by_correlation_id(
+        &self,
+        py: Python<'_>,
+        queue: &Bound<'_, PyQueue>,
+        correlation_id: &str,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        self.receive_with(py, queue, timeout, |tx, q, slice| {
+            tx.receive_by_correlation_id(q, correlation_id, slice)
+        })
     }
 
     /// Sends a message to `queue` when the transaction commits (same keywords as

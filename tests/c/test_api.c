@@ -2771,6 +2771,129 @@ static void test_disk_full(const char *dir) {
     CHECK(umount2(mnt, MNT_DETACH) == 0);
 }
 
+/* ---- selective receive, blocking peek, queues that must exist ---------------------------- */
+
+#define SR_REQUESTERS 3
+#define SR_EACH 10
+
+struct sr_requester {
+    postbox_queue *replies;
+    int index;
+    int in_order; /* 1 when every reply was its own, in send order */
+};
+
+static void *sr_requester_main(void *arg) {
+    struct sr_requester *r = arg;
+    char me[32], want[32];
+    snprintf(me, sizeof me, "requester-%d", r->index);
+    r->in_order = 1;
+    for (int i = 0; i < SR_EACH; i++) {
+        postbox_message *m = NULL;
+        if (postbox_receive_by_correlation_id(r->replies, NULL, me, 60000, &m) != POSTBOX_OK) {
+            r->in_order = 0;
+            return NULL;
+        }
+        snprintf(want, sizeof want, "%d:%d", r->index, i);
+        if (!bytes_is(postbox_message_body(m), want) ||
+            !bytes_is(postbox_message_correlation_id(m), me))
+            r->in_order = 0;
+        if (postbox_message_complete(m) != POSTBOX_OK) r->in_order = 0;
+        postbox_message_free(m);
+    }
+    return NULL;
+}
+
+static void test_selective_receive(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "select", NULL);
+    if (q == NULL) return;
+    postbox_message *m = NULL;
+
+    /* Queues that must exist: never created by the open. */
+    postbox_queue *missing = NULL;
+    CHECK_RC(postbox_queue_open_existing(store, "no-such-queue", &missing), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK(missing == NULL);
+    CHECK_RC(postbox_queue_open_existing(store, "", &missing), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_open_existing(NULL, "select", &missing), POSTBOX_INVALID_ARGUMENT);
+    postbox_queue *again = NULL;
+    REQUIRE_OK(postbox_queue_open_existing(store, "select", &again));
+
+    /* By id: that message, and no other. */
+    uint64_t first = 0, second = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"first", 5, NULL, &first));
+    CHECK_OK(postbox_send(again, NULL, (const uint8_t *)"second", 6, NULL, &second));
+    REQUIRE_OK(postbox_receive_by_id(q, NULL, second, 0, &m));
+    CHECK(postbox_message_id(m) == second && bytes_is(postbox_message_body(m), "second"));
+    postbox_message *none = NULL;
+    CHECK_RC(postbox_receive_by_id(q, NULL, second, 0, &none), POSTBOX_TIMEOUT);
+    CHECK_RC(postbox_receive_by_id(q, NULL, 999999, 20, &none), POSTBOX_TIMEOUT);
+    CHECK(none == NULL);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+
+    /* In a transaction, by correlation id: the abort returns it. */
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.correlation_id = "c-7";
+    uint64_t c7 = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"seven", 5, &o, &c7));
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    REQUIRE_OK(postbox_receive_by_correlation_id(q, tx, "c-7", 0, &m));
+    CHECK(postbox_message_id(m) == c7);
+    CHECK_RC(postbox_receive_by_correlation_id(q, tx, "c-8", 0, &none), POSTBOX_TIMEOUT);
+    CHECK_RC(postbox_receive_by_correlation_id(q, tx, NULL, 0, &none), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    CHECK_OK(postbox_tx_abort(tx));
+    CHECK(stats_of(q).active == 2);
+
+    /* A blocking peek: nothing locked. */
+    REQUIRE_OK(postbox_peek_wait(q, 0, &m));
+    CHECK(postbox_message_id(m) == first);
+    CHECK_RC(postbox_message_complete(m), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    CHECK(stats_of(q).locked == 0);
+    CHECK_RC(postbox_queue_purge(q, NULL), POSTBOX_OK);
+    CHECK_RC(postbox_peek_wait(q, 20, &none), POSTBOX_TIMEOUT);
+
+    /* Three requesters share one reply queue: each gets only its own replies, in order. */
+    postbox_queue *replies = open_queue(store, "replies", NULL);
+    if (replies == NULL) return;
+    struct sr_requester rq[SR_REQUESTERS];
+    pthread_t threads[SR_REQUESTERS];
+    for (int r = 0; r < SR_REQUESTERS; r++) {
+        rq[r] = (struct sr_requester){.replies = replies, .index = r, .in_order = 0};
+        pthread_create(&threads[r], NULL, sr_requester_main, &rq[r]);
+    }
+    char body[32], cid[32];
+    for (int i = 0; i < SR_EACH; i++) {
+        for (int r = SR_REQUESTERS - 1; r >= 0; r--) {
+            snprintf(body, sizeof body, "%d:%d", r, i);
+            snprintf(cid, sizeof cid, "requester-%d", r);
+            o.correlation_id = cid;
+            CHECK_OK(postbox_send(replies, NULL, (const uint8_t *)body, strlen(body), &o, NULL));
+        }
+    }
+    for (int r = 0; r < SR_REQUESTERS; r++) {
+        pthread_join(threads[r], NULL);
+        CHECK(rq[r].in_order == 1);
+    }
+    CHECK(stats_of(replies).active == 0);
+
+    /* A deleted queue stays deleted. */
+    bool existed = false;
+    CHECK_OK(postbox_queue_delete(store, "replies", &existed));
+    CHECK(existed);
+    CHECK_RC(postbox_queue_open_existing(store, "replies", &missing), POSTBOX_QUEUE_NOT_FOUND);
+    CHECK_RC(postbox_send(replies, NULL, (const uint8_t *)"late", 4, NULL, NULL),
+             POSTBOX_QUEUE_NOT_FOUND);
+    postbox_queue_free(replies);
+    postbox_queue_free(again);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -2798,6 +2921,7 @@ int main(int argc, char **argv) {
         {"processor_shutdown_waits", test_processor_shutdown_waits},
         {"processor_store_closed_under_it", test_processor_store_closed_under_it},
         {"tx_renew_lock", test_tx_renew_lock},
+        {"selective_receive", test_selective_receive},
         {"browse_is_fresh", test_browse_is_fresh},
         {"bit_flips", test_bit_flips},
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
