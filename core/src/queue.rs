@@ -22,9 +22,11 @@ pub struct QueueStats {
     pub locked: u64,
     /// Waiting for their `visible_at` (including abandoned-with-delay).
     pub scheduled: u64,
+    /// Set aside with [`Received::defer`]: receivable by id only.
+    pub deferred: u64,
     /// In this queue's dead-letter queue (0 for a dead-letter queue itself).
     pub dead_lettered: u64,
-    /// Body bytes held by the queue (active, locked and scheduled).
+    /// Message bytes held by the queue (active, locked, scheduled and deferred).
     pub bytes: u64,
 }
 
@@ -413,6 +415,7 @@ impl Queue {
                 active: c.active,
                 locked: c.locked,
                 scheduled: c.scheduled,
+                deferred: c.deferred,
                 dead_lettered,
                 bytes: c.bytes,
             })

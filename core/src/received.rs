@@ -140,6 +140,36 @@ impl Received {
         self.settle(Settle::Resubmit)
     }
 
+    /// Defers the message: it stays in its queue, set aside, never delivered by a normal
+    /// receive again, until it is received by id ([`Queue::receive_by_id`]): the Service Bus
+    /// workflow-step pattern. It keeps its time to live and delivery count, counts as
+    /// [`QueueStats::deferred`](crate::QueueStats::deferred), and a later lock on it that ends
+    /// unsettled (abandoned, expired) leaves it deferred again.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// # let q = store.queue("orders")?;
+    /// # use std::time::Duration;
+    /// let id = q.send("order 7: wait for payment")?;
+    /// q.receive(Duration::ZERO)?.unwrap().defer()?;
+    /// assert!(q.receive(Duration::ZERO)?.is_none());           // set aside
+    /// assert_eq!(q.stats()?.deferred, 1);
+    /// let later = q.receive_by_id(id, Duration::ZERO)?.unwrap(); // the payment arrived
+    /// later.complete()?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// [`Queue::receive_by_id`]: crate::Queue::receive_by_id
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`]; storage errors. As for [`Received::complete`], errors give the
+    /// message back.
+    pub fn defer(self) -> Result<(), SettleError> {
+        self.settle(Settle::Defer)
+    }
+
     /// Extends the lock by the queue's `lock_duration` from now; returns the new expiry.
     ///
     /// # Errors

@@ -1,11 +1,11 @@
-//! On-disk format: `fixtures/v1.postbox` was written by postbox in store format 1 and must stay
-//! readable, property for property, by every later version. Opening it for writing upgrades it
-//! to the current format (2: every record checksummed), which the tests check as well.
+//! On-disk format: `fixtures/v1.postbox` and `fixtures/v2.postbox` were written by postbox in
+//! store formats 1 and 2 by the same scenario, and must stay readable, property for property, by
+//! every later version. Opening one for writing upgrades it to the current format (3), which the
+//! tests check as well.
 //!
-//! `v1.postbox` is never regenerated: this version writes format 2. The scenario that wrote it
-//! is kept as `regenerate_fixture`, which now writes `fixtures/v2.postbox` (not committed yet),
-//! for a fixture of the current format:
-//! `cargo test -p postbox --test format -- --ignored regenerate_fixture`.
+//! The committed fixtures are never regenerated. The scenario that wrote them is kept as
+//! `regenerate_fixture`, which now writes `fixtures/v3.postbox` (not committed), for a fixture
+//! of the current format: `cargo test -p postbox --test format -- --ignored regenerate_fixture`.
 
 mod common;
 
@@ -23,13 +23,20 @@ const T0: u64 = 1_700_000_000_000;
 const SEC: Duration = Duration::from_secs(1);
 const DAY: Duration = Duration::from_secs(86_400);
 
-fn fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1.postbox")
+/// The committed fixture of store format `version`.
+fn fixture_path(version: u64) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/v{version}.postbox"))
 }
 
-/// Where `regenerate_fixture` writes: a fixture of the current format, never over `v1.postbox`.
+/// The committed fixtures.
+const FIXTURES: [u64; 2] = [1, 2];
+/// The format this version writes.
+const CURRENT: u64 = 3;
+
+/// Where `regenerate_fixture` writes: a fixture of the current format, never over a committed
+/// one.
 fn current_fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2.postbox")
+    fixture_path(CURRENT)
 }
 
 fn at(offset: Duration) -> SystemTime {
@@ -64,7 +71,7 @@ fn full_properties() -> BTreeMap<String, PropertyValue> {
 /// Writes the fixture. Ids 1–5: 1 every property, 2 empty body, 3 scheduled, 4 dead-lettered,
 /// 5 (queue `audit`) delivered once and abandoned.
 #[test]
-#[ignore = "writes tests/fixtures/v2.postbox; run only for a deliberate format change"]
+#[ignore = "writes tests/fixtures/v3.postbox; run only for a deliberate format change"]
 fn regenerate_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.postbox");
@@ -130,18 +137,18 @@ fn regenerate_fixture() {
     );
 }
 
-/// A private copy of the fixture, opened at T0 + 10 s.
-fn open_copy() -> (tempfile::TempDir, Arc<FixedClock>, Store) {
+/// A private copy of the fixture of format `version`, opened at T0 + 10 s.
+fn open_copy(version: u64) -> (tempfile::TempDir, Arc<FixedClock>, Store) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("copy.postbox");
-    std::fs::copy(fixture_path(), &path).expect("tests/fixtures/v1.postbox is committed");
+    std::fs::copy(fixture_path(version), &path).expect("the fixture is committed");
     let clock = FixedClock::at(T0 + 10_000);
     let store = Store::builder().clock(clock.clone()).open(&path).unwrap();
     (dir, clock, store)
 }
 
-/// Everything the fixture holds, property for property.
-fn assert_fixture_contents(store: &Store) {
+/// Everything the fixture of format `version` holds, property for property.
+fn assert_fixture_contents(store: &Store, version: u64) {
     assert_eq!(store.queues().unwrap(), vec!["audit", "orders"]);
     let orders = store.queue("orders").unwrap();
     let audit = store.queue("audit").unwrap();
@@ -151,10 +158,16 @@ fn assert_fixture_contents(store: &Store) {
     assert_eq!(dlq.options().unwrap().lock_duration, 45 * SEC);
     assert_eq!(dlq.options().unwrap().max_message_size, 65_536);
 
+    // Format 1 counted body bytes; since format 2 a message's bytes are its body and its
+    // properties. An upgrade keeps the counts it finds.
     let full = FULL_BODY.len() as u64;
-    assert_eq!(counts(&orders), (2, 0, 1, 1, full + 5));
-    assert_eq!(counts(&dlq), (1, 0, 0, 0, 6));
-    assert_eq!(counts(&audit), (1, 0, 0, 0, 11));
+    let (orders_bytes, dlq_bytes, audit_bytes) = match version {
+        1 => (full + 5, 6, 11),
+        _ => (118, 6 + 3, 11 + 2 + 7),
+    };
+    assert_eq!(counts(&orders), (2, 0, 1, 1, orders_bytes));
+    assert_eq!(counts(&dlq), (1, 0, 0, 0, dlq_bytes));
+    assert_eq!(counts(&audit), (1, 0, 0, 0, audit_bytes));
     assert_eq!(counts(&audit.dead_letters().unwrap()), (0, 0, 0, 0, 0));
 
     // Message 1: every property.
@@ -232,15 +245,43 @@ fn assert_fixture_contents(store: &Store) {
 }
 
 #[test]
-fn fixture_v1_reads_back_exactly() {
-    let committed = std::fs::read(fixture_path()).unwrap();
-    let (_dir, _clock, store) = open_copy();
-    assert_fixture_contents(&store);
+fn fixtures_read_back_exactly() {
+    for version in FIXTURES {
+        let committed = std::fs::read(fixture_path(version)).unwrap();
+        let (_dir, _clock, store) = open_copy(version);
+        assert_fixture_contents(&store, version);
+        store.close().unwrap();
+        assert!(
+            std::fs::read(fixture_path(version)).unwrap() == committed,
+            "the committed fixture v{version} must never be modified"
+        );
+    }
+}
+
+#[test]
+fn fixture_v2_is_upgraded_to_the_current_format_on_open() {
+    let (dir, clock, store) = open_copy(2);
     store.close().unwrap();
+    let path = dir.path().join("copy.postbox");
+    let (version, states, queues, data) = raw_formats(&path);
+    assert_eq!(version, Some(CURRENT), "the upgrade ran");
+    // Format 3 changed no row: it added a table.
+    assert!(states.iter().all(|b| b & 0x80 != 0), "{states:?}");
+    assert!(queues.iter().all(|&b| b == 0xFE), "{queues:?}");
+    assert!(data.iter().all(|&b| b == 0xFE), "{data:?}");
+    let db = redb::Database::builder().open_read_only(&path).unwrap();
+    let txn = db.begin_read().unwrap();
     assert!(
-        std::fs::read(fixture_path()).unwrap() == committed,
-        "the committed fixture must never be modified"
+        txn.open_table(DEFERRED)
+            .unwrap()
+            .iter()
+            .unwrap()
+            .next()
+            .is_none()
     );
+    drop((txn, db));
+    let store = Store::builder().clock(clock).open(&path).unwrap();
+    assert_fixture_contents(&store, 2);
 }
 
 // The engine's table names and layouts (core/src/engine/tables.rs and codec.rs), repeated here
@@ -249,6 +290,7 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("postbox.meta");
 const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("postbox.queues");
 const STATE: TableDefinition<u64, [u8; 64]> = TableDefinition::new("postbox.state");
 const DATA: TableDefinition<u64, &[u8]> = TableDefinition::new("postbox.data");
+const DEFERRED: TableDefinition<(u32, u64), ()> = TableDefinition::new("postbox.deferred");
 
 /// What a closed store holds on disk: (format version, byte 5 of every state row, first byte
 /// of every queue record, first byte of every envelope). Opens read-only: a writable open of a
@@ -272,9 +314,9 @@ fn raw_formats(path: &Path) -> (Option<u64>, Vec<u8>, Vec<u8>, Vec<u8>) {
 }
 
 #[test]
-fn fixture_v1_is_upgraded_to_format_2_on_open() {
-    let committed = std::fs::read(fixture_path()).unwrap();
-    let (dir, clock, store) = open_copy();
+fn fixture_v1_is_upgraded_to_the_current_format_on_open() {
+    let committed = std::fs::read(fixture_path(1)).unwrap();
+    let (dir, clock, store) = open_copy(1);
     store.close().unwrap();
 
     let pristine = dir.path().join("pristine.postbox");
@@ -287,7 +329,7 @@ fn fixture_v1_is_upgraded_to_format_2_on_open() {
 
     let path = dir.path().join("copy.postbox");
     let (version, states, queues, data) = raw_formats(&path);
-    assert_eq!(version, Some(2), "the upgrade ran");
+    assert_eq!(version, Some(CURRENT), "the upgrade ran");
     assert_eq!(states.len(), 5);
     assert!(
         states.iter().all(|b| b & 0x80 != 0),
@@ -311,19 +353,25 @@ fn fixture_v1_is_upgraded_to_format_2_on_open() {
             .verify_on_open(verify)
             .open(&path)
             .unwrap();
-        assert_fixture_contents(&store);
+        assert_fixture_contents(&store, 1);
         store.close().unwrap();
-        assert_eq!(raw_formats(&path).0, Some(2));
+        assert_eq!(raw_formats(&path).0, Some(CURRENT));
     }
     assert!(
-        std::fs::read(fixture_path()).unwrap() == committed,
+        std::fs::read(fixture_path(1)).unwrap() == committed,
         "the committed fixture must never be modified"
     );
 }
 
 #[test]
-fn fixture_v1_keeps_working_after_opening() {
-    let (_dir, clock, store) = open_copy();
+fn fixtures_keep_working_after_opening() {
+    for version in FIXTURES {
+        fixture_keeps_working(version);
+    }
+}
+
+fn fixture_keeps_working(version: u64) {
+    let (_dir, clock, store) = open_copy(version);
     let orders = store.queue("orders").unwrap();
     let audit = store.queue("audit").unwrap();
     let dlq = orders.dead_letters().unwrap();

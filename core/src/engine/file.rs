@@ -93,6 +93,7 @@ macro_rules! for_each_table {
         $f($($arg,)* OWNER_SCOPES)?;
         $f($($arg,)* DEDUP)?;
         $f($($arg,)* DEDUP_EXPIRY)?;
+        $f($($arg,)* DEFERRED)?;
     }};
 }
 
@@ -158,11 +159,11 @@ fn check_version(path: &Path, version: Option<u64>) -> Result<u64> {
 /// back: a redb table cannot be changed while it is being iterated).
 const UPGRADE_BATCH: usize = 4096;
 
-/// Upgrades a format-1 store to format 2 in one write transaction: every state row and queue
-/// record is rewritten with its checksum, tables the store predates are created (a format-2
-/// store has them all), then the format version is set. Envelopes are left in format 1 (their
-/// decoder still reads it). A crash before the commit leaves the store in format 1, and the
-/// next open upgrades it again.
+/// Upgrades an older store to the current format in one write transaction: tables the store
+/// predates are created (format 3 added `DEFERRED`); from format 1, every state row and queue
+/// record is rewritten with its checksum as well (envelopes are left in format 1, which their
+/// decoder still reads); then the format version is set. A crash before the commit leaves the
+/// store as it was, and the next open upgrades it again.
 ///
 /// A row or record that format 1 cannot decode either is left as it is: it was unreadable before
 /// and stays so (the operation that reads it reports `Corrupted`); opening never destroys.
@@ -170,12 +171,12 @@ fn upgrade(db: &Database) -> Result<()> {
     let txn = db.begin_write()?;
     // Another process sharing the store may have upgraded it since we looked.
     let version = txn.open_table(META)?.get(KEY_FORMAT)?.map(|g| g.value());
-    if version != Some(1) {
+    if version.is_none_or(|v| v >= FORMAT_VERSION) {
         txn.abort()?;
         return Ok(());
     }
     for_each_table!(create_table(&txn));
-    {
+    if version == Some(1) {
         let mut states = txn.open_table(STATE)?;
         let mut from = 0u64;
         loop {
@@ -210,8 +211,8 @@ fn upgrade(db: &Database) -> Result<()> {
                 )?;
             }
         }
-        write_format(&mut txn.open_table(META)?)?;
     }
+    write_format(&mut txn.open_table(META)?)?;
     txn.commit()?;
     Ok(())
 }

@@ -171,8 +171,10 @@ pub fn browse_next(
                 _ => st.visible_at == at,
             };
             let pos = (MAX_PRIORITY - st.priority, id);
+            // A deferred message's lock ends in the deferred state, not in the queue.
             if st.queue == q
                 && st.status == status
+                && !st.deferred
                 && at_matches
                 && rules::spent(&st, max_deliveries, now).is_none()
                 && past(pos)

@@ -41,6 +41,8 @@ pub const OWNERS: TableDefinition<u64, (u32, u64)> = TableDefinition::new("postb
 pub const OWNER_SCOPES: TableDefinition<u64, u64> = TableDefinition::new("postbox.owner_scopes");
 /// (queue id, message_key) → (message id, forget at ms): duplicate detection.
 pub const DEDUP: TableDefinition<(u32, &str), (u64, u64)> = TableDefinition::new("postbox.dedup");
+/// (queue id, message id): deferred messages, set aside until received by id (format 3).
+pub const DEFERRED: TableDefinition<(u32, u64), ()> = TableDefinition::new("postbox.deferred");
 /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are forgotten.
 pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
     TableDefinition::new("postbox.dedup_expiry");
@@ -53,7 +55,10 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 ///   format-1 store upgrades it in one write transaction (`file::upgrade`): state rows and queue
 ///   records are rewritten with their checksums; envelopes keep format 1 (rewriting every body
 ///   would cost as much as the store is large) and are decoded unchecked.
-pub const FORMAT_VERSION: u64 = 2;
+/// - 3: deferred messages: state status 3 and flag bit 0x40 ("deferred: its lock ends in the
+///   deferred state"), the `DEFERRED` index, and per-queue extra counts in `COUNTERS` under
+///   [`EXTRA_COUNTS_BASE`] + queue id. Upgrading from 2 creates the new table; no row changes.
+pub const FORMAT_VERSION: u64 = 3;
 
 pub const KEY_FORMAT: &str = "format_version";
 /// The CRC32C of the format version's little-endian bytes, written beside it by stores created
@@ -110,13 +115,25 @@ pub fn decode_sequences(b: &[u8; COUNTERS_LEN]) -> [u64; 4] {
 pub const STATE_LEN: usize = 64;
 pub const COUNTERS_LEN: usize = 32;
 
+/// `COUNTERS` keys from here on hold a queue's extra counts (deferred, and room for three
+/// more), keyed `EXTRA_COUNTS_BASE + queue id`: queue ids stay below it, and the commit marks
+/// sit above it (`db::FIRST_MARK_KEY`). A row exists only once a count in it was non-zero, so
+/// queues that never use these states cost nothing.
+pub const EXTRA_COUNTS_BASE: u32 = 1 << 30;
+
 /// Where a message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Ready = 0,
     Locked = 1,
     Scheduled = 2,
+    /// Set aside by its receiver: never delivered by a normal receive, only by id.
+    Deferred = 3,
 }
+
+/// Byte 5 of a state row: the message is deferred, so a lock on it ends in `Deferred` rather
+/// than `Ready` (format 3).
+const STATE_DEFERRED: u8 = 0x40;
 
 /// Byte 5 of a state row: set in every row written by store format 2, meaning "bytes 6..8 hold
 /// the row's CRC-16". A row without it is rejected by [`State::decode`]: a format-2 store has no
@@ -215,6 +232,8 @@ pub struct State {
     pub queue: u32,
     pub priority: u8,
     pub status: Status,
+    /// Deferred: locks on it end in `Deferred` (it is receivable by id only).
+    pub deferred: bool,
     pub delivery_count: u32,
     pub size: u32,
     pub enqueued_at: u64,
@@ -231,7 +250,8 @@ impl State {
         let mut b = [0u8; STATE_LEN];
         b[0..4].copy_from_slice(&self.queue.to_le_bytes());
         b[4] = self.priority;
-        b[5] = self.status as u8 | STATE_CHECKSUMMED;
+        b[5] =
+            self.status as u8 | STATE_CHECKSUMMED | if self.deferred { STATE_DEFERRED } else { 0 };
         b[8..12].copy_from_slice(&self.delivery_count.to_le_bytes());
         b[12..16].copy_from_slice(&self.size.to_le_bytes());
         b[16..24].copy_from_slice(&self.enqueued_at.to_le_bytes());
@@ -270,6 +290,8 @@ impl State {
     }
 
     fn decode_fields(b: &[u8; STATE_LEN], status: u8) -> Result<State, String> {
+        let deferred = status & STATE_DEFERRED != 0;
+        let status = status & !STATE_DEFERRED;
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
@@ -280,15 +302,20 @@ impl State {
             0 => Status::Ready,
             1 => Status::Locked,
             2 => Status::Scheduled,
+            3 => Status::Deferred,
             other => return Err(format!("unknown message status {other}")),
         };
         if b[4] > crate::message::MAX_PRIORITY {
             return Err(format!("priority {} out of range", b[4]));
         }
+        if status == Status::Deferred && !deferred {
+            return Err("a deferred message state without its flag".into());
+        }
         Ok(State {
             queue: u32_at(0),
             priority: b[4],
             status,
+            deferred,
             delivery_count: u32_at(8),
             size: u32_at(12),
             enqueued_at: u64_at(16),
@@ -312,6 +339,8 @@ pub struct QueueCounts {
     pub locked: u64,
     pub scheduled: u64,
     pub bytes: u64,
+    /// Kept in the queue's extra counts row (see [`EXTRA_COUNTS_BASE`]).
+    pub deferred: u64,
 }
 
 impl QueueCounts {
@@ -335,11 +364,31 @@ impl QueueCounts {
             locked: u64_at(8),
             scheduled: u64_at(16),
             bytes: u64_at(24),
+            deferred: 0,
         }
     }
 
+    /// The extra counts row.
+    pub fn encode_extra(&self) -> [u8; COUNTERS_LEN] {
+        let mut b = [0u8; COUNTERS_LEN];
+        b[0..8].copy_from_slice(&self.deferred.to_le_bytes());
+        b
+    }
+
+    /// Takes the extra counts from their row.
+    pub fn set_extra(&mut self, b: &[u8; COUNTERS_LEN]) {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[0..8]);
+        self.deferred = u64::from_le_bytes(a);
+    }
+
+    /// Whether any extra count is non-zero (a row must exist for it).
+    pub fn has_extra(&self) -> bool {
+        self.deferred != 0
+    }
+
     pub fn total(&self) -> u64 {
-        self.active + self.locked + self.scheduled
+        self.active + self.locked + self.scheduled + self.deferred
     }
 
     pub fn slot(&mut self, status: Status) -> &mut u64 {
@@ -347,6 +396,7 @@ impl QueueCounts {
             Status::Ready => &mut self.active,
             Status::Locked => &mut self.locked,
             Status::Scheduled => &mut self.scheduled,
+            Status::Deferred => &mut self.deferred,
         }
     }
 }
@@ -360,6 +410,7 @@ mod tests {
             queue: 3,
             priority: 7,
             status: Status::Locked,
+            deferred: false,
             delivery_count: 2,
             size: 4096,
             enqueued_at: 1_700_000_000_000,
@@ -436,6 +487,24 @@ mod tests {
             assert_eq!(State::decode(7, &b), Ok(st));
             assert!(State::decode_format1(&b).is_err());
         }
+    }
+
+    #[test]
+    fn the_deferred_flag_round_trips_and_a_deferred_status_needs_it() {
+        for status in [Status::Deferred, Status::Locked] {
+            let st = State {
+                status,
+                deferred: true,
+                ..sample()
+            };
+            assert_eq!(State::decode(7, &st.encode(7)), Ok(st));
+        }
+        let orphan = State {
+            status: Status::Deferred,
+            deferred: false,
+            ..sample()
+        };
+        assert!(State::decode(7, &orphan.encode(7)).is_err());
     }
 
     #[test]

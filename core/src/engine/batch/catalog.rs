@@ -112,11 +112,11 @@ impl<'t> Batch<'t> {
             o.apply_to(&QueueSettings::default())
         });
         options.validate()?;
-        // Queue ids stay below the commit marks' keys in `COUNTERS`.
+        // Queue ids stay below the extra counts' and commit marks' keys in `COUNTERS`.
         let queue_id = |v: u64| {
             u32::try_from(v)
                 .ok()
-                .filter(|id| *id < crate::engine::db::FIRST_MARK_KEY)
+                .filter(|id| *id < EXTRA_COUNTS_BASE)
                 .ok_or_else(|| Error::invalid("too many queues"))
         };
         let id = queue_id(self.next_seq(Seq::Queue)?)?;
@@ -162,6 +162,7 @@ impl<'t> Batch<'t> {
             self.t_queues()?.remove(qname.as_str())?;
             self.t_queue_ids()?.remove(q)?;
             self.t_counters()?.remove(q)?;
+            self.t_counters()?.remove(EXTRA_COUNTS_BASE + q)?;
             self.counter_cache.remove(&q);
             self.queue_cache.remove(&q);
             self.deleted.insert(q);
@@ -186,11 +187,15 @@ impl<'t> Batch<'t> {
         Ok(true)
     }
 
-    /// Removes every message of queue `q` (receivable, scheduled and locked). Returns how many.
+    /// Removes every message of queue `q` (receivable, scheduled, deferred and locked). Returns
+    /// how many.
     pub fn purge(&mut self, q: u32) -> Result<u64> {
         let mut ids: Vec<u64> = Vec::new();
         for e in self.t_ready()?.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))? {
             ids.push(e?.0.value().2);
+        }
+        for e in self.t_deferred()?.range((q, 0)..=(q, u64::MAX))? {
+            ids.push(e?.0.value().1);
         }
         let mut others = index_ids(self.t_scheduled()?)?;
         others.extend(index_ids(self.t_lock_expiry()?)?);

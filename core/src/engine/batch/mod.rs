@@ -66,6 +66,9 @@ pub enum Settle {
         description: String,
     },
     Resubmit,
+    /// Sets the message aside: never delivered by a normal receive again, only by id; a lock
+    /// on it later ends in the deferred state again. It keeps its TTL and delivery count.
+    Defer,
 }
 
 /// The earliest time at which each time index may hold due work; 0 means "unknown: look".
@@ -112,9 +115,12 @@ pub struct Batch<'t> {
     owner_scopes: Option<Table<'t, u64, u64>>,
     dedup: Option<DedupTable<'t>>,
     dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
+    deferred: Option<Table<'t, (u32, u64), ()>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
-    counter_cache: HashMap<u32, QueueCounts>,
+    /// Each queue's counts as this batch changed them, with its deferred count as loaded (the
+    /// extra counts row is written only when that changed).
+    counter_cache: HashMap<u32, (QueueCounts, u64)>,
     /// Queues deleted in this batch.
     deleted: HashSet<u32>,
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
@@ -169,6 +175,7 @@ impl<'t> Batch<'t> {
             owner_scopes: None,
             dedup: None,
             dedup_expiry: None,
+            deferred: None,
             seqs: None,
             counter_cache: HashMap::new(),
             deleted: HashSet::new(),
@@ -227,6 +234,10 @@ impl<'t> Batch<'t> {
         lazy(self.txn, &mut self.dedup, DEDUP)
     }
 
+    fn t_deferred(&mut self) -> Result<&mut Table<'t, (u32, u64), ()>> {
+        lazy(self.txn, &mut self.deferred, DEFERRED)
+    }
+
     fn t_dedup_expiry(&mut self) -> Result<&mut Table<'t, (u64, u32, &'static str), ()>> {
         lazy(self.txn, &mut self.dedup_expiry, DEDUP_EXPIRY)
     }
@@ -237,10 +248,19 @@ impl<'t> Batch<'t> {
             self.t_counters()?
                 .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
         }
-        for (q, c) in std::mem::take(&mut self.counter_cache) {
+        for (q, (c, loaded_deferred)) in std::mem::take(&mut self.counter_cache) {
             // A queue deleted in this batch lost its counters; do not resurrect them.
-            if !self.deleted.contains(&q) {
-                self.t_counters()?.insert(q, c.encode())?;
+            if self.deleted.contains(&q) {
+                continue;
+            }
+            self.t_counters()?.insert(q, c.encode())?;
+            if c.deferred != loaded_deferred {
+                let key = EXTRA_COUNTS_BASE + q;
+                if c.has_extra() {
+                    self.t_counters()?.insert(key, c.encode_extra())?;
+                } else {
+                    self.t_counters()?.remove(key)?;
+                }
             }
         }
         Ok(())
@@ -263,25 +283,30 @@ impl<'t> Batch<'t> {
 
     fn counters_mut(&mut self, q: u32) -> Result<&mut QueueCounts> {
         if !self.counter_cache.contains_key(&q) {
-            let c = self
-                .t_counters()?
-                .get(q)?
-                .map(|g| QueueCounts::decode(&g.value()))
-                .unwrap_or_default();
-            self.counter_cache.insert(q, c);
+            let c = self.load_counts(q)?;
+            self.counter_cache.insert(q, (c, c.deferred));
         }
         self.mutations += 1;
-        Ok(self.counter_cache.entry(q).or_default())
+        Ok(&mut self.counter_cache.entry(q).or_default().0)
     }
 
     pub fn counters(&mut self, q: u32) -> Result<QueueCounts> {
-        if let Some(c) = self.counter_cache.get(&q) {
+        if let Some((c, _)) = self.counter_cache.get(&q) {
             return Ok(*c);
         }
-        Ok(self
-            .t_counters()?
+        self.load_counts(q)
+    }
+
+    /// Queue `q`'s counts as stored: its counts row and, if it has one, its extra counts row.
+    fn load_counts(&mut self, q: u32) -> Result<QueueCounts> {
+        let t = self.t_counters()?;
+        let mut c = t
             .get(q)?
             .map(|g| QueueCounts::decode(&g.value()))
-            .unwrap_or_default())
+            .unwrap_or_default();
+        if let Some(extra) = t.get(EXTRA_COUNTS_BASE + q)? {
+            c.set_extra(&extra.value());
+        }
+        Ok(c)
     }
 }

@@ -131,6 +131,7 @@ impl<'t> Batch<'t> {
         // The whole message counts against `max_bytes`, as it does against `max_message_size`.
         let size = u32::try_from(m.size()).map_err(|_| Error::invalid("message too large"))?;
         let mut st = State {
+            deferred: false,
             queue: q,
             priority: m.priority,
             status: Status::Ready,

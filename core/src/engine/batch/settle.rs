@@ -85,9 +85,10 @@ impl<'t> Batch<'t> {
     /// delivery order with the correlation id (a scan of the queue's receivable messages).
     fn select_ready(&mut self, q: u32, select: &Select) -> Result<Option<(u64, State)>> {
         match select {
+            // By id, a deferred message is receivable too: that is the only way to it.
             Select::Id(id) => Ok(self
                 .load_state(*id)?
-                .filter(|st| st.queue == q && st.status == Status::Ready)
+                .filter(|st| st.queue == q && matches!(st.status, Status::Ready | Status::Deferred))
                 .map(|st| (*id, st))),
             Select::CorrelationId(wanted) => {
                 let ids: Vec<u64> = self
@@ -148,7 +149,10 @@ impl<'t> Batch<'t> {
                     return Ok(Some(why.reason().to_owned()));
                 }
                 self.detach(id, &st)?;
-                let status = if *delay_ms == 0 {
+                let status = if st.deferred {
+                    // A deferred message stays set aside: a delay means nothing there.
+                    Status::Deferred
+                } else if *delay_ms == 0 {
                     Status::Ready
                 } else {
                     st.visible_at = self.now.saturating_add(*delay_ms);
@@ -175,6 +179,11 @@ impl<'t> Batch<'t> {
                 }
                 self.move_to_dead_letter(id, st, reason, description)?;
                 Ok(Some(reason.clone()))
+            }
+            Settle::Defer => {
+                self.detach(id, &st)?;
+                st.deferred = true;
+                self.attach(id, &mut st, Status::Deferred).map(|()| None)
             }
             Settle::Resubmit => {
                 let rec = self.require_queue(st.queue, "")?;

@@ -30,6 +30,9 @@ impl<'t> Batch<'t> {
             Status::Locked => {
                 self.t_lock_expiry()?.remove((st.locked_until, id))?;
             }
+            Status::Deferred => {
+                self.t_deferred()?.remove((st.queue, id))?;
+            }
         }
         if st.status != Status::Locked && st.expires_at != 0 {
             self.t_expiring()?.remove((st.expires_at, id))?;
@@ -62,6 +65,9 @@ impl<'t> Batch<'t> {
                 self.t_lock_expiry()?.insert((st.locked_until, id), ())?;
                 self.hints.lock = self.hints.lock.min(st.locked_until);
             }
+            Status::Deferred => {
+                self.t_deferred()?.insert((st.queue, id), ())?;
+            }
         }
         if status != Status::Locked && st.expires_at != 0 {
             self.t_expiring()?.insert((st.expires_at, id), ())?;
@@ -89,7 +95,12 @@ impl<'t> Batch<'t> {
             return self.move_to_dead_letter(id, st, why.reason(), &why.description());
         }
         self.detach(id, &st)?;
-        self.attach(id, &mut st, Status::Ready)
+        let back = if st.deferred {
+            Status::Deferred
+        } else {
+            Status::Ready
+        };
+        self.attach(id, &mut st, back)
     }
 
     /// Reads and decodes message `id`'s envelope and body.
@@ -122,6 +133,7 @@ impl<'t> Batch<'t> {
         )?;
         st.queue = to;
         st.expires_at = 0;
+        st.deferred = false;
         self.attach(id, &mut st, Status::Ready)?;
         self.counters_mut(to)?.bytes += size;
         Ok(st)
