@@ -520,7 +520,9 @@ typedef struct postbox_bytes {
 } postbox_bytes;
 
 /**
- * Exact counts of a queue, filled by `postbox_queue_stats`.
+ * Exact counts of a queue, filled by `postbox_queue_stats`. This struct has no `struct_size`,
+ * so it never grows; `postbox_queue_counts_get` fills `postbox_queue_counts`, which also
+ * counts deferred messages and may gain fields.
  */
 typedef struct postbox_stats {
   /**
@@ -540,11 +542,57 @@ typedef struct postbox_stats {
    */
   uint64_t dead_lettered;
   /**
-   * Message bytes held (active, locked and scheduled), each message counted as for
+   * Message bytes held (active, locked, scheduled and deferred), each message counted as for
    * `max_message_size`: body, text properties, user property keys and values.
    */
   uint64_t bytes;
 } postbox_stats;
+
+/**
+ * Exact counts of a queue, filled by `postbox_queue_counts_get`: the successor of
+ * `postbox_stats`, with the deferred messages and room to grow.
+ *
+ * Versioned: the caller sets `struct_size` to `sizeof(postbox_queue_counts)` (or calls
+ * `postbox_queue_counts_init`) before the call. Later versions of the library append fields
+ * and keep accepting the shorter struct of an older header: a caller built against an older
+ * header gets only the fields its `struct_size` covers, and nothing past them is written.
+ */
+typedef struct postbox_queue_counts {
+  /**
+   * `sizeof(postbox_queue_counts)`, set by the caller; written back unchanged.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved (keeps the counts 8-byte aligned without padding); written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Receivable now.
+   */
+  uint64_t active;
+  /**
+   * Held by a receiver or a transaction.
+   */
+  uint64_t locked;
+  /**
+   * Waiting for their visible time (scheduled, or abandoned with a delay).
+   */
+  uint64_t scheduled;
+  /**
+   * Set aside with `postbox_message_defer`: receivable only by id (`postbox_receive_by_id`).
+   * A deferred message locked by such a receive counts as `locked` until settled.
+   */
+  uint64_t deferred;
+  /**
+   * In this queue's dead-letter queue (0 for a dead-letter queue itself).
+   */
+  uint64_t dead_lettered;
+  /**
+   * Message bytes held (active, locked, scheduled and deferred), each message counted as for
+   * `max_message_size`: body, text properties, user property keys and values.
+   */
+  uint64_t bytes;
+} postbox_queue_counts;
 
 /**
  * One user property of a message to send.
@@ -1065,6 +1113,9 @@ int postbox_queue_dead_letters(const struct postbox_queue *queue,
 /**
  * Reads the queue's exact counts into `stats_out`. Time-driven changes (expired locks and
  * messages, due scheduled messages) are applied first, so the counts are true as of the call.
+ * Deferred messages (set aside with `postbox_message_defer`) are in none of these counts,
+ * though their bytes are in `bytes`: `postbox_queue_counts_get` also reports deferred
+ * messages.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
@@ -1073,9 +1124,32 @@ int postbox_queue_dead_letters(const struct postbox_queue *queue,
 int postbox_queue_stats(const struct postbox_queue *queue, struct postbox_stats *stats_out);
 
 /**
- * Removes every message of the queue (receivable, scheduled and locked: holders of locks get
- * `POSTBOX_LOCK_LOST` when they settle). The dead-letter queue is left alone. `removed_out`
- * may be NULL; on success it receives how many messages were removed.
+ * Fills `counts` with zeros and sets its `struct_size`, ready for `postbox_queue_counts_get`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `counts` is NULL.
+ */
+int postbox_queue_counts_init(struct postbox_queue_counts *counts);
+
+/**
+ * Reads the queue's exact counts, deferred messages included, into `counts_out`, whose
+ * `struct_size` the caller sets first (`sizeof(postbox_queue_counts)`, or
+ * `postbox_queue_counts_init`). As `postbox_queue_stats`, time-driven changes are applied
+ * first, so the counts are true as of the call. A caller built against an older header gets
+ * only the fields its `struct_size` covers.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`: 0, smaller than the first
+ * version of the struct, or larger than this library's); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_queue_counts_get(const struct postbox_queue *queue,
+                             struct postbox_queue_counts *counts_out);
+
+/**
+ * Removes every message of the queue (receivable, scheduled, deferred and locked: holders of
+ * locks get `POSTBOX_LOCK_LOST` when they settle). The dead-letter queue is left alone.
+ * `removed_out` may be NULL; on success it receives how many messages were removed.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
@@ -1163,8 +1237,8 @@ int postbox_peek_wait(const struct postbox_queue *queue,
                       struct postbox_message **message_out);
 
 /**
- * Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled),
- * without locking it. `message_out` receives a handle the caller frees with
+ * Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled,
+ * deferred), without locking it. `message_out` receives a handle the caller frees with
  * `postbox_message_free`.
  *
  * # Returns
@@ -1229,7 +1303,9 @@ int postbox_receive(struct postbox_queue *queue,
 /**
  * Receives message `id` of the queue, waiting up to `timeout_ms` for it to be receivable
  * (sent, its scheduled time come, its lock released); other messages are left alone. As
- * `postbox_receive` otherwise, with or without a transaction.
+ * `postbox_receive` otherwise, with or without a transaction. The one way to receive a
+ * deferred message (`postbox_message_defer`); a lock on it that ends unsettled leaves it
+ * deferred.
  *
  * # Returns
  * As `postbox_receive`: `POSTBOX_TIMEOUT` also when `id` is not a receivable message of
@@ -1387,6 +1463,27 @@ int postbox_message_dead_letter(struct postbox_message *message,
  * `POSTBOX_QUEUE_NOT_FOUND` if its source queue was deleted.
  */
 int postbox_message_resubmit(struct postbox_message *message);
+
+/**
+ * Defers a received message: it stays in its queue, set aside. No `postbox_receive`,
+ * `postbox_peek` or browse returns it again; only `postbox_receive_by_id` does (keep its id,
+ * `postbox_message_id`). It keeps its time to live and delivery count (expiry and
+ * `max_deliveries` dead-letter it as any message) and counts as `deferred` in
+ * `postbox_queue_counts_get`. A later lock on it that ends unsettled (abandoned, freed unsettled,
+ * expired) leaves it deferred again. The handle stays readable and must still be freed.
+ *
+ * Only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the message. After any
+ * other status nothing changed and the handle still holds the lock.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired, was taken over, or the message was
+ * purged: nothing changed, and the handle no longer holds it); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL, or a message this handle does not hold: peeked, received in a transaction, or already
+ * settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors (`POSTBOX_OUTCOME_UNKNOWN`: the settle may or may not have
+ * been applied; a retry then reports `POSTBOX_LOCK_LOST` if it was).
+ */
+int postbox_message_defer(struct postbox_message *message);
 
 /**
  * Extends the lock of a received message by its queue's lock duration, from now.

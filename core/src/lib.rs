@@ -110,17 +110,20 @@ mod body_codec;
 mod clock;
 mod engine;
 mod error;
+mod filter;
 mod message;
 mod options;
 mod processor;
 mod queue;
 mod received;
 mod store;
+mod topic;
 mod tx;
 mod typed;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Result};
+pub use filter::{CorrelationFilter, Filter};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
@@ -134,5 +137,6 @@ pub use processor::{
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
 pub use store::{Store, StoreBuilder, StoreStats};
+pub use topic::{Topic, TopicStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};

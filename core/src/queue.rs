@@ -51,6 +51,14 @@ impl Queue {
         }
     }
 
+    /// Opens existing queue `name` (not a topic).
+    pub(crate) fn open_existing(engine: &Arc<Engine>, name: &str) -> Result<Queue> {
+        match engine.read(|t| read::queue_by_name(t, name))? {
+            Some(rec) if rec.kind != QueueKind::Topic => Ok(Queue::new(engine.clone(), name, rec)),
+            _ => Err(Error::QueueNotFound(name.to_owned())),
+        }
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -409,7 +417,7 @@ impl Queue {
             let c = b.counters(q)?;
             let dead_lettered = match kind {
                 QueueKind::Normal => b.counters(peer)?.total(),
-                QueueKind::DeadLetter => 0,
+                QueueKind::DeadLetter | QueueKind::Topic => 0,
             };
             Ok(QueueStats {
                 active: c.active,

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::engine::Engine;
-use crate::engine::QueueRecord;
 use crate::engine::queries as read;
+use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
 use crate::options::{Durability, EngineConfig, QueueOptions, QueueSettings};
 use crate::queue::Queue;
+use crate::topic::Topic;
 use crate::tx::Transaction;
 
 /// Options for opening a [`Store`].
@@ -215,13 +216,57 @@ impl Store {
     /// name; storage errors.
     pub fn open_queue(&self, name: &str) -> Result<Queue> {
         validate_queue_name(name)?;
+        Queue::open_existing(&self.engine, name)
+    }
+
+    /// Opens topic `name`, creating it if missing. A topic and a queue cannot share a name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, or the name of a queue; storage errors.
+    pub fn topic(&self, name: &str) -> Result<Topic> {
+        validate_queue_name(name)?;
+        if let Some(rec) = self.engine.read(|t| read::queue_by_name(t, name))?
+            && rec.kind == QueueKind::Topic
+        {
+            return Ok(Topic::new(self.engine.clone(), name, &rec));
+        }
+        let owned = name.to_owned();
+        let rec = self.engine.call(move |b| b.open_topic(&owned))?;
+        Ok(Topic::new(self.engine.clone(), name, &rec))
+    }
+
+    /// Opens topic `name` only if it exists.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueNotFound`] when there is no such topic; storage errors.
+    pub fn open_topic(&self, name: &str) -> Result<Topic> {
+        validate_queue_name(name)?;
         match self.engine.read(|t| read::queue_by_name(t, name))? {
-            Some(rec) => Ok(Queue::new(self.engine.clone(), name, rec)),
-            None => Err(Error::QueueNotFound(name.to_owned())),
+            Some(rec) if rec.kind == QueueKind::Topic => {
+                Ok(Topic::new(self.engine.clone(), name, &rec))
+            }
+            _ => Err(Error::QueueNotFound(name.to_owned())),
         }
     }
 
+    /// The names of all topics.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors only.
+    pub fn topics(&self) -> Result<Vec<String>> {
+        self.engine.read(read::list_topics)
+    }
+
     fn open_or_create(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
+        validate_queue_name(name)?;
+        if let Some(rec) = self.engine.read(|t| read::queue_by_name(t, name))?
+            && rec.kind == QueueKind::Topic
+        {
+            return Err(Error::invalid(format!("{name:?} is a topic, not a queue")));
+        }
         validate_queue_name(name)?;
         // Opening an existing queue with nothing to change needs no write transaction.
         let existing = self.engine.read(|t| read::queue_by_name(t, name))?;
@@ -242,7 +287,8 @@ impl Store {
         Ok(Queue::new(self.engine.clone(), name, rec))
     }
 
-    /// The names of all queues (dead-letter queues are reached through [`Queue::dead_letters`]).
+    /// The names of all queues, topic subscriptions included (dead-letter queues are reached
+    /// through [`Queue::dead_letters`], topics through [`Store::topics`]).
     ///
     /// # Errors
     ///
@@ -252,7 +298,8 @@ impl Store {
     }
 
     /// Deletes queue `name`, its dead-letter queue, and all their messages. Returns whether it
-    /// existed. Handles to the queue fail with [`Error::QueueNotFound`] afterwards.
+    /// existed. Handles to the queue fail with [`Error::QueueNotFound`] afterwards. A topic's
+    /// name deletes the topic with every subscription.
     ///
     /// # Errors
     ///
@@ -317,3 +364,4 @@ pub(crate) fn validate_queue_name(name: &str) -> Result<()> {
     }
     Ok(())
 }
+

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::queue::Queue;
 use crate::received::Received;
+use crate::topic::Topic;
 
 /// Messages to send to one queue: (queue id, queue name, messages).
 type SendGroup = (u32, String, Vec<Message>);
@@ -48,6 +49,8 @@ pub struct Transaction {
     /// `locked_until` (ms) of each entry of `locks`.
     until: Vec<u64>,
     sends: Vec<SendGroup>,
+    /// Publishes to topics, fanned out at commit (against the subscriptions of that commit).
+    publishes: Vec<SendGroup>,
     finished: bool,
 }
 
@@ -58,6 +61,7 @@ impl Transaction {
             locks: Vec::new(),
             until: Vec::new(),
             sends: Vec::new(),
+            publishes: Vec::new(),
             finished: false,
         }
     }
@@ -227,28 +231,52 @@ impl Transaction {
         Ok(())
     }
 
+    /// Publishes `message` to `topic` when the transaction commits: it reaches the
+    /// subscriptions the topic has at that commit, or none if the transaction aborts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a finished transaction, a topic of another store, or an
+    /// invalid message. Quotas and a deleted topic are checked at commit.
+    pub fn publish(&mut self, topic: &Topic, message: impl Into<Message>) -> Result<()> {
+        self.check_usable(&topic.engine)?;
+        let m = message.into();
+        m.validate()?;
+        match self.publishes.iter_mut().find(|(t, _, _)| *t == topic.id) {
+            Some((_, _, v)) => v.push(m),
+            None => self
+                .publishes
+                .push((topic.id, topic.name.to_string(), vec![m])),
+        }
+        Ok(())
+    }
+
     fn same_store(&self, queue: &Queue) -> Result<()> {
+        self.check_usable(&queue.engine)
+    }
+
+    fn check_usable(&self, engine: &Arc<Engine>) -> Result<()> {
         if self.finished {
             return Err(Error::invalid("the transaction has already finished"));
         }
-        if Arc::ptr_eq(&self.engine, &queue.engine) {
+        if Arc::ptr_eq(&self.engine, engine) {
             self.engine.check_open()
         } else {
-            Err(crate::Error::InvalidArgument(format!(
-                "queue {:?} belongs to another store than this transaction",
-                queue.name()
-            )))
+            Err(crate::Error::InvalidArgument(
+                "the queue or topic belongs to another store than this transaction".into(),
+            ))
         }
     }
 
-    /// How many messages this transaction has received and will send.
+    /// How many messages this transaction has received and will send (publishes included).
     pub fn len(&self) -> (usize, usize) {
-        (self.locks.len(), self.sends.iter().map(|s| s.2.len()).sum())
+        let out = self.sends.iter().chain(&self.publishes);
+        (self.locks.len(), out.map(|s| s.2.len()).sum())
     }
 
     /// Whether the transaction has done nothing yet.
     pub fn is_empty(&self) -> bool {
-        self.locks.is_empty() && self.sends.is_empty()
+        self.locks.is_empty() && self.sends.is_empty() && self.publishes.is_empty()
     }
 
     /// Applies every receive and send atomically, in one durable commit.
@@ -263,12 +291,13 @@ impl Transaction {
         self.finished = true;
         let locks = std::mem::take(&mut self.locks);
         let sends = std::mem::take(&mut self.sends);
-        if locks.is_empty() && sends.is_empty() {
+        let publishes = std::mem::take(&mut self.publishes);
+        if locks.is_empty() && sends.is_empty() && publishes.is_empty() {
             return self.engine.check_open();
         }
         let result = self.engine.call({
             let locks = locks.clone();
-            move |b| apply_commit(b, &locks, sends)
+            move |b| apply_commit(b, &locks, sends, publishes)
         });
         if result.is_err() {
             let _ = self.engine.abandon_all(locks);
@@ -287,10 +316,11 @@ impl Transaction {
         self.finished = true;
         let locks = std::mem::take(&mut self.locks);
         let sends = std::mem::take(&mut self.sends);
+        let publishes = std::mem::take(&mut self.publishes);
         let (committed, got) = self.engine.then_receive(
             {
                 let locks = locks.clone();
-                move |b| apply_commit(b, &locks, sends)
+                move |b| apply_commit(b, &locks, sends, publishes)
             },
             queue.id,
             &queue.name,
@@ -316,11 +346,19 @@ impl Transaction {
 
 /// Checks every lock, then stores every send and completes every received message: validation
 /// first, so a refused commit writes nothing.
-fn apply_commit(b: &mut Batch<'_>, locks: &[HeldLock], sends: Vec<SendGroup>) -> Result<()> {
+fn apply_commit(
+    b: &mut Batch<'_>,
+    locks: &[HeldLock],
+    sends: Vec<SendGroup>,
+    publishes: Vec<SendGroup>,
+) -> Result<()> {
     for l in locks {
         b.check_lock(l.id, l.token)?;
     }
     b.send_many(sends)?;
+    for (topic, name, msgs) in publishes {
+        b.publish(topic, &name, msgs)?;
+    }
     b.complete_all(locks)
 }
 

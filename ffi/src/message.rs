@@ -205,6 +205,31 @@ pub extern "C" fn postbox_message_resubmit(message: *mut postbox_message) -> c_i
     })
 }
 
+/// Defers a received message: it stays in its queue, set aside. No `postbox_receive`,
+/// `postbox_peek` or browse returns it again; only `postbox_receive_by_id` does (keep its id,
+/// `postbox_message_id`). It keeps its time to live and delivery count (expiry and
+/// `max_deliveries` dead-letter it as any message) and counts as `deferred` in
+/// `postbox_queue_counts_get`. A later lock on it that ends unsettled (abandoned, freed unsettled,
+/// expired) leaves it deferred again. The handle stays readable and must still be freed.
+///
+/// Only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the message. After any
+/// other status nothing changed and the handle still holds the lock.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock expired, was taken over, or the message was
+/// purged: nothing changed, and the handle no longer holds it); `POSTBOX_INVALID_ARGUMENT`
+/// (NULL, or a message this handle does not hold: peeked, received in a transaction, or already
+/// settled); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors (`POSTBOX_OUTCOME_UNKNOWN`: the settle may or may not have
+/// been applied; a retry then reports `POSTBOX_LOCK_LOST` if it was).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_defer(message: *mut postbox_message) -> c_int {
+    guard(|| {
+        msg(message)?.settle("deferred", Received::defer)?;
+        Ok(POSTBOX_OK)
+    })
+}
+
 /// Extends the lock of a received message by its queue's lock duration, from now.
 /// `locked_until_ms_out` may be NULL; on success it receives the new expiry (ms since the Unix
 /// epoch), which `postbox_message_locked_until_ms` also reports from then on.

@@ -215,7 +215,9 @@ pub struct postbox_send_item {
     pub options: *const postbox_send_options,
 }
 
-/// Exact counts of a queue, filled by `postbox_queue_stats`.
+/// Exact counts of a queue, filled by `postbox_queue_stats`. This struct has no `struct_size`,
+/// so it never grows; `postbox_queue_counts_get` fills `postbox_queue_counts`, which also
+/// counts deferred messages and may gain fields.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct postbox_stats {
@@ -227,10 +229,46 @@ pub struct postbox_stats {
     pub scheduled: u64,
     /// In this queue's dead-letter queue (0 for a dead-letter queue itself).
     pub dead_lettered: u64,
-    /// Message bytes held (active, locked and scheduled), each message counted as for
+    /// Message bytes held (active, locked, scheduled and deferred), each message counted as for
     /// `max_message_size`: body, text properties, user property keys and values.
     pub bytes: u64,
 }
+
+/// Exact counts of a queue, filled by `postbox_queue_counts_get`: the successor of
+/// `postbox_stats`, with the deferred messages and room to grow.
+///
+/// Versioned: the caller sets `struct_size` to `sizeof(postbox_queue_counts)` (or calls
+/// `postbox_queue_counts_init`) before the call. Later versions of the library append fields
+/// and keep accepting the shorter struct of an older header: a caller built against an older
+/// header gets only the fields its `struct_size` covers, and nothing past them is written.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_queue_counts {
+    /// `sizeof(postbox_queue_counts)`, set by the caller; written back unchanged.
+    pub struct_size: u32,
+    /// Reserved (keeps the counts 8-byte aligned without padding); written as 0.
+    pub reserved: u32,
+    /// Receivable now.
+    pub active: u64,
+    /// Held by a receiver or a transaction.
+    pub locked: u64,
+    /// Waiting for their visible time (scheduled, or abandoned with a delay).
+    pub scheduled: u64,
+    /// Set aside with `postbox_message_defer`: receivable only by id (`postbox_receive_by_id`).
+    /// A deferred message locked by such a receive counts as `locked` until settled.
+    pub deferred: u64,
+    /// In this queue's dead-letter queue (0 for a dead-letter queue itself).
+    pub dead_lettered: u64,
+    /// Message bytes held (active, locked, scheduled and deferred), each message counted as for
+    /// `max_message_size`: body, text properties, user property keys and values.
+    pub bytes: u64,
+}
+
+/// The first version of `postbox_queue_counts`: the smallest `struct_size` accepted.
+const QUEUE_COUNTS_V1: usize = size_of::<postbox_queue_counts>();
+
+// `VersionedOut` copies the first version's bytes to an older caller: they hold no padding.
+const _: () = assert!(QUEUE_COUNTS_V1 == 2 * size_of::<u32>() + 6 * size_of::<u64>());
 
 /// An iterator over a queue's receivable messages in delivery order, without locking them.
 /// Created by `postbox_browse_open`, advanced by `postbox_browse_next`, freed with
@@ -509,6 +547,9 @@ pub extern "C" fn postbox_queue_dead_letters(
 
 /// Reads the queue's exact counts into `stats_out`. Time-driven changes (expired locks and
 /// messages, due scheduled messages) are applied first, so the counts are true as of the call.
+/// Deferred messages (set aside with `postbox_message_defer`) are in none of these counts,
+/// though their bytes are in `bytes`: `postbox_queue_counts_get` also reports deferred
+/// messages.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
@@ -533,9 +574,57 @@ pub extern "C" fn postbox_queue_stats(
     })
 }
 
-/// Removes every message of the queue (receivable, scheduled and locked: holders of locks get
-/// `POSTBOX_LOCK_LOST` when they settle). The dead-letter queue is left alone. `removed_out`
-/// may be NULL; on success it receives how many messages were removed.
+/// Fills `counts` with zeros and sets its `struct_size`, ready for `postbox_queue_counts_get`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `counts` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_counts_init(counts: *mut postbox_queue_counts) -> c_int {
+    guard(|| {
+        Out::required(counts, "counts")?.write(postbox_queue_counts {
+            struct_size: QUEUE_COUNTS_V1 as u32,
+            ..Default::default()
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the queue's exact counts, deferred messages included, into `counts_out`, whose
+/// `struct_size` the caller sets first (`sizeof(postbox_queue_counts)`, or
+/// `postbox_queue_counts_init`). As `postbox_queue_stats`, time-driven changes are applied
+/// first, so the counts are true as of the call. A caller built against an older header gets
+/// only the fields its `struct_size` covers.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`: 0, smaller than the first
+/// version of the struct, or larger than this library's); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_counts_get(
+    queue: *const postbox_queue,
+    counts_out: *mut postbox_queue_counts,
+) -> c_int {
+    guard(|| {
+        let q = live(queue)?;
+        let out = VersionedOut::required(counts_out, QUEUE_COUNTS_V1, "counts_out")?;
+        let s = q.queue.stats()?;
+        out.write(postbox_queue_counts {
+            struct_size: QUEUE_COUNTS_V1 as u32,
+            reserved: 0,
+            active: s.active,
+            locked: s.locked,
+            scheduled: s.scheduled,
+            deferred: s.deferred,
+            dead_lettered: s.dead_lettered,
+            bytes: s.bytes,
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Removes every message of the queue (receivable, scheduled, deferred and locked: holders of
+/// locks get `POSTBOX_LOCK_LOST` when they settle). The dead-letter queue is left alone.
+/// `removed_out` may be NULL; on success it receives how many messages were removed.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue); `POSTBOX_QUEUE_NOT_FOUND` (deleted);
@@ -804,8 +893,8 @@ pub extern "C" fn postbox_peek_wait(
     })
 }
 
-/// Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled),
-/// without locking it. `message_out` receives a handle the caller frees with
+/// Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled,
+/// deferred), without locking it. `message_out` receives a handle the caller frees with
 /// `postbox_message_free`.
 ///
 /// # Returns
@@ -958,7 +1047,9 @@ fn receive_one(
 
 /// Receives message `id` of the queue, waiting up to `timeout_ms` for it to be receivable
 /// (sent, its scheduled time come, its lock released); other messages are left alone. As
-/// `postbox_receive` otherwise, with or without a transaction.
+/// `postbox_receive` otherwise, with or without a transaction. The one way to receive a
+/// deferred message (`postbox_message_defer`); a lock on it that ends unsettled leaves it
+/// deferred.
 ///
 /// # Returns
 /// As `postbox_receive`: `POSTBOX_TIMEOUT` also when `id` is not a receivable message of

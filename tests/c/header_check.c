@@ -13,6 +13,8 @@ static int use_everything(void) {
     postbox_queue_options_init(&qo);
     postbox_send_options_init(&mo);
     postbox_processor_options_init(&po);
+    postbox_queue_counts qc;
+    postbox_queue_counts_init(&qc);
     postbox_bytes b = postbox_message_body(0);
     postbox_stats s;
     postbox_commit_stats cs;
@@ -23,6 +25,7 @@ static int use_everything(void) {
     postbox_handler h = 0;
     postbox_tx_handler th = 0;
     (void)s;
+    (void)qc;
     (void)cs;
     (void)pc;
     (void)r;

@@ -2394,6 +2394,10 @@ static void test_fork_child_gets_forked(const char *dir) {
         CHECK_RC(postbox_message_abandon(held, 0), POSTBOX_FORKED);
         CHECK_RC(postbox_message_dead_letter(held, "x", NULL), POSTBOX_FORKED);
         CHECK_RC(postbox_message_renew_lock(held, NULL), POSTBOX_FORKED);
+        CHECK_RC(postbox_message_defer(held), POSTBOX_FORKED);
+        postbox_queue_counts qc;
+        postbox_queue_counts_init(&qc);
+        CHECK_RC(postbox_queue_counts_get(q, &qc), POSTBOX_FORKED);
         postbox_message *batch[1] = {held};
         CHECK_RC(postbox_complete_batch(q, batch, 1), POSTBOX_FORKED);
         CHECK(!postbox_message_is_held(held));
@@ -2894,6 +2898,129 @@ static void test_selective_receive(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+static postbox_queue_counts counts_of(const postbox_queue *q) {
+    postbox_queue_counts c;
+    memset(&c, 0xff, sizeof c);
+    c.struct_size = (uint32_t)sizeof c;
+    CHECK_OK(postbox_queue_counts_get(q, &c));
+    CHECK(c.struct_size == sizeof c && c.reserved == 0);
+    return c;
+}
+
+static void test_deferral(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "workflow", NULL);
+    if (q == NULL) return;
+    postbox_message *m = NULL, *none = NULL;
+    uint64_t first = send_text(q, "first");
+    uint64_t second = send_text(q, "second");
+
+    /* Defer the first: set aside, the handle spent. */
+    REQUIRE_OK(postbox_receive(q, NULL, 0, &m));
+    CHECK(postbox_message_id(m) == first && postbox_message_delivery_count(m) == 1);
+    CHECK_OK(postbox_message_defer(m));
+    CHECK(!postbox_message_is_held(m) && postbox_message_lock_token(m) != 0);
+    CHECK(bytes_is(postbox_message_body(m), "first")); /* still readable */
+    CHECK_RC(postbox_message_defer(m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_complete(m), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+
+    /* A normal receive takes the second, then finds nothing; peek and browse skip it too. */
+    REQUIRE_OK(postbox_receive(q, NULL, 0, &m));
+    CHECK(postbox_message_id(m) == second);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    CHECK_RC(postbox_receive(q, NULL, 20, &none), POSTBOX_TIMEOUT);
+    CHECK_RC(postbox_peek(q, &none), POSTBOX_NOT_FOUND);
+    postbox_browser *br = NULL;
+    REQUIRE_OK(postbox_browse_open(q, &br));
+    CHECK_RC(postbox_browse_next(br, &none), POSTBOX_NOT_FOUND);
+    postbox_browse_free(br);
+    CHECK(none == NULL);
+    REQUIRE_OK(postbox_get(q, first, &m)); /* a lookup by id still finds it, unlocked */
+    CHECK_RC(postbox_message_defer(m), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+
+    /* Counted as deferred; postbox_stats leaves it out of its counts but not of its bytes. */
+    postbox_queue_counts c = counts_of(q);
+    CHECK(c.deferred == 1 && c.active == 0 && c.locked == 0 && c.scheduled == 0);
+    CHECK(c.dead_lettered == 0 && c.bytes == 5);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.scheduled == 0 && s.bytes == 5);
+
+    /* The versioned struct: init, and a bad struct_size refused with nothing written. */
+    postbox_queue_counts init;
+    memset(&init, 0xff, sizeof init);
+    CHECK_RC(postbox_queue_counts_init(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_queue_counts_init(&init));
+    CHECK(init.struct_size == sizeof init && init.reserved == 0 && init.active == 0);
+    CHECK(init.deferred == 0 && init.dead_lettered == 0 && init.bytes == 0);
+    CHECK_OK(postbox_queue_counts_get(q, &init));
+    CHECK(init.deferred == 1 && init.struct_size == sizeof init);
+    postbox_queue_counts bad;
+    memset(&bad, 0, sizeof bad);
+    CHECK_RC(postbox_queue_counts_get(q, &bad), POSTBOX_INVALID_ARGUMENT); /* struct_size 0 */
+    CHECK(strstr(postbox_last_error_message(), "struct_size") != NULL);
+    bad.struct_size = (uint32_t)offsetof(postbox_queue_counts, bytes);
+    CHECK_RC(postbox_queue_counts_get(q, &bad), POSTBOX_INVALID_ARGUMENT); /* too small */
+    bad.struct_size = (uint32_t)sizeof bad + 8;
+    CHECK_RC(postbox_queue_counts_get(q, &bad), POSTBOX_INVALID_ARGUMENT); /* from a newer header */
+    CHECK(bad.deferred == 0 && bad.bytes == 0);
+    CHECK_RC(postbox_queue_counts_get(NULL, &c), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_counts_get(q, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_defer(NULL), POSTBOX_INVALID_ARGUMENT);
+
+    /* A message received in a transaction is settled by the transaction, not deferred. */
+    uint64_t third = send_text(q, "third");
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    REQUIRE_OK(postbox_receive(q, tx, 0, &m));
+    CHECK(postbox_message_id(m) == third);
+    CHECK_RC(postbox_message_defer(m), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(m);
+    CHECK_OK(postbox_tx_commit(tx));
+
+    /* By id: its second delivery. An abandon leaves it deferred, not receivable. */
+    REQUIRE_OK(postbox_receive_by_id(q, NULL, first, 0, &m));
+    CHECK(bytes_is(postbox_message_body(m), "first") && postbox_message_delivery_count(m) == 2);
+    c = counts_of(q);
+    CHECK(c.locked == 1 && c.deferred == 0 && c.active == 0);
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    c = counts_of(q);
+    CHECK(c.deferred == 1 && c.locked == 0 && c.active == 0 && c.scheduled == 0);
+    CHECK_RC(postbox_receive(q, NULL, 20, &none), POSTBOX_TIMEOUT);
+
+    /* Freed unsettled (an abandon too): still deferred. */
+    REQUIRE_OK(postbox_receive_by_id(q, NULL, first, 0, &m));
+    CHECK(postbox_message_delivery_count(m) == 3);
+    postbox_message_free(m);
+    c = counts_of(q);
+    CHECK(c.deferred == 1 && c.locked == 0 && c.active == 0);
+    CHECK_RC(postbox_receive(q, NULL, 0, &none), POSTBOX_TIMEOUT);
+
+    /* By id again, completed: the queue is empty. */
+    REQUIRE_OK(postbox_receive_by_id(q, NULL, first, 0, &m));
+    CHECK(postbox_message_delivery_count(m) == 4);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    c = counts_of(q);
+    CHECK(c.active == 0 && c.locked == 0 && c.scheduled == 0 && c.deferred == 0);
+    CHECK(c.dead_lettered == 0 && c.bytes == 0);
+    CHECK_RC(postbox_receive_by_id(q, NULL, first, 0, &none), POSTBOX_TIMEOUT);
+    CHECK(none == NULL);
+
+    /* A closed store: the held message keeps its lock for nobody; both calls refuse. */
+    send_text(q, "late");
+    REQUIRE_OK(postbox_receive(q, NULL, 0, &m));
+    CHECK_OK(postbox_store_close(store));
+    CHECK_RC(postbox_message_defer(m), POSTBOX_CLOSED);
+    CHECK_RC(postbox_queue_counts_get(q, &c), POSTBOX_CLOSED);
+    postbox_message_free(m);
+    postbox_queue_free(q);
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -2922,6 +3049,7 @@ int main(int argc, char **argv) {
         {"processor_store_closed_under_it", test_processor_store_closed_under_it},
         {"tx_renew_lock", test_tx_renew_lock},
         {"selective_receive", test_selective_receive},
+        {"deferral", test_deferral},
         {"browse_is_fresh", test_browse_is_fresh},
         {"bit_flips", test_bit_flips},
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},

@@ -39,6 +39,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::filter::{CorrelationFilter, Filter};
 use crate::message::{Properties, PropertyValue};
 use crate::options::QueueSettings;
 
@@ -318,6 +319,16 @@ pub enum QueueKind {
     Normal,
     /// A dead-letter queue; `peer` is its source queue.
     DeadLetter,
+    /// A topic: it holds no messages; a publish fans out to its subscriptions, which are
+    /// `Normal` queues whose record links back to it. `peer` is 0.
+    Topic,
+}
+
+/// A topic subscription: the topic it belongs to and which published messages it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    pub topic: u32,
+    pub filter: Filter,
 }
 
 /// A `QUEUES` value.
@@ -327,6 +338,76 @@ pub struct QueueRecord {
     pub kind: QueueKind,
     pub peer: u32,
     pub options: QueueSettings,
+    /// For a topic subscription: its topic and filter (an extension field).
+    pub subscription: Option<Subscription>,
+}
+
+/// Extension fields of a queue record: after the fixed fields, each is `tag, length, payload`,
+/// so a reader skips tags it does not know and a record without them reads as before.
+const EXT_SUBSCRIPTION: u64 = 1;
+
+fn encode_filter(w: &mut Writer, f: &Filter) {
+    match f {
+        Filter::All => w.0.push(0),
+        Filter::Correlation(c) => {
+            w.0.push(1);
+            for s in [
+                &c.label,
+                &c.correlation_id,
+                &c.content_type,
+                &c.reply_to,
+                &c.group,
+            ] {
+                w.opt_str(s);
+            }
+            w.varint(c.properties.len() as u64);
+            for (k, v) in &c.properties {
+                w.bytes(k.as_bytes());
+                encode_value(w, v);
+            }
+        }
+    }
+}
+
+fn encode_value(w: &mut Writer, v: &PropertyValue) {
+    match v {
+        PropertyValue::String(s) => {
+            w.0.push(0);
+            w.bytes(s.as_bytes());
+        }
+        PropertyValue::Bytes(b) => {
+            w.0.push(1);
+            w.bytes(b);
+        }
+    }
+}
+
+fn decode_filter(r: &mut Reader<'_>) -> DecodeResult<Filter> {
+    match r.byte()? {
+        0 => Ok(Filter::All),
+        1 => {
+            let mut c = CorrelationFilter {
+                label: r.opt_str()?,
+                correlation_id: r.opt_str()?,
+                content_type: r.opt_str()?,
+                reply_to: r.opt_str()?,
+                group: r.opt_str()?,
+                ..CorrelationFilter::default()
+            };
+            let n = r.varint()?;
+            for _ in 0..n {
+                let k = r.string()?;
+                let v = match r.byte()? {
+                    0 => PropertyValue::String(r.string()?),
+                    1 => PropertyValue::Bytes(r.bytes()?.to_vec()),
+                    t => return Err(format!("unknown property kind {t}")),
+                };
+                c.properties.insert(k, v);
+            }
+            Ok(Filter::Correlation(c))
+        }
+        k => Err(format!("unknown filter kind {k}")),
+    }
 }
 
 fn ms(d: Option<Duration>) -> u64 {
@@ -347,6 +428,7 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
     w.0.push(match rec.kind {
         QueueKind::Normal => 0,
         QueueKind::DeadLetter => 1,
+        QueueKind::Topic => 2,
     });
     w.varint(u64::from(rec.peer));
     w.varint(ms(Some(o.lock_duration)));
@@ -356,6 +438,13 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
     w.varint(o.max_messages.map_or(0, |v| v.saturating_add(1)));
     w.varint(o.max_bytes.map_or(0, |v| v.saturating_add(1)));
     w.varint(ms(o.dedup_window));
+    if let Some(sub) = &rec.subscription {
+        let mut ext = Writer(Vec::new());
+        ext.varint(u64::from(sub.topic));
+        encode_filter(&mut ext, &sub.filter);
+        w.varint(EXT_SUBSCRIPTION);
+        w.bytes(&ext.0);
+    }
     w.seal(name.as_bytes())
 }
 
@@ -366,6 +455,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
     let kind = match r.byte()? {
         0 => QueueKind::Normal,
         1 => QueueKind::DeadLetter,
+        2 => QueueKind::Topic,
         k => return Err(format!("unknown queue kind {k}")),
     };
     let peer = u32::try_from(r.varint()?).map_err(|_| "queue id out of range")?;
@@ -376,10 +466,22 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
     let max_messages = r.varint()?.checked_sub(1);
     let max_bytes = r.varint()?.checked_sub(1);
     let dedup_window = from_ms(r.varint()?);
+    let mut subscription = None;
+    while !r.rest().is_empty() {
+        let tag = r.varint()?;
+        let payload = r.bytes()?;
+        if tag == EXT_SUBSCRIPTION {
+            let mut e = Reader::new(payload);
+            let topic = u32::try_from(e.varint()?).map_err(|_| "topic id out of range")?;
+            let filter = decode_filter(&mut e)?;
+            subscription = Some(Subscription { topic, filter });
+        }
+    }
     Ok(QueueRecord {
         id,
         kind,
         peer,
+        subscription,
         options: QueueSettings {
             lock_duration,
             max_deliveries,
@@ -404,6 +506,7 @@ mod tests {
             kind: QueueKind::Normal,
             peer: 2,
             options: QueueSettings::default(),
+            subscription: None,
         };
         let q = encode_queue("q", &rec);
         assert!(decode_queue("q", &q).is_ok());
@@ -468,6 +571,7 @@ mod tests {
                 dedup_window: Some(Duration::from_secs(60)),
                 ..QueueSettings::default()
             },
+            subscription: None,
         }
     }
 
@@ -518,6 +622,38 @@ mod tests {
     fn queue_record_round_trips() {
         let rec = sample_queue();
         assert_eq!(decode_queue("q", &encode_queue("q", &rec)).unwrap(), rec);
+        for filter in [
+            crate::filter::Filter::All,
+            crate::filter::Filter::correlation()
+                .label("l")
+                .correlation_id("c")
+                .content_type("t")
+                .reply_to("r")
+                .group("g")
+                .property("s", "v")
+                .property("b", vec![0u8, 255]),
+        ] {
+            let sub = QueueRecord {
+                kind: QueueKind::Normal,
+                subscription: Some(Subscription { topic: 9, filter }),
+                ..sample_queue()
+            };
+            assert_eq!(decode_queue("q", &encode_queue("q", &sub)).unwrap(), sub);
+        }
+    }
+
+    #[test]
+    fn unknown_extension_fields_are_skipped() {
+        let rec = sample_queue();
+        let mut raw = encode_queue("q", &rec);
+        // A field a later version might add: tag 77, two bytes of payload, then re-sealed.
+        raw.extend_from_slice(&[77, 2, 0xAB, 0xCD]);
+        let resealed = {
+            let mut w = Writer(raw);
+            w.0[1..V2_HEADER].fill(0);
+            w.seal(b"q")
+        };
+        assert_eq!(decode_queue("q", &resealed).unwrap(), rec);
     }
 
     #[test]
@@ -596,6 +732,7 @@ mod tests {
                 kind: QueueKind::Normal,
                 peer: 2,
                 options: QueueSettings::default(),
+                subscription: None,
             },
         ] {
             let mut buf = encode_queue("q", &rec);

@@ -21,7 +21,8 @@ mod watch;
 // The engine's face: what the public API, the transaction and the processor may use. Everything
 // else stays inside.
 pub(crate) use batch::{
-    Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, validate_message,
+    Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, subscription_name,
+    validate_message,
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
@@ -30,8 +31,8 @@ pub(crate) use wait::Cancel;
 /// Read-only queries on one snapshot, run through [`Engine::read`].
 pub(crate) mod queries {
     pub(crate) use super::read::{
-        BrowsePosition, browse_next, get, has_candidate, list_queues, next_due, queue_by_id,
-        queue_by_name,
+        BrowsePosition, browse_next, get, has_candidate, list_queues, list_topics, next_due,
+        queue_by_id, queue_by_name,
     };
 }
 

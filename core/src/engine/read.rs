@@ -67,13 +67,22 @@ fn queue_name(txn: &ReadTransaction, q: u32) -> Result<Option<String>> {
 
 /// The names of all user queues (dead-letter queues are reached through their source).
 pub fn list_queues(txn: &ReadTransaction) -> Result<Vec<String>> {
+    list_kind(txn, QueueKind::Normal)
+}
+
+/// The names of every topic.
+pub fn list_topics(txn: &ReadTransaction) -> Result<Vec<String>> {
+    list_kind(txn, QueueKind::Topic)
+}
+
+fn list_kind(txn: &ReadTransaction, kind: QueueKind) -> Result<Vec<String>> {
     let t = txn.open_table(QUEUES)?;
     let mut out = Vec::new();
     for e in t.iter()? {
         let (k, v) = e?;
         let rec =
             codec::decode_queue(k.value(), v.value()).map_err(|e| corrupted("queue record", e))?;
-        if rec.kind == QueueKind::Normal {
+        if rec.kind == kind {
             out.push(k.value().to_owned());
         }
     }

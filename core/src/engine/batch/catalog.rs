@@ -83,6 +83,9 @@ impl<'t> Batch<'t> {
         options: Option<&QueueOptions>,
     ) -> Result<QueueRecord> {
         if let Some(mut rec) = self.queue_by_name(name)? {
+            if rec.kind == QueueKind::Topic {
+                return Err(Error::invalid(format!("{name:?} is a topic, not a queue")));
+            }
             if let Some(o) = options {
                 if rec.kind == QueueKind::DeadLetter {
                     return Err(Error::invalid(
@@ -108,30 +111,49 @@ impl<'t> Batch<'t> {
                 "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
             )));
         }
+        if name.contains(SUBSCRIPTIONS_INFIX) {
+            return Err(Error::invalid(format!(
+                "queue names containing {SUBSCRIPTIONS_INFIX:?} are reserved for topic subscriptions"
+            )));
+        }
         let options = options.map_or_else(QueueSettings::default, |o| {
             o.apply_to(&QueueSettings::default())
         });
         options.validate()?;
+        self.create_queue(name, options, None)
+    }
+
+    /// A fresh queue id, below the keys `COUNTERS` uses for other rows.
+    pub(super) fn new_queue_id(&mut self) -> Result<u32> {
         // Queue ids stay below the extra counts' and commit marks' keys in `COUNTERS`.
-        let queue_id = |v: u64| {
-            u32::try_from(v)
-                .ok()
-                .filter(|id| *id < EXTRA_COUNTS_BASE)
-                .ok_or_else(|| Error::invalid("too many queues"))
-        };
-        let id = queue_id(self.next_seq(Seq::Queue)?)?;
-        let dlq_id = queue_id(self.next_seq(Seq::Queue)?)?;
+        u32::try_from(self.next_seq(Seq::Queue)?)
+            .ok()
+            .filter(|id| *id < EXTRA_COUNTS_BASE)
+            .ok_or_else(|| Error::invalid("too many queues"))
+    }
+
+    /// Creates queue `name` and its dead-letter queue.
+    pub(super) fn create_queue(
+        &mut self,
+        name: &str,
+        options: QueueSettings,
+        subscription: Option<Subscription>,
+    ) -> Result<QueueRecord> {
+        let id = self.new_queue_id()?;
+        let dlq_id = self.new_queue_id()?;
         let rec = QueueRecord {
             id,
             kind: QueueKind::Normal,
             peer: dlq_id,
             options: options.clone(),
+            subscription,
         };
         let dlq = QueueRecord {
             id: dlq_id,
             kind: QueueKind::DeadLetter,
             peer: id,
             options: dead_letter_options(&options),
+            subscription: None,
         };
         self.put_queue(name, &rec)?;
         self.put_queue(&dead_letter_name(name), &dlq)?;
@@ -152,6 +174,9 @@ impl<'t> Batch<'t> {
             return Err(Error::invalid(
                 "a dead-letter queue is deleted with its source queue",
             ));
+        }
+        if rec.kind == QueueKind::Topic {
+            return self.delete_topic(name, &rec);
         }
         for (q, qname) in [
             (rec.id, name.to_owned()),

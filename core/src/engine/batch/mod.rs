@@ -15,16 +15,18 @@ mod send;
 mod settle;
 mod state;
 mod sweep;
+mod topics;
 
 pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name};
 pub use send::validate_message;
+pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::codec::{self, DeadLetter, QueueKind, QueueRecord};
+use super::codec::{self, DeadLetter, QueueKind, QueueRecord, Subscription};
 use super::tables::*;
 use crate::error::{Error, Result};
 use crate::message::{Envelope, Expiry, Message, MessageId, REASON_TTL_EXPIRED, Visibility};

@@ -1,0 +1,206 @@
+//! Topics: a topic record with no messages of its own, subscriptions that are queues linked
+//! back to it with a filter, and the publish that fans a message out to every matching
+//! subscription in one commit.
+
+use redb::ReadableTable;
+
+use super::*;
+use crate::filter::Filter;
+
+/// What separates a topic's name from a subscription's in the subscription queue's name
+/// (`orders/$subscriptions/audit`); reserved in queue names.
+pub const SUBSCRIPTIONS_INFIX: &str = "/$subscriptions/";
+
+/// The queue name of subscription `sub` of topic `topic`.
+pub fn subscription_name(topic: &str, sub: &str) -> String {
+    format!("{topic}{SUBSCRIPTIONS_INFIX}{sub}")
+}
+
+/// A topic's counts: published messages, and those that matched no subscription.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicCounts {
+    pub published: u64,
+    pub unmatched: u64,
+}
+
+impl TopicCounts {
+    fn encode(&self) -> [u8; COUNTERS_LEN] {
+        let mut b = [0u8; COUNTERS_LEN];
+        b[0..8].copy_from_slice(&self.published.to_le_bytes());
+        b[8..16].copy_from_slice(&self.unmatched.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; COUNTERS_LEN]) -> TopicCounts {
+        let at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        TopicCounts {
+            published: at(0),
+            unmatched: at(8),
+        }
+    }
+}
+
+impl<'t> Batch<'t> {
+    /// Opens topic `name`, creating it if missing.
+    pub fn open_topic(&mut self, name: &str) -> Result<QueueRecord> {
+        if let Some(rec) = self.queue_by_name(name)? {
+            return match rec.kind {
+                QueueKind::Topic => Ok(rec),
+                _ => Err(Error::invalid(format!("{name:?} is a queue, not a topic"))),
+            };
+        }
+        if name.ends_with(DEAD_LETTER_SUFFIX) || name.contains(SUBSCRIPTIONS_INFIX) {
+            return Err(Error::invalid(format!(
+                "topic names may not contain {SUBSCRIPTIONS_INFIX:?} or end in {DEAD_LETTER_SUFFIX:?}"
+            )));
+        }
+        let rec = QueueRecord {
+            id: self.new_queue_id()?,
+            kind: QueueKind::Topic,
+            peer: 0,
+            options: QueueSettings::default(),
+            subscription: None,
+        };
+        self.put_queue(name, &rec)?;
+        self.t_counters()?
+            .insert(rec.id, TopicCounts::default().encode())?;
+        Ok(rec)
+    }
+
+    /// The topic record of `topic` (id), failing when it was deleted.
+    fn require_topic(&mut self, topic: u32, name: &str) -> Result<QueueRecord> {
+        let rec = self.require_queue(topic, name)?;
+        if rec.1.kind != QueueKind::Topic {
+            return Err(Error::invalid(format!("{name:?} is not a topic")));
+        }
+        Ok(rec.1.clone())
+    }
+
+    /// Opens subscription `sub` of topic `topic` with `filter`, creating its queue (and
+    /// dead-letter queue) if missing. An existing subscription takes the new filter and the
+    /// options `options` mentions; its messages are kept.
+    pub fn subscribe(
+        &mut self,
+        topic: u32,
+        topic_name: &str,
+        sub: &str,
+        filter: &Filter,
+        options: Option<&QueueOptions>,
+    ) -> Result<(String, QueueRecord)> {
+        self.require_topic(topic, topic_name)?;
+        filter.validate()?;
+        if sub.is_empty() || sub.contains('/') {
+            return Err(Error::invalid(format!(
+                "a subscription name is not empty and has no '/': {sub:?}"
+            )));
+        }
+        let name = subscription_name(topic_name, sub);
+        let link = Subscription {
+            topic,
+            filter: filter.clone(),
+        };
+        if let Some(mut rec) = self.queue_by_name(&name)? {
+            if rec.subscription.as_ref() != Some(&link) {
+                rec.subscription = Some(link);
+                self.put_queue(&name, &rec)?;
+            }
+            let rec = self.open_queue(&name, options)?;
+            return Ok((name, rec));
+        }
+        let settings = options.map_or_else(QueueSettings::default, |o| {
+            o.apply_to(&QueueSettings::default())
+        });
+        settings.validate()?;
+        let rec = self.create_queue(&name, settings, Some(link))?;
+        Ok((name, rec))
+    }
+
+    /// The subscriptions of topic `topic` (id) named `topic_name`: (queue id, queue name,
+    /// filter), in name order.
+    pub fn subscriptions(
+        &mut self,
+        topic: u32,
+        topic_name: &str,
+    ) -> Result<Vec<(u32, String, Filter)>> {
+        self.require_topic(topic, topic_name)?;
+        let from = format!("{topic_name}{SUBSCRIPTIONS_INFIX}");
+        // The first name after every name with the prefix: the prefix's last byte, '/', + 1.
+        let to = format!(
+            "{topic_name}{}0",
+            &SUBSCRIPTIONS_INFIX[..SUBSCRIPTIONS_INFIX.len() - 1]
+        );
+        let raw: Vec<(String, Vec<u8>)> = self
+            .t_queues()?
+            .range(from.as_str()..to.as_str())?
+            .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut out = Vec::new();
+        for (name, raw) in raw {
+            let rec = codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
+            if let Some(link) = rec.subscription
+                && link.topic == topic
+            {
+                out.push((rec.id, name, link.filter));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Publishes `msgs` to topic `topic`: each goes, as a message of its own, to every
+    /// subscription whose filter it passes, all in this batch (all or nothing: a full
+    /// subscription refuses the whole publish). Returns, per message, how many subscriptions
+    /// took it; a message that none took is counted as unmatched.
+    pub fn publish(&mut self, topic: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<usize>> {
+        let subs = self.subscriptions(topic, name)?;
+        let mut groups: Vec<(u32, String, Vec<Message>)> = subs
+            .iter()
+            .map(|(q, n, _)| (*q, n.clone(), Vec::new()))
+            .collect();
+        let mut reached = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            let mut n = 0;
+            for ((_, _, filter), group) in subs.iter().zip(groups.iter_mut()) {
+                if filter.matches(&m) {
+                    group.2.push(m.clone());
+                    n += 1;
+                }
+            }
+            reached.push(n);
+        }
+        groups.retain(|g| !g.2.is_empty());
+        self.send_many(groups)?;
+        let mut c = self.topic_counts(topic)?;
+        c.published += reached.len() as u64;
+        c.unmatched += reached.iter().filter(|n| **n == 0).count() as u64;
+        self.mutations += 1;
+        self.t_counters()?.insert(topic, c.encode())?;
+        Ok(reached)
+    }
+
+    /// The counts of topic `topic`.
+    pub fn topic_counts(&mut self, topic: u32) -> Result<TopicCounts> {
+        Ok(self
+            .t_counters()?
+            .get(topic)?
+            .map(|g| TopicCounts::decode(&g.value()))
+            .unwrap_or_default())
+    }
+
+    /// Deletes topic `name` and every subscription of it (their messages included).
+    pub(super) fn delete_topic(&mut self, name: &str, rec: &QueueRecord) -> Result<bool> {
+        for (_, sub, _) in self.subscriptions(rec.id, name)? {
+            self.delete_queue(&sub)?;
+        }
+        self.mutations += 1;
+        self.t_queues()?.remove(name)?;
+        self.t_queue_ids()?.remove(rec.id)?;
+        self.t_counters()?.remove(rec.id)?;
+        self.queue_cache.remove(&rec.id);
+        self.deleted.insert(rec.id);
+        Ok(true)
+    }
+}
