@@ -183,6 +183,9 @@ class QueueStats:
     @property
     def scheduled(self) -> int: ...
     @property
+    def deferred(self) -> int:
+        """Set aside with ``Message.defer()``: receivable only by id (``receive_by_id``)."""
+    @property
     def dead_lettered(self) -> int: ...
     @property
     def bytes(self) -> int: ...
@@ -249,6 +252,7 @@ class Message:
         "abandoned",
         "dead-lettered",
         "resubmitted",
+        "deferred",
         "enlisted",
         "processor",
         "lock lost",
@@ -264,6 +268,13 @@ class Message:
         locked, so a valid settle can follow; after ``LockLostError`` the handle is spent.
         """
     def resubmit(self) -> None: ...
+    def defer(self) -> None:
+        """Sets the message aside in its queue, receivable only by id.
+
+        No ``receive``, ``peek`` or ``browse`` returns it again; ``Queue.receive_by_id(msg.id)``
+        does. It keeps its time to live and delivery count and counts in ``stats().deferred``;
+        a later lock on it that ends unsettled (abandon, expiry) leaves it deferred again.
+        """
     def renew_lock(self) -> datetime:
         """Extends the lock by the queue's lock_duration (through the transaction for a
         message received in one); returns the new expiry."""

@@ -13,7 +13,7 @@ use crate::errors::{IntoPy, invalid};
 use crate::tx::{self, TxLink};
 
 /// A message read from a queue. Its properties are attributes; `complete()`, `abandon()`,
-/// `dead_letter()` and `resubmit()` settle a received message exactly once.
+/// `dead_letter()`, `resubmit()` and `defer()` settle a received message exactly once.
 ///
 /// In a forked child the settle methods and `renew_lock()` raise `ForkedError` (the lock is the
 /// parent's); the message's data (body, label, properties, ...) stay readable.
@@ -190,8 +190,9 @@ impl PyMessage {
         convert::opt_datetime(py, until)
     }
     /// `"unlocked"` (peeked), `"locked"`, `"transaction"`, `"completed"`, `"abandoned"`,
-    /// `"dead-lettered"`, `"resubmitted"`, `"enlisted"`, `"processor"`, `"lock lost"` (a settle
-    /// failed because the lock was lost: the handle is spent) or `"settled by the processor"`.
+    /// `"dead-lettered"`, `"resubmitted"`, `"deferred"`, `"enlisted"`, `"processor"`,
+    /// `"lock lost"` (a settle failed because the lock was lost: the handle is spent) or
+    /// `"settled by the processor"`.
     #[getter]
     fn state(&self) -> &'static str {
         self.held.state()
@@ -237,6 +238,14 @@ impl PyMessage {
     /// Moves a message received from a dead-letter queue back to its source queue.
     fn resubmit(&self, py: Python<'_>) -> PyResult<()> {
         self.settle(py, "resubmitted", Received::resubmit)
+    }
+
+    /// Sets the message aside in its queue: no `receive`, `peek` or `browse` returns it again,
+    /// only `Queue.receive_by_id(msg.id)` does. It keeps its time to live and delivery count
+    /// and counts in `stats().deferred`; a later lock on it that ends unsettled (abandon,
+    /// expiry) leaves it deferred again.
+    fn defer(&self, py: Python<'_>) -> PyResult<()> {
+        self.settle(py, "deferred", Received::defer)
     }
 
     /// Extends the lock by the queue's lock_duration from now; returns the new expiry. A

@@ -349,6 +349,7 @@ impl PyQueue {
             active: s.active,
             locked: s.locked,
             scheduled: s.scheduled,
+            deferred: s.deferred,
             dead_lettered: s.dead_lettered,
             bytes: s.bytes,
         })
@@ -427,9 +428,11 @@ pub struct PyQueueStats {
     locked: u64,
     /// Waiting for their delivery time.
     scheduled: u64,
+    /// Set aside with `Message.defer()`: receivable only by id (`receive_by_id`).
+    deferred: u64,
     /// In the dead-letter queue.
     dead_lettered: u64,
-    /// Body bytes held (active, locked and scheduled).
+    /// Message bytes held (active, locked, scheduled and deferred).
     bytes: u64,
 }
 
@@ -440,6 +443,7 @@ impl PyQueueStats {
         d.set_item("active", self.active)?;
         d.set_item("locked", self.locked)?;
         d.set_item("scheduled", self.scheduled)?;
+        d.set_item("deferred", self.deferred)?;
         d.set_item("dead_lettered", self.dead_lettered)?;
         d.set_item("bytes", self.bytes)?;
         Ok(d)
@@ -447,8 +451,9 @@ impl PyQueueStats {
 
     fn __repr__(&self) -> String {
         format!(
-            "QueueStats(active={}, locked={}, scheduled={}, dead_lettered={}, bytes={})",
-            self.active, self.locked, self.scheduled, self.dead_lettered, self.bytes
+            "QueueStats(active={}, locked={}, scheduled={}, deferred={}, dead_lettered={}, \
+             bytes={})",
+            self.active, self.locked, self.scheduled, self.deferred, self.dead_lettered, self.bytes
         )
     }
 }

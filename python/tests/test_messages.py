@@ -194,7 +194,14 @@ def test_stats_len_and_purge(queue: postbox.Queue) -> None:
     s = queue.stats()
     assert (s.active, s.locked, s.scheduled, s.dead_lettered) == (2, 1, 1, 0)
     assert s.bytes == 1 + 2 + 3 + 5
-    assert s._asdict() == {"active": 2, "locked": 1, "scheduled": 1, "dead_lettered": 0, "bytes": 11}
+    assert s._asdict() == {
+        "active": 2,
+        "locked": 1,
+        "scheduled": 1,
+        "deferred": 0,
+        "dead_lettered": 0,
+        "bytes": 11,
+    }
     assert s == queue.stats()
     assert "active=2" in repr(s)
     assert len(queue) == 2
