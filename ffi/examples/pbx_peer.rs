@@ -47,16 +47,40 @@ fn consume(path: &str, queue: &str, out: &str, idle_ms: u64) -> postbox::Result<
     store.close()
 }
 
+/// CRC32C (Castagnoli), bit by bit: the check the engine writes beside the format version
+/// (`format_check` in core/src/engine/tables.rs). Slow, and only ever run on 8 bytes.
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
 fn bump_format(path: &str) -> Result<(), Box<dyn std::error::Error>> {
-    // The table and key are the engine's (core/src/engine/tables.rs); this helper exists only
-    // to fabricate a "newer version" store for the C tests.
+    // The table and keys are the engine's (core/src/engine/tables.rs); this helper exists only
+    // to fabricate a "newer version" store for the C tests. A newer postbox writes its version
+    // with a matching check; a version without one reads as damage (POSTBOX_CORRUPTED).
     const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("postbox.meta");
+    assert_eq!(crc32c(b"123456789"), 0xE306_9283, "CRC32C check value");
     let db = redb::Database::open(path)?;
     let txn = db.begin_write()?;
     {
         let mut meta = txn.open_table(META)?;
         let current = meta.get("format_version")?.map_or(0, |v| v.value());
-        meta.insert("format_version", current + 1)?;
+        let newer = current + 1;
+        meta.insert("format_version", newer)?;
+        meta.insert(
+            "format_version_crc",
+            u64::from(crc32c(&newer.to_le_bytes())),
+        )?;
     }
     txn.commit()?;
     Ok(())
