@@ -108,6 +108,7 @@
 pub mod binding;
 mod body_codec;
 mod clock;
+mod collator;
 mod engine;
 mod error;
 mod filter;
@@ -122,12 +123,14 @@ mod tx;
 mod typed;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use collator::{Collated, Collator, SeriesGap};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CorrelationFilter, Filter};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
-    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED,
+    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, SERIES_LAST_PROPERTY,
+    SERIES_LENGTH_PROPERTY,
 };
 pub use options::{Durability, QueueOptions};
 pub use processor::{

@@ -24,6 +24,13 @@ impl fmt::Display for MessageId {
     }
 }
 
+/// The user property in which a message sent through a collator declares its series' length
+/// (decimal text); set by [`Message::series_length`].
+pub const SERIES_LENGTH_PROPERTY: &str = "postbox.series_length";
+/// The user property that marks the last message of a series sent through a collator; set by
+/// [`Message::last_in_series`].
+pub const SERIES_LAST_PROPERTY: &str = "postbox.series_last";
+
 /// The value of a user property: text or raw bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PropertyValue {
@@ -312,6 +319,19 @@ impl Message {
     pub fn expires_at(mut self, at: SystemTime) -> Self {
         self.expiry = Expiry::At(at);
         self
+    }
+
+    /// Declares the length of this message's series, for a collator (see
+    /// [`Collator`](crate::Collator)); stored as the user property
+    /// [`SERIES_LENGTH_PROPERTY`].
+    pub fn series_length(self, n: u64) -> Self {
+        self.property(SERIES_LENGTH_PROPERTY, n.to_string())
+    }
+
+    /// Marks this message as the last of its series, for a collator; stored as the user
+    /// property [`SERIES_LAST_PROPERTY`].
+    pub fn last_in_series(self) -> Self {
+        self.property(SERIES_LAST_PROPERTY, "1")
     }
 
     /// Sets a user property (string → string or bytes); setting a key again replaces its value.

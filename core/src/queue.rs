@@ -51,10 +51,12 @@ impl Queue {
         }
     }
 
-    /// Opens existing queue `name` (not a topic).
+    /// Opens existing queue `name` (not a topic or collator).
     pub(crate) fn open_existing(engine: &Arc<Engine>, name: &str) -> Result<Queue> {
         match engine.read(|t| read::queue_by_name(t, name))? {
-            Some(rec) if rec.kind != QueueKind::Topic => Ok(Queue::new(engine.clone(), name, rec)),
+            Some(rec) if matches!(rec.kind, QueueKind::Normal | QueueKind::DeadLetter) => {
+                Ok(Queue::new(engine.clone(), name, rec))
+            }
             _ => Err(Error::QueueNotFound(name.to_owned())),
         }
     }
@@ -417,7 +419,7 @@ impl Queue {
             let c = b.counters(q)?;
             let dead_lettered = match kind {
                 QueueKind::Normal => b.counters(peer)?.total(),
-                QueueKind::DeadLetter | QueueKind::Topic => 0,
+                QueueKind::DeadLetter | QueueKind::Topic | QueueKind::Collator => 0,
             };
             Ok(QueueStats {
                 active: c.active,

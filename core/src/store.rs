@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::collator::Collator;
 use crate::engine::Engine;
 use crate::engine::queries as read;
 use crate::engine::{QueueKind, QueueRecord};
@@ -251,6 +252,27 @@ impl Store {
         }
     }
 
+    /// Opens collator `name`, which releases into `destination`, creating it if missing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, the name of a queue or topic, a collator that
+    /// releases into another queue, or a destination that is not a plain queue;
+    /// [`Error::QueueNotFound`] if `destination` was deleted; storage errors.
+    pub fn collator(&self, name: &str, destination: &Queue) -> Result<Collator> {
+        validate_queue_name(name)?;
+        let (owned, dest, dest_name) = (name.to_owned(), destination.id, destination.name.clone());
+        let rec = self
+            .engine
+            .call(move |b| b.open_collator(&owned, dest, &dest_name))?;
+        Ok(Collator::new(
+            self.engine.clone(),
+            name,
+            &rec,
+            destination.clone(),
+        ))
+    }
+
     /// The names of all topics.
     ///
     /// # Errors
@@ -263,9 +285,11 @@ impl Store {
     fn open_or_create(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
         validate_queue_name(name)?;
         if let Some(rec) = self.engine.read(|t| read::queue_by_name(t, name))?
-            && rec.kind == QueueKind::Topic
+            && matches!(rec.kind, QueueKind::Topic | QueueKind::Collator)
         {
-            return Err(Error::invalid(format!("{name:?} is a topic, not a queue")));
+            return Err(Error::invalid(format!(
+                "{name:?} is a topic or collator, not a queue"
+            )));
         }
         validate_queue_name(name)?;
         // Opening an existing queue with nothing to change needs no write transaction.
@@ -364,4 +388,3 @@ pub(crate) fn validate_queue_name(name: &str) -> Result<()> {
     }
     Ok(())
 }
-

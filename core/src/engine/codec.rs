@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::filter::{CorrelationFilter, Filter};
-use crate::message::{Properties, PropertyValue};
+use crate::message::{Expiry, Message, Properties, PropertyValue, Visibility};
 use crate::options::QueueSettings;
 
 /// Envelope without a checksum: read only, written by store format 1.
@@ -312,6 +312,70 @@ pub fn decode_envelope(id: u64, buf: &[u8]) -> DecodeResult<StoredEnvelope> {
     })
 }
 
+/// Encodes a message a collator holds (it gets its id only when released, so that ids, and
+/// with them delivery order, follow the series): priority, visibility, expiry, then the
+/// envelope and body as [`encode_envelope`] writes them, bound to the series and number.
+pub fn encode_held(series: &str, seq: u64, m: &Message) -> Vec<u8> {
+    let mut out = vec![m.priority];
+    let mut w = Writer(Vec::new());
+    let (tag, ms) = match m.visibility {
+        Visibility::Now => (0, 0),
+        Visibility::After(d) => (1, crate::clock::duration_ms(d)),
+        Visibility::At(t) => (2, crate::clock::from_system_time(t)),
+    };
+    w.0.push(tag);
+    w.varint(ms);
+    let (tag, ms) = match m.expiry {
+        Expiry::QueueDefault => (0, 0),
+        Expiry::After(d) => (1, crate::clock::duration_ms(d)),
+        Expiry::At(t) => (2, crate::clock::from_system_time(t)),
+    };
+    w.0.push(tag);
+    w.varint(ms);
+    out.extend_from_slice(&w.0);
+    out.extend_from_slice(&encode_envelope(
+        held_key(series, seq),
+        &m.props,
+        None,
+        &m.body,
+    ));
+    out
+}
+
+/// The number a held message's envelope checksum is bound to.
+fn held_key(series: &str, seq: u64) -> u64 {
+    u64::from(crc32c::crc32c(series.as_bytes())) << 32 ^ seq
+}
+
+/// Decodes what [`encode_held`] wrote.
+pub fn decode_held(series: &str, seq: u64, buf: &[u8]) -> DecodeResult<Message> {
+    let mut r = Reader::new(buf);
+    let priority = r.byte()?;
+    if priority > crate::message::MAX_PRIORITY {
+        return Err(format!("priority {priority} out of range"));
+    }
+    let visibility = match (r.byte()?, r.varint()?) {
+        (0, _) => Visibility::Now,
+        (1, ms) => Visibility::After(Duration::from_millis(ms)),
+        (2, ms) => Visibility::At(crate::clock::to_system_time(ms)),
+        (t, _) => return Err(format!("unknown visibility {t}")),
+    };
+    let expiry = match (r.byte()?, r.varint()?) {
+        (0, _) => Expiry::QueueDefault,
+        (1, ms) => Expiry::After(Duration::from_millis(ms)),
+        (2, ms) => Expiry::At(crate::clock::to_system_time(ms)),
+        (t, _) => return Err(format!("unknown expiry {t}")),
+    };
+    let env = decode_envelope(held_key(series, seq), r.rest())?;
+    Ok(Message {
+        body: env.body,
+        props: env.props,
+        priority,
+        visibility,
+        expiry,
+    })
+}
+
 /// What kind of queue a record describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueKind {
@@ -322,6 +386,8 @@ pub enum QueueKind {
     /// A topic: it holds no messages; a publish fans out to its subscriptions, which are
     /// `Normal` queues whose record links back to it. `peer` is 0.
     Topic,
+    /// A collator: it holds messages of incomplete series; `peer` is its destination queue.
+    Collator,
 }
 
 /// A topic subscription: the topic it belongs to and which published messages it takes.
@@ -429,6 +495,7 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
         QueueKind::Normal => 0,
         QueueKind::DeadLetter => 1,
         QueueKind::Topic => 2,
+        QueueKind::Collator => 3,
     });
     w.varint(u64::from(rec.peer));
     w.varint(ms(Some(o.lock_duration)));
@@ -456,6 +523,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
         0 => QueueKind::Normal,
         1 => QueueKind::DeadLetter,
         2 => QueueKind::Topic,
+        3 => QueueKind::Collator,
         k => return Err(format!("unknown queue kind {k}")),
     };
     let peer = u32::try_from(r.varint()?).map_err(|_| "queue id out of range")?;

@@ -94,6 +94,8 @@ macro_rules! for_each_table {
         $f($($arg,)* DEDUP)?;
         $f($($arg,)* DEDUP_EXPIRY)?;
         $f($($arg,)* DEFERRED)?;
+        $f($($arg,)* HELD)?;
+        $f($($arg,)* SERIES)?;
     }};
 }
 

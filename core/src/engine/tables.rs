@@ -41,6 +41,12 @@ pub const OWNERS: TableDefinition<u64, (u32, u64)> = TableDefinition::new("postb
 pub const OWNER_SCOPES: TableDefinition<u64, u64> = TableDefinition::new("postbox.owner_scopes");
 /// (queue id, message_key) → (message id, forget at ms): duplicate detection.
 pub const DEDUP: TableDefinition<(u32, &str), (u64, u64)> = TableDefinition::new("postbox.dedup");
+/// (collator queue id, series, sequence number) → the message (`codec::encode_held`): messages
+/// a collator holds until their series is contiguous up to them. They get an id only when
+/// released, so ids (and delivery order) follow the series (format 3).
+pub const HELD: TableDefinition<(u32, &str, u64), &[u8]> = TableDefinition::new("postbox.held");
+/// (collator queue id, series) → the series' progress ([`SeriesState`]), while it is incomplete.
+pub const SERIES: TableDefinition<(u32, &str), [u8; 24]> = TableDefinition::new("postbox.series");
 /// (queue id, message id): deferred messages, set aside until received by id (format 3).
 pub const DEFERRED: TableDefinition<(u32, u64), ()> = TableDefinition::new("postbox.deferred");
 /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are forgotten.
@@ -55,9 +61,10 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 ///   format-1 store upgrades it in one write transaction (`file::upgrade`): state rows and queue
 ///   records are rewritten with their checksums; envelopes keep format 1 (rewriting every body
 ///   would cost as much as the store is large) and are decoded unchecked.
-/// - 3: deferred messages: state status 3 and flag bit 0x40 ("deferred: its lock ends in the
-///   deferred state"), the `DEFERRED` index, and per-queue extra counts in `COUNTERS` under
-///   [`EXTRA_COUNTS_BASE`] + queue id. Upgrading from 2 creates the new table; no row changes.
+/// - 3: deferred messages (state status 3 and flag bit 0x40, "deferred: its lock ends in the
+///   deferred state"; the `DEFERRED` index), collators (`HELD`, `SERIES`), topics
+///   (queue record kind 2 and extension fields), and per-queue extra counts in `COUNTERS` under
+///   [`EXTRA_COUNTS_BASE`] + queue id. Upgrading from 2 creates the new tables; no row changes.
 pub const FORMAT_VERSION: u64 = 3;
 
 pub const KEY_FORMAT: &str = "format_version";
@@ -129,6 +136,40 @@ pub enum Status {
     Scheduled = 2,
     /// Set aside by its receiver: never delivered by a normal receive, only by id.
     Deferred = 3,
+}
+
+/// A collator's progress on one series: the next sequence number it will release, and the
+/// series' length once known (declared by a message, or the number of the one marked last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SeriesState {
+    pub next: u64,
+    /// 0: not known yet.
+    pub length: u64,
+    /// Messages held now.
+    pub held: u64,
+}
+
+impl SeriesState {
+    pub fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[0..8].copy_from_slice(&self.next.to_le_bytes());
+        b[8..16].copy_from_slice(&self.length.to_le_bytes());
+        b[16..24].copy_from_slice(&self.held.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; 24]) -> SeriesState {
+        let at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        SeriesState {
+            next: at(0),
+            length: at(8),
+            held: at(16),
+        }
+    }
 }
 
 /// Byte 5 of a state row: the message is deferred, so a lock on it ends in `Deferred` rather
@@ -341,6 +382,8 @@ pub struct QueueCounts {
     pub bytes: u64,
     /// Kept in the queue's extra counts row (see [`EXTRA_COUNTS_BASE`]).
     pub deferred: u64,
+    /// Messages a collator holds (extra counts row; they have no state row until released).
+    pub held: u64,
 }
 
 impl QueueCounts {
@@ -365,6 +408,7 @@ impl QueueCounts {
             scheduled: u64_at(16),
             bytes: u64_at(24),
             deferred: 0,
+            held: 0,
         }
     }
 
@@ -372,23 +416,33 @@ impl QueueCounts {
     pub fn encode_extra(&self) -> [u8; COUNTERS_LEN] {
         let mut b = [0u8; COUNTERS_LEN];
         b[0..8].copy_from_slice(&self.deferred.to_le_bytes());
+        b[8..16].copy_from_slice(&self.held.to_le_bytes());
         b
     }
 
     /// Takes the extra counts from their row.
     pub fn set_extra(&mut self, b: &[u8; COUNTERS_LEN]) {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[0..8]);
-        self.deferred = u64::from_le_bytes(a);
+        let at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        self.deferred = at(0);
+        self.held = at(8);
     }
 
     /// Whether any extra count is non-zero (a row must exist for it).
     pub fn has_extra(&self) -> bool {
-        self.deferred != 0
+        self.deferred != 0 || self.held != 0
+    }
+
+    /// The extra counts, to see whether they changed.
+    pub fn extra(&self) -> (u64, u64) {
+        (self.deferred, self.held)
     }
 
     pub fn total(&self) -> u64 {
-        self.active + self.locked + self.scheduled + self.deferred
+        self.active + self.locked + self.scheduled + self.deferred + self.held
     }
 
     pub fn slot(&mut self, status: Status) -> &mut u64 {

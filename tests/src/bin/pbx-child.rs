@@ -196,6 +196,24 @@ fn send_keys(store: &Store, name: &str, args: &[String]) {
     }
 }
 
+/// `collate <collator> <series> <seq>…` (the queue argument is the destination): sends each
+/// number of the series through the collator, then waits for stdin to close (or a SIGKILL).
+fn collate(store: &Store, dest: &str, args: &[String]) {
+    let dest = store.queue(dest).or_die();
+    let c = store.collator(&args[0], &dest).or_die();
+    say!("READY");
+    for n in &args[2..] {
+        let seq: u64 = n.parse().expect("sequence number");
+        let body = format!("{}:{seq}", args[1]);
+        let got = c
+            .send(Message::new(body).group(args[1].clone()).sequence(seq))
+            .or_die();
+        say!("COLLATED {seq} {} {}", got.released.len(), got.duplicate);
+    }
+    say!("SENT-ALL");
+    wait_for_stdin_eof();
+}
+
 /// `send <body>…`: sends one message per body.
 fn send(q: &Queue, args: &[String]) {
     say!("READY");
@@ -234,6 +252,8 @@ fn main() {
     let store = open(path, mode != "hold-single");
     if mode == "send-keys" {
         send_keys(&store, name, rest);
+    } else if mode == "collate" {
+        collate(&store, name, rest);
     } else {
         let q = store.queue(name).or_die();
         match mode.as_str() {

@@ -83,8 +83,10 @@ impl<'t> Batch<'t> {
         options: Option<&QueueOptions>,
     ) -> Result<QueueRecord> {
         if let Some(mut rec) = self.queue_by_name(name)? {
-            if rec.kind == QueueKind::Topic {
-                return Err(Error::invalid(format!("{name:?} is a topic, not a queue")));
+            if matches!(rec.kind, QueueKind::Topic | QueueKind::Collator) {
+                return Err(Error::invalid(format!(
+                    "{name:?} is a topic or collator, not a queue"
+                )));
             }
             if let Some(o) = options {
                 if rec.kind == QueueKind::DeadLetter {
@@ -175,8 +177,10 @@ impl<'t> Batch<'t> {
                 "a dead-letter queue is deleted with its source queue",
             ));
         }
-        if rec.kind == QueueKind::Topic {
-            return self.delete_topic(name, &rec);
+        match rec.kind {
+            QueueKind::Topic => return self.delete_topic(name, &rec),
+            QueueKind::Collator => return self.delete_collator(name, &rec),
+            QueueKind::Normal | QueueKind::DeadLetter => {}
         }
         for (q, qname) in [
             (rec.id, name.to_owned()),

@@ -10,6 +10,7 @@
 //! renew), `sweep` (time-driven work) and `reaping` (processes and their locks).
 
 mod catalog;
+mod collate;
 mod reaping;
 mod send;
 mod settle;
@@ -29,7 +30,9 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use super::codec::{self, DeadLetter, QueueKind, QueueRecord, Subscription};
 use super::tables::*;
 use crate::error::{Error, Result};
-use crate::message::{Envelope, Expiry, Message, MessageId, REASON_TTL_EXPIRED, Visibility};
+use crate::message::{
+    Envelope, Expiry, Message, MessageId, PropertyValue, REASON_TTL_EXPIRED, Visibility,
+};
 use crate::options::{QueueOptions, QueueSettings};
 
 /// The message a receive locked, with its lock.
@@ -86,6 +89,9 @@ pub struct DueHints {
     dedup: u64,
 }
 
+/// (collator id, series, sequence number) → the held message.
+type HeldTable<'t> = Table<'t, (u32, &'static str, u64), &'static [u8]>;
+
 /// (queue id, message_key) → (message id, forget at ms).
 type DedupTable<'t> = Table<'t, (u32, &'static str), (u64, u64)>;
 
@@ -118,11 +124,13 @@ pub struct Batch<'t> {
     dedup: Option<DedupTable<'t>>,
     dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
     deferred: Option<Table<'t, (u32, u64), ()>>,
+    held: Option<HeldTable<'t>>,
+    series: Option<Table<'t, (u32, &'static str), [u8; 24]>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
-    /// Each queue's counts as this batch changed them, with its deferred count as loaded (the
-    /// extra counts row is written only when that changed).
-    counter_cache: HashMap<u32, (QueueCounts, u64)>,
+    /// Each queue's counts as this batch changed them, with its extra counts as loaded (the
+    /// extra counts row is written only when they changed).
+    counter_cache: HashMap<u32, (QueueCounts, (u64, u64))>,
     /// Queues deleted in this batch.
     deleted: HashSet<u32>,
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
@@ -178,6 +186,8 @@ impl<'t> Batch<'t> {
             dedup: None,
             dedup_expiry: None,
             deferred: None,
+            held: None,
+            series: None,
             seqs: None,
             counter_cache: HashMap::new(),
             deleted: HashSet::new(),
@@ -236,6 +246,14 @@ impl<'t> Batch<'t> {
         lazy(self.txn, &mut self.dedup, DEDUP)
     }
 
+    fn t_held(&mut self) -> Result<&mut HeldTable<'t>> {
+        lazy(self.txn, &mut self.held, HELD)
+    }
+
+    fn t_series(&mut self) -> Result<&mut Table<'t, (u32, &'static str), [u8; 24]>> {
+        lazy(self.txn, &mut self.series, SERIES)
+    }
+
     fn t_deferred(&mut self) -> Result<&mut Table<'t, (u32, u64), ()>> {
         lazy(self.txn, &mut self.deferred, DEFERRED)
     }
@@ -250,13 +268,13 @@ impl<'t> Batch<'t> {
             self.t_counters()?
                 .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
         }
-        for (q, (c, loaded_deferred)) in std::mem::take(&mut self.counter_cache) {
+        for (q, (c, loaded_extra)) in std::mem::take(&mut self.counter_cache) {
             // A queue deleted in this batch lost its counters; do not resurrect them.
             if self.deleted.contains(&q) {
                 continue;
             }
             self.t_counters()?.insert(q, c.encode())?;
-            if c.deferred != loaded_deferred {
+            if c.extra() != loaded_extra {
                 let key = EXTRA_COUNTS_BASE + q;
                 if c.has_extra() {
                     self.t_counters()?.insert(key, c.encode_extra())?;
@@ -286,7 +304,7 @@ impl<'t> Batch<'t> {
     fn counters_mut(&mut self, q: u32) -> Result<&mut QueueCounts> {
         if !self.counter_cache.contains_key(&q) {
             let c = self.load_counts(q)?;
-            self.counter_cache.insert(q, (c, c.deferred));
+            self.counter_cache.insert(q, (c, c.extra()));
         }
         self.mutations += 1;
         Ok(&mut self.counter_cache.entry(q).or_default().0)

@@ -113,7 +113,7 @@ impl<'t> Batch<'t> {
         })
     }
 
-    fn insert_message(&mut self, q: u32, o: &QueueSettings, m: Message) -> Result<u64> {
+    pub(super) fn insert_message(&mut self, q: u32, o: &QueueSettings, m: Message) -> Result<u64> {
         let now = self.now;
         let id = self.next_seq(Seq::Message)?;
         let visible_at = match m.visibility {
