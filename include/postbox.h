@@ -32,6 +32,9 @@
  *     postbox_browser   -> postbox_browse_free
  *     postbox_strings   -> postbox_strings_free
  *     postbox_processor -> postbox_processor_free (after postbox_processor_shutdown)
+ *     postbox_topic     -> postbox_topic_free
+ *     postbox_collator  -> postbox_collator_free
+ *     postbox_series_gaps -> postbox_series_gaps_free
  * Destructors accept NULL. A handle never borrows from the handle that made it: a queue may
  * outlive its store handle's close (its calls then return POSTBOX_CLOSED), a message may
  * outlive its queue handle. Input strings and buffers are copied during the call; the caller
@@ -50,7 +53,8 @@
  *
  * Processes and fork(). A handle belongs to the process that opened its store. In a child made
  * by fork() (prefork servers, Python's multiprocessing), every call on an inherited store,
- * queue, message, transaction, browser or processor handle returns POSTBOX_FORKED at once and
+ * queue, message, transaction, browser, processor, topic or collator handle returns
+ * POSTBOX_FORKED at once and
  * reads or writes nothing, even when another thread of the parent was in the middle of a
  * commit at the moment of the fork. Freeing inherited handles in the child
  * (postbox_store_close, which then returns POSTBOX_OK, postbox_queue_free,
@@ -109,6 +113,18 @@
  * with postbox_queue_dead_letters.
  */
 #define POSTBOX_DEAD_LETTER_SUFFIX "/$deadletterqueue"
+
+/**
+ * The user property (a string, the length in decimal, e.g. "6") with which a message sent
+ * through a collator (postbox_collate) declares the length of its series.
+ */
+#define POSTBOX_SERIES_LENGTH_PROPERTY "postbox.series_length"
+
+/**
+ * The user property (a string, e.g. "1") that marks a message sent through a collator
+ * (postbox_collate) as the last of its series: its sequence number is the series' length.
+ */
+#define POSTBOX_SERIES_LAST_PROPERTY "postbox.series_last"
 
 
 /**
@@ -334,6 +350,23 @@
 typedef struct postbox_browser postbox_browser;
 
 /**
+ * A handle to one collator of a store: messages of a series (their `group`), numbered by
+ * `sequence` from 1 and sent by any number of producers in any order, are released to the
+ * collator's destination queue in sequence order, each as soon as every number before it has
+ * arrived (1, 2, 3 at once; then 4, 5, 6 when 4 arrives). Holding and releasing happen in the
+ * sending commit, so a crash loses or duplicates nothing, and a number sent again is
+ * recognised as a duplicate and stored nowhere.
+ *
+ * A series ends when one of its messages declares the series' length (user property
+ * `POSTBOX_SERIES_LENGTH_PROPERTY`) or marks itself last (`POSTBOX_SERIES_LAST_PROPERTY`);
+ * `postbox_collator_incomplete` lists the series with gaps.
+ *
+ * Created by `postbox_collator_open`; freed with `postbox_collator_free`. Thread-safe: any
+ * number of threads may send through one handle at once.
+ */
+typedef struct postbox_collator postbox_collator;
+
+/**
  * A message: its body and properties, and — when it came from a peek-lock receive — its lock.
  *
  * Obtained from `postbox_receive`, `postbox_receive_batch`, `postbox_peek`, `postbox_get` or
@@ -363,6 +396,13 @@ typedef struct postbox_processor postbox_processor;
 typedef struct postbox_queue postbox_queue;
 
 /**
+ * The series a collator has not completed, from `postbox_collator_incomplete`. Read it with
+ * `postbox_series_gaps_count` and `postbox_series_gaps_get`; free it with
+ * `postbox_series_gaps_free`. A snapshot taken at the call; immutable, so thread-safe.
+ */
+typedef struct postbox_series_gaps postbox_series_gaps;
+
+/**
  * An open store: one file holding many queues. Created by `postbox_store_open`, released by
  * `postbox_store_close`. Thread-safe: any number of threads may use one store handle at once.
  */
@@ -374,6 +414,19 @@ typedef struct postbox_store postbox_store;
  * Immutable, so thread-safe.
  */
 typedef struct postbox_strings postbox_strings;
+
+/**
+ * A handle to one topic of a store: a message published to it goes, as a message of its own,
+ * to every subscription whose filter it passes, all in one commit. Each subscription is a
+ * queue (named `<topic>/$subscriptions/<name>`) with its own options and dead-letter queue,
+ * received from with the usual queue calls.
+ *
+ * Created by `postbox_topic_open` or `postbox_topic_open_existing`; freed with
+ * `postbox_topic_free`. Thread-safe: any number of threads may publish through one handle at
+ * once, and subscriptions may be added and removed while publishers run (each publish reaches
+ * the subscriptions of its commit).
+ */
+typedef struct postbox_topic postbox_topic;
 
 /**
  * A transaction. Begun with `postbox_tx_begin`; pass it to `postbox_send`,
@@ -886,6 +939,85 @@ typedef struct postbox_processor_counters {
   uint64_t workers;
 } postbox_processor_counters;
 
+/**
+ * Which published messages a subscription receives (`postbox_topic_subscribe`): those whose
+ * properties equal every field the filter sets (all set fields must match). A field left NULL
+ * matches anything; a filter with no field set, like a NULL filter pointer, matches every
+ * message. Strings are NUL-terminated UTF-8, at most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes;
+ * everything is copied during the call.
+ *
+ * Versioned: set `struct_size` to `sizeof(postbox_filter)`, or call `postbox_filter_init`,
+ * which zeroes the rest. Later versions of the library append fields and keep accepting the
+ * shorter struct of an older header.
+ */
+typedef struct postbox_filter {
+  /**
+   * `sizeof(postbox_filter)`.
+   */
+  uint32_t struct_size;
+  /**
+   * The message's label must equal this.
+   */
+  const char *label;
+  /**
+   * The message's correlation id must equal this.
+   */
+  const char *correlation_id;
+  /**
+   * The message's content type must equal this.
+   */
+  const char *content_type;
+  /**
+   * The message's reply-to queue name must equal this.
+   */
+  const char *reply_to;
+  /**
+   * The message's group must equal this.
+   */
+  const char *group;
+  /**
+   * User properties the message must carry with exactly these values (kind included: a
+   * string property does not match bytes): an array of `property_count` entries, in the form
+   * of `postbox_send_options.properties` (NULL when 0). Each key at most once.
+   */
+  const struct postbox_property *properties;
+  /**
+   * Number of entries in `properties`.
+   */
+  size_t property_count;
+} postbox_filter;
+
+/**
+ * Exact counts of a topic, filled by `postbox_topic_stats_get`.
+ *
+ * Versioned: the caller sets `struct_size` to `sizeof(postbox_topic_stats)` (or calls
+ * `postbox_topic_stats_init`) before the call. Later versions of the library append fields and
+ * keep accepting the shorter struct: a caller built against an older header gets only the
+ * fields its `struct_size` covers, and nothing past them is written.
+ */
+typedef struct postbox_topic_stats {
+  /**
+   * `sizeof(postbox_topic_stats)`, set by the caller; written back unchanged.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved (keeps the counts 8-byte aligned without padding); written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Messages published to the topic (committed publishes only).
+   */
+  uint64_t published;
+  /**
+   * Published messages that matched no subscription (delivered nowhere).
+   */
+  uint64_t unmatched;
+  /**
+   * Subscriptions now.
+   */
+  uint64_t subscriptions;
+} postbox_topic_stats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -974,7 +1106,9 @@ int postbox_store_close(struct postbox_store *store);
 
 /**
  * Lists the names of the store's queues (dead-letter queues are not listed; reach them with
- * `postbox_queue_dead_letters`).
+ * `postbox_queue_dead_letters`). Topic subscriptions are queues and are listed under their
+ * full names (`<topic>/$subscriptions/<name>`); topics (`postbox_store_topics`) and
+ * collators are not.
  *
  * `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
  *
@@ -996,14 +1130,17 @@ size_t postbox_strings_count(const struct postbox_strings *list);
 const char *postbox_strings_get(const struct postbox_strings *list, size_t index);
 
 /**
- * Frees a list from `postbox_store_queues`. NULL is a no-op.
+ * Frees a list from `postbox_store_queues`, `postbox_store_topics` or
+ * `postbox_topic_subscriptions`. NULL is a no-op.
  */
 void postbox_strings_free(struct postbox_strings *list);
 
 /**
  * Deletes queue `name`, its dead-letter queue and all their messages. Handles to it fail with
  * `POSTBOX_QUEUE_NOT_FOUND` afterwards (free them as usual); a queue opened again under the
- * same name is a new, empty queue with default options.
+ * same name is a new, empty queue with default options. The name of a topic deletes the topic
+ * with every subscription (their queues and messages); the name of a collator deletes the
+ * collator and the messages it holds (its destination queue stays).
  *
  * `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
  * missing queue is not an error).
@@ -1852,6 +1989,304 @@ int postbox_processor_stats(const struct postbox_processor *processor,
  * (its memory is left alone) and the parent's processor is unaffected.
  */
 void postbox_processor_free(struct postbox_processor *processor);
+
+/**
+ * Opens topic `name` (NUL-terminated UTF-8, named as a queue is: 1–255 bytes), creating it if
+ * it does not exist; an existing topic keeps its subscriptions. A topic and a queue (or
+ * collator) cannot share a name. `topic_out` receives a handle the caller owns and frees with
+ * `postbox_topic_free`. Delete a topic, with every subscription, with `postbox_queue_delete`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, the name of a queue or
+ * collator); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_topic_open(struct postbox_store *store,
+                       const char *name,
+                       struct postbox_topic **topic_out);
+
+/**
+ * Opens topic `name` only if it exists, never creating it. `topic_out` receives a handle the
+ * caller frees with `postbox_topic_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_QUEUE_NOT_FOUND` (no such topic: also when `name` is a queue);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_topic_open_existing(struct postbox_store *store,
+                                const char *name,
+                                struct postbox_topic **topic_out);
+
+/**
+ * Lists the names of the store's topics (`postbox_store_queues` lists queues, subscription
+ * queues included, and no topic).
+ * `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`).
+ */
+int postbox_store_topics(const struct postbox_store *store, struct postbox_strings **names_out);
+
+/**
+ * Frees a topic handle (the topic, its subscriptions and their messages stay in the store).
+ * NULL is a no-op.
+ */
+void postbox_topic_free(struct postbox_topic *topic);
+
+/**
+ * The topic's name (UTF-8, not NUL-terminated); absent view for NULL. Valid until the topic
+ * handle is freed.
+ */
+struct postbox_bytes postbox_topic_name(const struct postbox_topic *topic);
+
+/**
+ * Fills `filter` with zeros (every field unset: all messages match) and sets its
+ * `struct_size`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `filter` is NULL.
+ */
+int postbox_filter_init(struct postbox_filter *filter);
+
+/**
+ * Opens subscription `name` of the topic (NUL-terminated UTF-8, no `/`), creating it if
+ * missing, with `filter` (NULL: every message). An existing subscription takes the new filter
+ * and keeps its messages; its queue options change as `postbox_queue_open` changes them:
+ * `options` NULL leaves them as they are (a new subscription gets the defaults), otherwise
+ * the options the struct mentions are set (see `postbox_queue_options`).
+ *
+ * `queue_out` receives the subscription's queue: a handle like any other (receive, peek,
+ * stats, dead letters) that the caller owns and frees with `postbox_queue_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `topic`/`name`/`queue_out`, an empty name or
+ * one with a `/`, a bad `struct_size`, a filter string that is not UTF-8 or longer than
+ * `POSTBOX_MAX_TEXT_PROPERTY_LEN`, a bad filter property, invalid options as for
+ * `postbox_queue_open`); `POSTBOX_QUEUE_NOT_FOUND` (the topic was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_topic_subscribe(const struct postbox_topic *topic,
+                            const char *name,
+                            const struct postbox_filter *filter,
+                            const struct postbox_queue_options *options,
+                            struct postbox_queue **queue_out);
+
+/**
+ * Opens existing subscription `name` of the topic, never creating it. `queue_out` receives
+ * its queue, a handle the caller frees with `postbox_queue_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_QUEUE_NOT_FOUND` (no such subscription, or the topic was deleted);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage
+ * errors.
+ */
+int postbox_topic_subscription(const struct postbox_topic *topic,
+                               const char *name,
+                               struct postbox_queue **queue_out);
+
+/**
+ * Removes subscription `name`: its queue and dead-letter queue with their messages. Handles
+ * to its queue fail with `POSTBOX_QUEUE_NOT_FOUND` afterwards (free them as usual); later
+ * publishes no longer reach it. `existed_out` may be NULL; on success it receives whether the
+ * subscription existed (removing a missing one is not an error).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `topic`/`name`); `POSTBOX_QUEUE_NOT_FOUND`
+ * (the topic was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_topic_unsubscribe(const struct postbox_topic *topic,
+                              const char *name,
+                              bool *existed_out);
+
+/**
+ * Lists the names of the topic's subscriptions (without the topic prefix), in name order.
+ * `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_QUEUE_NOT_FOUND` (the
+ * topic was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_topic_subscriptions(const struct postbox_topic *topic,
+                                struct postbox_strings **names_out);
+
+/**
+ * Publishes one message with body `body[0..body_len]` (copied; NULL allowed when `body_len`
+ * is 0) and the properties in `options` (NULL for none; as for `postbox_send`): every
+ * subscription whose filter it passes gets a copy of its own, all in one commit, or none does.
+ *
+ * With `tx` NULL the publish commits on its own, and `reached_out` (may be NULL) receives how
+ * many subscriptions got a copy; 0 means it matched none, which the topic counts as unmatched
+ * (`postbox_topic_stats_get`). With a transaction the message is fanned out when `tx`
+ * commits, to the subscriptions the topic has at that commit (an abort delivers it nowhere);
+ * `reached_out` then receives 0. `tx` must come from the same store as `topic`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL topic, NULL body with a length, bad options
+ * as for `postbox_send`, a transaction of another store or already finished);
+ * `POSTBOX_QUEUE_FULL` and `POSTBOX_TOO_LARGE` (a matching subscription refuses it: the
+ * whole publish is refused and delivered nowhere; with a transaction, reported by the
+ * commit); `POSTBOX_QUEUE_NOT_FOUND` (the topic was deleted; with a transaction, reported by
+ * the commit); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_publish(const struct postbox_topic *topic,
+                    struct postbox_tx *tx,
+                    const uint8_t *body,
+                    size_t body_len,
+                    const struct postbox_send_options *options,
+                    size_t *reached_out);
+
+/**
+ * Fills `stats` with zeros and sets its `struct_size`, ready for `postbox_topic_stats_get`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `stats` is NULL.
+ */
+int postbox_topic_stats_init(struct postbox_topic_stats *stats);
+
+/**
+ * Reads the topic's exact counts into `stats_out`, whose `struct_size` the caller sets first
+ * (`sizeof(postbox_topic_stats)`, or `postbox_topic_stats_init`). A caller built against an
+ * older header gets only the fields its `struct_size` covers.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`: 0, smaller than the first
+ * version of the struct, or larger than this library's); `POSTBOX_QUEUE_NOT_FOUND` (the topic
+ * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_topic_stats_get(const struct postbox_topic *topic,
+                            struct postbox_topic_stats *stats_out);
+
+/**
+ * Opens collator `name` (NUL-terminated UTF-8, named as a queue is: 1–255 bytes), which
+ * releases into `destination`, creating it if it does not exist. An existing collator keeps
+ * the messages it holds and must already release into `destination`. A collator, a queue and
+ * a topic cannot share a name. `collator_out` receives a handle the caller owns and frees with
+ * `postbox_collator_free`. Delete a collator, with the messages it holds, with
+ * `postbox_queue_delete` (its destination stays).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, the name of a queue or
+ * topic, a collator that releases into another queue, a destination that is not a plain
+ * queue (a dead-letter queue, say) or that comes from another store handle);
+ * `POSTBOX_QUEUE_NOT_FOUND` (the destination was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_collator_open(struct postbox_store *store,
+                          const char *name,
+                          const struct postbox_queue *destination,
+                          struct postbox_collator **collator_out);
+
+/**
+ * Frees a collator handle (the collator and the messages it holds stay in the store). NULL is
+ * a no-op.
+ */
+void postbox_collator_free(struct postbox_collator *collator);
+
+/**
+ * The collator's name (UTF-8, not NUL-terminated); absent view for NULL. Valid until the
+ * collator handle is freed.
+ */
+struct postbox_bytes postbox_collator_name(const struct postbox_collator *collator);
+
+/**
+ * Opens the queue the collator releases into. `queue_out` receives a handle the caller owns
+ * and frees with `postbox_queue_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
+ */
+int postbox_collator_destination(const struct postbox_collator *collator,
+                                 struct postbox_queue **queue_out);
+
+/**
+ * Sends one message of a series through the collator, with body `body[0..body_len]` (copied;
+ * NULL allowed when `body_len` is 0) and the properties in `options`, which must set `group`
+ * (the series) and `has_sequence` with `sequence` (its number in the series, from 1). The
+ * message is held until every number before it has arrived, then released to the destination
+ * queue with every held message that follows it without a gap, all in this commit.
+ *
+ * To declare the series' length, give one of its messages (any, and more than one if they
+ * agree) the string user property `POSTBOX_SERIES_LENGTH_PROPERTY` with the length in decimal
+ * (e.g. "6"); or give its last message the string user property
+ * `POSTBOX_SERIES_LAST_PROPERTY` (value "1"). Numbers beyond a declared length are refused.
+ *
+ * `released_out` (may be NULL) receives how many messages this send released to the
+ * destination: 0 while a gap remains before this message, 1 + the held messages that followed
+ * it otherwise. `duplicate_out` (may be NULL) receives whether the series already had this
+ * number (held or released): then nothing was stored, so a producer may resend after a crash
+ * without duplicating anything. Released messages get their ids, and their place in the
+ * destination's delivery order, when they are released.
+ *
+ * # Returns
+ * `POSTBOX_OK` (also for a duplicate); `POSTBOX_INVALID_ARGUMENT` (NULL `collator`, NULL body
+ * with a length, bad options as for `postbox_send`, no group or no sequence, a sequence of 0
+ * or beyond the series' declared length, a length property that is not a positive decimal
+ * string or contradicts the series); `POSTBOX_TOO_LARGE` (above the destination's
+ * `max_message_size`); `POSTBOX_QUEUE_NOT_FOUND` (the collator or its destination was
+ * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. Released messages are not
+ * refused by the destination's `max_messages` / `max_bytes` quotas.
+ */
+int postbox_collate(const struct postbox_collator *collator,
+                    const uint8_t *body,
+                    size_t body_len,
+                    const struct postbox_send_options *options,
+                    size_t *released_out,
+                    bool *duplicate_out);
+
+/**
+ * Reads how many messages the collator holds now, waiting for gaps to close (exact).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_QUEUE_NOT_FOUND` (the
+ * collator was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_collator_held(const struct postbox_collator *collator, uint64_t *count_out);
+
+/**
+ * Lists the series the collator has not completed, in series name order: every series whose
+ * length is not known yet (no message declared it), or known but not all released. A series
+ * whose declared length has been released in full is no longer listed. `gaps_out` receives a list the caller owns
+ * and frees with `postbox_series_gaps_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_QUEUE_NOT_FOUND` (the
+ * collator was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_collator_incomplete(const struct postbox_collator *collator,
+                                struct postbox_series_gaps **gaps_out);
+
+/**
+ * The number of series in `gaps` (0 for NULL).
+ */
+size_t postbox_series_gaps_count(const struct postbox_series_gaps *gaps);
+
+/**
+ * Reads series `index` of `gaps`. Every out-pointer may be NULL when its value is not wanted:
+ *
+ * - `series_out`: the series (the messages' group), NUL-terminated UTF-8;
+ * - `next_out`: the next number to release, i.e. the first missing one;
+ * - `length_out`: the series' declared length, 0 while unknown;
+ * - `held_out`, `held_count_out`: the numbers the collator holds beyond the gap, ascending
+ *   (`*held_out` may be NULL when the count is 0).
+ *
+ * The string and the array are valid until `gaps` is freed.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `gaps`, `index` out of range).
+ */
+int postbox_series_gaps_get(const struct postbox_series_gaps *gaps,
+                            size_t index,
+                            const char **series_out,
+                            uint64_t *next_out,
+                            uint64_t *length_out,
+                            const uint64_t **held_out,
+                            size_t *held_count_out);
+
+/**
+ * Frees a list from `postbox_collator_incomplete`. NULL is a no-op.
+ */
+void postbox_series_gaps_free(struct postbox_series_gaps *gaps);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -32,9 +32,9 @@ pub const POSTBOX_MAX_REASON_LEN: usize = 256;
 /// UTF-8 character boundary).
 pub const POSTBOX_MAX_DESCRIPTION_LEN: usize = 4096;
 
-// The string macros of the header (`POSTBOX_REASON_*`, `POSTBOX_DEAD_LETTER_SUFFIX`) live in
-// ffi/cbindgen.toml, since cbindgen emits no string constants; a test below pins them to the
-// engine's values.
+// The string macros of the header (`POSTBOX_REASON_*`, `POSTBOX_DEAD_LETTER_SUFFIX`,
+// `POSTBOX_SERIES_*_PROPERTY`) live in ffi/cbindgen.toml, since cbindgen emits no string
+// constants; a test below pins them to the engine's values.
 
 // The header spells these as literals (cbindgen cannot follow a path into the engine crate);
 // the build fails if they ever differ from the engine's.
@@ -597,6 +597,14 @@ mod tests {
             // The engine keeps its suffix private; the C suite checks a dead-letter queue's
             // name against the macro.
             ("POSTBOX_DEAD_LETTER_SUFFIX", "/$deadletterqueue"),
+            (
+                "POSTBOX_SERIES_LENGTH_PROPERTY",
+                postbox::SERIES_LENGTH_PROPERTY,
+            ),
+            (
+                "POSTBOX_SERIES_LAST_PROPERTY",
+                postbox::SERIES_LAST_PROPERTY,
+            ),
         ] {
             let line = format!("#define {name} \"{value}\"");
             assert!(config.contains(&line), "ffi/cbindgen.toml lacks {line}");

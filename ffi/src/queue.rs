@@ -6,7 +6,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use postbox::binding::{FlatSend, FlatSendError, HeldMessage};
 use postbox::{
-    Browse, Envelope, Message, MessageId, Queue, QueueOptions, Received, Store, Transaction,
+    Browse, Envelope, Message, MessageId, PropertyValue, Queue, QueueOptions, Received, Store,
+    Transaction,
 };
 
 use crate::guard::{
@@ -115,7 +116,7 @@ pub struct postbox_queue_options {
 }
 
 /// The size of the struct before `clear` was added: callers built against that header pass it.
-const QUEUE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_queue_options, clear);
+pub(crate) const QUEUE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_queue_options, clear);
 const QUEUE_OPTIONS_FULL: usize = size_of::<postbox_queue_options>();
 
 /// One user property of a message to send.
@@ -285,7 +286,7 @@ fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
 }
 
 /// A queue handle for a call that reads or writes the store: refused in a forked child.
-fn live<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
+pub(crate) fn live<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
     let q = queue(q)?;
     q.tag.check_process()?;
     Ok(q)
@@ -306,7 +307,7 @@ pub extern "C" fn postbox_queue_options_init(options: *mut postbox_queue_options
     })
 }
 
-fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> {
+pub(crate) fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> {
     if o.clear & !ALL_OPTIONS != 0 {
         return Err(Failure::invalid(format!(
             "options.clear has unknown flags {:#x} (use the POSTBOX_OPTION_* flags)",
@@ -654,7 +655,48 @@ pub extern "C" fn postbox_send_options_init(options: *mut postbox_send_options) 
     })
 }
 
-fn build_message(
+/// Reads a C array of user properties (`postbox_send_options.properties`,
+/// `postbox_filter.properties`): keys NUL-terminated UTF-8, each at most once, string values
+/// UTF-8. `what` names the array in error messages.
+pub(crate) fn user_properties<'a>(
+    properties: *const postbox_property,
+    count: usize,
+    what: &str,
+) -> Outcome<Vec<(&'a str, PropertyValue)>> {
+    let props = arg_slice(properties, count, what)?;
+    let mut keys = std::collections::HashSet::with_capacity(props.len());
+    let mut out = Vec::with_capacity(props.len());
+    for (i, p) in props.iter().enumerate() {
+        let key = arg_str(p.key, "key")
+            .map_err(|f| Failure::invalid(format!("{what}[{i}]: {}", f.message)))?;
+        // A map would keep the last value silently; a C array with a key twice is a bug.
+        if !keys.insert(key) {
+            return Err(Failure::invalid(format!(
+                "{what}[{i}]: key {key:?} is listed twice"
+            )));
+        }
+        let value = arg_slice(p.value, p.value_len, "value")
+            .map_err(|f| Failure::invalid(format!("{what}[{i}]: {}", f.message)))?;
+        let value = match p.kind {
+            POSTBOX_PROPERTY_STRING => {
+                let s = std::str::from_utf8(value).map_err(|_| {
+                    Failure::invalid(format!("{what}[{i}] is a string but not valid UTF-8"))
+                })?;
+                PropertyValue::String(s.to_owned())
+            }
+            POSTBOX_PROPERTY_BYTES => PropertyValue::Bytes(value.to_vec()),
+            other => {
+                return Err(Failure::invalid(format!(
+                    "{what}[{i}].kind must be POSTBOX_PROPERTY_STRING or POSTBOX_PROPERTY_BYTES, got {other}"
+                )));
+            }
+        };
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
+pub(crate) fn build_message(
     body: *const u8,
     body_len: usize,
     options: *const postbox_send_options,
@@ -706,35 +748,8 @@ fn build_message(
             }
         })
     })?;
-    let props = arg_slice(o.properties, o.property_count, "options.properties")?;
-    let mut keys = std::collections::HashSet::with_capacity(props.len());
-    for (i, p) in props.iter().enumerate() {
-        let key = arg_str(p.key, "options.properties[i].key")
-            .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
-        // A map would keep the last value silently; a C array with a key twice is a bug.
-        if !keys.insert(key) {
-            return Err(Failure::invalid(format!(
-                "options.properties[{i}]: key {key:?} is listed twice"
-            )));
-        }
-        let value = arg_slice(p.value, p.value_len, "options.properties[i].value")
-            .map_err(|f| Failure::invalid(format!("options.properties[{i}]: {}", f.message)))?;
-        m = match p.kind {
-            POSTBOX_PROPERTY_STRING => {
-                let s = std::str::from_utf8(value).map_err(|_| {
-                    Failure::invalid(format!(
-                        "options.properties[{i}] is a string but not valid UTF-8"
-                    ))
-                })?;
-                m.property(key, s)
-            }
-            POSTBOX_PROPERTY_BYTES => m.property(key, value),
-            other => {
-                return Err(Failure::invalid(format!(
-                    "options.properties[{i}].kind must be POSTBOX_PROPERTY_STRING or POSTBOX_PROPERTY_BYTES, got {other}"
-                )));
-            }
-        };
+    for (key, value) in user_properties(o.properties, o.property_count, "options.properties")? {
+        m = m.property(key, value);
     }
     Ok(m)
 }

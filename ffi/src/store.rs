@@ -6,7 +6,7 @@ use std::time::Duration;
 use postbox::{Durability, Store};
 
 use crate::StoreTag;
-use crate::guard::{Failure, Out, arg_ref, arg_str, guard, read_versioned, take_box};
+use crate::guard::{Failure, Out, Outcome, arg_ref, arg_str, guard, read_versioned, take_box};
 use crate::status::POSTBOX_OK;
 
 /// Durability: every commit is on stable storage (fsync) before the call returns; a message
@@ -69,6 +69,17 @@ pub struct postbox_store {
 /// Immutable, so thread-safe.
 pub struct postbox_strings {
     items: Vec<CString>,
+}
+
+impl postbox_strings {
+    /// A list for C, boxed: the caller frees it with `postbox_strings_free`.
+    pub(crate) fn boxed(names: Vec<String>) -> Outcome<*mut postbox_strings> {
+        let items = names
+            .into_iter()
+            .map(|n| CString::new(n).map_err(|_| Failure::invalid("a name contains NUL")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Box::into_raw(Box::new(postbox_strings { items })))
+    }
 }
 
 /// Fills `options` with the defaults and sets its `struct_size`.
@@ -207,7 +218,9 @@ pub extern "C" fn postbox_store_close(store: *mut postbox_store) -> c_int {
 }
 
 /// Lists the names of the store's queues (dead-letter queues are not listed; reach them with
-/// `postbox_queue_dead_letters`).
+/// `postbox_queue_dead_letters`). Topic subscriptions are queues and are listed under their
+/// full names (`<topic>/$subscriptions/<name>`); topics (`postbox_store_topics`) and
+/// collators are not.
 ///
 /// `names_out` receives a list the caller owns and frees with `postbox_strings_free`.
 ///
@@ -223,12 +236,7 @@ pub extern "C" fn postbox_store_queues(
         let store = arg_ref(store, "store")?;
         let out = Out::required(names_out, "names_out")?;
         store.tag.check_process()?;
-        let names = store.store.queues()?;
-        let items = names
-            .into_iter()
-            .map(|n| CString::new(n).map_err(|_| Failure::invalid("queue name contains NUL")))
-            .collect::<Result<Vec<_>, _>>()?;
-        out.write(Box::into_raw(Box::new(postbox_strings { items })));
+        out.write(postbox_strings::boxed(store.store.queues()?)?);
         Ok(POSTBOX_OK)
     })
 }
@@ -253,7 +261,8 @@ pub extern "C" fn postbox_strings_get(list: *const postbox_strings, index: usize
     })
 }
 
-/// Frees a list from `postbox_store_queues`. NULL is a no-op.
+/// Frees a list from `postbox_store_queues`, `postbox_store_topics` or
+/// `postbox_topic_subscriptions`. NULL is a no-op.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_strings_free(list: *mut postbox_strings) {
     guard(|| {
@@ -264,7 +273,9 @@ pub extern "C" fn postbox_strings_free(list: *mut postbox_strings) {
 
 /// Deletes queue `name`, its dead-letter queue and all their messages. Handles to it fail with
 /// `POSTBOX_QUEUE_NOT_FOUND` afterwards (free them as usual); a queue opened again under the
-/// same name is a new, empty queue with default options.
+/// same name is a new, empty queue with default options. The name of a topic deletes the topic
+/// with every subscription (their queues and messages); the name of a collator deletes the
+/// collator and the messages it holds (its destination queue stays).
 ///
 /// `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
 /// missing queue is not an error).
