@@ -15,6 +15,13 @@ static int use_everything(void) {
     postbox_processor_options_init(&po);
     postbox_queue_counts qc;
     postbox_queue_counts_init(&qc);
+    postbox_filter fi;
+    postbox_filter_init(&fi);
+    postbox_topic_stats ts;
+    postbox_topic_stats_init(&ts);
+    postbox_topic *topic = 0;
+    postbox_collator *collator = 0;
+    postbox_series_gaps *gaps = 0;
     postbox_bytes b = postbox_message_body(0);
     postbox_stats s;
     postbox_commit_stats cs;
@@ -33,8 +40,14 @@ static int use_everything(void) {
     (void)item;
     (void)h;
     (void)th;
+    (void)fi;
+    (void)ts;
+    (void)topic;
+    (void)collator;
+    (void)gaps;
     const char *reasons[] = {POSTBOX_REASON_TTL_EXPIRED, POSTBOX_REASON_MAX_DELIVERIES,
-                             POSTBOX_REASON_DECODE_FAILED, "q" POSTBOX_DEAD_LETTER_SUFFIX};
+                             POSTBOX_REASON_DECODE_FAILED, "q" POSTBOX_DEAD_LETTER_SUFFIX,
+                             POSTBOX_SERIES_LENGTH_PROPERTY, POSTBOX_SERIES_LAST_PROPERTY};
     qo.clear = POSTBOX_OPTION_LOCK_DURATION | POSTBOX_OPTION_MAX_DELIVERIES |
                POSTBOX_OPTION_DEFAULT_TTL | POSTBOX_OPTION_MAX_MESSAGE_SIZE |
                POSTBOX_OPTION_MAX_MESSAGES | POSTBOX_OPTION_MAX_BYTES | POSTBOX_OPTION_DEDUP_WINDOW;
