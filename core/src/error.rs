@@ -88,6 +88,10 @@ pub enum Error {
     /// receiver); the settle call changed nothing.
     #[error("the lock on message {0} was lost")]
     LockLost(MessageId),
+    /// The lock on a session (a group of a session queue) was lost: it expired and another
+    /// receiver accepted the session, or it was released. Kind [`ErrorKind::LockLost`].
+    #[error("the lock on session {0:?} was lost")]
+    SessionLockLost(String),
     /// Sending would exceed a quota of the queue.
     #[error("queue {queue:?} is full: {limit}")]
     QueueFull {
@@ -174,7 +178,7 @@ impl Error {
     /// The stable classification of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::LockLost(_) => ErrorKind::LockLost,
+            Error::LockLost(_) | Error::SessionLockLost(_) => ErrorKind::LockLost,
             Error::QueueFull { .. } => ErrorKind::QueueFull,
             Error::MessageTooLarge { .. } => ErrorKind::TooLarge,
             Error::QueueNotFound(_) => ErrorKind::QueueNotFound,
@@ -195,9 +199,9 @@ impl Error {
         }
     }
 
-    /// True for [`Error::LockLost`].
+    /// True for [`Error::LockLost`] and [`Error::SessionLockLost`].
     pub fn is_lock_lost(&self) -> bool {
-        matches!(self, Error::LockLost(_))
+        matches!(self, Error::LockLost(_) | Error::SessionLockLost(_))
     }
 
     /// True for failures of the file itself (I/O, disk full), after which the store opens its
@@ -223,6 +227,7 @@ impl Error {
     pub(crate) fn duplicate(&self) -> Error {
         match self {
             Error::LockLost(id) => Error::LockLost(*id),
+            Error::SessionLockLost(g) => Error::SessionLockLost(g.clone()),
             Error::QueueFull { queue, limit } => Error::QueueFull {
                 queue: queue.clone(),
                 limit: limit.clone(),

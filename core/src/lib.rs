@@ -117,6 +117,7 @@ mod options;
 mod processor;
 mod queue;
 mod received;
+mod session;
 mod store;
 mod topic;
 mod tx;
@@ -139,6 +140,7 @@ pub use processor::{
 };
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
+pub use session::Session;
 pub use store::{Store, StoreBuilder, StoreStats};
 pub use topic::{Topic, TopicStats};
 pub use tx::Transaction;

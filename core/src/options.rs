@@ -102,6 +102,10 @@ pub struct QueueOptions {
     /// How long a `message_key` is remembered: a second send with the same key inside the window
     /// is accepted and discarded, returning the first message's id.
     pub dedup_window: Option<Duration>,
+    /// Messages must carry a `group` (their session) and are received through sessions only
+    /// ([`Queue::accept_session`](crate::Queue::accept_session)): each group in send order,
+    /// one message at a time. Fixed when the queue is created.
+    pub requires_session: bool,
     /// The options named by builder methods (bit per [`Opt`]).
     mentioned: u8,
 }
@@ -116,6 +120,7 @@ enum Opt {
     MaxMessages = 16,
     MaxBytes = 32,
     DedupWindow = 64,
+    RequiresSession = 128,
 }
 
 impl PartialEq for QueueOptions {
@@ -128,6 +133,7 @@ impl PartialEq for QueueOptions {
             && self.max_messages == o.max_messages
             && self.max_bytes == o.max_bytes
             && self.dedup_window == o.dedup_window
+            && self.requires_session == o.requires_session
     }
 }
 
@@ -143,6 +149,7 @@ impl Default for QueueOptions {
             max_messages: None,
             max_bytes: None,
             dedup_window: None,
+            requires_session: false,
             mentioned: 0,
         }
     }
@@ -209,6 +216,11 @@ impl QueueOptions {
         self.dedup_window = None;
         self.mention(Opt::DedupWindow)
     }
+    /// Sets `requires_session` (only when the queue is created: it cannot change later).
+    pub fn requires_session(mut self, on: bool) -> Self {
+        self.requires_session = on;
+        self.mention(Opt::RequiresSession)
+    }
 
     /// These options applied over `stored`: each option mentioned here (or holding a value
     /// other than its default) replaces the stored one; the rest are kept.
@@ -240,6 +252,12 @@ impl QueueOptions {
         if take(Opt::DedupWindow, self.dedup_window != d.dedup_window) {
             out.dedup_window = self.dedup_window;
         }
+        if take(
+            Opt::RequiresSession,
+            self.requires_session != d.requires_session,
+        ) {
+            out.requires_session = self.requires_session;
+        }
         out
     }
 }
@@ -256,6 +274,7 @@ pub(crate) struct QueueSettings {
     pub max_messages: Option<u64>,
     pub max_bytes: Option<u64>,
     pub dedup_window: Option<Duration>,
+    pub requires_session: bool,
 }
 
 impl Default for QueueSettings {
@@ -269,6 +288,7 @@ impl Default for QueueSettings {
             max_messages: d.max_messages,
             max_bytes: d.max_bytes,
             dedup_window: d.dedup_window,
+            requires_session: d.requires_session,
         }
     }
 }
@@ -283,6 +303,7 @@ impl From<&QueueSettings> for QueueOptions {
             max_messages: s.max_messages,
             max_bytes: s.max_bytes,
             dedup_window: s.dedup_window,
+            requires_session: s.requires_session,
             mentioned: 0,
         }
     }

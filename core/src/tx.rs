@@ -11,10 +11,13 @@ use crate::error::{Error, Result};
 use crate::message::{Envelope, Message, MessageId};
 use crate::queue::Queue;
 use crate::received::Received;
+use crate::session::Session;
 use crate::topic::Topic;
 
 /// Messages to send to one queue: (queue id, queue name, messages).
 type SendGroup = (u32, String, Vec<Message>);
+/// (queue id, queue name, group, session token, state).
+type SessionState = (u32, Arc<str>, Arc<str>, u64, Option<Vec<u8>>);
 
 /// A transaction, begun with [`Store::begin`](crate::Store::begin).
 ///
@@ -51,6 +54,8 @@ pub struct Transaction {
     sends: Vec<SendGroup>,
     /// Publishes to topics, fanned out at commit (against the subscriptions of that commit).
     publishes: Vec<SendGroup>,
+    /// Session states to set at commit.
+    session_states: Vec<SessionState>,
     finished: bool,
 }
 
@@ -62,6 +67,7 @@ impl Transaction {
             until: Vec::new(),
             sends: Vec::new(),
             publishes: Vec::new(),
+            session_states: Vec::new(),
             finished: false,
         }
     }
@@ -251,6 +257,27 @@ impl Transaction {
         Ok(())
     }
 
+    /// Sets `session`'s state when the transaction commits, in the same commit as its settles
+    /// and sends (`None` clears it); the session lock must still be held then.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a finished transaction, a session of another store, or a
+    /// state over 64 KiB. A lost session lock fails the commit with
+    /// [`Error::SessionLockLost`](crate::Error::SessionLockLost).
+    pub fn set_session_state(&mut self, session: &Session, state: Option<&[u8]>) -> Result<()> {
+        self.check_usable(&session.queue().engine)?;
+        if state.is_some_and(|s| s.len() > 64 * 1024) {
+            return Err(Error::invalid("a session state is at most 65536 bytes"));
+        }
+        let (q, name, group, token) = session.parts();
+        self.session_states
+            .retain(|s| !(s.0 == q && *s.2 == *group));
+        self.session_states
+            .push((q, name, group, token, state.map(<[u8]>::to_vec)));
+        Ok(())
+    }
+
     fn same_store(&self, queue: &Queue) -> Result<()> {
         self.check_usable(&queue.engine)
     }
@@ -276,7 +303,10 @@ impl Transaction {
 
     /// Whether the transaction has done nothing yet.
     pub fn is_empty(&self) -> bool {
-        self.locks.is_empty() && self.sends.is_empty() && self.publishes.is_empty()
+        self.locks.is_empty()
+            && self.sends.is_empty()
+            && self.publishes.is_empty()
+            && self.session_states.is_empty()
     }
 
     /// Applies every receive and send atomically, in one durable commit.
@@ -292,12 +322,13 @@ impl Transaction {
         let locks = std::mem::take(&mut self.locks);
         let sends = std::mem::take(&mut self.sends);
         let publishes = std::mem::take(&mut self.publishes);
-        if locks.is_empty() && sends.is_empty() && publishes.is_empty() {
+        let states = std::mem::take(&mut self.session_states);
+        if locks.is_empty() && sends.is_empty() && publishes.is_empty() && states.is_empty() {
             return self.engine.check_open();
         }
         let result = self.engine.call({
             let locks = locks.clone();
-            move |b| apply_commit(b, &locks, sends, publishes)
+            move |b| apply_commit(b, &locks, sends, publishes, states)
         });
         if result.is_err() {
             let _ = self.engine.abandon_all(locks);
@@ -317,10 +348,11 @@ impl Transaction {
         let locks = std::mem::take(&mut self.locks);
         let sends = std::mem::take(&mut self.sends);
         let publishes = std::mem::take(&mut self.publishes);
+        let states = std::mem::take(&mut self.session_states);
         let (committed, got) = self.engine.then_receive(
             {
                 let locks = locks.clone();
-                move |b| apply_commit(b, &locks, sends, publishes)
+                move |b| apply_commit(b, &locks, sends, publishes, states)
             },
             queue.id,
             &queue.name,
@@ -351,6 +383,7 @@ fn apply_commit(
     locks: &[HeldLock],
     sends: Vec<SendGroup>,
     publishes: Vec<SendGroup>,
+    states: Vec<SessionState>,
 ) -> Result<()> {
     for l in locks {
         b.check_lock(l.id, l.token)?;
@@ -358,6 +391,9 @@ fn apply_commit(
     b.send_many(sends)?;
     for (topic, name, msgs) in publishes {
         b.publish(topic, &name, msgs)?;
+    }
+    for (q, name, group, token, state) in states {
+        b.set_session_state(q, &name, &group, token, state)?;
     }
     b.complete_all(locks)
 }

@@ -411,6 +411,8 @@ pub struct QueueRecord {
 /// Extension fields of a queue record: after the fixed fields, each is `tag, length, payload`,
 /// so a reader skips tags it does not know and a record without them reads as before.
 const EXT_SUBSCRIPTION: u64 = 1;
+/// Tag 2: the queue requires sessions (no payload).
+const EXT_REQUIRES_SESSION: u64 = 2;
 
 fn encode_filter(w: &mut Writer, f: &Filter) {
     match f {
@@ -505,6 +507,10 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
     w.varint(o.max_messages.map_or(0, |v| v.saturating_add(1)));
     w.varint(o.max_bytes.map_or(0, |v| v.saturating_add(1)));
     w.varint(ms(o.dedup_window));
+    if o.requires_session {
+        w.varint(EXT_REQUIRES_SESSION);
+        w.bytes(&[]);
+    }
     if let Some(sub) = &rec.subscription {
         let mut ext = Writer(Vec::new());
         ext.varint(u64::from(sub.topic));
@@ -535,10 +541,13 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
     let max_bytes = r.varint()?.checked_sub(1);
     let dedup_window = from_ms(r.varint()?);
     let mut subscription = None;
+    let mut requires_session = false;
     while !r.rest().is_empty() {
         let tag = r.varint()?;
         let payload = r.bytes()?;
-        if tag == EXT_SUBSCRIPTION {
+        if tag == EXT_REQUIRES_SESSION {
+            requires_session = true;
+        } else if tag == EXT_SUBSCRIPTION {
             let mut e = Reader::new(payload);
             let topic = u32::try_from(e.varint()?).map_err(|_| "topic id out of range")?;
             let filter = decode_filter(&mut e)?;
@@ -558,6 +567,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
             max_messages,
             max_bytes,
             dedup_window,
+            requires_session,
         },
     })
 }
@@ -584,6 +594,7 @@ mod tests {
             priority: 3,
             status: crate::engine::tables::Status::Ready,
             deferred: false,
+            session: false,
             delivery_count: 0,
             size: 4,
             enqueued_at: 1,
@@ -888,6 +899,7 @@ mod tests {
             priority: 4,
             status: Status::Locked,
             deferred: false,
+            session: false,
             delivery_count: 2,
             size: 4096,
             enqueued_at: 1_700_000_000_000,

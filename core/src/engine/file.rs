@@ -96,6 +96,8 @@ macro_rules! for_each_table {
         $f($($arg,)* DEFERRED)?;
         $f($($arg,)* HELD)?;
         $f($($arg,)* SERIES)?;
+        $f($($arg,)* SESSION_MSGS)?;
+        $f($($arg,)* SESSIONS)?;
     }};
 }
 

@@ -47,6 +47,12 @@ pub const DEDUP: TableDefinition<(u32, &str), (u64, u64)> = TableDefinition::new
 pub const HELD: TableDefinition<(u32, &str, u64), &[u8]> = TableDefinition::new("postbox.held");
 /// (collator queue id, series) → the series' progress ([`SeriesState`]), while it is incomplete.
 pub const SERIES: TableDefinition<(u32, &str), [u8; 24]> = TableDefinition::new("postbox.series");
+/// (session queue id, group, message id): every message of a queue that requires sessions, by
+/// group in send order (format 3).
+pub const SESSION_MSGS: TableDefinition<(u32, &str, u64), ()> =
+    TableDefinition::new("postbox.session_msgs");
+/// (session queue id, group) → the session's lock and state ([`SessionRecord`]) (format 3).
+pub const SESSIONS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("postbox.sessions");
 /// (queue id, message id): deferred messages, set aside until received by id (format 3).
 pub const DEFERRED: TableDefinition<(u32, u64), ()> = TableDefinition::new("postbox.deferred");
 /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are forgotten.
@@ -62,7 +68,8 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 ///   records are rewritten with their checksums; envelopes keep format 1 (rewriting every body
 ///   would cost as much as the store is large) and are decoded unchecked.
 /// - 3: deferred messages (state status 3 and flag bit 0x40, "deferred: its lock ends in the
-///   deferred state"; the `DEFERRED` index), collators (`HELD`, `SERIES`), topics
+///   deferred state"; the `DEFERRED` index), collators (`HELD`, `SERIES`), sessions
+///   (`SESSION_MSGS`, `SESSIONS`, queue record extension 2), topics
 ///   (queue record kind 2 and extension fields), and per-queue extra counts in `COUNTERS` under
 ///   [`EXTRA_COUNTS_BASE`] + queue id. Upgrading from 2 creates the new tables; no row changes.
 pub const FORMAT_VERSION: u64 = 3;
@@ -138,6 +145,74 @@ pub enum Status {
     Deferred = 3,
 }
 
+/// A session's lock (owner, token, expiry; token 0: not held) and its state, a small value
+/// the receivers of the session keep with it across deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionRecord {
+    pub owner: u64,
+    pub token: u64,
+    pub locked_until: u64,
+    pub state: Option<Vec<u8>>,
+}
+
+impl SessionRecord {
+    /// Whether a receiver holds the lock at `now`.
+    pub fn is_held(&self, now: u64) -> bool {
+        self.token != 0 && self.locked_until > now
+    }
+
+    /// The row, checksummed and bound to its queue and group.
+    pub fn encode(&self, q: u32, group: &str) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32 + self.state.as_ref().map_or(0, Vec::len));
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&self.owner.to_le_bytes());
+        b.extend_from_slice(&self.token.to_le_bytes());
+        b.extend_from_slice(&self.locked_until.to_le_bytes());
+        match &self.state {
+            None => b.push(0),
+            Some(s) => {
+                b.push(1);
+                b.extend_from_slice(s);
+            }
+        }
+        let crc = session_crc(q, group, &b[4..]);
+        b[0..4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes a row, verifying its checksum.
+    pub fn decode(q: u32, group: &str, b: &[u8]) -> Result<SessionRecord, String> {
+        if b.len() < 29 {
+            return Err("session row truncated".into());
+        }
+        let stored = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if stored != session_crc(q, group, &b[4..]) {
+            return Err("session row checksum mismatch".into());
+        }
+        let at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        let state = match b[28] {
+            0 => None,
+            1 => Some(b[29..].to_vec()),
+            t => return Err(format!("bad session state tag {t}")),
+        };
+        Ok(SessionRecord {
+            owner: at(4),
+            token: at(12),
+            locked_until: at(20),
+            state,
+        })
+    }
+}
+
+fn session_crc(q: u32, group: &str, rest: &[u8]) -> u32 {
+    let head = crc32c::crc32c_append(crc32c::crc32c(&q.to_le_bytes()), group.as_bytes());
+    crc32c::crc32c_append(head, rest)
+}
+
 /// A collator's progress on one series: the next sequence number it will release, and the
 /// series' length once known (declared by a message, or the number of the one marked last).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -175,6 +250,9 @@ impl SeriesState {
 /// Byte 5 of a state row: the message is deferred, so a lock on it ends in `Deferred` rather
 /// than `Ready` (format 3).
 const STATE_DEFERRED: u8 = 0x40;
+/// Byte 5 of a state row: the message is in a queue that requires sessions, so it is indexed
+/// in `SESSION_MSGS` too (format 3). Saves a queue lookup on every removal.
+const STATE_SESSION: u8 = 0x20;
 
 /// Byte 5 of a state row: set in every row written by store format 2, meaning "bytes 6..8 hold
 /// the row's CRC-16". A row without it is rejected by [`State::decode`]: a format-2 store has no
@@ -275,6 +353,8 @@ pub struct State {
     pub status: Status,
     /// Deferred: locks on it end in `Deferred` (it is receivable by id only).
     pub deferred: bool,
+    /// In a queue that requires sessions: indexed in `SESSION_MSGS` by its group.
+    pub session: bool,
     pub delivery_count: u32,
     pub size: u32,
     pub enqueued_at: u64,
@@ -291,8 +371,10 @@ impl State {
         let mut b = [0u8; STATE_LEN];
         b[0..4].copy_from_slice(&self.queue.to_le_bytes());
         b[4] = self.priority;
-        b[5] =
-            self.status as u8 | STATE_CHECKSUMMED | if self.deferred { STATE_DEFERRED } else { 0 };
+        b[5] = self.status as u8
+            | STATE_CHECKSUMMED
+            | if self.deferred { STATE_DEFERRED } else { 0 }
+            | if self.session { STATE_SESSION } else { 0 };
         b[8..12].copy_from_slice(&self.delivery_count.to_le_bytes());
         b[12..16].copy_from_slice(&self.size.to_le_bytes());
         b[16..24].copy_from_slice(&self.enqueued_at.to_le_bytes());
@@ -332,7 +414,8 @@ impl State {
 
     fn decode_fields(b: &[u8; STATE_LEN], status: u8) -> Result<State, String> {
         let deferred = status & STATE_DEFERRED != 0;
-        let status = status & !STATE_DEFERRED;
+        let session = status & STATE_SESSION != 0;
+        let status = status & !(STATE_DEFERRED | STATE_SESSION);
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
@@ -357,6 +440,7 @@ impl State {
             priority: b[4],
             status,
             deferred,
+            session,
             delivery_count: u32_at(8),
             size: u32_at(12),
             enqueued_at: u64_at(16),
@@ -465,6 +549,7 @@ mod tests {
             priority: 7,
             status: Status::Locked,
             deferred: false,
+            session: false,
             delivery_count: 2,
             size: 4096,
             enqueued_at: 1_700_000_000_000,
@@ -544,6 +629,15 @@ mod tests {
     }
 
     #[test]
+    fn the_session_flag_round_trips() {
+        let st = State {
+            session: true,
+            ..sample()
+        };
+        assert_eq!(State::decode(7, &st.encode(7)), Ok(st));
+    }
+
+    #[test]
     fn the_deferred_flag_round_trips_and_a_deferred_status_needs_it() {
         for status in [Status::Deferred, Status::Locked] {
             let st = State {
@@ -556,6 +650,7 @@ mod tests {
         let orphan = State {
             status: Status::Deferred,
             deferred: false,
+            session: false,
             ..sample()
         };
         assert!(State::decode(7, &orphan.encode(7)).is_err());

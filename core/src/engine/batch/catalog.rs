@@ -96,6 +96,11 @@ impl<'t> Batch<'t> {
                 }
                 let merged = o.apply_to(&rec.options);
                 merged.validate()?;
+                if merged.requires_session != rec.options.requires_session {
+                    return Err(Error::invalid(format!(
+                        "requires_session of queue {name:?} is fixed when it is created"
+                    )));
+                }
                 if rec.options != merged {
                     rec.options = merged;
                     self.put_queue(name, &rec)?;
@@ -187,6 +192,7 @@ impl<'t> Batch<'t> {
             (rec.peer, dead_letter_name(name)),
         ] {
             self.purge(q)?;
+            self.drop_sessions(q)?;
             self.mutations += 1;
             self.t_queues()?.remove(qname.as_str())?;
             self.t_queue_ids()?.remove(q)?;

@@ -13,6 +13,7 @@ mod catalog;
 mod collate;
 mod reaping;
 mod send;
+mod sessions;
 mod settle;
 mod state;
 mod sweep;
@@ -126,6 +127,8 @@ pub struct Batch<'t> {
     deferred: Option<Table<'t, (u32, u64), ()>>,
     held: Option<HeldTable<'t>>,
     series: Option<Table<'t, (u32, &'static str), [u8; 24]>>,
+    session_msgs: Option<Table<'t, (u32, &'static str, u64), ()>>,
+    sessions: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
     /// Each queue's counts as this batch changed them, with its extra counts as loaded (the
@@ -188,6 +191,8 @@ impl<'t> Batch<'t> {
             deferred: None,
             held: None,
             series: None,
+            session_msgs: None,
+            sessions: None,
             seqs: None,
             counter_cache: HashMap::new(),
             deleted: HashSet::new(),
@@ -252,6 +257,14 @@ impl<'t> Batch<'t> {
 
     fn t_series(&mut self) -> Result<&mut Table<'t, (u32, &'static str), [u8; 24]>> {
         lazy(self.txn, &mut self.series, SERIES)
+    }
+
+    fn t_session_msgs(&mut self) -> Result<&mut Table<'t, (u32, &'static str, u64), ()>> {
+        lazy(self.txn, &mut self.session_msgs, SESSION_MSGS)
+    }
+
+    fn t_sessions(&mut self) -> Result<&mut Table<'t, (u32, &'static str), &'static [u8]>> {
+        lazy(self.txn, &mut self.sessions, SESSIONS)
     }
 
     fn t_deferred(&mut self) -> Result<&mut Table<'t, (u32, u64), ()>> {

@@ -66,6 +66,11 @@ impl<'t> Batch<'t> {
         let (mut new_count, mut new_bytes) = (0u64, 0u64);
         for (i, m) in msgs.iter().enumerate() {
             validate_message(m, o.max_message_size)?;
+            if o.requires_session && m.props.group.is_none() {
+                return Err(Error::invalid(format!(
+                    "queue {qname:?} requires sessions: every message needs a group"
+                )));
+            }
             let key = m
                 .props
                 .message_key
@@ -132,6 +137,7 @@ impl<'t> Batch<'t> {
         let size = u32::try_from(m.size()).map_err(|_| Error::invalid("message too large"))?;
         let mut st = State {
             deferred: false,
+            session: o.requires_session,
             queue: q,
             priority: m.priority,
             status: Status::Ready,
@@ -156,6 +162,11 @@ impl<'t> Batch<'t> {
         };
         self.attach(id, &mut st, status)?;
         self.counters_mut(q)?.bytes += u64::from(size);
+        if o.requires_session
+            && let Some(g) = m.props.group.as_deref()
+        {
+            self.index_session_message(q, g, id)?;
+        }
         if let (Some(key), Some(window)) = (m.props.message_key.as_deref(), o.dedup_window) {
             let forget_at = now.saturating_add(crate::clock::duration_ms(window));
             let old = self

@@ -10,6 +10,11 @@ impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
     pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
         let rec = self.require_queue(q, name)?;
+        if rec.1.options.requires_session {
+            return Err(Error::invalid(format!(
+                "queue {name:?} requires sessions: accept a session to receive"
+            )));
+        }
         let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         let max_deliveries = rec.1.options.max_deliveries;
         let mut out = Vec::new();
@@ -36,13 +41,19 @@ impl<'t> Batch<'t> {
                 self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
                 continue;
             }
-            out.push(self.lock_ready(id, st, owner, lock_ms)?);
+            out.push(self.lock_ready_for(id, st, owner, lock_ms)?);
         }
         Ok(out)
     }
 
     /// Locks ready message `id` (state `st`) for `owner` for `lock_ms`.
-    fn lock_ready(&mut self, id: u64, mut st: State, owner: u64, lock_ms: u64) -> Result<Locked> {
+    pub(super) fn lock_ready_for(
+        &mut self,
+        id: u64,
+        mut st: State,
+        owner: u64,
+        lock_ms: u64,
+    ) -> Result<Locked> {
         self.detach(id, &st)?;
         st.delivery_count += 1;
         st.lock_owner = owner;
@@ -77,7 +88,7 @@ impl<'t> Batch<'t> {
                 self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
                 continue;
             }
-            return self.lock_ready(id, st, owner, lock_ms).map(Some);
+            return self.lock_ready_for(id, st, owner, lock_ms).map(Some);
         }
     }
 

@@ -79,6 +79,10 @@ impl<'t> Batch<'t> {
     }
 
     pub(super) fn remove_message(&mut self, id: u64, st: &State) -> Result<()> {
+        if st.session {
+            let env = self.load_envelope(id)?;
+            self.unindex_session_message(st.queue, &env.props, id)?;
+        }
         self.detach(id, st)?;
         let c = self.counters_mut(st.queue)?;
         c.bytes = c.bytes.saturating_sub(u64::from(st.size));
@@ -123,6 +127,16 @@ impl<'t> Batch<'t> {
         dead_letter: Option<&DeadLetter>,
     ) -> Result<State> {
         let env = self.load_envelope(id)?;
+        if st.session {
+            self.unindex_session_message(st.queue, &env.props, id)?;
+        }
+        st.session = false;
+        if let Some(g) = env.props.group.as_deref()
+            && self.requires_session(to)?
+        {
+            self.index_session_message(to, g, id)?;
+            st.session = true;
+        }
         self.detach(id, &st)?;
         let size = u64::from(st.size);
         let c = self.counters_mut(st.queue)?;

@@ -1,0 +1,248 @@
+//! Sessions: on a queue that requires them, the messages of one `group` are delivered in send
+//! order, one at a time, to the receiver holding the group's session lock; other groups go to
+//! other receivers in parallel. A session also keeps a small state value across deliveries.
+
+use std::ops::Bound;
+
+use redb::ReadableTable;
+
+use super::*;
+use crate::engine::rules;
+
+impl<'t> Batch<'t> {
+    /// Whether queue `q` requires sessions (false for a deleted queue).
+    pub(super) fn requires_session(&mut self, q: u32) -> Result<bool> {
+        Ok(self.queue(q)?.is_some_and(|r| r.1.options.requires_session))
+    }
+
+    /// Indexes message `id` of session queue `q` under its group.
+    pub(super) fn index_session_message(&mut self, q: u32, group: &str, id: u64) -> Result<()> {
+        self.t_session_msgs()?.insert((q, group, id), ())?;
+        Ok(())
+    }
+
+    /// Removes message `id` of session queue `q` (with envelope properties `props`) from the
+    /// session index.
+    pub(super) fn unindex_session_message(
+        &mut self,
+        q: u32,
+        props: &crate::message::Properties,
+        id: u64,
+    ) -> Result<()> {
+        if let Some(g) = &props.group {
+            self.t_session_msgs()?.remove((q, g.as_str(), id))?;
+        }
+        Ok(())
+    }
+
+    fn session(&mut self, q: u32, group: &str) -> Result<SessionRecord> {
+        match self.t_sessions()?.get((q, group))? {
+            None => Ok(SessionRecord::default()),
+            Some(g) => {
+                SessionRecord::decode(q, group, g.value()).map_err(|e| corrupted("session", e))
+            }
+        }
+    }
+
+    fn put_session(&mut self, q: u32, group: &str, s: &SessionRecord) -> Result<()> {
+        self.mutations += 1;
+        if s.token == 0 && s.state.is_none() {
+            self.t_sessions()?.remove((q, group))?;
+        } else {
+            self.t_sessions()?
+                .insert((q, group), s.encode(q, group).as_slice())?;
+        }
+        Ok(())
+    }
+
+    fn session_queue(&mut self, q: u32, name: &str) -> Result<Arc<(String, QueueRecord)>> {
+        let rec = self.require_queue(q, name)?;
+        if !rec.1.options.requires_session {
+            return Err(Error::invalid(format!(
+                "queue {name:?} does not require sessions"
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// Accepts session `group` of queue `q` (or, with `None`, the first group in name order
+    /// whose next message is receivable and whose session nobody holds) for `owner`. Returns
+    /// the group and its record, or `None` when it is held by another receiver (or no group is
+    /// available).
+    pub fn accept_session(
+        &mut self,
+        q: u32,
+        name: &str,
+        group: Option<&str>,
+        owner: u64,
+    ) -> Result<Option<(String, SessionRecord)>> {
+        let rec = self.session_queue(q, name)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let group = match group {
+            Some(g) => {
+                if self.session(q, g)?.is_held(self.now) {
+                    return Ok(None);
+                }
+                g.to_owned()
+            }
+            None => match self.next_available_group(q)? {
+                Some(g) => g,
+                None => return Ok(None),
+            },
+        };
+        let mut s = self.session(q, &group)?;
+        s.owner = owner;
+        s.token = self.next_seq(Seq::Token)?;
+        s.locked_until = self.now.saturating_add(lock_ms);
+        self.put_session(q, &group, &s)?;
+        Ok(Some((group, s)))
+    }
+
+    /// The first group of `q` whose session is free and whose next message is receivable.
+    fn next_available_group(&mut self, q: u32) -> Result<Option<String>> {
+        let mut from = Bound::Included((q, String::new(), 0u64));
+        loop {
+            let next = {
+                let t = self.t_session_msgs()?;
+                let lower = match &from {
+                    Bound::Included((a, g, i)) => Bound::Included((*a, g.as_str(), *i)),
+                    Bound::Excluded((a, g, i)) => Bound::Excluded((*a, g.as_str(), *i)),
+                    Bound::Unbounded => Bound::Unbounded,
+                };
+                let upper = Bound::Excluded((q.saturating_add(1), "", 0u64));
+                t.range::<(u32, &str, u64)>((lower, upper))?
+                    .next()
+                    .transpose()?
+                    .map(|(k, _)| k.value().1.to_owned())
+            };
+            let Some(group) = next else {
+                return Ok(None);
+            };
+            if !self.session(q, &group)?.is_held(self.now)
+                && self.session_head(q, &group)?.is_some()
+            {
+                return Ok(Some(group));
+            }
+            from = Bound::Excluded((q, group, u64::MAX));
+        }
+    }
+
+    /// The next message of session `group` if it is receivable now: the group's first message
+    /// in send order that is not deferred, when it is ready (a locked or scheduled one ahead of
+    /// the rest keeps them waiting: one at a time, in order).
+    fn session_head(&mut self, q: u32, group: &str) -> Result<Option<(u64, State)>> {
+        let ids: Vec<u64> = self
+            .t_session_msgs()?
+            .range((q, group, 0)..=(q, group, u64::MAX))?
+            .map(|e| e.map(|(k, _)| k.value().2))
+            .collect::<std::result::Result<_, _>>()?;
+        for id in ids {
+            let st = self
+                .load_state(id)?
+                .ok_or_else(|| Error::corrupted(format!("session message {id} has no state")))?;
+            match st.status {
+                Status::Deferred => continue,
+                Status::Ready => return Ok(Some((id, st))),
+                Status::Locked | Status::Scheduled => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Checks that `token` holds session `group` of `q` now.
+    fn check_session(&mut self, q: u32, group: &str, token: u64) -> Result<SessionRecord> {
+        let s = self.session(q, group)?;
+        if s.token == token && s.is_held(self.now) {
+            Ok(s)
+        } else {
+            Err(Error::SessionLockLost(group.to_owned()))
+        }
+    }
+
+    /// Locks the next message of session `group` for its holder (`token`), if it is
+    /// receivable now.
+    pub fn session_receive(
+        &mut self,
+        q: u32,
+        name: &str,
+        group: &str,
+        token: u64,
+        owner: u64,
+    ) -> Result<Option<Locked>> {
+        let rec = self.session_queue(q, name)?;
+        self.check_session(q, group, token)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        loop {
+            let Some((id, st)) = self.session_head(q, group)? else {
+                return Ok(None);
+            };
+            if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {
+                self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
+                continue;
+            }
+            return self.lock_ready_for(id, st, owner, lock_ms).map(Some);
+        }
+    }
+
+    /// Extends the session lock; returns the new expiry.
+    pub fn renew_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<u64> {
+        let rec = self.session_queue(q, name)?;
+        let mut s = self.check_session(q, group, token)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        s.locked_until = self.now.saturating_add(lock_ms);
+        self.put_session(q, group, &s)?;
+        Ok(s.locked_until)
+    }
+
+    /// Lets go of the session lock (its state is kept).
+    pub fn release_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<()> {
+        self.session_queue(q, name)?;
+        let mut s = self.check_session(q, group, token)?;
+        s.owner = 0;
+        s.token = 0;
+        s.locked_until = 0;
+        self.put_session(q, group, &s)
+    }
+
+    /// Sets the session's state (`None` clears it); only its holder may.
+    pub fn set_session_state(
+        &mut self,
+        q: u32,
+        name: &str,
+        group: &str,
+        token: u64,
+        state: Option<Vec<u8>>,
+    ) -> Result<()> {
+        self.session_queue(q, name)?;
+        let mut s = self.check_session(q, group, token)?;
+        if state.as_ref().is_some_and(|v| v.len() > MAX_SESSION_STATE) {
+            return Err(Error::invalid(format!(
+                "a session state is at most {MAX_SESSION_STATE} bytes"
+            )));
+        }
+        s.state = state;
+        self.put_session(q, group, &s)
+    }
+
+    /// The session's state.
+    pub fn session_state(&mut self, q: u32, name: &str, group: &str) -> Result<Option<Vec<u8>>> {
+        self.session_queue(q, name)?;
+        Ok(self.session(q, group)?.state)
+    }
+
+    /// Forgets every session of queue `q` (it is being deleted).
+    pub(super) fn drop_sessions(&mut self, q: u32) -> Result<()> {
+        let groups: Vec<String> = self
+            .t_sessions()?
+            .range((q, "")..(q.saturating_add(1), ""))?
+            .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
+            .collect::<std::result::Result<_, _>>()?;
+        for g in groups {
+            self.t_sessions()?.remove((q, g.as_str()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The largest session state, in bytes.
+pub const MAX_SESSION_STATE: usize = 64 * 1024;

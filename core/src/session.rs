@@ -1,0 +1,213 @@
+//! Sessions: ordered delivery of one group of a queue that requires sessions.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::clock::to_system_time;
+use crate::error::{Error, Result};
+use crate::queue::Queue;
+use crate::received::Received;
+
+/// A session of a queue that requires sessions
+/// ([`QueueOptions::requires_session`](crate::QueueOptions::requires_session)): the messages
+/// of one `group`, delivered to this receiver only, in send order, one at a time — the next
+/// one becomes receivable when the previous one is completed, dead-lettered or deferred. Other
+/// groups go to other receivers in parallel.
+///
+/// The session lock expires like a message lock (the queue's `lock_duration`) unless renewed;
+/// once it expired, another receiver may accept the session, and this handle's calls fail with
+/// [`Error::SessionLockLost`]. Dropping the handle releases the lock. The session's state, a
+/// small bytes value, outlives locks and deliveries: a receiver that takes the session over
+/// reads where the last one left off.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+/// use postbox::{Message, QueueOptions};
+/// use std::time::Duration;
+/// let q = store.queue_with("orders", QueueOptions::default().requires_session(true))?;
+/// for step in ["created", "paid", "shipped"] {
+///     q.send(Message::new(step).group("order-7"))?;
+/// }
+/// let session = q.accept_session(Duration::ZERO)?.expect("a session");
+/// assert_eq!(session.group(), "order-7");
+/// while let Some(m) = session.receive(Duration::ZERO)? {
+///     session.set_state(Some(m.body()))?;
+///     m.complete()?;
+/// }
+/// assert_eq!(session.state()?.as_deref(), Some(&b"shipped"[..]));
+/// session.release()?;
+/// # Ok::<(), postbox::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Session {
+    queue: Queue,
+    group: Arc<str>,
+    token: u64,
+    locked_until: AtomicU64,
+    released: bool,
+}
+
+impl Queue {
+    /// Accepts the next available session: a group whose next message is receivable and that
+    /// no other receiver holds, waiting up to `timeout` for one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the queue does not require sessions;
+    /// [`Error::QueueNotFound`] if it was deleted; storage errors.
+    pub fn accept_session(&self, timeout: Duration) -> Result<Option<Session>> {
+        self.accept(None, timeout)
+    }
+
+    /// Accepts session `group`, waiting up to `timeout` while another receiver holds it. A
+    /// session with no messages can be accepted too (to read or set its state).
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::accept_session`].
+    pub fn accept_named_session(&self, group: &str, timeout: Duration) -> Result<Option<Session>> {
+        if group.is_empty() || group.len() > crate::MAX_TEXT_PROPERTY_LEN {
+            return Err(Error::invalid("a session's group is 1 to 1024 bytes"));
+        }
+        self.accept(Some(group.to_owned()), timeout)
+    }
+
+    fn accept(&self, group: Option<String>, timeout: Duration) -> Result<Option<Session>> {
+        self.engine.check_open()?;
+        let deadline = Instant::now().checked_add(timeout);
+        let (q, name, owner) = (self.id, self.name.clone(), self.engine.owner);
+        let got = self.engine.wait_for(q, deadline, None, || {
+            let (name, group) = (name.clone(), group.clone());
+            self.engine
+                .call(move |b| b.accept_session(q, &name, group.as_deref(), owner))
+        })?;
+        Ok(got.map(|(group, s)| Session {
+            queue: self.clone(),
+            group: group.into(),
+            token: s.token,
+            locked_until: AtomicU64::new(s.locked_until),
+            released: false,
+        }))
+    }
+}
+
+impl Session {
+    /// The session's group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// When the session lock expires unless renewed.
+    pub fn locked_until(&self) -> SystemTime {
+        to_system_time(self.locked_until.load(Ordering::Acquire))
+    }
+
+    fn ids(&self) -> (u32, Arc<str>, Arc<str>, u64) {
+        (
+            self.queue.id,
+            self.queue.name.clone(),
+            self.group.clone(),
+            self.token,
+        )
+    }
+
+    /// Locks the session's next message, waiting up to `timeout` for it to be receivable (the
+    /// previous one settled, or a new one sent). Settle it as any received message.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SessionLockLost`] once the session lock expired or was released;
+    /// [`Error::QueueNotFound`] if the queue was deleted; storage errors.
+    pub fn receive(&self, timeout: Duration) -> Result<Option<Received>> {
+        let engine = &self.queue.engine;
+        engine.check_open()?;
+        let deadline = Instant::now().checked_add(timeout);
+        let (q, name, group, token) = self.ids();
+        let owner = engine.owner;
+        let got = engine.wait_for(q, deadline, None, || {
+            let (name, group) = (name.clone(), group.clone());
+            engine.call(move |b| b.session_receive(q, &name, &group, token, owner))
+        })?;
+        Ok(got.map(|l| self.queue.wrap(l)))
+    }
+
+    /// Extends the session lock by the queue's `lock_duration` from now; returns the new
+    /// expiry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SessionLockLost`]; storage errors.
+    pub fn renew_lock(&self) -> Result<SystemTime> {
+        let (q, name, group, token) = self.ids();
+        let until = self
+            .queue
+            .engine
+            .call(move |b| b.renew_session(q, &name, &group, token))?;
+        self.locked_until.store(until, Ordering::Release);
+        Ok(to_system_time(until))
+    }
+
+    /// The session's state (`None` if never set or cleared).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueNotFound`]; storage errors.
+    pub fn state(&self) -> Result<Option<Vec<u8>>> {
+        let (q, name, group, _) = self.ids();
+        self.queue
+            .engine
+            .call(move |b| b.session_state(q, &name, &group))
+    }
+
+    /// Sets the session's state (at most 64 KiB; `None` clears it). To set it in the same
+    /// commit as settles and sends, use [`Transaction::set_session_state`](crate::Transaction::set_session_state).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SessionLockLost`]; [`Error::InvalidArgument`] for a state over 64 KiB.
+    pub fn set_state(&self, state: Option<&[u8]>) -> Result<()> {
+        let (q, name, group, token) = self.ids();
+        let state = state.map(<[u8]>::to_vec);
+        self.queue
+            .engine
+            .call(move |b| b.set_session_state(q, &name, &group, token, state))
+    }
+
+    /// Lets go of the session lock now (its state is kept); another receiver may accept it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SessionLockLost`] if it was already lost; storage errors.
+    pub fn release(mut self) -> Result<()> {
+        self.released = true;
+        let (q, name, group, token) = self.ids();
+        self.queue
+            .engine
+            .call(move |b| b.release_session(q, &name, &group, token))
+    }
+
+    pub(crate) fn parts(&self) -> (u32, Arc<str>, Arc<str>, u64) {
+        self.ids()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.released || self.queue.engine.is_forked() || self.queue.engine.is_closed() {
+            return;
+        }
+        let (q, name, group, token) = self.ids();
+        // Best effort: the lock expires anyway.
+        let _ = self
+            .queue
+            .engine
+            .call(move |b| b.release_session(q, &name, &group, token));
+    }
+}

@@ -1,0 +1,252 @@
+//! Sessions: each group of a queue that requires sessions is delivered in send order, one
+//! message at a time, to the one receiver holding its session; groups go to receivers in
+//! parallel; a session's state survives its locks and redeliveries.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Rng, SEC, TestStore, knob};
+use postbox::{Durability, ErrorKind, Message, MessageId, Queue, QueueOptions, Store};
+
+const NOW: Duration = Duration::ZERO;
+
+fn sessions() -> QueueOptions {
+    QueueOptions::default().requires_session(true)
+}
+
+#[test]
+fn a_group_is_delivered_in_order_one_message_at_a_time() {
+    let t = TestStore::new();
+    let q = t.store().queue_with("orders", sessions()).unwrap();
+    for step in ["1", "2", "3"] {
+        q.send(Message::new(step).group("order-7")).unwrap();
+    }
+    let s = q.accept_session(NOW).unwrap().unwrap();
+    assert_eq!(s.group(), "order-7");
+    let first = s.receive(NOW).unwrap().unwrap();
+    assert_eq!(first.body(), b"1");
+    assert!(s.receive(NOW).unwrap().is_none(), "one at a time");
+    first.abandon().unwrap();
+    let again = s.receive(NOW).unwrap().unwrap();
+    assert_eq!((again.body(), again.delivery_count()), (&b"1"[..], 2));
+    again.complete().unwrap();
+    let second = s.receive(NOW).unwrap().unwrap();
+    assert_eq!(second.body(), b"2");
+    // Deferring lets the next one through; the deferred one is received by id later.
+    second.defer().unwrap();
+    let third = s.receive(NOW).unwrap().unwrap();
+    assert_eq!(third.body(), b"3");
+    third.complete().unwrap();
+    assert_eq!(q.stats().unwrap().deferred, 1);
+}
+
+#[test]
+fn plain_receives_and_groupless_sends_are_refused() {
+    let t = TestStore::new();
+    let q = t.store().queue_with("s", sessions()).unwrap();
+    assert_eq!(
+        q.send("no group").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    q.send(Message::new("x").group("g")).unwrap();
+    assert_eq!(
+        q.try_receive().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        t.store()
+            .queue_with("s", QueueOptions::default().requires_session(false))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument,
+        "fixed at creation"
+    );
+    let plain = t.store().queue("plain").unwrap();
+    assert_eq!(
+        plain.accept_session(NOW).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert!(q.options().unwrap().requires_session);
+}
+
+#[test]
+fn sessions_go_to_different_receivers_and_expire_like_locks() {
+    let t = TestStore::new();
+    let q = t.store().queue_with("s", sessions()).unwrap();
+    for g in ["a", "b"] {
+        q.send(Message::new(g).group(g)).unwrap();
+    }
+    let a = q.accept_session(NOW).unwrap().unwrap();
+    let b = q.accept_session(NOW).unwrap().unwrap();
+    assert_eq!((a.group(), b.group()), ("a", "b"));
+    assert!(q.accept_session(NOW).unwrap().is_none(), "both are held");
+    assert!(q.accept_named_session("a", NOW).unwrap().is_none());
+
+    // a's holder stalls past the lock duration: another receiver takes the session over.
+    let m = a.receive(NOW).unwrap().unwrap();
+    t.clock.advance(SEC * 31);
+    let a2 = q.accept_named_session("a", NOW).unwrap().unwrap();
+    assert_eq!(m.complete().unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(a.receive(NOW).unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(
+        a.set_state(Some(b"x")).unwrap_err().kind(),
+        ErrorKind::LockLost
+    );
+    let again = a2.receive(NOW).unwrap().unwrap();
+    assert_eq!(again.delivery_count(), 2);
+    again.complete().unwrap();
+    drop(a); // its release fails quietly: the lock is a2's
+    a2.renew_lock().unwrap();
+    a2.release().unwrap();
+    drop(b); // released on drop
+    let b2 = q.accept_session(NOW).unwrap().unwrap();
+    assert_eq!(b2.group(), "b");
+}
+
+#[test]
+fn session_state_survives_locks_restarts_and_commits_with_settles() {
+    let mut t = TestStore::new();
+    {
+        let q = t.store().queue_with("s", sessions()).unwrap();
+        for n in ["1", "2"] {
+            q.send(Message::new(n).group("g")).unwrap();
+        }
+        let s = q.accept_session(NOW).unwrap().unwrap();
+        assert_eq!(s.state().unwrap(), None);
+        let m = s.receive(NOW).unwrap().unwrap();
+        // In one commit: the completion and the state.
+        let mut tx = t.store().begin();
+        tx.complete(m).unwrap();
+        tx.set_session_state(&s, Some(b"after 1")).unwrap();
+        tx.commit().unwrap();
+        let m = s.receive(NOW).unwrap().unwrap();
+        let mut tx = t.store().begin();
+        tx.complete(m).unwrap();
+        tx.set_session_state(&s, Some(b"after 2")).unwrap();
+        tx.abort().unwrap();
+        assert_eq!(s.state().unwrap().as_deref(), Some(&b"after 1"[..]));
+        s.release().unwrap();
+    }
+    t.reopen();
+    let q = t.store().queue("s").unwrap();
+    let s = q.accept_named_session("g", NOW).unwrap().unwrap();
+    assert_eq!(s.state().unwrap().as_deref(), Some(&b"after 1"[..]));
+    let m = s.receive(NOW).unwrap().unwrap();
+    assert_eq!((m.body(), m.delivery_count()), (&b"2"[..], 2));
+    m.complete().unwrap();
+    s.set_state(None).unwrap();
+    assert_eq!(
+        s.set_state(Some(&vec![0u8; 65 * 1024])).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    s.release().unwrap();
+    assert!(t.store().delete_queue("s").unwrap());
+}
+
+/// Receivers that take sessions in parallel, abandon at random and sometimes stall past the
+/// lock: every group is processed in send order, each message completed exactly once.
+#[test]
+fn four_receivers_twenty_groups_in_order_despite_abandons_and_expiries() {
+    let groups = knob("POSTBOX_SESSION_GROUPS", 20);
+    let per_group = knob("POSTBOX_SESSION_MESSAGES", 100);
+    let dir = common::fast_tempdir();
+    let store = Store::builder()
+        .durability(Durability::None)
+        .open(dir.path().join("s"))
+        .unwrap();
+    let q = store
+        .queue_with(
+            "work",
+            sessions()
+                .lock_duration(Duration::from_millis(300))
+                .max_deliveries(1000),
+        )
+        .unwrap();
+    let mut ids: HashMap<(usize, usize), MessageId> = HashMap::new();
+    for n in 0..per_group {
+        for g in 0..groups {
+            let m = Message::new(format!("{g}:{n}")).group(format!("g{g}"));
+            ids.insert((g, n), q.send(m).unwrap());
+        }
+    }
+    let ids = Arc::new(ids);
+    let completed = Arc::new(AtomicU64::new(0));
+    let total = (groups * per_group) as u64;
+    let mut rng = Rng::from_env("sessions");
+    let seeds: Vec<u64> = (0..4).map(|_| rng.next_u64()).collect();
+    let receivers: Vec<_> = seeds
+        .into_iter()
+        .map(|seed| {
+            let (q, ids, completed) = (q.clone(), ids.clone(), completed.clone());
+            std::thread::spawn(move || receiver(&q, &ids, &completed, total, seed))
+        })
+        .collect();
+    let stalls: u64 = receivers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert_eq!(completed.load(Ordering::SeqCst), total);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.dead_lettered), (0, 0, 0));
+    eprintln!("{groups} groups x {per_group} messages, {stalls} stalled receivers");
+}
+
+/// One receiver: accept a session, work through it, release; returns how often it stalled.
+fn receiver(
+    q: &Queue,
+    ids: &HashMap<(usize, usize), MessageId>,
+    completed: &AtomicU64,
+    total: u64,
+    seed: u64,
+) -> u64 {
+    let mut rng = Rng::new(seed);
+    let mut stalls = 0;
+    while completed.load(Ordering::SeqCst) < total {
+        let Some(s) = q.accept_session(Duration::from_millis(50)).unwrap() else {
+            continue;
+        };
+        loop {
+            let m = match s.receive(NOW) {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) if e.is_lock_lost() => break,
+                Err(e) => panic!("{e}"),
+            };
+            let body = String::from_utf8(m.body().to_vec()).unwrap();
+            let (g, n) = body.split_once(':').unwrap();
+            let (g, n): (usize, usize) = (g.parse().unwrap(), n.parse().unwrap());
+            // In order: everything before it in its group is already gone.
+            if n > 0 {
+                assert!(
+                    q.get(ids[&(g, n - 1)]).unwrap().is_none(),
+                    "group {g}: message {n} delivered before {} was completed",
+                    n - 1
+                );
+            }
+            match rng.below(100) {
+                0..=9 => m.abandon().unwrap(),
+                10 if stalls < 2 => {
+                    // A receiver that stalls past its locks: the session moves on without it.
+                    stalls += 1;
+                    std::thread::sleep(Duration::from_millis(400));
+                    match m.complete() {
+                        Ok(()) => {
+                            completed.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => assert!(e.is_lock_lost(), "{e}"),
+                    }
+                    break;
+                }
+                _ => match m.complete() {
+                    Ok(()) => {
+                        completed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) if e.is_lock_lost() => break,
+                    Err(e) => panic!("{e}"),
+                },
+            }
+        }
+    }
+    stalls
+}
