@@ -250,3 +250,81 @@ fn receiver(
     }
     stalls
 }
+
+/// The processor's session mode: four workers on twenty groups, each group handled in order and
+/// never by two workers at once, with failures retried in place.
+#[test]
+fn the_processor_in_session_mode_keeps_each_group_in_order() {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    let groups = knob("POSTBOX_SESSION_GROUPS", 20);
+    let per_group = knob("POSTBOX_SESSION_MESSAGES", 100) / 2;
+    let dir = common::fast_tempdir();
+    let store = Store::builder()
+        .durability(Durability::None)
+        .open(dir.path().join("s"))
+        .unwrap();
+    let q = store.queue_with("work", sessions()).unwrap();
+    for n in 0..per_group {
+        for g in 0..groups {
+            q.send(Message::new(format!("{g}:{n}")).group(format!("g{g}")))
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        postbox::Processor::builder(&q)
+            .start(|_| -> Result<(), String> { Ok(()) })
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument,
+        "a session queue needs session mode"
+    );
+    let seen: Arc<Mutex<HashMap<usize, Vec<usize>>>> = Arc::default();
+    let busy: Arc<Mutex<HashSet<usize>>> = Arc::default();
+    let failures = Arc::new(AtomicU64::new(0));
+    let (handled, handled_rx) = std::sync::mpsc::channel::<()>();
+    let handled = Mutex::new(handled);
+    let p = {
+        let (seen, busy, failures) = (seen.clone(), busy.clone(), failures.clone());
+        postbox::Processor::builder(&q)
+            .workers(4)
+            .sessions(true)
+            .retry(postbox::RetryPolicy::immediate())
+            .start(move |d| -> Result<(), String> {
+                let body = String::from_utf8(d.body().to_vec()).unwrap();
+                let (g, n) = body.split_once(':').unwrap();
+                let (g, n): (usize, usize) = (g.parse().unwrap(), n.parse().unwrap());
+                assert!(
+                    busy.lock().unwrap().insert(g),
+                    "group {g} on two workers at once"
+                );
+                // Every third message fails once: it must be retried before the next one.
+                let fail = n % 3 == 0 && d.delivery_count() == 1;
+                if !fail {
+                    let mut seen = seen.lock().unwrap();
+                    let got = seen.entry(g).or_default();
+                    assert_eq!(got.len(), n, "group {g}: {n} handled out of order");
+                    got.push(n);
+                    let _ = handled.lock().unwrap().send(());
+                }
+                busy.lock().unwrap().remove(&g);
+                if fail {
+                    failures.fetch_add(1, Ordering::SeqCst);
+                    return Err("first try fails".into());
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    for _ in 0..groups * per_group {
+        handled_rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("every message is handled");
+    }
+    let report = p.shutdown(Duration::from_secs(30));
+    assert_eq!(report.processed, (groups * per_group) as u64);
+    assert!(failures.load(Ordering::SeqCst) > 0);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 0));
+}

@@ -399,6 +399,8 @@ struct Config {
     on_event: Option<EventCallback>,
     /// Stack size of worker threads; `None` for the Rust default.
     stack_size: Option<usize>,
+    /// Session mode: each worker holds one session (group) at a time.
+    sessions: bool,
 }
 
 /// Configures and starts a [`Processor`]; see [`Processor::builder`].
@@ -495,6 +497,18 @@ impl ProcessorBuilder {
     /// finish on their own.
     pub fn drop_timeout(mut self, d: Duration) -> Self {
         self.config.drop_timeout = d;
+        self
+    }
+
+    /// Session mode, for a queue that requires sessions
+    /// ([`QueueOptions::requires_session`](crate::QueueOptions::requires_session)): each worker
+    /// accepts one session at a time and handles its messages in send order, one by one, until
+    /// none is receivable, then releases it and accepts the next; N workers work on N groups in
+    /// parallel. Prefetch and the combined commit do not apply (a session hands out one
+    /// message at a time). Starting fails with `InvalidArgument` when the mode does not match
+    /// the queue.
+    pub fn sessions(mut self, on: bool) -> Self {
+        self.config.sessions = on;
         self
     }
 
@@ -633,6 +647,14 @@ impl ProcessorBuilder {
         // Before anything is spawned: workers on a closed store would only log their failed
         // receives and stop, and in a forked child nothing may touch the parent's store.
         engine.check_open()?;
+        let requires_session = self.queue.options()?.requires_session;
+        if requires_session != c.sessions {
+            return Err(Error::invalid(if requires_session {
+                "the queue requires sessions: start the processor with sessions(true)"
+            } else {
+                "sessions(true) needs a queue that requires sessions"
+            }));
+        }
         let shared = Arc::new(Shared {
             id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
             signal: engine.signals.get(self.queue.id),
@@ -859,6 +881,7 @@ impl Processor {
                 on_scale: None,
                 on_event: None,
                 stack_size: None,
+                sessions: false,
             },
         }
     }

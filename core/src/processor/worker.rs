@@ -62,6 +62,7 @@ fn run(sh: &Arc<Shared>) {
     let mut w = Worker {
         sh,
         buffer: VecDeque::new(),
+        session: None,
     };
     let retired = match catch_unwind(AssertUnwindSafe(|| w.main_loop())) {
         Ok(retired) => retired,
@@ -81,6 +82,7 @@ fn run(sh: &Arc<Shared>) {
         return;
     }
     w.release_buffer();
+    w.release_session();
     let live = {
         let mut st = sh.state.lock();
         if !retired {
@@ -109,6 +111,8 @@ struct Worker<'a> {
     sh: &'a Arc<Shared>,
     /// Messages locked for this worker and not yet handled (prefetch).
     buffer: VecDeque<(Locked, Arc<Track>)>,
+    /// Session mode: the session this worker holds (group, token, locked until, ms).
+    session: Option<(String, u64, u64)>,
 }
 
 impl Worker<'_> {
@@ -308,7 +312,8 @@ impl Worker<'_> {
     /// How many messages the next commit should lock so that the worker holds its one plus
     /// `prefetch`; none when stopping.
     fn refill_wanted(&self) -> usize {
-        if self.sh.is_stopping() {
+        // A session hands out one message at a time, through `session_step`.
+        if self.sh.is_stopping() || self.sh.config.sessions {
             return 0;
         }
         (self.sh.config.prefetch + 1).saturating_sub(self.buffer.len())
@@ -461,6 +466,25 @@ impl Worker<'_> {
             // sending commit) for up to a slice, so it can retire when the autoscaler wants
             // fewer workers; a stop cancels the wait at once. On a shared store it tries once
             // and then waits with reads only (`idle_wait`).
+            if sh.config.sessions {
+                match self.session_step() {
+                    Ok(true) => return Wait::Got,
+                    Ok(false) => {}
+                    Err(e) => {
+                        if self.receive_failed(&e) || sh.is_stopping() {
+                            return Wait::Stop;
+                        }
+                        sh.signal
+                            .wait(seen, Instant::now().checked_add(ERROR_PAUSE));
+                        continue;
+                    }
+                }
+                if self.try_retire() {
+                    return Wait::Retire;
+                }
+                self.idle_wait(seen);
+                continue;
+            }
             let q = &sh.queue;
             let parked = !q.engine.multi_process;
             let slice = if idle && parked {
@@ -546,6 +570,73 @@ impl Worker<'_> {
                     return;
                 }
             }
+        }
+    }
+
+    /// Session mode: locks the next message of the held session into the buffer, accepting a
+    /// session first if none is held; a session with nothing receivable is released and the
+    /// next one tried. Returns whether a message was buffered.
+    fn session_step(&mut self) -> Result<bool> {
+        let q = &self.sh.queue;
+        let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
+        loop {
+            if self.sh.is_stopping() {
+                return Ok(false);
+            }
+            let Some((group, token, until)) = self.session.clone() else {
+                let n = name.clone();
+                let got = q
+                    .engine
+                    .call(move |b| b.accept_session(qid, &n, None, owner))?;
+                match got {
+                    Some((group, s)) => {
+                        self.session = Some((group, s.token, s.locked_until));
+                        continue;
+                    }
+                    None => return Ok(false),
+                }
+            };
+            // Keep the session while working through it: renew once half its lock has passed.
+            let lock_ms = crate::clock::duration_ms(q.options()?.lock_duration);
+            let now = self.sh.clock.now_ms();
+            let (n, g) = (name.clone(), group.clone());
+            let step = if until.saturating_sub(now) < lock_ms / 2 {
+                q.engine
+                    .call(move |b| {
+                        let until = b.renew_session(qid, &n, &g, token)?;
+                        Ok((until, b.session_receive(qid, &n, &g, token, owner)?))
+                    })
+                    .map(|(until, got)| {
+                        self.session = Some((group.clone(), token, until));
+                        got
+                    })
+            } else {
+                q.engine
+                    .call(move |b| b.session_receive(qid, &n, &g, token, owner))
+            };
+            match step {
+                Ok(Some(l)) => {
+                    self.accept(vec![l]);
+                    return Ok(true);
+                }
+                Ok(None) => self.release_session(),
+                Err(e) if e.is_lock_lost() => self.session = None,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Lets go of the session this worker holds, if any (best effort: it expires anyway).
+    fn release_session(&mut self) {
+        if self.sh.is_forked() {
+            return;
+        }
+        if let Some((group, token, _)) = self.session.take() {
+            let q = &self.sh.queue;
+            let (qid, name) = (q.id, q.name.to_string());
+            let _ = q
+                .engine
+                .call(move |b| b.release_session(qid, &name, &group, token));
         }
     }
 
