@@ -15,13 +15,18 @@ _PropertyValue: TypeAlias = str | bytes
 
 __all__ = [
     "Browse",
+    "Collated",
+    "Collator",
     "Consumer",
     "Message",
     "Processor",
     "Queue",
     "QueueStats",
+    "SeriesGap",
     "ShutdownReport",
     "Store",
+    "Topic",
+    "TopicStats",
     "Transaction",
     "_shutdown_all",
     "_error_kinds",
@@ -94,7 +99,27 @@ class Store:
         temporary queue, and a typo creates nothing.
         """
     def queues(self) -> list[str]: ...
-    def delete_queue(self, name: str) -> bool: ...
+    def topic(self, name: str) -> Topic:
+        """Opens topic ``name``, creating it if missing; it keeps its subscriptions.
+
+        A topic and a queue (or collator) cannot share a name: ``InvalidArgumentError``.
+        """
+    def open_topic(self, name: str) -> Topic:
+        """Opens topic ``name`` only if it exists; raises ``QueueNotFoundError`` otherwise."""
+    def topics(self) -> list[str]:
+        """The names of all topics (``queues()`` lists subscription queues, not topics)."""
+    def collator(self, name: str, destination: Queue) -> Collator:
+        """Opens collator ``name``, which releases into ``destination``, creating it if missing.
+
+        An existing collator keeps the messages it holds and must already release into
+        ``destination`` (``InvalidArgumentError`` otherwise).
+        """
+    def delete_queue(self, name: str) -> bool:
+        """Deletes a queue, its dead-letter queue and their messages; whether it existed.
+
+        The name of a topic deletes it with every subscription; the name of a collator deletes
+        it with the messages it holds.
+        """
     def transaction(self) -> Transaction:
         """A new transaction; raises ``ClosedError`` at once on a closed store."""
     def stats(self) -> dict[str, int]: ...
@@ -326,6 +351,30 @@ class Transaction:
         properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None = None,
         message_key: str | None = None,
     ) -> None: ...
+    def publish(
+        self,
+        topic: Topic,
+        body: _Body,
+        *,
+        label: str | None = None,
+        content_type: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        ttl: _Seconds | None = None,
+        delay: _Seconds | None = None,
+        visible_at: datetime | None = None,
+        expires_at: datetime | None = None,
+        group: str | None = None,
+        sequence: int | None = None,
+        properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None = None,
+        message_key: str | None = None,
+    ) -> None:
+        """Publishes to ``topic`` when the transaction commits (keywords of ``Queue.send``).
+
+        It reaches the subscriptions the topic has at that commit, or none if the transaction
+        aborts. A deleted topic or a full subscription fails the commit.
+        """
     def complete(self, message: Message) -> None: ...
     def commit(self) -> None: ...
     def abort(self) -> None: ...
@@ -336,6 +385,156 @@ class Transaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool: ...
+
+@final
+class Topic:
+    """A topic: a message published to it goes to every subscription whose filter it passes.
+
+    Each subscription is a ``Queue`` named ``<topic>/$subscriptions/<name>`` with its own
+    options and dead-letter queue; the copies are made in one commit.
+    """
+
+    @property
+    def name(self) -> str: ...
+    def subscribe(
+        self,
+        name: str,
+        *,
+        label: str | None = None,
+        correlation_id: str | None = None,
+        content_type: str | None = None,
+        reply_to: str | None = None,
+        group: str | None = None,
+        properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None = None,
+        lock_duration: _Seconds | None = ...,
+        max_deliveries: int | None = ...,
+        default_ttl: _Seconds | None = ...,
+        max_message_size: int | None = ...,
+        max_messages: int | None = ...,
+        max_bytes: int | None = ...,
+        dedup_window: _Seconds | None = ...,
+    ) -> Queue:
+        """Opens subscription ``name`` (no ``/``), creating it if missing; returns its queue.
+
+        Every filter keyword given (``label`` ... ``group``, and each of ``properties``) must
+        equal the message's; with none, every message matches. An existing subscription takes
+        the new filter and keeps its messages. The queue options work as in ``Store.queue``.
+        """
+    def subscription(self, name: str) -> Queue:
+        """The queue of existing subscription ``name``; ``QueueNotFoundError`` if none."""
+    def unsubscribe(self, name: str) -> bool:
+        """Removes subscription ``name`` with its messages; returns whether it existed."""
+    def subscriptions(self) -> list[str]:
+        """The subscription names (without the topic prefix), in name order."""
+    def publish(
+        self,
+        body: _Body,
+        *,
+        label: str | None = None,
+        content_type: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        ttl: _Seconds | None = None,
+        delay: _Seconds | None = None,
+        visible_at: datetime | None = None,
+        expires_at: datetime | None = None,
+        group: str | None = None,
+        sequence: int | None = None,
+        properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None = None,
+        message_key: str | None = None,
+    ) -> int:
+        """Publishes one message; returns how many subscriptions got a copy.
+
+        0 means it matched none (counted in ``stats().unmatched``). A full subscription
+        refuses the whole publish, which then delivers nowhere.
+        """
+    def stats(self) -> TopicStats: ...
+
+@final
+class TopicStats:
+    @property
+    def published(self) -> int:
+        """Messages published (committed publishes only)."""
+    @property
+    def unmatched(self) -> int:
+        """Published messages that matched no subscription."""
+    @property
+    def subscriptions(self) -> int: ...
+    def _asdict(self) -> dict[str, int]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class Collator:
+    """Releases a series that arrives out of order to its destination queue, in order.
+
+    A series is the messages of one ``group``, numbered by ``sequence`` from 1. Holding and
+    releasing happen in the sending commit: a crash loses or duplicates nothing, and a number
+    sent again is recognised (``Collated.duplicate``).
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def destination(self) -> Queue: ...
+    def send(
+        self,
+        body: _Body,
+        *,
+        group: str,
+        sequence: int,
+        series_length: int | None = None,
+        last: bool = False,
+        label: str | None = None,
+        content_type: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        ttl: _Seconds | None = None,
+        delay: _Seconds | None = None,
+        visible_at: datetime | None = None,
+        expires_at: datetime | None = None,
+        properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None = None,
+        message_key: str | None = None,
+    ) -> Collated:
+        """Sends message ``sequence`` of series ``group``; held until the gap before it closes.
+
+        ``series_length`` declares the series' length; ``last=True`` marks this message as
+        its last. Numbers beyond a declared length, 0, or a contradicting length raise
+        ``InvalidArgumentError``.
+        """
+    def held(self) -> int:
+        """How many messages the collator holds now."""
+    def incomplete(self) -> list[SeriesGap]:
+        """The series not yet complete (length unknown, or not all released)."""
+
+@final
+class Collated:
+    @property
+    def released(self) -> list[int]:
+        """Ids in the destination of the messages this send released, in series order."""
+    @property
+    def duplicate(self) -> bool:
+        """The series already had this number: nothing was stored."""
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class SeriesGap:
+    @property
+    def series(self) -> str: ...
+    @property
+    def next(self) -> int:
+        """The next number to release: the first missing one."""
+    @property
+    def length(self) -> int | None:
+        """The series' length once declared, else ``None``."""
+    @property
+    def held(self) -> list[int]:
+        """The numbers held beyond the gap, ascending."""
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
 
 @final
 class ShutdownReport:

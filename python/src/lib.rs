@@ -5,18 +5,22 @@
 //! raises `KeyboardInterrupt` promptly. Errors become the exception classes of
 //! `postbox._errors`, one per `postbox::ErrorKind`.
 
+mod collator;
 mod convert;
 mod errors;
 mod message;
 mod processor;
 mod queue;
 mod store;
+mod topic;
 mod tx;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 mod _postbox {
+    #[pymodule_export]
+    use crate::collator::{PyCollated, PyCollator, PySeriesGap};
     #[pymodule_export]
     use crate::errors::_error_kinds;
     #[pymodule_export]
@@ -27,6 +31,8 @@ mod _postbox {
     use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats};
     #[pymodule_export]
     use crate::store::PyStore;
+    #[pymodule_export]
+    use crate::topic::{PyTopic, PyTopicStats};
     #[pymodule_export]
     use crate::tx::PyTransaction;
 

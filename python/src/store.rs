@@ -8,9 +8,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyType};
 
+use crate::collator::PyCollator;
 use crate::convert;
 use crate::errors::{IntoPy, invalid};
 use crate::queue::PyQueue;
+use crate::topic::PyTopic;
 use crate::tx::PyTransaction;
 
 /// One store file holding many queues. A context manager: leaving the block closes it.
@@ -60,7 +62,8 @@ fn int_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
 /// keywords given: a keyword left out keeps the stored value, `None` clears an optional option
 /// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`) and puts a required one
 /// (`lock_duration`, `max_deliveries`, `max_message_size`) back to its default.
-fn queue_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<QueueOptions> {
+/// `method` names the method in the error for an unknown keyword.
+pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyResult<QueueOptions> {
     let mut o = QueueOptions::default();
     let Some(options) = options else {
         return Ok(o);
@@ -94,7 +97,7 @@ fn queue_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<QueueOptions> 
             "dedup_window" => o.dedup_window(convert::duration(&v, "dedup_window")?),
             other => {
                 return Err(PyTypeError::new_err(format!(
-                    "queue() got an unexpected keyword argument {other:?} (options are {})",
+                    "{method}() got an unexpected keyword argument {other:?} (options are {})",
                     OPTION_KEYS.join(", ")
                 )));
             }
@@ -201,7 +204,7 @@ impl PyStore {
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyQueue> {
         self.check_process()?;
-        let o = queue_options(options)?;
+        let o = queue_options(options, "queue")?;
         let store = &self.store;
         let q = py.detach(|| store.queue_with(name, o)).py_err()?;
         Ok(PyQueue::new(q))
@@ -223,7 +226,48 @@ impl PyStore {
         py.detach(|| store.queues()).py_err()
     }
 
+    /// Opens topic `name`, creating it if missing; an existing topic keeps its subscriptions.
+    /// A topic and a queue (or collator) cannot share a name.
+    fn topic(&self, py: Python<'_>, name: &str) -> PyResult<PyTopic> {
+        self.check_process()?;
+        let store = &self.store;
+        let t = py.detach(|| store.topic(name)).py_err()?;
+        Ok(PyTopic::new(t))
+    }
+
+    /// Opens topic `name` only if it exists; raises `QueueNotFoundError` otherwise.
+    fn open_topic(&self, py: Python<'_>, name: &str) -> PyResult<PyTopic> {
+        self.check_process()?;
+        let store = &self.store;
+        let t = py.detach(|| store.open_topic(name)).py_err()?;
+        Ok(PyTopic::new(t))
+    }
+
+    /// The names of all topics (`queues()` lists subscription queues, not topics).
+    fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.check_process()?;
+        let store = &self.store;
+        py.detach(|| store.topics()).py_err()
+    }
+
+    /// Opens collator `name`, which releases into `destination`, creating it if missing; an
+    /// existing collator keeps what it holds and must release into `destination`.
+    fn collator(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        destination: &Bound<'_, PyQueue>,
+    ) -> PyResult<PyCollator> {
+        self.check_process()?;
+        let store = &self.store;
+        let dest = &destination.get().q;
+        let c = py.detach(|| store.collator(name, dest)).py_err()?;
+        Ok(PyCollator::new(c))
+    }
+
     /// Deletes a queue, its dead-letter queue and their messages; returns whether it existed.
+    /// The name of a topic deletes it with every subscription; the name of a collator deletes
+    /// it with the messages it holds.
     fn delete_queue(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
         self.check_process()?;
         let store = &self.store;

@@ -13,6 +13,7 @@ use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
 use crate::message::PyMessage;
 use crate::queue::{PyQueue, wait_sliced};
+use crate::topic::PyTopic;
 
 pub enum State {
     Open(Transaction),
@@ -224,6 +225,52 @@ impl PyTransaction {
         .build(convert::body(body)?)?;
         let q = &queue.get().q;
         self.with(py, |tx| tx.send(q, m))
+    }
+
+    /// Publishes a message to `topic` when the transaction commits (same keywords as
+    /// `Queue.send`): it reaches the subscriptions the topic has at that commit, or none if
+    /// the transaction aborts. A deleted topic or a full subscription fails the commit.
+    #[pyo3(signature = (topic, body, *, label=None, content_type=None, priority=None,
+        correlation_id=None, reply_to=None, ttl=None, delay=None, visible_at=None,
+        expires_at=None, group=None, sequence=None, properties=None, message_key=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyTopic>,
+        body: &Bound<'_, PyAny>,
+        label: Option<String>,
+        content_type: Option<String>,
+        priority: Option<&Bound<'_, PyAny>>,
+        correlation_id: Option<String>,
+        reply_to: Option<String>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        delay: Option<&Bound<'_, PyAny>>,
+        visible_at: Option<&Bound<'_, PyAny>>,
+        expires_at: Option<&Bound<'_, PyAny>>,
+        group: Option<String>,
+        sequence: Option<u64>,
+        properties: Option<&Bound<'_, PyAny>>,
+        message_key: Option<String>,
+    ) -> PyResult<()> {
+        let m = SendArgs {
+            label,
+            content_type,
+            priority,
+            correlation_id,
+            reply_to,
+            ttl,
+            delay,
+            visible_at,
+            expires_at,
+            group,
+            sequence,
+            properties,
+            message_key,
+        }
+        .build(convert::body(body)?)?;
+        let t = &topic.get().t;
+        self.with(py, |tx| tx.publish(t, m))
     }
 
     /// Enlists a message received outside the transaction: the commit completes it, an abort

@@ -1,0 +1,184 @@
+//! `postbox.Collator`, `postbox.Collated` and `postbox.SeriesGap`: a series that arrives out of
+//! order is released to a queue in order.
+
+use postbox::{Collator, MessageId};
+use pyo3::prelude::*;
+
+use crate::convert::{self, SendArgs};
+use crate::errors::{IntoPy, check_process};
+use crate::queue::PyQueue;
+
+/// A collator: messages of a series (their `group`), numbered by `sequence` from 1 and sent
+/// by any number of producers in any order, are released to the destination queue in sequence
+/// order, each as soon as every number before it has arrived. Holding and releasing happen in
+/// the sending commit, so a crash loses or duplicates nothing, and a number sent again is
+/// recognised (`Collated.duplicate`). In a forked child every call raises `ForkedError`.
+#[pyclass(frozen, module = "postbox._postbox", name = "Collator")]
+pub struct PyCollator {
+    c: Collator,
+    /// The process that opened it: checked before every call into the core.
+    opened_by: u32,
+}
+
+impl PyCollator {
+    pub fn new(c: Collator) -> PyCollator {
+        PyCollator {
+            c,
+            opened_by: std::process::id(),
+        }
+    }
+}
+
+#[pymethods]
+impl PyCollator {
+    /// The collator's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.c.name()
+    }
+
+    /// The queue it releases into.
+    #[getter]
+    fn destination(&self) -> PyQueue {
+        PyQueue::new(self.c.destination().clone())
+    }
+
+    /// Sends message `sequence` (from 1) of series `group`: held until every number before it
+    /// has arrived, then released with the held messages that follow it without a gap.
+    /// `series_length` declares the series' length; `last=True` marks this message as the last
+    /// one (its number is the length). The other keywords are those of `Queue.send`.
+    #[pyo3(signature = (body, *, group, sequence, series_length=None, last=false, label=None,
+        content_type=None, priority=None, correlation_id=None, reply_to=None, ttl=None,
+        delay=None, visible_at=None, expires_at=None, properties=None, message_key=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        body: &Bound<'_, PyAny>,
+        group: String,
+        sequence: u64,
+        series_length: Option<u64>,
+        last: bool,
+        label: Option<String>,
+        content_type: Option<String>,
+        priority: Option<&Bound<'_, PyAny>>,
+        correlation_id: Option<String>,
+        reply_to: Option<String>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        delay: Option<&Bound<'_, PyAny>>,
+        visible_at: Option<&Bound<'_, PyAny>>,
+        expires_at: Option<&Bound<'_, PyAny>>,
+        properties: Option<&Bound<'_, PyAny>>,
+        message_key: Option<String>,
+    ) -> PyResult<PyCollated> {
+        check_process(self.opened_by)?;
+        let mut m = SendArgs {
+            label,
+            content_type,
+            priority,
+            correlation_id,
+            reply_to,
+            ttl,
+            delay,
+            visible_at,
+            expires_at,
+            group: Some(group),
+            sequence: Some(sequence),
+            properties,
+            message_key,
+        }
+        .build(convert::body(body)?)?;
+        if let Some(n) = series_length {
+            m = m.series_length(n);
+        }
+        if last {
+            m = m.last_in_series();
+        }
+        let c = &self.c;
+        let got = py.detach(|| c.send(m)).py_err()?;
+        Ok(PyCollated {
+            released: got.released.into_iter().map(MessageId::get).collect(),
+            duplicate: got.duplicate,
+        })
+    }
+
+    /// How many messages the collator holds now, waiting for gaps to close.
+    fn held(&self, py: Python<'_>) -> PyResult<u64> {
+        check_process(self.opened_by)?;
+        let c = &self.c;
+        py.detach(|| c.held()).py_err()
+    }
+
+    /// The series not yet complete (length unknown, or not all released), in series order.
+    fn incomplete(&self, py: Python<'_>) -> PyResult<Vec<PySeriesGap>> {
+        check_process(self.opened_by)?;
+        let c = &self.c;
+        let gaps = py.detach(|| c.incomplete()).py_err()?;
+        Ok(gaps
+            .into_iter()
+            .map(|g| PySeriesGap {
+                series: g.series,
+                next: g.next,
+                length: g.length,
+                held: g.held,
+            })
+            .collect())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<postbox.Collator {:?} -> {:?}>",
+            self.c.name(),
+            self.c.destination().name()
+        )
+    }
+}
+
+/// What a collator did with one message.
+#[pyclass(frozen, get_all, eq, module = "postbox._postbox", name = "Collated")]
+#[derive(PartialEq, Eq)]
+pub struct PyCollated {
+    /// The ids in the destination queue of the messages this send released, in series order
+    /// (empty while a gap remains before it).
+    released: Vec<u64>,
+    /// The series already had this number: nothing was stored.
+    duplicate: bool,
+}
+
+#[pymethods]
+impl PyCollated {
+    fn __repr__(&self) -> String {
+        format!(
+            "Collated(released={:?}, duplicate={})",
+            self.released,
+            if self.duplicate { "True" } else { "False" }
+        )
+    }
+}
+
+/// A series a collator has not completed.
+#[pyclass(frozen, get_all, eq, module = "postbox._postbox", name = "SeriesGap")]
+#[derive(PartialEq, Eq)]
+pub struct PySeriesGap {
+    /// The series (the messages' `group`).
+    series: String,
+    /// The next number to release: the first missing one.
+    next: u64,
+    /// The series' length once declared, else `None`.
+    length: Option<u64>,
+    /// The numbers held beyond the gap, ascending.
+    held: Vec<u64>,
+}
+
+#[pymethods]
+impl PySeriesGap {
+    fn __repr__(&self) -> String {
+        let length = self
+            .length
+            .map_or_else(|| "None".to_owned(), |n| n.to_string());
+        format!(
+            "SeriesGap(series={:?}, next={}, length={length}, held={:?})",
+            self.series, self.next, self.held
+        )
+    }
+}
