@@ -106,8 +106,17 @@ pub struct QueueOptions {
     /// ([`Queue::accept_session`](crate::Queue::accept_session)): each group in send order,
     /// one message at a time. Fixed when the queue is created.
     pub requires_session: bool,
+    /// Every message sent to this queue lands in this queue instead, in the same commit
+    /// (Service Bus's auto-forwarding). Chains are followed; a loop is refused when set.
+    pub forward_to: Option<String>,
+    /// Dead letters of this queue go to this queue (with their dead-letter reason and source)
+    /// instead of its own dead-letter queue: dead letters of many queues collect in one place.
+    pub forward_dead_letters_to: Option<String>,
+    /// Completed messages are kept in the queue's journal ([`Queue::journal`](crate::Queue::journal)),
+    /// at most this many (the oldest dropped first); MSMQ's journal queue.
+    pub journal: Option<u64>,
     /// The options named by builder methods (bit per [`Opt`]).
-    mentioned: u8,
+    mentioned: u16,
 }
 
 /// One bit per option, for [`QueueOptions::mentioned`].
@@ -121,6 +130,9 @@ enum Opt {
     MaxBytes = 32,
     DedupWindow = 64,
     RequiresSession = 128,
+    ForwardTo = 256,
+    ForwardDeadLettersTo = 512,
+    Journal = 1024,
 }
 
 impl PartialEq for QueueOptions {
@@ -134,6 +146,9 @@ impl PartialEq for QueueOptions {
             && self.max_bytes == o.max_bytes
             && self.dedup_window == o.dedup_window
             && self.requires_session == o.requires_session
+            && self.forward_to == o.forward_to
+            && self.forward_dead_letters_to == o.forward_dead_letters_to
+            && self.journal == o.journal
     }
 }
 
@@ -150,6 +165,9 @@ impl Default for QueueOptions {
             max_bytes: None,
             dedup_window: None,
             requires_session: false,
+            forward_to: None,
+            forward_dead_letters_to: None,
+            journal: None,
             mentioned: 0,
         }
     }
@@ -157,7 +175,7 @@ impl Default for QueueOptions {
 
 impl QueueOptions {
     fn mention(mut self, o: Opt) -> Self {
-        self.mentioned |= o as u8;
+        self.mentioned |= o as u16;
         self
     }
 
@@ -216,6 +234,36 @@ impl QueueOptions {
         self.dedup_window = None;
         self.mention(Opt::DedupWindow)
     }
+    /// Sets `forward_to`: sends to this queue land in queue `name`.
+    pub fn forward_to(mut self, name: impl Into<String>) -> Self {
+        self.forward_to = Some(name.into());
+        self.mention(Opt::ForwardTo)
+    }
+    /// Clears `forward_to`.
+    pub fn no_forward_to(mut self) -> Self {
+        self.forward_to = None;
+        self.mention(Opt::ForwardTo)
+    }
+    /// Sets `forward_dead_letters_to`: dead letters land in queue `name`.
+    pub fn forward_dead_letters_to(mut self, name: impl Into<String>) -> Self {
+        self.forward_dead_letters_to = Some(name.into());
+        self.mention(Opt::ForwardDeadLettersTo)
+    }
+    /// Clears `forward_dead_letters_to`.
+    pub fn no_forward_dead_letters_to(mut self) -> Self {
+        self.forward_dead_letters_to = None;
+        self.mention(Opt::ForwardDeadLettersTo)
+    }
+    /// Keeps completed messages in the queue's journal, at most `max_messages` of them.
+    pub fn journal(mut self, max_messages: u64) -> Self {
+        self.journal = Some(max_messages);
+        self.mention(Opt::Journal)
+    }
+    /// Stops journaling (what the journal holds stays until purged).
+    pub fn no_journal(mut self) -> Self {
+        self.journal = None;
+        self.mention(Opt::Journal)
+    }
     /// Sets `requires_session` (only when the queue is created: it cannot change later).
     pub fn requires_session(mut self, on: bool) -> Self {
         self.requires_session = on;
@@ -226,7 +274,7 @@ impl QueueOptions {
     /// other than its default) replaces the stored one; the rest are kept.
     pub(crate) fn apply_to(&self, stored: &QueueSettings) -> QueueSettings {
         let d = QueueOptions::default();
-        let take = |o: Opt, differs: bool| self.mentioned & o as u8 != 0 || differs;
+        let take = |o: Opt, differs: bool| self.mentioned & o as u16 != 0 || differs;
         let mut out = stored.clone();
         if take(Opt::LockDuration, self.lock_duration != d.lock_duration) {
             out.lock_duration = self.lock_duration;
@@ -258,6 +306,19 @@ impl QueueOptions {
         ) {
             out.requires_session = self.requires_session;
         }
+        if take(Opt::ForwardTo, self.forward_to != d.forward_to) {
+            out.forward_to.clone_from(&self.forward_to);
+        }
+        if take(
+            Opt::ForwardDeadLettersTo,
+            self.forward_dead_letters_to != d.forward_dead_letters_to,
+        ) {
+            out.forward_dead_letters_to
+                .clone_from(&self.forward_dead_letters_to);
+        }
+        if take(Opt::Journal, self.journal != d.journal) {
+            out.journal = self.journal;
+        }
         out
     }
 }
@@ -275,6 +336,9 @@ pub(crate) struct QueueSettings {
     pub max_bytes: Option<u64>,
     pub dedup_window: Option<Duration>,
     pub requires_session: bool,
+    pub forward_to: Option<String>,
+    pub forward_dead_letters_to: Option<String>,
+    pub journal: Option<u64>,
 }
 
 impl Default for QueueSettings {
@@ -289,6 +353,9 @@ impl Default for QueueSettings {
             max_bytes: d.max_bytes,
             dedup_window: d.dedup_window,
             requires_session: d.requires_session,
+            forward_to: d.forward_to,
+            forward_dead_letters_to: d.forward_dead_letters_to,
+            journal: d.journal,
         }
     }
 }
@@ -304,6 +371,9 @@ impl From<&QueueSettings> for QueueOptions {
             max_bytes: s.max_bytes,
             dedup_window: s.dedup_window,
             requires_session: s.requires_session,
+            forward_to: s.forward_to.clone(),
+            forward_dead_letters_to: s.forward_dead_letters_to.clone(),
+            journal: s.journal,
             mentioned: 0,
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::queries as read;
-use crate::engine::{DEAD_LETTER_SUFFIX, Locked, Select, dead_letter_name};
+use crate::engine::{DEAD_LETTER_SUFFIX, Locked, Select, dead_letter_name, journal_name};
 use crate::engine::{Engine, HeldLock};
 use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
@@ -54,7 +54,12 @@ impl Queue {
     /// Opens existing queue `name` (not a topic or collator).
     pub(crate) fn open_existing(engine: &Arc<Engine>, name: &str) -> Result<Queue> {
         match engine.read(|t| read::queue_by_name(t, name))? {
-            Some(rec) if matches!(rec.kind, QueueKind::Normal | QueueKind::DeadLetter) => {
+            Some(rec)
+                if matches!(
+                    rec.kind,
+                    QueueKind::Normal | QueueKind::DeadLetter | QueueKind::Journal
+                ) =>
+            {
                 Ok(Queue::new(engine.clone(), name, rec))
             }
             _ => Err(Error::QueueNotFound(name.to_owned())),
@@ -419,7 +424,10 @@ impl Queue {
             let c = b.counters(q)?;
             let dead_lettered = match kind {
                 QueueKind::Normal => b.counters(peer)?.total(),
-                QueueKind::DeadLetter | QueueKind::Topic | QueueKind::Collator => 0,
+                QueueKind::DeadLetter
+                | QueueKind::Topic
+                | QueueKind::Collator
+                | QueueKind::Journal => 0,
             };
             Ok(QueueStats {
                 active: c.active,
@@ -490,6 +498,40 @@ impl Queue {
             // A queue and its dead-letter queue are created and deleted together.
             (Some(_), None) => Err(Error::corrupted(format!(
                 "queue {own:?} has no dead-letter queue"
+            ))),
+        }
+    }
+
+    /// This queue's journal: the completed messages it keeps when the `journal` option is set
+    /// (MSMQ's journal queue), oldest first within a priority. Browse, peek, get, receive and
+    /// purge it like any queue.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::QueueOptions;
+    /// let q = store.queue_with("orders", QueueOptions::default().journal(1000))?;
+    /// q.send("order 1")?;
+    /// q.receive(std::time::Duration::ZERO)?.unwrap().complete()?;
+    /// assert_eq!(q.journal()?.len()?, 1);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the queue never had journaling turned on;
+    /// [`Error::QueueNotFound`] if it was deleted.
+    pub fn journal(&self) -> Result<Queue> {
+        let name = journal_name(&self.name);
+        let (q, own) = (self.id, self.name.clone());
+        let (source, rec) = self
+            .engine
+            .read(|t| Ok((read::queue_by_id(t, q)?, read::queue_by_name(t, &name)?)))?;
+        match (source, rec) {
+            (None, _) => Err(Error::QueueNotFound(own.to_string())),
+            (Some(_), Some(rec)) => Ok(Queue::new(self.engine.clone(), &name, rec)),
+            (Some(_), None) => Err(Error::invalid(format!(
+                "queue {own:?} has no journal: set its journal option first"
             ))),
         }
     }

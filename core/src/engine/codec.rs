@@ -388,6 +388,8 @@ pub enum QueueKind {
     Topic,
     /// A collator: it holds messages of incomplete series; `peer` is its destination queue.
     Collator,
+    /// A queue's journal: completed messages of its source (`peer`), kept for browsing.
+    Journal,
 }
 
 /// A topic subscription: the topic it belongs to and which published messages it takes.
@@ -406,6 +408,8 @@ pub struct QueueRecord {
     pub options: QueueSettings,
     /// For a topic subscription: its topic and filter (an extension field).
     pub subscription: Option<Subscription>,
+    /// The queue's journal queue, once journaling was turned on (0: none).
+    pub journal: u32,
 }
 
 /// Extension fields of a queue record: after the fixed fields, each is `tag, length, payload`,
@@ -413,6 +417,14 @@ pub struct QueueRecord {
 const EXT_SUBSCRIPTION: u64 = 1;
 /// Tag 2: the queue requires sessions (no payload).
 const EXT_REQUIRES_SESSION: u64 = 2;
+/// Tag 3: `forward_to` (the target queue's name).
+const EXT_FORWARD_TO: u64 = 3;
+/// Tag 4: `forward_dead_letters_to` (the target queue's name).
+const EXT_FORWARD_DEAD_LETTERS_TO: u64 = 4;
+/// Tag 5: `journal` (varint: the journal's quota).
+const EXT_JOURNAL: u64 = 5;
+/// Tag 6: the id of the queue's journal queue (varint).
+const EXT_JOURNAL_QUEUE: u64 = 6;
 
 fn encode_filter(w: &mut Writer, f: &Filter) {
     match f {
@@ -498,6 +510,7 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
         QueueKind::DeadLetter => 1,
         QueueKind::Topic => 2,
         QueueKind::Collator => 3,
+        QueueKind::Journal => 4,
     });
     w.varint(u64::from(rec.peer));
     w.varint(ms(Some(o.lock_duration)));
@@ -510,6 +523,29 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
     if o.requires_session {
         w.varint(EXT_REQUIRES_SESSION);
         w.bytes(&[]);
+    }
+    for (tag, name) in [
+        (EXT_FORWARD_TO, &o.forward_to),
+        (EXT_FORWARD_DEAD_LETTERS_TO, &o.forward_dead_letters_to),
+    ] {
+        if let Some(name) = name {
+            w.varint(tag);
+            w.bytes(name.as_bytes());
+        }
+    }
+    for (tag, v) in [
+        (EXT_JOURNAL, o.journal),
+        (
+            EXT_JOURNAL_QUEUE,
+            (rec.journal != 0).then_some(u64::from(rec.journal)),
+        ),
+    ] {
+        if let Some(v) = v {
+            let mut e = Writer(Vec::new());
+            e.varint(v);
+            w.varint(tag);
+            w.bytes(&e.0);
+        }
     }
     if let Some(sub) = &rec.subscription {
         let mut ext = Writer(Vec::new());
@@ -530,6 +566,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
         1 => QueueKind::DeadLetter,
         2 => QueueKind::Topic,
         3 => QueueKind::Collator,
+        4 => QueueKind::Journal,
         k => return Err(format!("unknown queue kind {k}")),
     };
     let peer = u32::try_from(r.varint()?).map_err(|_| "queue id out of range")?;
@@ -542,11 +579,25 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
     let dedup_window = from_ms(r.varint()?);
     let mut subscription = None;
     let mut requires_session = false;
+    let (mut forward_to, mut forward_dead_letters_to) = (None, None);
+    let (mut journal, mut journal_queue) = (None, 0u32);
+    let text = |p: &[u8]| {
+        String::from_utf8(p.to_vec()).map_err(|_| "invalid UTF-8 in queue record".to_string())
+    };
     while !r.rest().is_empty() {
         let tag = r.varint()?;
         let payload = r.bytes()?;
         if tag == EXT_REQUIRES_SESSION {
             requires_session = true;
+        } else if tag == EXT_FORWARD_TO {
+            forward_to = Some(text(payload)?);
+        } else if tag == EXT_FORWARD_DEAD_LETTERS_TO {
+            forward_dead_letters_to = Some(text(payload)?);
+        } else if tag == EXT_JOURNAL {
+            journal = Some(Reader::new(payload).varint()?);
+        } else if tag == EXT_JOURNAL_QUEUE {
+            journal_queue = u32::try_from(Reader::new(payload).varint()?)
+                .map_err(|_| "journal id out of range")?;
         } else if tag == EXT_SUBSCRIPTION {
             let mut e = Reader::new(payload);
             let topic = u32::try_from(e.varint()?).map_err(|_| "topic id out of range")?;
@@ -559,6 +610,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
         kind,
         peer,
         subscription,
+        journal: journal_queue,
         options: QueueSettings {
             lock_duration,
             max_deliveries,
@@ -568,6 +620,9 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
             max_bytes,
             dedup_window,
             requires_session,
+            forward_to,
+            forward_dead_letters_to,
+            journal,
         },
     })
 }
@@ -585,6 +640,7 @@ mod tests {
             peer: 2,
             options: QueueSettings::default(),
             subscription: None,
+            journal: 0,
         };
         let q = encode_queue("q", &rec);
         assert!(decode_queue("q", &q).is_ok());
@@ -651,6 +707,7 @@ mod tests {
                 ..QueueSettings::default()
             },
             subscription: None,
+            journal: 0,
         }
     }
 
@@ -715,6 +772,7 @@ mod tests {
             let sub = QueueRecord {
                 kind: QueueKind::Normal,
                 subscription: Some(Subscription { topic: 9, filter }),
+                journal: 12,
                 ..sample_queue()
             };
             assert_eq!(decode_queue("q", &encode_queue("q", &sub)).unwrap(), sub);
@@ -812,6 +870,7 @@ mod tests {
                 peer: 2,
                 options: QueueSettings::default(),
                 subscription: None,
+                journal: 0,
             },
         ] {
             let mut buf = encode_queue("q", &rec);

@@ -21,8 +21,8 @@ mod watch;
 // The engine's face: what the public API, the transaction and the processor may use. Everything
 // else stays inside.
 pub(crate) use batch::{
-    Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, subscription_name,
-    validate_message,
+    Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, journal_name,
+    subscription_name, validate_message,
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;

@@ -96,12 +96,16 @@ impl<'t> Batch<'t> {
                 }
                 let merged = o.apply_to(&rec.options);
                 merged.validate()?;
+                self.check_forwarding(name, &merged)?;
                 if merged.requires_session != rec.options.requires_session {
                     return Err(Error::invalid(format!(
                         "requires_session of queue {name:?} is fixed when it is created"
                     )));
                 }
                 if rec.options != merged {
+                    if merged.journal.is_some() && rec.journal == 0 {
+                        rec.journal = self.create_journal(name, rec.id)?;
+                    }
                     rec.options = merged;
                     self.put_queue(name, &rec)?;
                     let dlq_name = dead_letter_name(name);
@@ -118,9 +122,9 @@ impl<'t> Batch<'t> {
                 "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
             )));
         }
-        if name.contains(SUBSCRIPTIONS_INFIX) {
+        if name.contains(SUBSCRIPTIONS_INFIX) || name.ends_with(JOURNAL_SUFFIX) {
             return Err(Error::invalid(format!(
-                "queue names containing {SUBSCRIPTIONS_INFIX:?} are reserved for topic subscriptions"
+                "queue names containing {SUBSCRIPTIONS_INFIX:?} or ending in {JOURNAL_SUFFIX:?} are reserved"
             )));
         }
         let options = options.map_or_else(QueueSettings::default, |o| {
@@ -148,12 +152,14 @@ impl<'t> Batch<'t> {
     ) -> Result<QueueRecord> {
         let id = self.new_queue_id()?;
         let dlq_id = self.new_queue_id()?;
-        let rec = QueueRecord {
+        self.check_forwarding(name, &options)?;
+        let mut rec = QueueRecord {
             id,
             kind: QueueKind::Normal,
             peer: dlq_id,
             options: options.clone(),
             subscription,
+            journal: 0,
         };
         let dlq = QueueRecord {
             id: dlq_id,
@@ -161,7 +167,11 @@ impl<'t> Batch<'t> {
             peer: id,
             options: dead_letter_options(&options),
             subscription: None,
+            journal: 0,
         };
+        if options.journal.is_some() {
+            rec.journal = self.create_journal(name, id)?;
+        }
         self.put_queue(name, &rec)?;
         self.put_queue(&dead_letter_name(name), &dlq)?;
         self.t_counters()?
@@ -169,6 +179,86 @@ impl<'t> Batch<'t> {
         self.t_counters()?
             .insert(dlq_id, QueueCounts::default().encode())?;
         Ok(rec)
+    }
+
+    /// Creates the journal queue of queue `name` (id `source`); returns its id.
+    fn create_journal(&mut self, name: &str, source: u32) -> Result<u32> {
+        let id = self.new_queue_id()?;
+        let rec = QueueRecord {
+            id,
+            kind: QueueKind::Journal,
+            peer: source,
+            // Never spent, never expiring: a journal only keeps.
+            options: QueueSettings {
+                max_deliveries: u32::MAX,
+                ..QueueSettings::default()
+            },
+            subscription: None,
+            journal: 0,
+        };
+        self.put_queue(&journal_name(name), &rec)?;
+        self.t_counters()?
+            .insert(id, QueueCounts::default().encode())?;
+        Ok(id)
+    }
+
+    /// Checks the forwarding options of queue `name`: each target exists, is a plain queue, and
+    /// following `forward_to` from it neither loops back nor runs longer than
+    /// [`MAX_FORWARD_HOPS`].
+    pub(super) fn check_forwarding(&mut self, name: &str, o: &QueueSettings) -> Result<()> {
+        for target in [&o.forward_to, &o.forward_dead_letters_to]
+            .into_iter()
+            .flatten()
+        {
+            let rec = self.queue_by_name(target)?.ok_or_else(|| {
+                Error::invalid(format!(
+                    "queue {name:?} cannot forward to {target:?}: no such queue"
+                ))
+            })?;
+            if rec.kind != QueueKind::Normal {
+                return Err(Error::invalid(format!(
+                    "queue {name:?} can only forward to a plain queue, not {target:?}"
+                )));
+            }
+        }
+        let mut hop = o.forward_to.clone();
+        let mut hops = 0;
+        while let Some(next) = hop {
+            if next == name {
+                return Err(Error::invalid(format!(
+                    "forward_to of queue {name:?} would make a loop"
+                )));
+            }
+            hops += 1;
+            if hops > MAX_FORWARD_HOPS {
+                return Err(Error::invalid(format!(
+                    "forward_to chains are at most {MAX_FORWARD_HOPS} queues long"
+                )));
+            }
+            hop = self
+                .queue_by_name(&next)?
+                .and_then(|r| r.options.forward_to);
+        }
+        Ok(())
+    }
+
+    /// Where a send to queue `q` lands: `q` itself, or the end of its `forward_to` chain.
+    pub(super) fn forward_target(&mut self, q: u32, name: &str) -> Result<(u32, String)> {
+        let mut at = (q, name.to_owned());
+        for _ in 0..=MAX_FORWARD_HOPS {
+            let rec = self.require_queue(at.0, &at.1)?;
+            let Some(next) = rec.1.options.forward_to.clone() else {
+                return Ok(at);
+            };
+            let target = self
+                .queue_by_name(&next)?
+                .filter(|r| r.kind == QueueKind::Normal)
+                .ok_or_else(|| Error::QueueNotFound(next.clone()))?;
+            at = (target.id, next);
+        }
+        Err(Error::invalid(format!(
+            "forward_to chains are at most {MAX_FORWARD_HOPS} queues long"
+        )))
     }
 
     /// Deletes a queue, its dead-letter queue and every message in either. Returns whether it
@@ -185,12 +275,19 @@ impl<'t> Batch<'t> {
         match rec.kind {
             QueueKind::Topic => return self.delete_topic(name, &rec),
             QueueKind::Collator => return self.delete_collator(name, &rec),
+            QueueKind::Journal => {
+                return Err(Error::invalid("a journal is deleted with its source queue"));
+            }
             QueueKind::Normal | QueueKind::DeadLetter => {}
         }
-        for (q, qname) in [
+        let mut parts = vec![
             (rec.id, name.to_owned()),
             (rec.peer, dead_letter_name(name)),
-        ] {
+        ];
+        if rec.journal != 0 {
+            parts.push((rec.journal, journal_name(name)));
+        }
+        for (q, qname) in parts {
             self.purge(q)?;
             self.drop_sessions(q)?;
             self.mutations += 1;
@@ -249,6 +346,17 @@ impl<'t> Batch<'t> {
         Ok(n)
     }
 }
+
+/// The suffix that names a queue's journal after its source.
+pub const JOURNAL_SUFFIX: &str = "/$journal";
+
+/// The name of queue `source`'s journal.
+pub fn journal_name(source: &str) -> String {
+    format!("{source}{JOURNAL_SUFFIX}")
+}
+
+/// The longest `forward_to` chain followed.
+pub const MAX_FORWARD_HOPS: usize = 4;
 
 /// The suffix that names a dead-letter queue after its source (as Azure Service Bus does).
 pub const DEAD_LETTER_SUFFIX: &str = "/$deadletterqueue";

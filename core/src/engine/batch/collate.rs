@@ -45,6 +45,7 @@ impl<'t> Batch<'t> {
             peer: dest,
             options: QueueSettings::default(),
             subscription: None,
+            journal: 0,
         };
         self.put_queue(name, &rec)?;
         self.t_counters()?

@@ -19,7 +19,7 @@ mod state;
 mod sweep;
 mod topics;
 
-pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name};
+pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
 pub use send::validate_message;
 pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 

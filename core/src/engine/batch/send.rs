@@ -20,6 +20,14 @@ impl<'t> Batch<'t> {
         &mut self,
         groups: Vec<(u32, String, Vec<Message>)>,
     ) -> Result<Vec<Vec<MessageId>>> {
+        // Auto-forwarding: each group lands at the end of its queue's `forward_to` chain.
+        let groups = groups
+            .into_iter()
+            .map(|(q, name, msgs)| {
+                let (q, name) = self.forward_target(q, &name)?;
+                Ok((q, name, msgs))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut plans = Vec::with_capacity(groups.len());
         // Quotas are checked against what earlier groups of this call add to the same queue.
         let mut added: HashMap<u32, (u64, u64)> = HashMap::new();

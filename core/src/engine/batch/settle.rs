@@ -140,7 +140,7 @@ impl<'t> Batch<'t> {
     pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<Option<String>> {
         let mut st = self.check_lock(id, token)?;
         match how {
-            Settle::Complete => self.remove_message(id, &st).map(|()| None),
+            Settle::Complete => self.complete_message(id, st).map(|()| None),
             Settle::Abandon { delay_ms } | Settle::Fail { delay_ms, .. } => {
                 let rec = self.require_queue(st.queue, "")?;
                 // Dead letters never die twice: they stay until someone deals with them.

@@ -78,6 +78,47 @@ impl<'t> Batch<'t> {
         Ok(())
     }
 
+    /// Completes message `id`: removes it, or keeps it in its queue's journal when the queue
+    /// has one (dropping the journal's oldest beyond its quota).
+    pub(super) fn complete_message(&mut self, id: u64, st: State) -> Result<()> {
+        let rec = self.require_queue(st.queue, "")?;
+        match rec.1.options.journal {
+            Some(max) if rec.1.journal != 0 => {
+                let journal = rec.1.journal;
+                self.move_to_queue(id, st, journal, None)?;
+                while self.counters(journal)?.total() > max {
+                    let Some(oldest) = self.oldest_ready(journal)? else {
+                        break;
+                    };
+                    let st = self.load_state(oldest)?.ok_or_else(|| {
+                        Error::corrupted(format!("journal message {oldest} has no state"))
+                    })?;
+                    self.remove_message(oldest, &st)?;
+                }
+                Ok(())
+            }
+            _ => self.remove_message(id, &st),
+        }
+    }
+
+    /// The receivable message of queue `q` with the lowest id (the oldest), whatever its
+    /// priority: the first entry of each priority's range of `READY`.
+    fn oldest_ready(&mut self, q: u32) -> Result<Option<u64>> {
+        let mut oldest: Option<u64> = None;
+        for p in 0..=crate::message::MAX_PRIORITY {
+            let first = self
+                .t_ready()?
+                .range((q, p, 0)..=(q, p, u64::MAX))?
+                .next()
+                .transpose()?
+                .map(|(k, _)| k.value().2);
+            if let Some(id) = first {
+                oldest = Some(oldest.map_or(id, |o| o.min(id)));
+            }
+        }
+        Ok(oldest)
+    }
+
     pub(super) fn remove_message(&mut self, id: u64, st: &State) -> Result<()> {
         if st.session {
             let env = self.load_envelope(id)?;
@@ -174,7 +215,16 @@ impl<'t> Batch<'t> {
             source_queue: st.queue,
             at_ms: self.now,
         };
-        self.move_to_queue(id, st, rec.1.peer, Some(&dl))?;
+        // Dead letters forwarded elsewhere keep their reason and source; a target deleted
+        // since the option was set falls back to the queue's own dead-letter queue.
+        let to = match &rec.1.options.forward_dead_letters_to {
+            Some(target) => self
+                .queue_by_name(target)?
+                .filter(|r| r.kind == QueueKind::Normal)
+                .map_or(rec.1.peer, |r| r.id),
+            None => rec.1.peer,
+        };
+        self.move_to_queue(id, st, to, Some(&dl))?;
         Ok(())
     }
 }

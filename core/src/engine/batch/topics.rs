@@ -64,6 +64,7 @@ impl<'t> Batch<'t> {
             peer: 0,
             options: QueueSettings::default(),
             subscription: None,
+            journal: 0,
         };
         self.put_queue(name, &rec)?;
         self.t_counters()?
