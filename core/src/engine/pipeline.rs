@@ -280,7 +280,15 @@ impl Pipeline {
             .shared
             .submit(Msg::Stop(Box::new(Call { f: last, reply })), false);
         let result = match sent {
-            Ok(_) => rx.recv().unwrap_or(Err(Error::Closed)),
+            // A reply dropped unanswered means the writer caught a panic in the closing batch:
+            // redb failing on a damaged page, which invariant 9 reports as `Corrupted` (the
+            // corruption sweep found this answered `Closed`, which says nothing of the file).
+            Ok(_) => rx.recv().unwrap_or_else(|_| {
+                Err(Error::Corrupted(
+                    "storage failure: the commit pipeline stopped before answering the close"
+                        .into(),
+                ))
+            }),
             Err(e) => Err(e),
         };
         if let Some(t) = self.thread.lock().take() {
