@@ -35,6 +35,8 @@
  *     postbox_topic     -> postbox_topic_free
  *     postbox_collator  -> postbox_collator_free
  *     postbox_series_gaps -> postbox_series_gaps_free
+ *     postbox_session   -> postbox_session_release or postbox_session_free (both free it)
+ *     buffers (uint8_t *, from postbox_session_state) -> postbox_buffer_free
  * Destructors accept NULL. A handle never borrows from the handle that made it: a queue may
  * outlive its store handle's close (its calls then return POSTBOX_CLOSED), a message may
  * outlive its queue handle. Input strings and buffers are copied during the call; the caller
@@ -53,7 +55,7 @@
  *
  * Processes and fork(). A handle belongs to the process that opened its store. In a child made
  * by fork() (prefork servers, Python's multiprocessing), every call on an inherited store,
- * queue, message, transaction, browser, processor, topic or collator handle returns
+ * queue, message, transaction, browser, processor, topic, collator or session handle returns
  * POSTBOX_FORKED at once and
  * reads or writes nothing, even when another thread of the parent was in the middle of a
  * commit at the moment of the fork. Freeing inherited handles in the child
@@ -80,6 +82,13 @@
  * up the queue's max_deliveries (POSTBOX_REASON_MAX_DELIVERIES), or through
  * postbox_message_dead_letter and postbox_processor_dead_letter (the caller's reason). Deleting
  * a queue deletes its dead-letter queue; postbox_message_resubmit moves a dead letter back.
+ * A queue's forward_dead_letters_to option sends its dead letters to another queue instead.
+ *
+ * Sessions. A queue created with requires_session delivers each group (the group property of
+ * its messages) in send order, one message at a time, to the one receiver holding the group's
+ * session (postbox_session_accept, postbox_session_receive); sends without a group and plain
+ * receives are refused there with POSTBOX_INVALID_ARGUMENT. A processor serves such a queue
+ * with postbox_processor_options.sessions set.
  */
 
 
@@ -306,6 +315,22 @@
 #define POSTBOX_OPTION_DEDUP_WINDOW (1 << 6)
 
 /**
+ * `postbox_queue_options.clear`: no auto-forwarding (the queue keeps its messages again).
+ */
+#define POSTBOX_OPTION_FORWARD_TO (1 << 7)
+
+/**
+ * `postbox_queue_options.clear`: dead letters go to the queue's own dead-letter queue again.
+ */
+#define POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO (1 << 8)
+
+/**
+ * `postbox_queue_options.clear`: no journal (completed messages are removed again; what the
+ * journal holds stays until purged).
+ */
+#define POSTBOX_OPTION_JOURNAL (1 << 9)
+
+/**
  * Kind of a user property value: UTF-8 text.
  */
 #define POSTBOX_PROPERTY_STRING 0
@@ -389,9 +414,9 @@ typedef struct postbox_message postbox_message;
 typedef struct postbox_processor postbox_processor;
 
 /**
- * A handle to one queue of a store. Created by `postbox_queue_open` or
- * `postbox_queue_dead_letters`; freed with `postbox_queue_free`. Thread-safe: any number of
- * threads may send and receive through one queue handle at once.
+ * A handle to one queue of a store. Created by `postbox_queue_open`,
+ * `postbox_queue_dead_letters` or `postbox_queue_journal`; freed with `postbox_queue_free`.
+ * Thread-safe: any number of threads may send and receive through one queue handle at once.
  */
 typedef struct postbox_queue postbox_queue;
 
@@ -401,6 +426,25 @@ typedef struct postbox_queue postbox_queue;
  * `postbox_series_gaps_free`. A snapshot taken at the call; immutable, so thread-safe.
  */
 typedef struct postbox_series_gaps postbox_series_gaps;
+
+/**
+ * A session of a queue that requires sessions (`postbox_queue_options.requires_session`): the
+ * messages of one `group`, delivered to this holder only, in send order, one at a time — the
+ * next one becomes receivable when the previous one is completed, dead-lettered or deferred.
+ * Other groups go to other holders in parallel.
+ *
+ * The session lock expires like a message lock (the queue's `lock_duration`) unless renewed
+ * with `postbox_session_renew_lock`; once lost (expired and accepted by another receiver, or
+ * released), the handle's calls return `POSTBOX_LOCK_LOST`. The session's state, a small
+ * bytes value, outlives locks: a receiver that takes the session over reads where the last one
+ * left off.
+ *
+ * Created by `postbox_session_accept`; ended by `postbox_session_release` (which reports
+ * whether the release worked) or `postbox_session_free` (best effort); both free the handle.
+ * Thread-safe. The session keeps its own reference to the queue: the queue handle may be freed
+ * first.
+ */
+typedef struct postbox_session postbox_session;
 
 /**
  * An open store: one file holding many queues. Created by `postbox_store_open`, released by
@@ -500,18 +544,23 @@ typedef struct postbox_commit_stats {
  * Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
  *
  * The rule is the same in C, Rust and Python: **options not mentioned keep their stored
- * values**. A field left 0 is not mentioned: a new queue gets the default, an existing queue
- * keeps what it has. A non-zero field sets the option. A flag in `clear` puts the option back
- * to its default (for the optional ones: none, unlimited). A zeroed struct with `struct_size`
- * set changes nothing; `postbox_queue_options_init` makes one.
+ * values**. A field left 0 (or NULL) is not mentioned: a new queue gets the default, an
+ * existing queue keeps what it has. A non-zero field sets the option. A flag in `clear` puts
+ * the option back to its default (for the optional ones: none, unlimited). A zeroed struct
+ * with `struct_size` set changes nothing; `postbox_queue_options_init` makes one.
  *
- * `postbox_queue_options_get` writes 0 for an option that is not set (no TTL, no quota, no
- * dedup window) and the stored value for the others, defaults included.
+ * `postbox_queue_options_get` writes 0 (NULL) for an option that is not set (no TTL, no
+ * quota, no dedup window, no forwarding, no journal) and the stored value for the others,
+ * defaults included.
+ *
+ * Versioned: fields are only ever appended. A caller built against an older header passes
+ * its smaller `struct_size` (the fields before `clear`, or before `forward_to`); the fields
+ * it does not know are neither read (they are "not mentioned") nor written.
  */
 typedef struct postbox_queue_options {
   /**
-   * `sizeof(postbox_queue_options)`. Structs from headers before `clear` existed (a smaller
-   * size) are still accepted.
+   * `sizeof(postbox_queue_options)`. Structs from older headers (a smaller size) are still
+   * accepted.
    */
   uint32_t struct_size;
   /**
@@ -550,6 +599,42 @@ typedef struct postbox_queue_options {
    * `postbox_queue_options_get`.
    */
   uint32_t clear;
+  /**
+   * Reserved (the padding before `forward_to`, spelt out); ignored, written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Auto-forwarding: every message sent to this queue lands in queue `forward_to` instead,
+   * in the same commit (chains are followed; a loop or a missing queue is refused with
+   * `POSTBOX_INVALID_ARGUMENT`). NUL-terminated UTF-8; NULL: not mentioned (default: none;
+   * `POSTBOX_OPTION_FORWARD_TO` clears it). From `postbox_queue_options_get`: a string owned
+   * by the queue handle, valid until it is freed (never free it), or NULL when not set.
+   */
+  const char *forward_to;
+  /**
+   * Dead letters of this queue land in queue `forward_dead_letters_to` (with their
+   * dead-letter reason and source queue) instead of its own dead-letter queue. As
+   * `forward_to`: NULL not mentioned, `POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO` clears it, and
+   * `postbox_queue_options_get` writes a string owned by the queue handle.
+   */
+  const char *forward_dead_letters_to;
+  /**
+   * Journal: completed messages are kept in the queue's journal (`postbox_queue_journal`),
+   * at most this many, the oldest dropped first (default: no journal; 0: not mentioned;
+   * `POSTBOX_OPTION_JOURNAL` turns it off).
+   */
+  uint64_t journal_max_messages;
+  /**
+   * Non-zero: the queue requires sessions: messages must carry a `group` and are received
+   * through sessions only (`postbox_session_accept`). Only when the queue is created: it
+   * cannot change later (asking an existing queue for another value is
+   * `POSTBOX_INVALID_ARGUMENT`). 0: not mentioned. Read back as 1 or 0.
+   */
+  int requires_session;
+  /**
+   * Reserved (keeps the struct free of padding); ignored, written as 0.
+   */
+  uint32_t reserved2;
 } postbox_queue_options;
 
 /**
@@ -769,6 +854,8 @@ typedef struct postbox_send_item {
 /**
  * Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
  * defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
+ * Versioned: fields are only appended, and the smaller struct of an older header (without
+ * `sessions`) is still accepted.
  */
 typedef struct postbox_processor_options {
   /**
@@ -834,6 +921,15 @@ typedef struct postbox_processor_options {
    * Autoscaling: how often the backlog is checked, in ms; 0 means 5 s.
    */
   uint64_t autoscale_check_interval_ms;
+  /**
+   * Non-zero: session mode, for a queue that requires sessions (`requires_session`): each
+   * worker accepts one session at a time and calls the callback for its messages in send
+   * order, one by one, until none is receivable, then releases it and accepts the next; N
+   * workers work on N groups in parallel, never two on one group. `prefetch` does not apply.
+   * Starting fails with `POSTBOX_INVALID_ARGUMENT` when the mode does not match the queue
+   * (session mode on a plain queue, or 0 on a session queue).
+   */
+  int sessions;
 } postbox_processor_options;
 
 /**
@@ -1179,8 +1275,10 @@ int postbox_queue_options_init(struct postbox_queue_options *options);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, a name ending in
- * `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear` flags, an option both set
- * and cleared, an invalid option such as `max_message_size` above 4 GiB - 1);
+ * `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear`
+ * flags, an option both set and cleared, an invalid option such as `max_message_size` above
+ * 4 GiB - 1, a `forward_to` or `forward_dead_letters_to` that names a missing queue or closes a
+ * loop, `requires_session` for an existing queue created without it);
  * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
  * `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
  */
@@ -1206,8 +1304,12 @@ int postbox_queue_open_existing(struct postbox_store *store,
  * Reads the queue's options as stored now (another handle or process may have changed them)
  * into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
  * or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
- * dedup window) read as 0; the others read as their values, defaults included; `clear` reads
- * as 0. Passing the result to `postbox_queue_open` changes nothing.
+ * dedup window, no journal) read as 0, and `forward_to` / `forward_dead_letters_to` as NULL;
+ * the others read as their values, defaults included; `clear` reads as 0. The two names are
+ * NUL-terminated strings owned by the queue handle: valid until `queue` is freed (never free
+ * them), unchanged by later calls. Passing the result to `postbox_queue_open` changes nothing.
+ * A caller built against an older header (a smaller `struct_size`) gets only the fields its
+ * struct has.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`);
@@ -1246,6 +1348,20 @@ bool postbox_queue_is_dead_letter(const struct postbox_queue *queue);
  */
 int postbox_queue_dead_letters(const struct postbox_queue *queue,
                                struct postbox_queue **dead_letters_out);
+
+/**
+ * Opens this queue's journal: the completed messages it keeps while its `journal_max_messages`
+ * option is set (MSMQ's journal queue), oldest first within a priority, at most that many.
+ * A queue like any other to browse, peek, get, receive and purge. `journal_out` receives a
+ * handle the caller frees with `postbox_queue_free`. The journal stays (with what it holds)
+ * when the option is turned off later, and goes when the queue is deleted.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or the queue never had a journal: set its
+ * `journal_max_messages` first); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_queue_journal(const struct postbox_queue *queue, struct postbox_queue **journal_out);
 
 /**
  * Reads the queue's exact counts into `stats_out`. Time-driven changes (expired locks and
@@ -1897,8 +2013,9 @@ int postbox_processor_options_init(struct postbox_processor_options *options);
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
- * `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
- * started); `POSTBOX_CLOSED` (the store was closed); `POSTBOX_FORKED`.
+ * `struct_size`, autoscale bounds with min above max, `sessions` not matching the queue's
+ * `requires_session`); `POSTBOX_IO` (a thread could not be started); `POSTBOX_CLOSED` (the
+ * store was closed); `POSTBOX_FORKED`.
  */
 int postbox_processor_start(const struct postbox_queue *queue,
                             const struct postbox_processor_options *options,
@@ -2287,6 +2404,144 @@ int postbox_series_gaps_get(const struct postbox_series_gaps *gaps,
  * Frees a list from `postbox_collator_incomplete`. NULL is a no-op.
  */
 void postbox_series_gaps_free(struct postbox_series_gaps *gaps);
+
+/**
+ * Accepts a session of `queue`, waiting up to `timeout_ms` milliseconds (0: do not wait;
+ * negative: without limit). With `group` NULL, the next available session: a group whose
+ * next message is receivable and that no other receiver holds. With `group` set
+ * (NUL-terminated UTF-8, 1 to `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes), that session, waiting
+ * while another receiver holds it; a session with no messages can be accepted too (to read or
+ * set its state).
+ *
+ * `session_out` receives a handle the caller ends with `postbox_session_release` or
+ * `postbox_session_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (no session available in time: a normal outcome);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL `queue` or `session_out`, a bad `group`, a queue that does
+ * not require sessions); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_session_accept(const struct postbox_queue *queue,
+                           const char *group,
+                           int64_t timeout_ms,
+                           struct postbox_session **session_out);
+
+/**
+ * The session's group (UTF-8, not NUL-terminated); absent view for NULL. Valid until the
+ * session handle is freed.
+ */
+struct postbox_bytes postbox_session_group(const struct postbox_session *session);
+
+/**
+ * When the session lock expires unless renewed (ms since the Unix epoch), as of the accept or
+ * the last `postbox_session_renew_lock` through this handle; 0 for NULL.
+ */
+uint64_t postbox_session_locked_until_ms(const struct postbox_session *session);
+
+/**
+ * Locks the session's next message, waiting up to `timeout_ms` milliseconds (0: do not wait;
+ * negative: without limit) for it to be receivable: the previous one settled, or a new one
+ * sent. `message_out` receives a handle the caller settles as any received message
+ * (`postbox_message_complete`, ...) and frees with `postbox_message_free`; freeing it unsettled
+ * abandons it, and the same message comes next again.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing receivable in time: a normal outcome);
+ * `POSTBOX_LOCK_LOST` (the session lock expired or was released); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_session_receive(const struct postbox_session *session,
+                            int64_t timeout_ms,
+                            struct postbox_message **message_out);
+
+/**
+ * Extends the session lock by the queue's lock duration from now. `locked_until_ms_out` may be
+ * NULL; on success it receives the new expiry (ms since the Unix epoch), which
+ * `postbox_session_locked_until_ms` reports from then on. (Locks of the messages received
+ * through the session are renewed separately, with `postbox_message_renew_lock`.)
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (already lost); `POSTBOX_INVALID_ARGUMENT` (NULL);
+ * `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_session_renew_lock(const struct postbox_session *session,
+                               uint64_t *locked_until_ms_out);
+
+/**
+ * Reads the session's state: `data_out` receives a copy the caller frees with
+ * `postbox_buffer_free` (not `free()`), `len_out` its length. With no state (never set, or
+ * cleared) `*data_out` is NULL and `*len_out` 0; an empty state has a non-NULL `*data_out`.
+ * `has_state_out` may be NULL; on success it receives whether there is a state. The state can
+ * be read whether or not the session lock is still held.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `session`, `data_out` or `len_out`);
+ * `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_session_state(const struct postbox_session *session,
+                          uint8_t **data_out,
+                          size_t *len_out,
+                          bool *has_state_out);
+
+/**
+ * Frees a buffer returned by postbox (`postbox_session_state`). NULL is a no-op.
+ */
+void postbox_buffer_free(uint8_t *data);
+
+/**
+ * Sets the session's state now, in a commit of its own: `data[0..len]` (copied; NULL allowed
+ * when `len` is 0, which sets an empty state), at most 64 KiB; with `clear` true the state is
+ * removed (`len` must then be 0). To set it in the same commit as settles and sends, use
+ * `postbox_tx_set_session_state`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the session lock was lost: nothing changed);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL session, NULL `data` with a length, a state over 64 KiB,
+ * `clear` with a length); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_session_set_state(const struct postbox_session *session,
+                              const uint8_t *data,
+                              size_t len,
+                              bool clear);
+
+/**
+ * Sets the session's state when `tx` commits, atomically with the transaction's settles and
+ * sends (an abort leaves the state as it was): `data[0..len]` as in
+ * `postbox_session_set_state`, or removed with `clear`. A later call for the same session in
+ * the same transaction replaces this one. The bytes are copied now.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, NULL `data` with a length, a state over
+ * 64 KiB, `clear` with a length, a transaction of another store or already finished);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`. A session lock lost by then fails the commit with
+ * `POSTBOX_LOCK_LOST`.
+ */
+int postbox_tx_set_session_state(struct postbox_tx *tx,
+                                 const struct postbox_session *session,
+                                 const uint8_t *data,
+                                 size_t len,
+                                 bool clear);
+
+/**
+ * Lets go of the session lock now (its state and messages stay); another receiver may accept
+ * the session. Always frees `session`, whatever the outcome.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock was already lost); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL); `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the
+ * parent keeps its lock); storage errors (the lock expires by itself).
+ */
+int postbox_session_release(struct postbox_session *session);
+
+/**
+ * Frees a session handle, releasing its lock if it still holds it (best effort: failures are
+ * ignored, and the lock expires anyway). NULL is a no-op. In a forked child it only frees the
+ * memory: the parent keeps the session.
+ */
+void postbox_session_free(struct postbox_session *session);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -128,11 +128,11 @@ pub extern "C" fn postbox_collator_destination(
     guard(|| {
         let c = live(collator)?;
         let out = Out::required(queue_out, "queue_out")?;
-        out.write(Box::into_raw(Box::new(postbox_queue {
-            queue: c.collator.destination().clone(),
-            store: c.store.clone(),
-            tag: c.tag,
-        })));
+        out.write(postbox_queue::boxed(
+            c.collator.destination().clone(),
+            &c.store,
+            c.tag,
+        ));
         Ok(POSTBOX_OK)
     })
 }

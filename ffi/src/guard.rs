@@ -312,7 +312,6 @@ pub fn read_versioned<T: Copy + Default>(
 pub struct VersionedOut<T> {
     ptr: *mut T,
     declared: usize,
-    min_size: usize,
 }
 
 impl<T: Copy> VersionedOut<T> {
@@ -331,31 +330,28 @@ impl<T: Copy> VersionedOut<T> {
                 "{what}->struct_size is {declared}; this library accepts {min_size} to {ours} (set it to sizeof the struct)"
             )));
         }
-        Ok(VersionedOut {
-            ptr,
-            declared,
-            min_size,
-        })
+        Ok(VersionedOut { ptr, declared })
     }
 
     /// Writes `value` (whose `struct_size` field must hold `size_of::<T>()`): the whole struct
-    /// for a caller of this version, the first version's fields for an older one. `T`'s first
-    /// `min_size` bytes must hold no padding.
+    /// for a caller of this version, the first `struct_size` bytes for an older one (the
+    /// fields its header knows; nothing past them is written). `T` must hold no padding
+    /// (every version's struct spells its padding as `reserved` fields).
     pub fn write(self, value: T) {
         if self.declared == size_of::<T>() {
             // SAFETY: the caller's struct is this version (it says so in `struct_size`): the
             // header requires it to be writable and aligned.
             unsafe { self.ptr.write(value) }
         } else {
-            // SAFETY: the caller's struct has at least `declared >= min_size` writable bytes;
-            // the first `min_size` bytes of `value` are initialised fields (no padding, per
-            // this function's contract); source and destination do not overlap. The size
-            // field is then put back to what the caller declared.
+            // SAFETY: the caller's struct has `declared` writable bytes (it says so in its size
+            // field); `value` has `size_of::<T>() > declared` bytes, all initialised fields
+            // (no padding, per this function's contract); source and destination do not
+            // overlap. The size field is then put back to what the caller declared.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     (&value as *const T).cast::<u8>(),
                     self.ptr.cast::<u8>(),
-                    self.min_size,
+                    self.declared,
                 );
                 self.ptr.cast::<u32>().write_unaligned(self.declared as u32);
             }

@@ -10,8 +10,8 @@
 //!   raw C arguments. Nearly all `unsafe` lives there.
 //! - `status.rs`: status codes (the numbers of `postbox::ErrorKind`), `postbox_strerror`,
 //!   `postbox_version`.
-//! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`, `topic.rs`, `collator.rs`:
-//!   one file per handle.
+//! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`, `topic.rs`, `collator.rs`,
+//!   `session.rs`: one file per handle.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -36,10 +36,13 @@ mod topic;
 
 mod collator;
 
+mod session;
+
 pub use collator::*;
 pub use message::*;
 pub use processor::*;
 pub use queue::*;
+pub use session::*;
 pub use status::*;
 pub use store::*;
 pub use topic::*;

@@ -44,6 +44,8 @@ pub type postbox_tx_handler = Option<
 
 /// Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
 /// defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
+/// Versioned: fields are only appended, and the smaller struct of an older header (without
+/// `sessions`) is still accepted.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct postbox_processor_options {
@@ -80,9 +82,19 @@ pub struct postbox_processor_options {
     pub autoscale_messages_per_worker: u64,
     /// Autoscaling: how often the backlog is checked, in ms; 0 means 5 s.
     pub autoscale_check_interval_ms: u64,
+    /// Non-zero: session mode, for a queue that requires sessions (`requires_session`): each
+    /// worker accepts one session at a time and calls the callback for its messages in send
+    /// order, one by one, until none is receivable, then releases it and accepts the next; N
+    /// workers work on N groups in parallel, never two on one group. `prefetch` does not apply.
+    /// Starting fails with `POSTBOX_INVALID_ARGUMENT` when the mode does not match the queue
+    /// (session mode on a plain queue, or 0 on a session queue).
+    pub sessions: c_int,
 }
 
-const PROCESSOR_OPTIONS_V1: usize = size_of::<postbox_processor_options>();
+/// The first version of the struct (before `sessions`): callers built against that header pass
+/// its size, and get the default (no session mode).
+const PROCESSOR_OPTIONS_V1: usize = std::mem::offset_of!(postbox_processor_options, sessions);
+const PROCESSOR_OPTIONS_FULL: usize = size_of::<postbox_processor_options>();
 
 /// Counters of a processor, filled by `postbox_processor_stats`.
 #[repr(C)]
@@ -160,7 +172,7 @@ unsafe impl Sync for UserData {}
 pub extern "C" fn postbox_processor_options_init(options: *mut postbox_processor_options) -> c_int {
     guard(|| {
         Out::required(options, "options")?.write(postbox_processor_options {
-            struct_size: PROCESSOR_OPTIONS_V1 as u32,
+            struct_size: PROCESSOR_OPTIONS_FULL as u32,
             ..Default::default()
         });
         Ok(POSTBOX_OK)
@@ -212,6 +224,9 @@ fn builder(
             a = a.check_interval(ms(o.autoscale_check_interval_ms));
         }
         b = b.autoscale(a);
+    }
+    if o.sessions != 0 {
+        b = b.sessions(true);
     }
     Ok(b)
 }
@@ -275,8 +290,9 @@ fn check_startable(q: &postbox_queue) -> Outcome<()> {
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL queue, handler or `processor_out`, bad
-/// `struct_size`, autoscale bounds with min above max); `POSTBOX_IO` (a thread could not be
-/// started); `POSTBOX_CLOSED` (the store was closed); `POSTBOX_FORKED`.
+/// `struct_size`, autoscale bounds with min above max, `sessions` not matching the queue's
+/// `requires_session`); `POSTBOX_IO` (a thread could not be started); `POSTBOX_CLOSED` (the
+/// store was closed); `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_start(
     queue: *const postbox_queue,

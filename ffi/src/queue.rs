@@ -1,6 +1,6 @@
 //! `postbox_queue`: open, send, peek, browse, get, receive, stats, purge, dead letters.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{CString, c_char, c_int};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -50,14 +50,46 @@ fn hand_out(
     Ok(POSTBOX_OK)
 }
 
-/// A handle to one queue of a store. Created by `postbox_queue_open` or
-/// `postbox_queue_dead_letters`; freed with `postbox_queue_free`. Thread-safe: any number of
-/// threads may send and receive through one queue handle at once.
+/// A handle to one queue of a store. Created by `postbox_queue_open`,
+/// `postbox_queue_dead_letters` or `postbox_queue_journal`; freed with `postbox_queue_free`.
+/// Thread-safe: any number of threads may send and receive through one queue handle at once.
 pub struct postbox_queue {
     pub(crate) queue: Queue,
     /// The store the queue was opened from (a processor's transactional mode needs it).
     pub(crate) store: Store,
     pub(crate) tag: StoreTag,
+    /// The queue names `postbox_queue_options_get` handed out (`forward_to`,
+    /// `forward_dead_letters_to`), each distinct name once: they stay valid until the handle
+    /// is freed, whatever other threads read meanwhile.
+    names: Mutex<Vec<CString>>,
+}
+
+impl postbox_queue {
+    /// A handle for C, boxed: the caller frees it with `postbox_queue_free`.
+    pub(crate) fn boxed(queue: Queue, store: &Store, tag: StoreTag) -> *mut postbox_queue {
+        Box::into_raw(Box::new(postbox_queue {
+            queue,
+            store: store.clone(),
+            tag,
+            names: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// A NUL-terminated copy of `name` owned by this handle (NULL for `None`).
+    fn name_ptr(&self, name: Option<&str>) -> Outcome<*const c_char> {
+        let Some(name) = name else {
+            return Ok(std::ptr::null());
+        };
+        let mut names = self.names.lock();
+        if let Some(kept) = names.iter().find(|n| n.as_bytes() == name.as_bytes()) {
+            return Ok(kept.as_ptr());
+        }
+        let kept = CString::new(name).map_err(|_| Failure::invalid("a queue name contains NUL"))?;
+        // The bytes live on the heap: moving the CString into the vector keeps the pointer.
+        let ptr = kept.as_ptr();
+        names.push(kept);
+        Ok(ptr)
+    }
 }
 
 /// `postbox_queue_options.clear`: put `lock_duration` back to its default (30 s).
@@ -74,24 +106,36 @@ pub const POSTBOX_OPTION_MAX_MESSAGES: u32 = 1 << 4;
 pub const POSTBOX_OPTION_MAX_BYTES: u32 = 1 << 5;
 /// `postbox_queue_options.clear`: no duplicate detection (no `dedup_window`).
 pub const POSTBOX_OPTION_DEDUP_WINDOW: u32 = 1 << 6;
+/// `postbox_queue_options.clear`: no auto-forwarding (the queue keeps its messages again).
+pub const POSTBOX_OPTION_FORWARD_TO: u32 = 1 << 7;
+/// `postbox_queue_options.clear`: dead letters go to the queue's own dead-letter queue again.
+pub const POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO: u32 = 1 << 8;
+/// `postbox_queue_options.clear`: no journal (completed messages are removed again; what the
+/// journal holds stays until purged).
+pub const POSTBOX_OPTION_JOURNAL: u32 = 1 << 9;
 
-const ALL_OPTIONS: u32 = (1 << 7) - 1;
+const ALL_OPTIONS: u32 = (1 << 10) - 1;
 
 /// Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
 ///
 /// The rule is the same in C, Rust and Python: **options not mentioned keep their stored
-/// values**. A field left 0 is not mentioned: a new queue gets the default, an existing queue
-/// keeps what it has. A non-zero field sets the option. A flag in `clear` puts the option back
-/// to its default (for the optional ones: none, unlimited). A zeroed struct with `struct_size`
-/// set changes nothing; `postbox_queue_options_init` makes one.
+/// values**. A field left 0 (or NULL) is not mentioned: a new queue gets the default, an
+/// existing queue keeps what it has. A non-zero field sets the option. A flag in `clear` puts
+/// the option back to its default (for the optional ones: none, unlimited). A zeroed struct
+/// with `struct_size` set changes nothing; `postbox_queue_options_init` makes one.
 ///
-/// `postbox_queue_options_get` writes 0 for an option that is not set (no TTL, no quota, no
-/// dedup window) and the stored value for the others, defaults included.
+/// `postbox_queue_options_get` writes 0 (NULL) for an option that is not set (no TTL, no
+/// quota, no dedup window, no forwarding, no journal) and the stored value for the others,
+/// defaults included.
+///
+/// Versioned: fields are only ever appended. A caller built against an older header passes
+/// its smaller `struct_size` (the fields before `clear`, or before `forward_to`); the fields
+/// it does not know are neither read (they are "not mentioned") nor written.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct postbox_queue_options {
-    /// `sizeof(postbox_queue_options)`. Structs from headers before `clear` existed (a smaller
-    /// size) are still accepted.
+    /// `sizeof(postbox_queue_options)`. Structs from older headers (a smaller size) are still
+    /// accepted.
     pub struct_size: u32,
     /// Deliveries before a message moves to the dead-letter queue (default 10).
     pub max_deliveries: u32,
@@ -113,11 +157,76 @@ pub struct postbox_queue_options {
     /// and the option's field at once is `POSTBOX_INVALID_ARGUMENT`. Written as 0 by
     /// `postbox_queue_options_get`.
     pub clear: u32,
+    /// Reserved (the padding before `forward_to`, spelt out); ignored, written as 0.
+    pub reserved: u32,
+    /// Auto-forwarding: every message sent to this queue lands in queue `forward_to` instead,
+    /// in the same commit (chains are followed; a loop or a missing queue is refused with
+    /// `POSTBOX_INVALID_ARGUMENT`). NUL-terminated UTF-8; NULL: not mentioned (default: none;
+    /// `POSTBOX_OPTION_FORWARD_TO` clears it). From `postbox_queue_options_get`: a string owned
+    /// by the queue handle, valid until it is freed (never free it), or NULL when not set.
+    pub forward_to: *const c_char,
+    /// Dead letters of this queue land in queue `forward_dead_letters_to` (with their
+    /// dead-letter reason and source queue) instead of its own dead-letter queue. As
+    /// `forward_to`: NULL not mentioned, `POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO` clears it, and
+    /// `postbox_queue_options_get` writes a string owned by the queue handle.
+    pub forward_dead_letters_to: *const c_char,
+    /// Journal: completed messages are kept in the queue's journal (`postbox_queue_journal`),
+    /// at most this many, the oldest dropped first (default: no journal; 0: not mentioned;
+    /// `POSTBOX_OPTION_JOURNAL` turns it off).
+    pub journal_max_messages: u64,
+    /// Non-zero: the queue requires sessions: messages must carry a `group` and are received
+    /// through sessions only (`postbox_session_accept`). Only when the queue is created: it
+    /// cannot change later (asking an existing queue for another value is
+    /// `POSTBOX_INVALID_ARGUMENT`). 0: not mentioned. Read back as 1 or 0.
+    pub requires_session: c_int,
+    /// Reserved (keeps the struct free of padding); ignored, written as 0.
+    pub reserved2: u32,
+}
+
+impl Default for postbox_queue_options {
+    fn default() -> Self {
+        postbox_queue_options {
+            struct_size: 0,
+            max_deliveries: 0,
+            lock_duration_ms: 0,
+            default_ttl_ms: 0,
+            max_message_size: 0,
+            max_messages: 0,
+            max_bytes: 0,
+            dedup_window_ms: 0,
+            clear: 0,
+            reserved: 0,
+            forward_to: std::ptr::null(),
+            forward_dead_letters_to: std::ptr::null(),
+            journal_max_messages: 0,
+            requires_session: 0,
+            reserved2: 0,
+        }
+    }
 }
 
 /// The size of the struct before `clear` was added: callers built against that header pass it.
 pub(crate) const QUEUE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_queue_options, clear);
+/// The size of the struct before `forward_to` was added (with `clear`; its padding is now
+/// `reserved`): callers built against that header pass it, and neither read nor get the
+/// forwarding, journal and session fields.
+pub(crate) const QUEUE_OPTIONS_V2: usize = std::mem::offset_of!(postbox_queue_options, forward_to);
 const QUEUE_OPTIONS_FULL: usize = size_of::<postbox_queue_options>();
+
+// The layouts older headers compiled against (on 64-bit targets), and no padding anywhere:
+// `VersionedOut` copies an older caller's prefix of the struct.
+const _: () = {
+    assert!(QUEUE_OPTIONS_V1 == 2 * size_of::<u32>() + 6 * size_of::<u64>());
+    assert!(QUEUE_OPTIONS_V2 == QUEUE_OPTIONS_V1 + 2 * size_of::<u32>());
+    assert!(
+        QUEUE_OPTIONS_FULL
+            == QUEUE_OPTIONS_V2
+                + 2 * size_of::<*const c_char>()
+                + size_of::<u64>()
+                + size_of::<c_int>()
+                + size_of::<u32>()
+    );
+};
 
 /// One user property of a message to send.
 #[repr(C)]
@@ -268,7 +377,7 @@ pub struct postbox_queue_counts {
 /// The first version of `postbox_queue_counts`: the smallest `struct_size` accepted.
 const QUEUE_COUNTS_V1: usize = size_of::<postbox_queue_counts>();
 
-// `VersionedOut` copies the first version's bytes to an older caller: they hold no padding.
+// `VersionedOut` copies an older caller's prefix of the struct: it holds no padding.
 const _: () = assert!(QUEUE_COUNTS_V1 == 2 * size_of::<u32>() + 6 * size_of::<u64>());
 
 /// An iterator over a queue's receivable messages in delivery order, without locking them.
@@ -381,6 +490,33 @@ pub(crate) fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> 
     } else if clear(POSTBOX_OPTION_DEDUP_WINDOW) {
         q = q.no_dedup_window();
     }
+    if let Some(name) = arg_opt_str(o.forward_to, "options.forward_to")? {
+        if clear(POSTBOX_OPTION_FORWARD_TO) {
+            return Err(conflict("forward_to"));
+        }
+        q = q.forward_to(name);
+    } else if clear(POSTBOX_OPTION_FORWARD_TO) {
+        q = q.no_forward_to();
+    }
+    if let Some(name) = arg_opt_str(o.forward_dead_letters_to, "options.forward_dead_letters_to")? {
+        if clear(POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO) {
+            return Err(conflict("forward_dead_letters_to"));
+        }
+        q = q.forward_dead_letters_to(name);
+    } else if clear(POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO) {
+        q = q.no_forward_dead_letters_to();
+    }
+    if o.journal_max_messages != 0 {
+        if clear(POSTBOX_OPTION_JOURNAL) {
+            return Err(conflict("journal_max_messages"));
+        }
+        q = q.journal(o.journal_max_messages);
+    } else if clear(POSTBOX_OPTION_JOURNAL) {
+        q = q.no_journal();
+    }
+    if o.requires_session != 0 {
+        q = q.requires_session(true);
+    }
     Ok(q)
 }
 
@@ -401,8 +537,10 @@ fn ms_of(d: Duration) -> u64 {
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, a name ending in
-/// `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear` flags, an option both set
-/// and cleared, an invalid option such as `max_message_size` above 4 GiB - 1);
+/// `POSTBOX_DEAD_LETTER_SUFFIX` whose queue does not exist, bad `struct_size`, unknown `clear`
+/// flags, an option both set and cleared, an invalid option such as `max_message_size` above
+/// 4 GiB - 1, a `forward_to` or `forward_dead_letters_to` that names a missing queue or closes a
+/// loop, `requires_session` for an existing queue created without it);
 /// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors (`POSTBOX_IO`, `POSTBOX_CORRUPTED`,
 /// `POSTBOX_STORAGE_FULL`, `POSTBOX_OUTCOME_UNKNOWN`).
 #[unsafe(no_mangle)]
@@ -422,11 +560,7 @@ pub extern "C" fn postbox_queue_open(
             None => store.store.queue(name)?,
             Some(o) => store.store.queue_with(name, queue_options(&o)?)?,
         };
-        out.write(Box::into_raw(Box::new(postbox_queue {
-            queue: q,
-            store: store.store.clone(),
-            tag: store.tag,
-        })));
+        out.write(postbox_queue::boxed(q, &store.store, store.tag));
         Ok(POSTBOX_OK)
     })
 }
@@ -450,11 +584,7 @@ pub extern "C" fn postbox_queue_open_existing(
         let out = Out::required(queue_out, "queue_out")?;
         store.tag.check_process()?;
         let q = store.store.open_queue(name)?;
-        out.write(Box::into_raw(Box::new(postbox_queue {
-            queue: q,
-            store: store.store.clone(),
-            tag: store.tag,
-        })));
+        out.write(postbox_queue::boxed(q, &store.store, store.tag));
         Ok(POSTBOX_OK)
     })
 }
@@ -462,8 +592,12 @@ pub extern "C" fn postbox_queue_open_existing(
 /// Reads the queue's options as stored now (another handle or process may have changed them)
 /// into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
 /// or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
-/// dedup window) read as 0; the others read as their values, defaults included; `clear` reads
-/// as 0. Passing the result to `postbox_queue_open` changes nothing.
+/// dedup window, no journal) read as 0, and `forward_to` / `forward_dead_letters_to` as NULL;
+/// the others read as their values, defaults included; `clear` reads as 0. The two names are
+/// NUL-terminated strings owned by the queue handle: valid until `queue` is freed (never free
+/// them), unchanged by later calls. Passing the result to `postbox_queue_open` changes nothing.
+/// A caller built against an older header (a smaller `struct_size`) gets only the fields its
+/// struct has.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`);
@@ -488,6 +622,12 @@ pub extern "C" fn postbox_queue_options_get(
             max_bytes: o.max_bytes.unwrap_or(0),
             dedup_window_ms: o.dedup_window.map_or(0, ms_of),
             clear: 0,
+            reserved: 0,
+            forward_to: q.name_ptr(o.forward_to.as_deref())?,
+            forward_dead_letters_to: q.name_ptr(o.forward_dead_letters_to.as_deref())?,
+            journal_max_messages: o.journal.unwrap_or(0),
+            requires_session: c_int::from(o.requires_session),
+            reserved2: 0,
         });
         Ok(POSTBOX_OK)
     })
@@ -537,11 +677,31 @@ pub extern "C" fn postbox_queue_dead_letters(
         let q = live(queue)?;
         let out = Out::required(dead_letters_out, "dead_letters_out")?;
         let dlq = q.queue.dead_letters()?;
-        out.write(Box::into_raw(Box::new(postbox_queue {
-            queue: dlq,
-            store: q.store.clone(),
-            tag: q.tag,
-        })));
+        out.write(postbox_queue::boxed(dlq, &q.store, q.tag));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Opens this queue's journal: the completed messages it keeps while its `journal_max_messages`
+/// option is set (MSMQ's journal queue), oldest first within a priority, at most that many.
+/// A queue like any other to browse, peek, get, receive and purge. `journal_out` receives a
+/// handle the caller frees with `postbox_queue_free`. The journal stays (with what it holds)
+/// when the option is turned off later, and goes when the queue is deleted.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or the queue never had a journal: set its
+/// `journal_max_messages` first); `POSTBOX_QUEUE_NOT_FOUND` (the queue was deleted);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_queue_journal(
+    queue: *const postbox_queue,
+    journal_out: *mut *mut postbox_queue,
+) -> c_int {
+    guard(|| {
+        let q = live(queue)?;
+        let out = Out::required(journal_out, "journal_out")?;
+        let journal = q.queue.journal()?;
+        out.write(postbox_queue::boxed(journal, &q.store, q.tag));
         Ok(POSTBOX_OK)
     })
 }

@@ -106,7 +106,7 @@ pub struct postbox_topic_stats {
 /// The first version of `postbox_topic_stats`: the smallest `struct_size` accepted.
 const TOPIC_STATS_V1: usize = size_of::<postbox_topic_stats>();
 
-// `VersionedOut` copies the first version's bytes to an older caller: they hold no padding.
+// `VersionedOut` copies an older caller's prefix of the struct: it holds no padding.
 const _: () = assert!(TOPIC_STATS_V1 == 2 * size_of::<u32>() + 3 * size_of::<u64>());
 
 /// A topic handle for a call that reads or writes the store: refused in a forked child.
@@ -291,11 +291,7 @@ pub extern "C" fn postbox_topic_subscribe(
             None => t.topic.subscribe(name, filter)?,
             Some(o) => t.topic.subscribe_with(name, filter, queue_options(&o)?)?,
         };
-        out.write(Box::into_raw(Box::new(postbox_queue {
-            queue: q,
-            store: t.store.clone(),
-            tag: t.tag,
-        })));
+        out.write(postbox_queue::boxed(q, &t.store, t.tag));
         Ok(POSTBOX_OK)
     })
 }
@@ -318,11 +314,7 @@ pub extern "C" fn postbox_topic_subscription(
         let name = arg_str(name, "name")?;
         let out = Out::required(queue_out, "queue_out")?;
         let q = t.topic.subscription(name)?;
-        out.write(Box::into_raw(Box::new(postbox_queue {
-            queue: q,
-            store: t.store.clone(),
-            tag: t.tag,
-        })));
+        out.write(postbox_queue::boxed(q, &t.store, t.tag));
         Ok(POSTBOX_OK)
     })
 }
