@@ -3753,6 +3753,505 @@ static void test_collator_sigkill(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Sessions, auto-forwarding and journals. */
+
+static uint64_t send_group(postbox_queue *q, const char *group, const char *text) {
+    postbox_send_options so;
+    postbox_send_options_init(&so);
+    so.group = group;
+    uint64_t id = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)text, strlen(text), &so, &id));
+    return id;
+}
+
+static postbox_queue *open_session_queue(postbox_store *store, const char *name,
+                                         uint64_t lock_duration_ms) {
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    o.requires_session = 1;
+    o.lock_duration_ms = lock_duration_ms;
+    return open_queue(store, name, &o);
+}
+
+/* Whether the session's state is exactly text (NULL: no state). */
+static int state_is(const postbox_session *s, const char *text) {
+    uint8_t *data = (uint8_t *)(uintptr_t)1;
+    size_t len = 99;
+    bool has = !text;
+    if (postbox_session_state(s, &data, &len, &has) != POSTBOX_OK) return 0;
+    int same;
+    if (text == NULL) {
+        same = !has && data == NULL && len == 0;
+    } else {
+        same = has && data != NULL && len == strlen(text) && memcmp(data, text, len) == 0;
+    }
+    postbox_buffer_free(data);
+    return same;
+}
+
+/* Receives the session's next message and checks its body. */
+static postbox_message *session_next(postbox_session *s, const char *want) {
+    postbox_message *m = NULL;
+    int rc = postbox_session_receive(s, 0, &m);
+    CHECK_OK(rc);
+    if (rc != POSTBOX_OK) return NULL;
+    CHECK(bytes_is(postbox_message_body(m), want));
+    return m;
+}
+
+static void test_sessions(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_session_queue(store, "orders", 0);
+    postbox_queue *plain = open_queue(store, "plain", NULL);
+    if (q == NULL || plain == NULL) return;
+    CHECK(queue_options_of(q).requires_session == 1);
+    CHECK(queue_options_of(plain).requires_session == 0);
+    const char *sends[][2] = {{"a", "a1"}, {"b", "b1"}, {"a", "a2"}, {"b", "b2"}, {"a", "a3"}};
+    for (size_t i = 0; i < sizeof sends / sizeof sends[0]; i++) send_group(q, sends[i][0], sends[i][1]);
+
+    /* A session queue refuses sends without a group and plain receives; a plain queue refuses
+     * sessions; requires_session is fixed at creation. */
+    CHECK_RC(postbox_send(q, NULL, (const uint8_t *)"x", 1, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_message *m = NULL, *m2 = NULL;
+    CHECK_RC(postbox_receive(q, NULL, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(m == NULL);
+    postbox_session *none = NULL;
+    CHECK_RC(postbox_session_accept(plain, NULL, 0, &none), POSTBOX_INVALID_ARGUMENT);
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    o.requires_session = 1;
+    postbox_queue *bad = NULL;
+    CHECK_RC(postbox_queue_open(store, "plain", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+
+    /* Arguments. */
+    CHECK_RC(postbox_session_accept(NULL, NULL, 0, &none), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_accept(q, NULL, 0, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_accept(q, "", 0, &none), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_receive(NULL, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_renew_lock(NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_set_state(NULL, NULL, 0, false), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_release(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_session_group(NULL).data == NULL && postbox_session_locked_until_ms(NULL) == 0);
+    postbox_session_free(NULL);
+    postbox_buffer_free(NULL);
+
+    /* The next available session: groups in the order of their first message. */
+    uint64_t before = now_ms();
+    postbox_session *sa = NULL, *sb = NULL;
+    REQUIRE_OK(postbox_session_accept(q, NULL, 0, &sa));
+    CHECK(bytes_is(postbox_session_group(sa), "a"));
+    CHECK(postbox_session_locked_until_ms(sa) >= before + 29000);
+    REQUIRE_OK(postbox_session_accept(q, NULL, 0, &sb));
+    CHECK(bytes_is(postbox_session_group(sb), "b"));
+    CHECK_RC(postbox_session_accept(q, NULL, 0, &none), POSTBOX_TIMEOUT);
+    /* A named session held by another receiver: waited for, then TIMEOUT. */
+    CHECK_RC(postbox_session_accept(q, "a", 50, &none), POSTBOX_TIMEOUT);
+    CHECK(none == NULL);
+
+    /* One message at a time, in send order; an abandoned one comes again first. */
+    m = session_next(sa, "a1");
+    if (m == NULL) return;
+    CHECK_RC(postbox_session_receive(sa, 0, &m2), POSTBOX_TIMEOUT);
+    CHECK_RC(postbox_session_receive(sa, 20, &m2), POSTBOX_TIMEOUT);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    m = session_next(sa, "a2");
+    if (m == NULL) return;
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    m = session_next(sa, "a2");
+    if (m == NULL) return;
+    CHECK(postbox_message_delivery_count(m) == 2);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    m = session_next(sa, "a3");
+    if (m == NULL) return;
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    CHECK_RC(postbox_session_receive(sa, 0, &m2), POSTBOX_TIMEOUT);
+    CHECK(m2 == NULL);
+    /* b's holder works in parallel. */
+    m = session_next(sb, "b1");
+    if (m == NULL) return;
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+
+    uint64_t until = 0;
+    CHECK_OK(postbox_session_renew_lock(sa, &until));
+    CHECK(until >= before + 29000 && postbox_session_locked_until_ms(sa) == until);
+    CHECK_OK(postbox_session_renew_lock(sa, NULL));
+
+    /* State: none at first; set; refused arguments; kept across release and re-accept. */
+    CHECK(state_is(sa, NULL));
+    uint8_t *data = NULL;
+    size_t len = 0;
+    CHECK_RC(postbox_session_state(sa, NULL, &len, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_state(sa, &data, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_session_set_state(sa, (const uint8_t *)"step3", 5, false));
+    CHECK_RC(postbox_session_set_state(sa, (const uint8_t *)"x", 1, true), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_set_state(sa, NULL, 3, false), POSTBOX_INVALID_ARGUMENT);
+    static uint8_t big[64 * 1024 + 1];
+    CHECK_RC(postbox_session_set_state(sa, big, sizeof big, false), POSTBOX_INVALID_ARGUMENT);
+    CHECK(state_is(sa, "step3"));
+    CHECK_OK(postbox_session_release(sa));
+    REQUIRE_OK(postbox_session_accept(q, "a", 0, &sa));
+    CHECK(state_is(sa, "step3"));
+    /* An empty state is a state: non-NULL data, length 0. */
+    CHECK_OK(postbox_session_set_state(sa, NULL, 0, false));
+    bool has = false;
+    CHECK_OK(postbox_session_state(sa, &data, &len, &has));
+    CHECK(has && data != NULL && len == 0);
+    postbox_buffer_free(data);
+    CHECK_OK(postbox_session_set_state(sa, NULL, 0, true));
+    CHECK(state_is(sa, NULL));
+
+    /* The state in a transaction: committed with the completion ... */
+    send_group(q, "a", "a4");
+    m = session_next(sa, "a4");
+    if (m == NULL) return;
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_tx_complete(tx, m));
+    CHECK_OK(postbox_tx_set_session_state(tx, sa, (const uint8_t *)"first", 5, false));
+    CHECK_OK(postbox_tx_set_session_state(tx, sa, (const uint8_t *)"step4", 5, false));
+    CHECK(state_is(sa, NULL)); /* not before the commit */
+    CHECK_OK(postbox_tx_commit(tx));
+    postbox_message_free(m);
+    CHECK(state_is(sa, "step4"));
+    /* ... and an abort leaves state and message as they were. */
+    send_group(q, "a", "a5");
+    m = session_next(sa, "a5");
+    if (m == NULL) return;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_tx_complete(tx, m));
+    CHECK_OK(postbox_tx_set_session_state(tx, sa, NULL, 0, true));
+    CHECK_RC(postbox_tx_set_session_state(tx, sa, (const uint8_t *)"x", 1, true),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_tx_set_session_state(tx, NULL, NULL, 0, true), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_tx_set_session_state(NULL, sa, NULL, 0, true), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_abort(tx));
+    postbox_message_free(m);
+    CHECK(state_is(sa, "step4"));
+    m = session_next(sa, "a5");
+    if (m == NULL) return;
+    CHECK(postbox_message_delivery_count(m) == 2);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    CHECK_OK(postbox_session_release(sa));
+
+    /* Freeing a session handle releases it: b is available again, with b2 next. */
+    postbox_session_free(sb);
+    REQUIRE_OK(postbox_session_accept(q, NULL, 1000, &sb));
+    CHECK(bytes_is(postbox_session_group(sb), "b"));
+    postbox_queue_free(q); /* the session keeps its own reference to the queue */
+    m = session_next(sb, "b2");
+    if (m == NULL) return;
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    CHECK_OK(postbox_session_release(sb));
+
+    /* A session lock that expires: another receiver takes the session over, and the first
+     * holder's calls report LOCK_LOST. */
+    postbox_queue *fast = open_session_queue(store, "fast", 100);
+    if (fast == NULL) return;
+    send_group(fast, "g", "g1");
+    postbox_session *s1 = NULL, *s2 = NULL;
+    REQUIRE_OK(postbox_session_accept(fast, NULL, 0, &s1));
+    sleep_ms(250);
+    REQUIRE_OK(postbox_session_accept(fast, "g", 1000, &s2));
+    CHECK_RC(postbox_session_receive(s1, 0, &m), POSTBOX_LOCK_LOST);
+    CHECK_RC(postbox_session_set_state(s1, (const uint8_t *)"x", 1, false), POSTBOX_LOCK_LOST);
+    CHECK_RC(postbox_session_renew_lock(s1, NULL), POSTBOX_LOCK_LOST);
+    CHECK(strstr(postbox_last_error_message(), "\"g\"") != NULL);
+    CHECK_RC(postbox_session_release(s1), POSTBOX_LOCK_LOST);
+    m = session_next(s2, "g1");
+    if (m == NULL) return;
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    postbox_session_free(s2);
+
+    postbox_queue_free(fast);
+    postbox_queue_free(plain);
+    CHECK_OK(postbox_store_close(store));
+}
+
+#define SESSION_GROUPS 8
+#define SESSION_PER_GROUP 12
+
+struct session_proc {
+    pthread_mutex_t mutex;
+    int next[SESSION_GROUPS];   /* the sequence number each group expects next */
+    int active[SESSION_GROUPS]; /* callbacks running for the group now */
+    int out_of_order;
+    int overlapped;
+    int calls;
+};
+
+static int session_proc_handler(void *user_data, const postbox_message *msg) {
+    struct session_proc *st = (struct session_proc *)user_data;
+    postbox_bytes body = postbox_message_body(msg);
+    char text[32] = {0};
+    memcpy(text, body.data, body.len < sizeof text - 1 ? body.len : sizeof text - 1);
+    int g = -1, n = -1;
+    if (sscanf(text, "g%d:%d", &g, &n) != 2 || g < 0 || g >= SESSION_GROUPS) return POSTBOX_PANIC;
+    pthread_mutex_lock(&st->mutex);
+    if (st->active[g]++ != 0) st->overlapped++;
+    if (st->next[g] != n) st->out_of_order++;
+    st->next[g] = n + 1;
+    pthread_mutex_unlock(&st->mutex);
+    sleep_ms(1);
+    pthread_mutex_lock(&st->mutex);
+    st->active[g]--;
+    st->calls++;
+    pthread_mutex_unlock(&st->mutex);
+    return POSTBOX_OK;
+}
+
+static void test_session_processor(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_session_queue(store, "work", 0);
+    postbox_queue *plain = open_queue(store, "plain", NULL);
+    if (q == NULL || plain == NULL) return;
+    for (int n = 0; n < SESSION_PER_GROUP; n++) {
+        for (int g = 0; g < SESSION_GROUPS; g++) {
+            char group[16], body[32];
+            snprintf(group, sizeof group, "g%d", g);
+            snprintf(body, sizeof body, "g%d:%d", g, n);
+            send_group(q, group, body);
+        }
+    }
+    struct session_proc st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+
+    /* The mode must match the queue, both ways; an options struct of the previous header
+     * (without `sessions`) means "no session mode". */
+    postbox_processor_options o;
+    CHECK_OK(postbox_processor_options_init(&o));
+    CHECK(o.struct_size == sizeof o && o.sessions == 0);
+    o.workers = 4;
+    postbox_processor *p = NULL;
+    CHECK_RC(postbox_processor_start(q, &o, session_proc_handler, &st, &p),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "session") != NULL);
+    postbox_processor_options old = o;
+    old.struct_size = (uint32_t)offsetof(postbox_processor_options, sessions);
+    old.sessions = 1; /* past the declared size: not read */
+    CHECK_RC(postbox_processor_start(q, &old, session_proc_handler, &st, &p),
+             POSTBOX_INVALID_ARGUMENT);
+    o.sessions = 1;
+    CHECK_RC(postbox_processor_start(plain, &o, session_proc_handler, &st, &p),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+    REQUIRE_OK(postbox_processor_start(plain, &old, never_called, NULL, &p));
+    CHECK_OK(postbox_processor_shutdown(p, 10000, NULL));
+    postbox_processor_free(p);
+    p = NULL;
+
+    /* Four workers over eight groups: each group in order, never two workers on one group. */
+    REQUIRE_OK(postbox_processor_start(q, &o, session_proc_handler, &st, &p));
+    wait_settled(p, SESSION_GROUPS * SESSION_PER_GROUP);
+    postbox_shutdown_report r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    CHECK(r.finished && r.processed == SESSION_GROUPS * SESSION_PER_GROUP && r.failed == 0);
+    postbox_processor_free(p);
+    pthread_mutex_lock(&st.mutex);
+    CHECK(st.calls == SESSION_GROUPS * SESSION_PER_GROUP);
+    CHECK(st.out_of_order == 0 && st.overlapped == 0);
+    for (int g = 0; g < SESSION_GROUPS; g++) CHECK(st.next[g] == SESSION_PER_GROUP);
+    pthread_mutex_unlock(&st.mutex);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.dead_lettered == 0);
+
+    pthread_mutex_destroy(&st.mutex);
+    postbox_queue_free(plain);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+static postbox_queue *open_forwarding(postbox_store *store, const char *name, const char *to) {
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    o.forward_to = to;
+    return open_queue(store, name, &o);
+}
+
+static void test_forwarding_journal(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+
+    /* A forward_to chain: front -> mid -> end, in the send's own commit. */
+    postbox_queue *end = open_queue(store, "end", NULL);
+    postbox_queue *mid = open_forwarding(store, "mid", "end");
+    postbox_queue *front = open_forwarding(store, "front", "mid");
+    if (end == NULL || mid == NULL || front == NULL) return;
+    uint64_t id = send_text(front, "hello");
+    CHECK(stats_of(front).active == 0 && stats_of(mid).active == 0);
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_get(end, id, &m));
+    CHECK(bytes_is(postbox_message_body(m), "hello"));
+    postbox_message_free(m);
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_send(front, tx, (const uint8_t *)"in a tx", 7, NULL, NULL));
+    CHECK_OK(postbox_tx_commit(tx));
+    CHECK(stats_of(end).active == 2);
+    /* Read back: the name is owned by the queue handle, the same pointer every time. */
+    postbox_queue_options g = queue_options_of(front);
+    CHECK(g.forward_to != NULL && strcmp(g.forward_to, "mid") == 0);
+    CHECK(g.forward_dead_letters_to == NULL && g.journal_max_messages == 0);
+    CHECK(g.reserved == 0 && g.reserved2 == 0 && g.requires_session == 0);
+    postbox_queue_options g2 = queue_options_of(front);
+    CHECK(g2.forward_to == g.forward_to);
+    CHECK(queue_options_of(end).forward_to == NULL);
+    /* Round trip: what options_get reads, given back to open, changes nothing. */
+    postbox_queue *again = open_queue(store, "front", &g);
+    if (again == NULL) return;
+    postbox_queue_free(again);
+    CHECK(strcmp(queue_options_of(front).forward_to, "mid") == 0);
+
+    /* A loop, a queue forwarding to itself, a missing target: refused, nothing changed. */
+    postbox_queue *bad = NULL;
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    o.forward_to = "front";
+    CHECK_RC(postbox_queue_open(store, "end", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    o.forward_to = "end";
+    CHECK_RC(postbox_queue_open(store, "end", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    o.forward_to = "nowhere";
+    CHECK_RC(postbox_queue_open(store, "front", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    o.forward_to = "end";
+    o.clear = POSTBOX_OPTION_FORWARD_TO;
+    CHECK_RC(postbox_queue_open(store, "front", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "forward_to") != NULL);
+    CHECK(bad == NULL);
+    CHECK(queue_options_of(end).forward_to == NULL);
+    CHECK(strcmp(queue_options_of(front).forward_to, "mid") == 0);
+    /* Cleared, the queue keeps its own messages again. */
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_FORWARD_TO;
+    again = open_queue(store, "front", &o);
+    if (again == NULL) return;
+    postbox_queue_free(again);
+    CHECK(queue_options_of(front).forward_to == NULL);
+    send_text(front, "mine");
+    CHECK(stats_of(front).active == 1);
+
+    /* Dead letters of two queues collect in one, with their reason and source queue. */
+    postbox_queue *all_dead = open_queue(store, "all-dead", NULL);
+    postbox_queue_options_init(&o);
+    o.max_deliveries = 1;
+    o.forward_dead_letters_to = "all-dead";
+    postbox_queue *a = open_queue(store, "a", &o);
+    postbox_queue *b = open_queue(store, "b", &o);
+    if (all_dead == NULL || a == NULL || b == NULL) return;
+    g = queue_options_of(a);
+    CHECK(g.forward_dead_letters_to != NULL && strcmp(g.forward_dead_letters_to, "all-dead") == 0);
+    send_text(a, "from a");
+    send_text(b, "from b");
+    REQUIRE_OK(postbox_receive(a, NULL, 0, &m));
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_receive(b, NULL, 0, &m));
+    CHECK_OK(postbox_message_dead_letter(m, "Bad", "refused"));
+    postbox_message_free(m);
+    CHECK(stats_of(a).dead_lettered == 0 && stats_of(b).dead_lettered == 0);
+    const char *want[2][3] = {{"from a", POSTBOX_REASON_MAX_DELIVERIES, "a"},
+                              {"from b", "Bad", "b"}};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE_OK(postbox_receive(all_dead, NULL, 0, &m));
+        CHECK(bytes_is(postbox_message_body(m), want[i][0]));
+        CHECK(postbox_message_is_dead_lettered(m));
+        CHECK(bytes_is(postbox_message_dead_letter_reason(m), want[i][1]));
+        CHECK(bytes_is(postbox_message_dead_letter_source(m), want[i][2]));
+        CHECK_OK(postbox_message_complete(m));
+        postbox_message_free(m);
+    }
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO;
+    again = open_queue(store, "a", &o);
+    if (again == NULL) return;
+    postbox_queue_free(again);
+    CHECK(queue_options_of(a).forward_dead_letters_to == NULL);
+
+    /* A journal keeps completed messages up to its quota, the oldest dropped first. */
+    postbox_queue *plainq = open_queue(store, "plain", NULL);
+    if (plainq == NULL) return;
+    postbox_queue *journal = NULL;
+    CHECK_RC(postbox_queue_journal(plainq, &journal), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_journal(NULL, &journal), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_queue_journal(plainq, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK(journal == NULL);
+    postbox_queue_options_init(&o);
+    o.journal_max_messages = 2;
+    postbox_queue *orders = open_queue(store, "orders", &o);
+    if (orders == NULL) return;
+    CHECK(queue_options_of(orders).journal_max_messages == 2);
+    send_text(orders, "o1");
+    send_text(orders, "o2");
+    send_text(orders, "o3");
+    CHECK_BODIES(orders, "o1,o2,o3");
+    postbox_stats s = stats_of(orders);
+    CHECK(s.active == 0 && s.bytes == 0);
+    REQUIRE_OK(postbox_queue_journal(orders, &journal));
+    CHECK(stats_of(journal).active == 2);
+    CHECK_BODIES(journal, "o2,o3");
+    /* Set and cleared at once: refused. Cleared: completions remove again. */
+    postbox_queue_options_init(&o);
+    o.journal_max_messages = 5;
+    o.clear = POSTBOX_OPTION_JOURNAL;
+    CHECK_RC(postbox_queue_open(store, "orders", &o, &bad), POSTBOX_INVALID_ARGUMENT);
+    o.journal_max_messages = 0;
+    again = open_queue(store, "orders", &o);
+    if (again == NULL) return;
+    postbox_queue_free(again);
+    CHECK(queue_options_of(orders).journal_max_messages == 0);
+    send_text(orders, "gone");
+    CHECK_BODIES(orders, "gone");
+    CHECK(stats_of(journal).active == 0);
+    postbox_queue_free(journal);
+
+    /* A caller built against the previous header (struct_size up to `clear` and its padding):
+     * open reads nothing past it, get writes nothing past it. */
+    struct {
+        postbox_queue_options o;
+        char guard[16];
+    } prev;
+    const uint32_t prev_size = (uint32_t)offsetof(postbox_queue_options, forward_to);
+    CHECK(prev_size == 64);
+    memset(&prev, 0xab, sizeof prev);
+    memset(&prev.o, 0, prev_size);
+    prev.o.struct_size = prev_size;
+    prev.o.max_deliveries = 4; /* forward_to ... hold 0xab bytes: not read */
+    again = open_queue(store, "front", &prev.o);
+    if (again == NULL) return;
+    postbox_queue_free(again);
+    g = queue_options_of(front);
+    CHECK(g.max_deliveries == 4 && g.forward_to == NULL && g.journal_max_messages == 0);
+    memset(&prev, 0xab, sizeof prev);
+    prev.o.struct_size = prev_size;
+    CHECK_OK(postbox_queue_options_get(mid, &prev.o));
+    CHECK(prev.o.struct_size == prev_size && prev.o.max_deliveries == 10);
+    CHECK(prev.o.clear == 0 && prev.o.reserved == 0);
+    CHECK(prev.o.journal_max_messages == 0xababababababababULL);
+    CHECK((unsigned char)prev.guard[0] == 0xab);
+
+    postbox_queue_free(orders);
+    postbox_queue_free(plainq);
+    postbox_queue_free(a);
+    postbox_queue_free(b);
+    postbox_queue_free(all_dead);
+    postbox_queue_free(front);
+    postbox_queue_free(mid);
+    postbox_queue_free(end);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -3787,6 +4286,9 @@ int main(int argc, char **argv) {
         {"topic_subscriptions", test_topic_subscriptions},
         {"collator", test_collator},
         {"collator_sigkill", test_collator_sigkill},
+        {"sessions", test_sessions},
+        {"session_processor", test_session_processor},
+        {"forwarding_journal", test_forwarding_journal},
         {"browse_is_fresh", test_browse_is_fresh},
         {"bit_flips", test_bit_flips},
         {"settle_failure_keeps_lock", test_settle_failure_keeps_lock},
