@@ -50,10 +50,16 @@ class Empty(PostboxError, _queue.Empty):
 
 
 class LockLostError(PostboxError):
-    """The message's lock expired, was released, or was taken over; the settle changed nothing."""
+    """The message's lock expired, was released, or was taken over; the settle changed nothing.
+
+    Also raised when a session's lock was lost (it expired and another receiver accepted the
+    session, or it was released): ``message_id`` is set for a message's lock, ``group`` for a
+    session's.
+    """
 
     code = 2
     message_id: int
+    group: str
 
 
 class QueueFullError(PostboxError):

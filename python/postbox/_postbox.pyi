@@ -23,6 +23,7 @@ __all__ = [
     "Queue",
     "QueueStats",
     "SeriesGap",
+    "Session",
     "ShutdownReport",
     "Store",
     "Topic",
@@ -84,13 +85,25 @@ class Store:
         max_messages: int | None = ...,
         max_bytes: int | None = ...,
         dedup_window: _Seconds | None = ...,
+        requires_session: bool | None = ...,
+        forward_to: str | Queue | None = ...,
+        forward_dead_letters_to: str | Queue | None = ...,
+        journal: int | None = ...,
     ) -> Queue:
         """Opens queue ``name``, creating it if missing; an existing queue keeps its messages.
 
         Only the options given change an existing queue; the others keep their stored values.
         ``None`` clears an optional option (``default_ttl``, ``max_messages``, ``max_bytes``,
-        ``dedup_window``) and puts a required one (``lock_duration``, ``max_deliveries``,
-        ``max_message_size``) back to its default.
+        ``dedup_window``, ``forward_to``, ``forward_dead_letters_to``, ``journal``) and puts a
+        required one (``lock_duration``, ``max_deliveries``, ``max_message_size``,
+        ``requires_session``) back to its default.
+
+        ``requires_session=True`` (only when the queue is created) makes it a session queue:
+        messages must carry a ``group`` and are received through ``accept_session`` only.
+        ``forward_to`` sends every message sent to this queue to another queue instead, in the
+        same commit (chains are followed; loops are refused); ``forward_dead_letters_to`` sends
+        its dead letters to another queue; ``journal=n`` keeps the last ``n`` completed
+        messages in ``Queue.journal``.
         """
     def open_queue(self, name: str) -> Queue:
         """Opens queue ``name`` only if it exists, never creating it.
@@ -145,6 +158,22 @@ class Queue:
     def source_name(self) -> str | None: ...
     @property
     def dead_letters(self) -> Queue: ...
+    @property
+    def journal(self) -> Queue:
+        """The queue's journal: the completed messages it keeps while ``journal`` is set.
+
+        At most that many, the oldest dropped first; a queue like any other to browse, peek,
+        receive and purge. Raises ``InvalidArgumentError`` if the queue never had a journal.
+        """
+    def accept_session(self, timeout: _Seconds | None = None, *, group: str | None = None) -> Session:
+        """Accepts a session of this queue (one created with ``requires_session=True``).
+
+        With ``group=None`` the next available session (a group whose next message is
+        receivable and that no other receiver holds), else that group's session, waiting
+        while another receiver holds it. Waits up to ``timeout`` (``None``: forever) and
+        raises ``Empty`` when none comes. ``with queue.accept_session() as s:`` releases it
+        on exit.
+        """
     def send(
         self,
         body: _Body,
@@ -322,6 +351,50 @@ class Consumer(Iterator[Message]):
     def __next__(self) -> Message: ...
 
 @final
+class Session:
+    """One group of a session queue: its messages in send order, one at a time, to this holder.
+
+    The session lock expires like a message lock unless renewed; once lost, calls raise
+    ``LockLostError`` (with ``group`` set). The state outlives locks: whoever accepts the
+    session next reads it. A context manager that releases the session on exit.
+    """
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def queue(self) -> Queue: ...
+    @property
+    def locked_until(self) -> datetime | None:
+        """When the session lock expires unless renewed; ``None`` once released."""
+    @property
+    def released(self) -> bool: ...
+    @property
+    def state(self) -> bytes | None:
+        """The session's state, ``None`` if never set or cleared."""
+    def receive(self, timeout: _Seconds | None = None) -> Message:
+        """Locks the session's next message, waiting up to ``timeout`` (``None``: forever).
+
+        The next message becomes receivable when the previous one is completed,
+        dead-lettered or deferred. Raises ``Empty`` when nothing is receivable in time.
+        """
+    def renew_lock(self) -> datetime:
+        """Extends the session lock by the queue's lock_duration; returns the new expiry."""
+    def set_state(self, state: _Body | None) -> None:
+        """Sets the state now (at most 64 KiB; ``None`` clears it).
+
+        ``Transaction.set_session_state`` sets it in the same commit as settles and sends.
+        """
+    def release(self) -> None:
+        """Lets go of the session lock; another receiver may accept it. Twice is harmless."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+@final
 class Transaction:
     @property
     def state(self) -> Literal["open", "committed", "aborted"]: ...
@@ -376,6 +449,11 @@ class Transaction:
         aborts. A deleted topic or a full subscription fails the commit.
         """
     def complete(self, message: Message) -> None: ...
+    def set_session_state(self, session: Session, state: _Body | None) -> None:
+        """Sets the session's state when the transaction commits (an abort leaves it).
+
+        ``None`` clears it; a session lock lost by then fails the commit.
+        """
     def commit(self) -> None: ...
     def abort(self) -> None: ...
     def __enter__(self) -> Self: ...
@@ -413,6 +491,10 @@ class Topic:
         max_messages: int | None = ...,
         max_bytes: int | None = ...,
         dedup_window: _Seconds | None = ...,
+        requires_session: bool | None = ...,
+        forward_to: str | Queue | None = ...,
+        forward_dead_letters_to: str | Queue | None = ...,
+        journal: int | None = ...,
     ) -> Queue:
         """Opens subscription ``name`` (no ``/``), creating it if missing; returns its queue.
 
@@ -574,7 +656,15 @@ class Processor:
         prefetch: int = 0,
         autoscale: tuple[int, int] | None = None,
         drop_timeout: _Seconds | None = None,
-    ) -> Processor: ...
+        sessions: bool = False,
+    ) -> Processor:
+        """Runs ``handler(message)`` on ``workers`` threads for every message of ``queue``.
+
+        ``sessions=True`` is session mode, for a queue that requires sessions: each worker
+        holds one session at a time and handles its messages in order, so ``workers`` groups
+        run in parallel and never one group on two workers. The mode must match the queue
+        (``InvalidArgumentError`` otherwise).
+        """
     @property
     def queue(self) -> Queue: ...
     @property

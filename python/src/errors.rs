@@ -80,6 +80,7 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
     exc.setattr("code", e.kind() as i32)?;
     match e {
         Error::LockLost(id) | Error::MessageNotFound(id) => exc.setattr("message_id", id.get())?,
+        Error::SessionLockLost(group) => exc.setattr("group", group)?,
         Error::QueueNotFound(q) => exc.setattr("queue", q)?,
         Error::QueueFull { queue, limit } => {
             exc.setattr("queue", queue)?;
@@ -117,9 +118,14 @@ pub fn check_process(opened_by: u32) -> PyResult<()> {
 
 /// `postbox.Empty`: nothing arrived before the timeout.
 pub fn empty(queue: &str) -> PyErr {
+    empty_because(format!("no message arrived in queue {queue:?}"))
+}
+
+/// `postbox.Empty` with its own text (a session that did not come, say).
+pub fn empty_because(text: String) -> PyErr {
     Python::attach(|py| {
         let built = class(py, "Empty").and_then(|cls| {
-            let exc = cls.call1((format!("no message arrived in queue {queue:?}"),))?;
+            let exc = cls.call1((text,))?;
             exc.setattr("code", ErrorKind::Timeout as i32)?;
             Ok(PyErr::from_value(exc))
         });

@@ -11,6 +11,7 @@ mod errors;
 mod message;
 mod processor;
 mod queue;
+mod session;
 mod store;
 mod topic;
 mod tx;
@@ -29,6 +30,8 @@ mod _postbox {
     use crate::processor::{_shutdown_all, PyProcessor, PyShutdownReport};
     #[pymodule_export]
     use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats};
+    #[pymodule_export]
+    use crate::session::PySession;
     #[pymodule_export]
     use crate::store::PyStore;
     #[pymodule_export]

@@ -79,6 +79,12 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// (`threading.stack_size()` if set, else the platform's default for Python threads), so a
 /// handler may recurse as deeply as it could in a `threading.Thread`.
 ///
+/// `sessions=True` is session mode, for a queue that requires sessions: each worker accepts
+/// one session at a time and handles its messages in send order, one by one, until none is
+/// receivable, then releases it and takes the next; `workers` groups are handled in parallel,
+/// never one group by two workers. The mode must match the queue (`InvalidArgumentError`
+/// otherwise); `prefetch` does not apply to it.
+///
 /// In a forked child the workers do not exist: every call raises `ForkedError`; leaving a
 /// `with` block and garbage collection let go of the handle without waiting.
 #[pyclass(frozen, module = "postbox._postbox", name = "Processor")]
@@ -217,7 +223,8 @@ fn shutdown_sliced(
 impl PyProcessor {
     #[new]
     #[pyo3(signature = (queue, handler, workers=4, *, retry_delay=None, max_retry_delay=None,
-        handler_timeout=None, max_auto_renew=None, prefetch=0, autoscale=None, drop_timeout=None))]
+        handler_timeout=None, max_auto_renew=None, prefetch=0, autoscale=None, drop_timeout=None,
+        sessions=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -231,6 +238,7 @@ impl PyProcessor {
         prefetch: usize,
         autoscale: Option<(usize, usize)>,
         drop_timeout: Option<&Bound<'_, PyAny>>,
+        sessions: bool,
     ) -> PyResult<PyProcessor> {
         if !handler.is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err(
@@ -250,7 +258,8 @@ impl PyProcessor {
         let mut b = Processor::builder(q)
             .stack_size(python_thread_stack_size(py))
             .workers(workers)
-            .prefetch(prefetch);
+            .prefetch(prefetch)
+            .sessions(sessions);
         if let Some(p) = retry {
             b = b.retry(p);
         }

@@ -9,8 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert::{self, SendArgs};
-use crate::errors::{IntoPy, check_process, empty, invalid};
+use crate::errors::{IntoPy, check_process, empty, empty_because, invalid};
 use crate::message::PyMessage;
+use crate::session::PySession;
 
 /// Longest stretch spent waiting without the GIL before checking for signals (Ctrl-C).
 pub const SLICE: Duration = Duration::from_millis(100);
@@ -379,6 +380,49 @@ impl PyQueue {
         Ok(PyQueue::new(dl))
     }
 
+    /// This queue's journal: the completed messages it keeps while its `journal` option is set
+    /// (MSMQ's journal queue), at most that many, the oldest dropped first. A queue like any
+    /// other to browse, peek, get, receive and purge. Raises `InvalidArgumentError` when the
+    /// queue never had a journal.
+    #[getter]
+    fn journal(&self, py: Python<'_>) -> PyResult<PyQueue> {
+        check_process(self.opened_by)?;
+        let q = &self.q;
+        let j = py.detach(|| q.journal()).py_err()?;
+        Ok(PyQueue::new(j))
+    }
+
+    /// Accepts a session of this queue (one that requires sessions), waiting up to `timeout`
+    /// seconds (`None`: forever): with `group` `None`, the next available one (a group whose
+    /// next message is receivable and that no other receiver holds); with a `group`, that
+    /// session, waiting while another receiver holds it. Raises `postbox.Empty` when none comes
+    /// in time. Use it as `with queue.accept_session() as session:` to release it on exit.
+    #[pyo3(signature = (timeout=None, *, group=None))]
+    fn accept_session(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        group: Option<String>,
+    ) -> PyResult<PySession> {
+        check_process(self.opened_by)?;
+        let deadline = convert::deadline(timeout)?;
+        let q = &self.q;
+        let got = wait_sliced(py, deadline, |slice| match &group {
+            None => q.accept_session(slice),
+            Some(g) => q.accept_named_session(g, slice),
+        })?;
+        match got {
+            Some(s) => Ok(PySession::new(s)),
+            None => Err(empty_because(match group {
+                None => format!("no session of queue {:?} became available", q.name()),
+                Some(g) => format!(
+                    "session {g:?} of queue {:?} stayed held by another receiver",
+                    q.name()
+                ),
+            })),
+        }
+    }
+
     /// Iterates over received (locked) messages; stops when none arrives within `timeout`
     /// (`None`: never stops). Settle each one, e.g. `with msg: ...`.
     #[pyo3(signature = (timeout=None))]
@@ -415,6 +459,13 @@ pub fn options_to_py<'py>(py: Python<'py>, o: &QueueOptions) -> PyResult<Bound<'
             .map(|t| convert::timedelta(py, t))
             .transpose()?,
     )?;
+    d.set_item("requires_session", o.requires_session)?;
+    d.set_item("forward_to", o.forward_to.as_deref())?;
+    d.set_item(
+        "forward_dead_letters_to",
+        o.forward_dead_letters_to.as_deref(),
+    )?;
+    d.set_item("journal", o.journal)?;
     Ok(d)
 }
 

@@ -37,6 +37,10 @@ const OPTION_KEYS: &[&str] = &[
     "max_messages",
     "max_bytes",
     "dedup_window",
+    "requires_session",
+    "forward_to",
+    "forward_dead_letters_to",
+    "journal",
 ];
 
 /// A non-negative integer option (never a bool, which Python would accept as 0 or 1).
@@ -58,10 +62,40 @@ fn int_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     u64::try_from(n).map_err(|_| invalid(format!("{what} must be from 0 to 2**64-1, got {n}")))
 }
 
+/// A bool option (an int is refused: `requires_session=1` is most likely a mistake for a count).
+fn bool_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    v.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a bool, not {}",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
+/// A queue-name option: a `str`, or a `Queue` (its name).
+fn str_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
+    if let Ok(q) = v.cast::<PyQueue>() {
+        return Ok(q.get().q.name().to_owned());
+    }
+    v.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a queue name (str) or a Queue, not {}",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
 /// The options of `Store.queue(name, **options)` as a `QueueOptions` that mentions exactly the
 /// keywords given: a keyword left out keeps the stored value, `None` clears an optional option
-/// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`) and puts a required one
-/// (`lock_duration`, `max_deliveries`, `max_message_size`) back to its default.
+/// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`, `forward_to`,
+/// `forward_dead_letters_to`, `journal`) and puts a required one (`lock_duration`,
+/// `max_deliveries`, `max_message_size`, `requires_session`) back to its default.
 /// `method` names the method in the error for an unknown keyword.
 pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyResult<QueueOptions> {
     let mut o = QueueOptions::default();
@@ -95,6 +129,16 @@ pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyRes
             "max_bytes" => o.max_bytes(int_option(&v, "max_bytes")?),
             "dedup_window" if none => o.no_dedup_window(),
             "dedup_window" => o.dedup_window(convert::duration(&v, "dedup_window")?),
+            "requires_session" if none => o.requires_session(d.requires_session),
+            "requires_session" => o.requires_session(bool_option(&v, "requires_session")?),
+            "forward_to" if none => o.no_forward_to(),
+            "forward_to" => o.forward_to(str_option(&v, "forward_to")?),
+            "forward_dead_letters_to" if none => o.no_forward_dead_letters_to(),
+            "forward_dead_letters_to" => {
+                o.forward_dead_letters_to(str_option(&v, "forward_dead_letters_to")?)
+            }
+            "journal" if none => o.no_journal(),
+            "journal" => o.journal(int_option(&v, "journal")?),
             other => {
                 return Err(PyTypeError::new_err(format!(
                     "{method}() got an unexpected keyword argument {other:?} (options are {})",
@@ -191,11 +235,13 @@ impl PyStore {
     /// Opens queue `name`, creating it if missing; an existing queue keeps its messages.
     ///
     /// Options (keyword-only): `lock_duration`, `max_deliveries`, `default_ttl`,
-    /// `max_message_size`, `max_messages`, `max_bytes`, `dedup_window`. Only the options given
-    /// change an existing queue; the others keep their stored values. `None` clears an
-    /// optional one (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`) and puts a
-    /// required one (`lock_duration`, `max_deliveries`, `max_message_size`) back to its
-    /// default. The same rule holds in Rust and C, in every process.
+    /// `max_message_size`, `max_messages`, `max_bytes`, `dedup_window`, `requires_session`,
+    /// `forward_to`, `forward_dead_letters_to`, `journal`. Only the options given change an
+    /// existing queue; the others keep their stored values. `None` clears an optional one
+    /// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`, `forward_to`,
+    /// `forward_dead_letters_to`, `journal`) and puts a required one (`lock_duration`,
+    /// `max_deliveries`, `max_message_size`, `requires_session`) back to its default. The
+    /// same rule holds in Rust and C, in every process.
     #[pyo3(signature = (name, **options))]
     fn queue(
         &self,

@@ -13,6 +13,7 @@ use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
 use crate::message::PyMessage;
 use crate::queue::{PyQueue, wait_sliced};
+use crate::session::PySession;
 use crate::topic::PyTopic;
 
 pub enum State {
@@ -298,6 +299,26 @@ impl PyTransaction {
                 Err(invalid(format!("the transaction was already {how}")))
             }
         }
+    }
+
+    /// Sets the state of `session` (a `Session` of a queue of this store) when the transaction
+    /// commits, atomically with its settles and sends; an abort leaves the state as it was.
+    /// `None` clears it; at most 64 KiB. A later call for the same session replaces this one.
+    /// A session lock lost by the commit fails it with `LockLostError`.
+    fn set_session_state(
+        &self,
+        py: Python<'_>,
+        session: &Bound<'_, PySession>,
+        state: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let state = state.map(convert::body).transpose()?;
+        let session = session.get();
+        check_process(session.opened_by)?;
+        // The transaction's mutex, then the session's: no path takes them the other way round.
+        self.with(py, |tx| match &*session.session.lock() {
+            Some(s) => tx.set_session_state(s, state.as_deref()),
+            None => Err(session.released_error()),
+        })
     }
 
     /// Applies every receive and send atomically.

@@ -18,6 +18,10 @@ DEFAULTS = {
     "max_messages": None,
     "max_bytes": None,
     "dedup_window": None,
+    "requires_session": False,
+    "forward_to": None,
+    "forward_dead_letters_to": None,
+    "journal": None,
 }
 
 SET = {
@@ -38,6 +42,11 @@ AS_READ = {
     "max_messages": 50,
     "max_bytes": 10_000,
     "dedup_window": timedelta(minutes=1),
+    # Not in SET: their own tests are in test_forwarding.py and test_sessions.py.
+    "requires_session": False,
+    "forward_to": None,
+    "forward_dead_letters_to": None,
+    "journal": None,
 }
 
 
