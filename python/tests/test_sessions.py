@@ -288,3 +288,81 @@ def test_a_session_in_a_forked_child(tmp_store: postbox.Store) -> None:
     m.complete()
     assert s.locked_until is not None and s.locked_until > datetime.now(timezone.utc)
     s.release()
+
+
+def test_four_receivers_twenty_groups_with_abandons_and_expiries(tmp_store: postbox.Store) -> None:
+    """Receivers take sessions in parallel, abandon at random and now and then stall past the
+    lock: every group is processed in send order, each message completed exactly once."""
+    import random
+
+    groups = int(os.environ.get("POSTBOX_SESSION_GROUPS", "20"))
+    per_group = int(os.environ.get("POSTBOX_SESSION_MESSAGES", "100"))
+    q = session_queue(tmp_store, "stress", lock_duration=0.3, max_deliveries=1000)
+    ids: dict[tuple[int, int], int] = {}
+    for n in range(per_group):
+        for g in range(groups):
+            ids[(g, n)] = q.send(f"{g}:{n}", group=f"g{g}")
+    total = groups * per_group
+    lock = threading.Lock()
+    completed: list[tuple[int, int]] = []
+    errors: list[str] = []
+    seed = int(os.environ.get("POSTBOX_SEED", str(time.time_ns())))
+    print(f"POSTBOX_SEED={seed}")
+
+    def receiver(r: int) -> None:
+        rng = random.Random(seed + r)
+        stalls = 0
+        try:
+            while True:
+                with lock:
+                    if len(completed) >= total:
+                        return
+                try:
+                    s = q.accept_session(timeout=0.05)
+                except postbox.Empty:
+                    continue
+                try:
+                    with s:
+                        while True:
+                            try:
+                                m = s.receive(timeout=0)
+                            except (postbox.Empty, postbox.LockLostError):
+                                break
+                            g, n = (int(x) for x in m.text.split(":"))
+                            # In order: everything before it in its group is already gone.
+                            if n > 0 and q.get(ids[(g, n - 1)]) is not None:
+                                errors.append(f"group {g}: {n} before {n - 1} was completed")
+                            roll = rng.randrange(100)
+                            if roll < 10:
+                                m.abandon()
+                                continue
+                            if roll == 10 and stalls < 1:
+                                stalls += 1
+                                time.sleep(0.4)  # the stall itself is the scenario
+                                try:
+                                    m.complete()
+                                    with lock:
+                                        completed.append((g, n))
+                                except postbox.LockLostError:
+                                    pass
+                                break
+                            try:
+                                m.complete()
+                            except postbox.LockLostError:
+                                break
+                            with lock:
+                                completed.append((g, n))
+                except postbox.LockLostError:
+                    pass  # the session lock went while leaving the with block
+        except Exception:  # noqa: BLE001 - reported below
+            errors.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=receiver, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == []
+    assert sorted(completed) == sorted(ids), "each message completed exactly once"
+    s = q.stats()
+    assert (s.active, s.locked, s.dead_lettered) == (0, 0, 0)
