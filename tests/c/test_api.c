@@ -3961,7 +3961,15 @@ static void test_sessions(const char *dir) {
     postbox_session *s1 = NULL, *s2 = NULL;
     REQUIRE_OK(postbox_session_accept(fast, NULL, 0, &s1));
     sleep_ms(250);
+    /* Locks taken from now on are long: the new holder keeps its lock on a slow machine
+     * (under valgrind). */
+    postbox_queue_options_init(&o);
+    o.lock_duration_ms = 30000;
+    postbox_queue *slow = open_queue(store, "fast", &o);
+    if (slow == NULL) return;
+    postbox_queue_free(slow);
     REQUIRE_OK(postbox_session_accept(fast, "g", 1000, &s2));
+    CHECK(postbox_session_locked_until_ms(s2) >= now_ms() + 20000);
     CHECK_RC(postbox_session_receive(s1, 0, &m), POSTBOX_LOCK_LOST);
     CHECK_RC(postbox_session_set_state(s1, (const uint8_t *)"x", 1, false), POSTBOX_LOCK_LOST);
     CHECK_RC(postbox_session_renew_lock(s1, NULL), POSTBOX_LOCK_LOST);
@@ -4252,6 +4260,142 @@ static void test_forwarding_journal(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---- sessions under stress: receivers, abandons, a stall past the lock -------------------- */
+
+#define SS_RECEIVERS 4
+
+struct ss_shared {
+    postbox_queue *q;
+    int groups, per_group;
+    uint64_t *ids; /* ids[g * per_group + n] */
+    pthread_mutex_t mu;
+    int completed;
+    int *done;     /* done[g * per_group + n]: completions seen */
+    int out_of_order;
+    int errors;
+};
+
+struct ss_receiver {
+    struct ss_shared *sh;
+    unsigned seed;
+};
+
+static int ss_completed(struct ss_shared *sh) {
+    pthread_mutex_lock(&sh->mu);
+    int c = sh->completed;
+    pthread_mutex_unlock(&sh->mu);
+    return c;
+}
+
+static void ss_record(struct ss_shared *sh, int g, int n) {
+    pthread_mutex_lock(&sh->mu);
+    sh->completed++;
+    sh->done[g * sh->per_group + n]++;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void *ss_receiver_main(void *arg) {
+    struct ss_receiver *r = arg;
+    struct ss_shared *sh = r->sh;
+    int stalls = 0;
+    while (ss_completed(sh) < sh->groups * sh->per_group) {
+        postbox_session *s = NULL;
+        int rc = postbox_session_accept(sh->q, NULL, 50, &s);
+        if (rc == POSTBOX_TIMEOUT) continue;
+        if (rc != POSTBOX_OK) { sh->errors++; return NULL; }
+        for (;;) {
+            postbox_message *m = NULL;
+            rc = postbox_session_receive(s, 0, &m);
+            if (rc != POSTBOX_OK) break; /* TIMEOUT or LOCK_LOST */
+            postbox_bytes b = postbox_message_body(m);
+            char text[32];
+            size_t len = b.len < sizeof text - 1 ? b.len : sizeof text - 1;
+            memcpy(text, b.data, len);
+            text[len] = 0;
+            int g = 0, n = 0;
+            sscanf(text, "%d:%d", &g, &n);
+            /* In order: everything before it in its group is already gone. */
+            if (n > 0) {
+                postbox_message *prev = NULL;
+                if (postbox_get(sh->q, sh->ids[g * sh->per_group + n - 1], &prev) == POSTBOX_OK) {
+                    sh->out_of_order++;
+                    postbox_message_free(prev);
+                }
+            }
+            int roll = (int)(rand_r(&r->seed) % 100);
+            if (roll < 10) {
+                postbox_message_abandon(m, 0);
+                postbox_message_free(m);
+                continue;
+            }
+            if (roll == 10 && stalls < 1) {
+                stalls++;
+                usleep(400 * 1000); /* the stall past the 300 ms lock is the scenario */
+                if (postbox_message_complete(m) == POSTBOX_OK) ss_record(sh, g, n);
+                postbox_message_free(m);
+                break;
+            }
+            rc = postbox_message_complete(m);
+            postbox_message_free(m);
+            if (rc != POSTBOX_OK) break;
+            ss_record(sh, g, n);
+        }
+        postbox_session_free(s); /* releases it, or lets go of a lost one */
+    }
+    return NULL;
+}
+
+static void test_session_stress(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.requires_session = 1;
+    qo.lock_duration_ms = 300;
+    qo.max_deliveries = 1000;
+    postbox_queue *q = open_queue(store, "session-stress", &qo);
+    if (q == NULL) return;
+    /* Smaller by default: the suite also runs under valgrind. POSTBOX_SESSION_MESSAGES=100
+     * gives the 20 x 100 run. */
+    const char *knob = getenv("POSTBOX_SESSION_MESSAGES");
+    struct ss_shared sh = {.q = q, .groups = 20, .per_group = knob ? atoi(knob) : 10};
+    if (sh.per_group < 1) sh.per_group = 1;
+    int total = sh.groups * sh.per_group;
+    sh.ids = calloc((size_t)total, sizeof *sh.ids);
+    sh.done = calloc((size_t)total, sizeof *sh.done);
+    pthread_mutex_init(&sh.mu, NULL);
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    char body[32], group[16];
+    for (int n = 0; n < sh.per_group; n++) {
+        for (int g = 0; g < sh.groups; g++) {
+            snprintf(body, sizeof body, "%d:%d", g, n);
+            snprintf(group, sizeof group, "g%d", g);
+            o.group = group;
+            CHECK_OK(postbox_send(q, NULL, (const uint8_t *)body, strlen(body), &o,
+                                  &sh.ids[g * sh.per_group + n]));
+        }
+    }
+    struct ss_receiver rs[SS_RECEIVERS];
+    pthread_t threads[SS_RECEIVERS];
+    for (int i = 0; i < SS_RECEIVERS; i++) {
+        rs[i] = (struct ss_receiver){.sh = &sh, .seed = (unsigned)(time(NULL) + i)};
+        pthread_create(&threads[i], NULL, ss_receiver_main, &rs[i]);
+    }
+    for (int i = 0; i < SS_RECEIVERS; i++) pthread_join(threads[i], NULL);
+    CHECK(sh.errors == 0);
+    CHECK(sh.out_of_order == 0);
+    CHECK(sh.completed == total);
+    for (int i = 0; i < total; i++) CHECK(sh.done[i] == 1);
+    postbox_stats st = stats_of(q);
+    CHECK(st.active == 0 && st.locked == 0 && st.dead_lettered == 0);
+    pthread_mutex_destroy(&sh.mu);
+    free(sh.ids);
+    free(sh.done);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -4280,6 +4424,7 @@ int main(int argc, char **argv) {
         {"processor_store_closed_under_it", test_processor_store_closed_under_it},
         {"tx_renew_lock", test_tx_renew_lock},
         {"selective_receive", test_selective_receive},
+        {"session_stress", test_session_stress},
         {"deferral", test_deferral},
         {"topic_filters", test_topic_filters},
         {"topic_transaction", test_topic_transaction},
