@@ -180,6 +180,8 @@ def test_a_lost_session_lock(tmp_store: postbox.Store) -> None:
     q.send(b"m", group="g")
     s1 = q.accept_session(timeout=0)
     time.sleep(0.25)
+    # Locks taken from now on are long: the new holder keeps its lock on a slow machine.
+    tmp_store.queue("fast", lock_duration=30)
     s2 = q.accept_session(timeout=1, group="g")
     with pytest.raises(postbox.LockLostError) as e:
         s1.receive(timeout=0)
@@ -194,8 +196,10 @@ def test_a_lost_session_lock(tmp_store: postbox.Store) -> None:
     m.complete()
     s2.release()
     # A transaction that sets the state of a lost session fails at commit.
+    tmp_store.queue("fast", lock_duration=0.1)
     s3 = q.accept_session(timeout=0, group="other")
     time.sleep(0.25)
+    tmp_store.queue("fast", lock_duration=30)
     s4 = q.accept_session(timeout=1, group="other")
     with pytest.raises(postbox.LockLostError):
         with tmp_store.transaction() as tx:
