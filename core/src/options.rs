@@ -394,6 +394,12 @@ impl QueueSettings {
                 "max_messages and max_bytes must be at least 1 (clear them for no limit)",
             ));
         }
+        // As for the quotas: C's 0 means "not set", so a journal keeps at least one message.
+        if self.journal == Some(0) {
+            return Err(Error::invalid(
+                "a journal keeps at least 1 message (clear the option for no journal)",
+            ));
+        }
         if self.max_message_size > u32::MAX as usize {
             return Err(Error::invalid("max_message_size cannot exceed 4 GiB - 1"));
         }
