@@ -384,6 +384,12 @@ fn plain_redb_databases_are_refused_untouched() {
                 .open_table(TableDefinition::<&str, u64>::new("postbox.meta"))
                 .unwrap();
             t.insert("format_version", 99).unwrap();
+            // A newer postbox writes its version's check beside it.
+            t.insert(
+                "format_version_crc",
+                u64::from(crc32c::crc32c(&99u64.to_le_bytes())),
+            )
+            .unwrap();
         }
         txn.commit().unwrap();
     }
@@ -443,6 +449,18 @@ fn a_damaged_format_version_is_damage_not_a_newer_format() {
         ),
         "{e:?}"
     );
+    // A newer version whose check row is gone (its key damaged beside a damaged number) is
+    // damage too: every newer postbox writes the check.
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("postbox.meta"))
+            .unwrap()
+            .remove("format_version_crc")
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    assert_eq!(open_err(&path).kind(), ErrorKind::Corrupted);
 }
 
 #[test]

@@ -284,6 +284,11 @@ pub fn format_version(txn: &ReadTransaction) -> Result<Option<u64>> {
         Some(check) if check != format_check(version) => Err(Error::corrupted(format!(
             "the format version ({version}) does not match its checksum"
         ))),
+        // Every version newer than this one writes the check, so a newer version without it
+        // is a damaged number (or a damaged check key beside it), not a newer store.
+        None if version > FORMAT_VERSION => Err(Error::corrupted(format!(
+            "the format version ({version}) has no checksum beside it"
+        ))),
         _ => Ok(Some(version)),
     }
 }
