@@ -145,3 +145,9 @@ pub use store::{Store, StoreBuilder, StoreStats};
 pub use topic::{Topic, TopicStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};
+mod typed_body;
+pub use typed_body::{
+    Bincode, BodyCodec, CODEC_BINCODE, CODEC_JSON, CODEC_PICKLE, FIRST_USER_CODEC, Json,
+    TYPED_BODY_HEADER_LEN, TYPED_BODY_MAGIC, TYPED_BODY_VERSION, TypedBody, TypedBodyError,
+    decode_typed_body, is_typed_body, wrap_typed_body,
+};
