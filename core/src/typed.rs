@@ -1,4 +1,5 @@
-//! Typed queues: bodies encoded from and decoded to a Rust type with serde.
+//! Typed queues: bodies encoded from and decoded to a Rust type with serde, in the typed-body
+//! envelope (`typed_body.rs`, docs/typed-bodies.md).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -8,7 +9,6 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::body_codec as codec;
 use crate::error::{Error, Result};
 use crate::message::REASON_DECODE_FAILED;
 use crate::message::{Envelope, Message, MessageId};
@@ -16,10 +16,13 @@ use crate::processor::{Processor, ProcessorBuilder};
 use crate::queue::Queue;
 use crate::received::{Received, SettleError};
 use crate::tx::Transaction;
+use crate::typed_body::{Bincode, BodyCodec, Json, decode_typed_body};
 
 impl Queue {
-    /// A typed view of this queue: values of `T` are sent and received, encoded with the
-    /// crate's one binary codec (bincode 2). The queue stays an ordinary queue underneath.
+    /// A typed view of this queue: values of `T` are sent and received, encoded with bincode 2
+    /// in the typed-body envelope (codec 2, readable by Rust only; see [`Queue::typed_json`]
+    /// for bodies that C and Python programs read too). The queue stays an ordinary queue
+    /// underneath.
     ///
     /// ```
     /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
@@ -35,6 +38,32 @@ impl Queue {
     /// # Ok::<(), postbox::Error>(())
     /// ```
     pub fn typed<T: Serialize + DeserializeOwned>(&self) -> TypedQueue<T> {
+        self.typed_with::<T, Bincode>()
+    }
+
+    /// A typed view whose sends are JSON in the typed-body envelope (codec 1), which the C
+    /// API (`postbox_message_typed_body`) and Python (`postbox.TypedQueue`) read: a Rust
+    /// producer and a consumer in another language agree on the bytes. Receives decode JSON
+    /// and bincode bodies alike.
+    ///
+    /// ```
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { id: u64, item: String }
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// let orders = store.queue("orders")?.typed_json::<Order>();
+    /// orders.send(&Order { id: 42, item: "tea".into() })?;
+    /// let raw = orders.queue().peek()?.unwrap();
+    /// assert_eq!(raw.body(), b"\xFFPBT\x01\x01{\"id\":42,\"item\":\"tea\"}");
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    pub fn typed_json<T: Serialize + DeserializeOwned>(&self) -> TypedQueue<T, Json> {
+        self.typed_with::<T, Json>()
+    }
+
+    /// A typed view whose sends use codec `C` ([`Bincode`] or [`Json`]).
+    pub fn typed_with<T: Serialize + DeserializeOwned, C: BodyCodec>(&self) -> TypedQueue<T, C> {
         TypedQueue {
             queue: self.clone(),
             _type: PhantomData,
@@ -42,14 +71,16 @@ impl Queue {
     }
 }
 
-/// A queue whose bodies are values of `T`; see [`Queue::typed`]. Cheap to clone,
+/// A queue whose bodies are values of `T`, sent with codec `C` (see [`Queue::typed`] and
+/// [`Queue::typed_json`]). Receives decode any body Rust can read, whatever `C` is: JSON and
+/// bincode envelopes, and bincode bodies written before the envelope existed. Cheap to clone,
 /// `Send + Sync` whatever `T` is.
-pub struct TypedQueue<T> {
+pub struct TypedQueue<T, C = Bincode> {
     queue: Queue,
-    _type: PhantomData<fn() -> T>,
+    _type: PhantomData<fn() -> (T, C)>,
 }
 
-impl<T> Clone for TypedQueue<T> {
+impl<T, C> Clone for TypedQueue<T, C> {
     fn clone(&self) -> Self {
         TypedQueue {
             queue: self.queue.clone(),
@@ -58,16 +89,17 @@ impl<T> Clone for TypedQueue<T> {
     }
 }
 
-impl<T> fmt::Debug for TypedQueue<T> {
+impl<T, C: BodyCodec> fmt::Debug for TypedQueue<T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TypedQueue")
             .field("queue", &self.queue.name())
             .field("type", &std::any::type_name::<T>())
+            .field("codec", &C::ID)
             .finish()
     }
 }
 
-impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
+impl<T: Serialize + DeserializeOwned, C: BodyCodec> TypedQueue<T, C> {
     /// The untyped queue underneath.
     pub fn queue(&self) -> &Queue {
         &self.queue
@@ -87,10 +119,10 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Codec`] when `value` cannot be encoded (e.g. a map with non-string keys is
-    /// fine, but a serializer error from a custom `Serialize` is reported here).
+    /// [`Error::Codec`] when `value` cannot be encoded: a serializer error from a custom
+    /// `Serialize`, or for JSON a map whose keys are neither strings nor numbers.
     pub fn message(&self, value: &T) -> Result<Message> {
-        Ok(Message::new(codec::encode(value)?))
+        Ok(Message::new(C::encode_body(value)?))
     }
 
     /// Sends `value`; returns its id once it is durable.
@@ -140,7 +172,8 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
 
     /// Locks the next message, waiting up to `timeout`, and decodes its body.
     ///
-    /// A body that does not decode as `T` never will, so instead of returning to the queue for
+    /// Bodies are decoded as [`decode_typed_body`](crate::decode_typed_body) says, whatever
+    /// codec this view sends with. A body that does not decode as `T` never will, so instead of returning to the queue for
     /// futile retries the message is moved to the dead-letter queue with reason `DecodeFailed`
     /// and the codec error as description, and this call fails with [`Error::Codec`].
     ///
@@ -162,7 +195,7 @@ impl<T: Serialize + DeserializeOwned> TypedQueue<T> {
 }
 
 fn decode_received<T: DeserializeOwned>(received: Received) -> Result<TypedReceived<T>> {
-    match codec::decode(received.body()) {
+    match decode_typed_body(received.body()) {
         Ok(value) => Ok(TypedReceived { received, value }),
         Err(e) => {
             let text = e.to_string();

@@ -282,13 +282,15 @@ impl Delivery {
         to_system_time(self.track.locked_until.load(Ordering::Acquire))
     }
 
-    /// Decodes the body written by a [`TypedQueue`](crate::TypedQueue).
+    /// Decodes the body written by a [`TypedQueue`](crate::TypedQueue), as
+    /// [`decode_typed_body`](crate::decode_typed_body) does (JSON or bincode envelopes, legacy
+    /// bincode bodies).
     ///
     /// # Errors
     ///
     /// [`Error::Codec`] when the body is not a valid encoding of `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
-        crate::body_codec::decode(self.envelope.body())
+        crate::typed_body::decode_typed_body(self.envelope.body())
     }
 
     /// Asks the processor to move the message to the dead-letter queue when the handler
