@@ -114,6 +114,10 @@ pub enum Error {
     /// No message of this id exists in the queue.
     #[error("message {0} does not exist")]
     MessageNotFound(MessageId),
+    /// No job of this id exists (it was deleted, or never created here). Kind
+    /// [`ErrorKind::NotFound`].
+    #[error("job {0} does not exist")]
+    JobNotFound(u64),
     /// An argument was rejected.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -182,7 +186,7 @@ impl Error {
             Error::QueueFull { .. } => ErrorKind::QueueFull,
             Error::MessageTooLarge { .. } => ErrorKind::TooLarge,
             Error::QueueNotFound(_) => ErrorKind::QueueNotFound,
-            Error::MessageNotFound(_) => ErrorKind::NotFound,
+            Error::MessageNotFound(_) | Error::JobNotFound(_) => ErrorKind::NotFound,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Corrupted(_) => ErrorKind::Corrupted,
             Error::NotAStore(_) => ErrorKind::NotAStore,
@@ -238,6 +242,7 @@ impl Error {
             },
             Error::QueueNotFound(q) => Error::QueueNotFound(q.clone()),
             Error::MessageNotFound(id) => Error::MessageNotFound(*id),
+            Error::JobNotFound(id) => Error::JobNotFound(*id),
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             Error::Corrupted(m) => Error::Corrupted(m.clone()),
             Error::NotAStore(m) => Error::NotAStore(m.clone()),

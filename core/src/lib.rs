@@ -104,6 +104,7 @@
 // Library code never prints: it returns errors and emits `tracing` events.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
+mod app_table;
 #[doc(hidden)]
 pub mod binding;
 mod body_codec;
@@ -112,6 +113,7 @@ mod collator;
 mod engine;
 mod error;
 mod filter;
+mod job;
 mod message;
 mod options;
 mod processor;
@@ -123,15 +125,18 @@ mod topic;
 mod tx;
 mod typed;
 
+pub use app_table::{Table, TxTable};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use collator::{Collated, Collator, SeriesGap};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CorrelationFilter, Filter};
+pub use job::{Job, JobOptions, JobProgress, PieceState};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
-    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, SERIES_LAST_PROPERTY,
-    SERIES_LENGTH_PROPERTY,
+    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, RECEIPT_AT, RECEIPT_LABEL,
+    RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME, RECEIPT_QUEUE, RECEIPT_REASON, SERIES_LAST_PROPERTY,
+    SERIES_LENGTH_PROPERTY, Sent,
 };
 pub use options::{Durability, QueueOptions};
 pub use processor::{
@@ -141,7 +146,7 @@ pub use processor::{
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
 pub use session::Session;
-pub use store::{Store, StoreBuilder, StoreStats};
+pub use store::{QueueInfo, Store, StoreBuilder, StoreStats};
 pub use topic::{Topic, TopicStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};

@@ -134,6 +134,26 @@ pub struct Message {
     pub(crate) priority: u8,
     pub(crate) visibility: Visibility,
     pub(crate) expiry: Expiry,
+    /// What the engine attaches to a send beyond the message itself (a job, a reserved id).
+    pub(crate) tags: SendTags,
+}
+
+/// What became of one message of a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sent {
+    /// The message's id; for a duplicate, the id of the message first sent with its key.
+    pub id: MessageId,
+    /// The queue's dedup window already held the message's `message_key`: nothing was stored.
+    pub duplicate: bool,
+}
+
+/// Engine-side attachments of a message being sent; not part of what is stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SendTags {
+    /// The job this message is a piece of.
+    pub job: Option<u64>,
+    /// The id a transaction reserved for it when it was sent.
+    pub reserved_id: Option<u64>,
 }
 
 /// The optional, variable-length properties shared by [`Message`] and [`Envelope`].
@@ -218,6 +238,7 @@ impl Message {
             priority: DEFAULT_PRIORITY,
             visibility: Visibility::Now,
             expiry: Expiry::QueueDefault,
+            tags: SendTags::default(),
         }
     }
 
@@ -387,6 +408,23 @@ pub const REASON_MAX_DELIVERIES: &str = "MaxDeliveryCountExceeded";
 /// Reason given to a message whose body a typed queue or typed processor could not decode.
 pub const REASON_DECODE_FAILED: &str = "DecodeFailed";
 
+/// The label of a receipt posted by a queue with
+/// [`receipts_to`](crate::QueueOptions::receipts_to). A receipt has an empty body, the settled
+/// message's id (in decimal) as its correlation id, and the string properties
+/// [`RECEIPT_MESSAGE_ID`], [`RECEIPT_QUEUE`], [`RECEIPT_OUTCOME`], [`RECEIPT_AT`] and, for a dead
+/// letter, [`RECEIPT_REASON`].
+pub const RECEIPT_LABEL: &str = "receipt";
+/// Receipt property: the settled message's id, in decimal.
+pub const RECEIPT_MESSAGE_ID: &str = "message_id";
+/// Receipt property: the queue the message was settled in.
+pub const RECEIPT_QUEUE: &str = "queue";
+/// Receipt property: `"completed"` or `"dead-lettered"`.
+pub const RECEIPT_OUTCOME: &str = "outcome";
+/// Receipt property: when it was settled, in milliseconds since the Unix epoch (decimal).
+pub const RECEIPT_AT: &str = "at";
+/// Receipt property of a dead letter: its dead-letter reason.
+pub const RECEIPT_REASON: &str = "reason";
+
 /// A stored message as read back by `peek`, `browse`, `get` or `receive`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {
@@ -490,6 +528,7 @@ impl Envelope {
                 Some(at) => Expiry::At(at),
                 None => Expiry::QueueDefault,
             },
+            tags: SendTags::default(),
         }
     }
 }

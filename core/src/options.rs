@@ -115,6 +115,14 @@ pub struct QueueOptions {
     /// Completed messages are kept in the queue's journal ([`Queue::journal`](crate::Queue::journal)),
     /// at most this many (the oldest dropped first); MSMQ's journal queue.
     pub journal: Option<u64>,
+    /// The queue, its dead-letter queue and its messages are deleted after this long without
+    /// activity (a send, receive, settle or lock renewal); a queue holding locked messages is
+    /// never idle (Service Bus's `AutoDeleteOnIdle`). Checked at most once a second.
+    pub auto_delete_on_idle: Option<Duration>,
+    /// A receipt is posted to this queue, in the same commit, whenever a message of this queue
+    /// is completed or dead-lettered: an empty-bodied message labelled `"receipt"` whose
+    /// properties say what happened (see [`RECEIPT_LABEL`](crate::RECEIPT_LABEL)).
+    pub receipts_to: Option<String>,
     /// The options named by builder methods (bit per [`Opt`]).
     mentioned: u16,
 }
@@ -133,6 +141,8 @@ enum Opt {
     ForwardTo = 256,
     ForwardDeadLettersTo = 512,
     Journal = 1024,
+    AutoDeleteOnIdle = 2048,
+    ReceiptsTo = 4096,
 }
 
 impl PartialEq for QueueOptions {
@@ -149,6 +159,8 @@ impl PartialEq for QueueOptions {
             && self.forward_to == o.forward_to
             && self.forward_dead_letters_to == o.forward_dead_letters_to
             && self.journal == o.journal
+            && self.auto_delete_on_idle == o.auto_delete_on_idle
+            && self.receipts_to == o.receipts_to
     }
 }
 
@@ -168,6 +180,8 @@ impl Default for QueueOptions {
             forward_to: None,
             forward_dead_letters_to: None,
             journal: None,
+            auto_delete_on_idle: None,
+            receipts_to: None,
             mentioned: 0,
         }
     }
@@ -264,6 +278,26 @@ impl QueueOptions {
         self.journal = None;
         self.mention(Opt::Journal)
     }
+    /// Deletes the queue after `idle` without activity (see the field).
+    pub fn auto_delete_on_idle(mut self, idle: Duration) -> Self {
+        self.auto_delete_on_idle = Some(idle);
+        self.mention(Opt::AutoDeleteOnIdle)
+    }
+    /// Clears `auto_delete_on_idle`: the queue stays until deleted.
+    pub fn no_auto_delete_on_idle(mut self) -> Self {
+        self.auto_delete_on_idle = None;
+        self.mention(Opt::AutoDeleteOnIdle)
+    }
+    /// Posts a receipt to queue `name` for every message completed or dead-lettered here.
+    pub fn receipts_to(mut self, name: impl Into<String>) -> Self {
+        self.receipts_to = Some(name.into());
+        self.mention(Opt::ReceiptsTo)
+    }
+    /// Stops posting receipts.
+    pub fn no_receipts_to(mut self) -> Self {
+        self.receipts_to = None;
+        self.mention(Opt::ReceiptsTo)
+    }
     /// Sets `requires_session` (only when the queue is created: it cannot change later).
     pub fn requires_session(mut self, on: bool) -> Self {
         self.requires_session = on;
@@ -319,6 +353,15 @@ impl QueueOptions {
         if take(Opt::Journal, self.journal != d.journal) {
             out.journal = self.journal;
         }
+        if take(
+            Opt::AutoDeleteOnIdle,
+            self.auto_delete_on_idle != d.auto_delete_on_idle,
+        ) {
+            out.auto_delete_on_idle = self.auto_delete_on_idle;
+        }
+        if take(Opt::ReceiptsTo, self.receipts_to != d.receipts_to) {
+            out.receipts_to.clone_from(&self.receipts_to);
+        }
         out
     }
 }
@@ -339,6 +382,8 @@ pub(crate) struct QueueSettings {
     pub forward_to: Option<String>,
     pub forward_dead_letters_to: Option<String>,
     pub journal: Option<u64>,
+    pub auto_delete_on_idle: Option<Duration>,
+    pub receipts_to: Option<String>,
 }
 
 impl Default for QueueSettings {
@@ -356,6 +401,8 @@ impl Default for QueueSettings {
             forward_to: d.forward_to,
             forward_dead_letters_to: d.forward_dead_letters_to,
             journal: d.journal,
+            auto_delete_on_idle: d.auto_delete_on_idle,
+            receipts_to: d.receipts_to,
         }
     }
 }
@@ -374,6 +421,8 @@ impl From<&QueueSettings> for QueueOptions {
             forward_to: s.forward_to.clone(),
             forward_dead_letters_to: s.forward_dead_letters_to.clone(),
             journal: s.journal,
+            auto_delete_on_idle: s.auto_delete_on_idle,
+            receipts_to: s.receipts_to.clone(),
             mentioned: 0,
         }
     }
@@ -405,9 +454,10 @@ impl QueueSettings {
         }
         if self.default_ttl.is_some_and(|d| d.is_zero())
             || self.dedup_window.is_some_and(|d| d.is_zero())
+            || self.auto_delete_on_idle.is_some_and(|d| d.is_zero())
         {
             return Err(Error::invalid(
-                "default_ttl and dedup_window must be positive",
+                "default_ttl, dedup_window and auto_delete_on_idle must be positive",
             ));
         }
         Ok(())

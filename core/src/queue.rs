@@ -8,7 +8,7 @@ use crate::engine::{DEAD_LETTER_SUFFIX, Locked, Select, dead_letter_name, journa
 use crate::engine::{Engine, HeldLock};
 use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, Message, MessageId};
+use crate::message::{Envelope, Message, MessageId, Sent};
 use crate::options::QueueOptions;
 use crate::received::Received;
 
@@ -113,6 +113,91 @@ impl Queue {
         let mut ids = self.engine.call(move |b| b.send(q, &name, vec![m]))?;
         ids.pop()
             .ok_or_else(|| Error::Panic("send returned no id".into()))
+    }
+
+    /// [`Queue::send`], saying whether the message was a duplicate: its `message_key` was in
+    /// the queue's dedup window, so nothing was stored and the id is the first message's.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::send`].
+    pub fn send_checked(&self, message: impl Into<Message>) -> Result<Sent> {
+        let mut v = self.send_batch_checked([message.into()])?;
+        v.pop()
+            .ok_or_else(|| Error::Panic("send returned no id".into()))
+    }
+
+    /// [`Queue::send_batch`], saying of each message whether it was a duplicate.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::send`].
+    pub fn send_batch_checked<I>(&self, messages: I) -> Result<Vec<Sent>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Message>,
+    {
+        let msgs: Vec<Message> = messages.into_iter().map(Into::into).collect();
+        for m in &msgs {
+            m.validate()?;
+        }
+        let (q, name) = (self.id, self.name.to_string());
+        let mut out = self
+            .engine
+            .call(move |b| b.send_many_detailed(vec![(q, name, msgs)]))?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Sends `message` as a request and waits up to `timeout` for its reply: the message goes
+    /// out with `reply_to` set to this store handle's reply queue (a temporary queue, created on
+    /// first use) and a fresh correlation id (unless it has one), and the first message on the
+    /// reply queue with that correlation id is received, completed and returned. Replies to
+    /// other requests, from any thread, stay for their own requesters. `None` when no reply
+    /// came in time (a late reply waits in the reply queue until the store closes).
+    ///
+    /// The responder answers with [`Received::reply`], which sets the correlation id.
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::send`] and [`Queue::receive`].
+    pub fn request(
+        &self,
+        message: impl Into<Message>,
+        timeout: Duration,
+    ) -> Result<Option<Envelope>> {
+        let deadline = Instant::now().checked_add(timeout);
+        let replies = self.engine.reply_queue()?;
+        let mut m = message.into();
+        let correlation = match m.props.correlation_id.clone() {
+            Some(c) => c,
+            None => {
+                let c = format!(
+                    "request-{}-{}",
+                    self.engine.owner,
+                    self.engine.reserve_id()?
+                );
+                m.props.correlation_id = Some(c.clone());
+                c
+            }
+        };
+        m.props.reply_to = Some(replies.1.clone());
+        self.send(m)?;
+        let got = self.engine.receive_selected(
+            replies.0,
+            &replies.1,
+            Select::CorrelationId(correlation),
+            deadline,
+        )?;
+        match got {
+            None => Ok(None),
+            Some(l) => {
+                let r = self.wrap(l);
+                let env = r.envelope.clone();
+                r.complete()
+                    .map_err(crate::received::SettleError::into_error)?;
+                Ok(Some(env))
+            }
+        }
     }
 
     /// Sends several messages atomically (all or none, one commit); returns their ids in order.

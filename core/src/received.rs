@@ -8,7 +8,7 @@ use crate::clock::{duration_ms, to_system_time};
 use crate::engine::{Engine, HeldLock};
 use crate::engine::{Locked, Settle};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, MessageId};
+use crate::message::{Envelope, Message, MessageId};
 
 /// A received message, locked for this receiver until it is settled or its lock expires.
 ///
@@ -180,6 +180,90 @@ impl Received {
         let until = self.engine.call(move |b| b.renew(id, token))?;
         self.locked_until = until;
         Ok(to_system_time(until))
+    }
+
+    /// Answers the message and completes it, in one commit: `reply` goes to the queue named by
+    /// the message's `reply_to`, with its correlation id set to the message's correlation id
+    /// (or, if it has none, to its id in decimal) — what [`Queue::request`] waits for. Returns
+    /// the reply's id.
+    ///
+    /// [`Queue::request`]: crate::Queue::request
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the message has no `reply_to`;
+    /// [`Error::QueueNotFound`] when that queue does not exist (any more); [`Error::LockLost`].
+    /// Nothing is sent unless the completion commits; errors give the message back.
+    pub fn reply(mut self, reply: impl Into<Message>) -> Result<MessageId, SettleError> {
+        let Some(to) = self.envelope.reply_to().map(str::to_owned) else {
+            return Err(SettleError {
+                error: Error::invalid("the message has no reply_to queue to answer"),
+                message: Box::new(self),
+            });
+        };
+        let mut m = reply.into();
+        let correlation = self
+            .envelope
+            .correlation_id()
+            .map_or_else(|| self.envelope.id.0.to_string(), str::to_owned);
+        m.props.correlation_id = Some(correlation);
+        if let Err(error) = m.validate() {
+            return Err(SettleError {
+                error,
+                message: Box::new(self),
+            });
+        }
+        let l = HeldLock {
+            id: self.envelope.id.0,
+            token: self.token,
+        };
+        match self.engine.reply(l, to, m) {
+            Ok(id) => {
+                self.settled = true;
+                Ok(id)
+            }
+            Err(error) => {
+                self.settled = error.is_lock_lost();
+                Err(SettleError {
+                    error,
+                    message: Box::new(self),
+                })
+            }
+        }
+    }
+
+    /// Records progress keys on the message (work items done: "recipient 17 notified"), so that
+    /// a redelivery after an abandon, a lock expiry or a crash can skip them; renews the lock in
+    /// the same commit. Returns the new lock expiry. The keys go with the message when it is
+    /// completed or removed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`]; [`Error::InvalidArgument`] for a key that is empty or over 1 KiB.
+    pub fn mark_done<I>(&mut self, keys: I) -> Result<SystemTime>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        let (id, token) = (self.envelope.id.0, self.token);
+        let until = self.engine.call(move |b| b.mark_done(id, token, &keys))?;
+        self.locked_until = until;
+        Ok(to_system_time(until))
+    }
+
+    /// The progress keys recorded on this message by [`Received::mark_done`], in this delivery
+    /// or earlier ones, read in one lookup.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors.
+    pub fn done_keys(&self) -> Result<std::collections::BTreeSet<String>> {
+        let id = self.envelope.id.0;
+        let keys = self
+            .engine
+            .read(|t| crate::engine::queries::checkpoints(t, id))?;
+        Ok(keys.into_iter().collect())
     }
 
     /// The id of the message.

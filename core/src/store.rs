@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::app_table::Table;
 use crate::clock::Clock;
 use crate::collator::Collator;
 use crate::engine::Engine;
 use crate::engine::queries as read;
 use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
+use crate::job::{Job, JobOptions};
 use crate::options::{Durability, EngineConfig, QueueOptions, QueueSettings};
 use crate::queue::Queue;
 use crate::topic::Topic;
@@ -94,10 +96,13 @@ impl StoreBuilder {
     /// [`Error::Config`] for contradictory options, [`Error::Io`] for the operating system's
     /// refusals (missing directory, permissions).
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store> {
-        let engine = Engine::open(path.as_ref(), &self.config)?;
-        Ok(Store {
-            engine: Arc::new(engine),
-        })
+        let engine = Arc::new(Engine::open(path.as_ref(), &self.config)?);
+        // Queues that delete themselves when idle need someone watching the clock.
+        let now = engine.clock.now_ms();
+        if engine.read(|t| read::idle_due(t, now))?.1 {
+            engine.ensure_janitor();
+        }
+        Ok(Store { engine })
     }
 }
 
@@ -109,6 +114,21 @@ pub struct StoreStats {
     pub commits: u64,
     /// Operations (sends, receives, settles, …) that went through those commits.
     pub operations: u64,
+}
+
+/// A queue as [`Store::queue_infos`] lists it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: String,
+    /// Its stored options.
+    pub options: QueueOptions,
+    /// Created by [`Store::temporary_queue`]: it goes with its process.
+    pub temporary: bool,
+    /// When it last saw a send, receive, settle or lock renewal (recorded to the second), if
+    /// ever since the store was written by a version that records it.
+    pub last_activity: Option<std::time::SystemTime>,
 }
 
 /// A postbox store: one file, many queues.
@@ -282,6 +302,93 @@ impl Store {
         self.engine.read(read::list_topics)
     }
 
+    /// Creates a temporary queue: it belongs to this store handle's process and is deleted,
+    /// with its messages, when the store is closed, when the process dies (noticed by the next
+    /// process that opens the store, or by a shared store's next writer), or when the store is
+    /// next opened in single-process mode. Its name (`$temporary/…`) is unique and may be given
+    /// out as a `reply_to`. Used by [`Queue::request`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for invalid options (a temporary queue cannot require
+    /// sessions or keep a journal); storage errors.
+    pub fn temporary_queue(&self, options: Option<QueueOptions>) -> Result<Queue> {
+        if let Some(o) = &options {
+            o.apply_to(&QueueSettings::default()).validate()?;
+        }
+        let owner = self.engine.owner;
+        let (name, rec) = self
+            .engine
+            .call(move |b| b.create_temporary_queue(owner, options.as_ref()))?;
+        if rec.options.auto_delete_on_idle.is_some() {
+            self.engine.ensure_janitor();
+        }
+        Ok(Queue::new(self.engine.clone(), &name, rec))
+    }
+
+    /// Creates a job (see [`Job`]).
+    ///
+    /// # Errors
+    ///
+    /// For a continuation: [`Error::QueueNotFound`], [`Error::MessageTooLarge`],
+    /// [`Error::InvalidArgument`]; storage errors.
+    pub fn create_job(&self, options: JobOptions) -> Result<Job> {
+        Job::create(&self.engine, options)
+    }
+
+    /// Opens job `id`, created by [`Store::create_job`] in this or another process.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::JobNotFound`]; storage errors.
+    pub fn job(&self, id: u64) -> Result<Job> {
+        self.engine
+            .read(|t| read::job(t, id))?
+            .ok_or(Error::JobNotFound(id))?;
+        Ok(Job {
+            engine: self.engine.clone(),
+            id,
+        })
+    }
+
+    /// Application table `name` (see [`Table`]); it exists once a row is written to it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a name that is empty or over 1 KiB; [`Error::Closed`].
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.engine.check_open()?;
+        crate::engine::validate_app_key(name, b"")?;
+        Ok(Table {
+            engine: self.engine.clone(),
+            name: name.into(),
+        })
+    }
+
+    /// Every queue (as [`Store::queues`] lists them) with its options, whether it is
+    /// temporary, and its last activity, read from one snapshot.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors only.
+    pub fn queue_infos(&self) -> Result<Vec<QueueInfo>> {
+        self.engine.read(|t| {
+            read::queue_records(t)?
+                .into_iter()
+                .map(|(name, rec)| {
+                    let c = read::counts(t, rec.id)?;
+                    Ok(QueueInfo {
+                        options: QueueOptions::from(&rec.options),
+                        temporary: rec.temporary_owner != 0,
+                        last_activity: (c.last_activity != 0)
+                            .then(|| crate::clock::to_system_time(c.last_activity)),
+                        name,
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn open_or_create(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
         validate_queue_name(name)?;
         if let Some(rec) = self.engine.read(|t| read::queue_by_name(t, name))?
@@ -308,6 +415,9 @@ impl Store {
                     .call(move |b| b.open_queue(&owned, options.as_ref()))?
             }
         };
+        if rec.options.auto_delete_on_idle.is_some() {
+            self.engine.ensure_janitor();
+        }
         Ok(Queue::new(self.engine.clone(), name, rec))
     }
 

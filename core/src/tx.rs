@@ -3,12 +3,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::app_table::{PendingRows, TxTable};
 use crate::clock::to_system_time;
 use crate::engine::queries as read;
-use crate::engine::{Batch, Locked, Select, validate_message};
+use crate::engine::{Batch, Locked, Select, validate_app_key, validate_message};
 use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, Message, MessageId};
+use crate::job::Job;
+use crate::message::{Envelope, Message, MessageId, Sent};
 use crate::queue::Queue;
 use crate::received::Received;
 use crate::session::Session;
@@ -56,6 +58,8 @@ pub struct Transaction {
     publishes: Vec<SendGroup>,
     /// Session states to set at commit.
     session_states: Vec<SessionState>,
+    /// Application table rows to write at commit.
+    rows: PendingRows,
     finished: bool,
 }
 
@@ -68,6 +72,7 @@ impl Transaction {
             sends: Vec::new(),
             publishes: Vec::new(),
             session_states: Vec::new(),
+            rows: PendingRows::new(),
             finished: false,
         }
     }
@@ -213,16 +218,52 @@ impl Transaction {
         Ok(())
     }
 
-    /// Sends `message` to `queue` when the transaction commits.
+    /// Sends `message` to `queue` when the transaction commits; returns the id it will have.
+    ///
+    /// The id is reserved now, so it can go into an application row or another message of the
+    /// same transaction; the message takes its place in its queue by that id (the order of the
+    /// sends, not of the commits). If the transaction aborts, the id is never used.
     ///
     /// # Errors
     ///
     /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) (against the queue's current
     /// options), [`Error::InvalidArgument`](crate::Error::InvalidArgument),
     /// [`Error::QueueNotFound`] and [`Error::Closed`] at once; quota errors at commit.
-    pub fn send(&mut self, queue: &Queue, message: impl Into<Message>) -> Result<()> {
+    pub fn send(&mut self, queue: &Queue, message: impl Into<Message>) -> Result<MessageId> {
+        Ok(self.send_checked(queue, message)?.id)
+    }
+
+    /// [`Transaction::send`], saying whether the message is a duplicate: its `message_key` is
+    /// in the queue's dedup window now (or was sent earlier in this transaction), so nothing
+    /// will be stored and the id is the original message's. The window is checked again at
+    /// commit: a message whose key another sender stores in between is dropped then as a
+    /// duplicate, and its reserved id stays unused.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::send`].
+    pub fn send_checked(&mut self, queue: &Queue, message: impl Into<Message>) -> Result<Sent> {
+        self.enqueue(queue, message.into(), None)
+    }
+
+    /// Sends `message` to `queue` as a piece of `job` when the transaction commits (see
+    /// [`Job::send`]); returns the id it will have.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::send`]; a deleted or sealed job fails the commit.
+    pub fn send_piece(
+        &mut self,
+        job: &Job,
+        queue: &Queue,
+        message: impl Into<Message>,
+    ) -> Result<MessageId> {
+        job.check_queue(queue)?;
+        Ok(self.enqueue(queue, message.into(), Some(job.id))?.id)
+    }
+
+    fn enqueue(&mut self, queue: &Queue, mut m: Message, job: Option<u64>) -> Result<Sent> {
         self.same_store(queue)?;
-        let m = message.into();
         m.validate()?;
         let (q, name) = (queue.id, queue.name.clone());
         let rec = self
@@ -230,11 +271,71 @@ impl Transaction {
             .read(|t| read::queue_by_id(t, q))?
             .ok_or_else(|| Error::QueueNotFound(name.to_string()))?;
         validate_message(&m, rec.options.max_message_size)?;
-        match self.sends.iter_mut().find(|(q, _, _)| *q == queue.id) {
-            Some((_, _, v)) => v.push(m),
-            None => self.sends.push((queue.id, queue.name.to_string(), vec![m])),
+        if let (Some(key), Some(_)) = (m.props.message_key.as_deref(), rec.options.dedup_window) {
+            let earlier = self
+                .sends
+                .iter()
+                .filter(|g| g.0 == q)
+                .flat_map(|g| &g.2)
+                .find(|o| o.props.message_key.as_deref() == Some(key));
+            if let Some(o) = earlier {
+                let id = o.tags.reserved_id.unwrap_or_default();
+                return Ok(Sent {
+                    id: MessageId(id),
+                    duplicate: true,
+                });
+            }
+            let now = self.engine.clock.now_ms();
+            if let Some(id) = self.engine.read(|t| read::dedup_lookup(t, q, key, now))? {
+                return Ok(Sent {
+                    id: MessageId(id),
+                    duplicate: true,
+                });
+            }
         }
-        Ok(())
+        let id = self.engine.reserve_id()?;
+        m.tags.reserved_id = Some(id);
+        m.tags.job = job;
+        match self.sends.iter_mut().find(|(g, _, _)| *g == q) {
+            Some((_, _, v)) => v.push(m),
+            None => self.sends.push((q, queue.name.to_string(), vec![m])),
+        }
+        Ok(Sent {
+            id: MessageId(id),
+            duplicate: false,
+        })
+    }
+
+    /// Application table `name` seen through this transaction: its writes commit with the
+    /// transaction's receives and sends, or not at all (see [`TxTable`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// let shipping = store.queue("shipping")?;
+    /// let mut tx = store.begin();
+    /// tx.table("orders")?.put(b"42", b"paid")?;
+    /// tx.send(&shipping, "ship order 42")?;
+    /// tx.commit()?; // the row and the message, or neither
+    /// assert_eq!(store.table("orders")?.get(b"42")?, Some(b"paid".to_vec()));
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a finished transaction or a name that is empty or over
+    /// 1 KiB.
+    pub fn table(&mut self, name: &str) -> Result<TxTable<'_>> {
+        if self.finished {
+            return Err(Error::invalid("the transaction has already finished"));
+        }
+        self.engine.check_open()?;
+        validate_app_key(name, b"")?;
+        Ok(TxTable {
+            engine: &self.engine,
+            name: name.to_owned(),
+            pending: &mut self.rows,
+        })
     }
 
     /// Publishes `message` to `topic` when the transaction commits: it reaches the
@@ -304,6 +405,7 @@ impl Transaction {
     /// Whether the transaction has done nothing yet.
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty()
+            && self.rows.is_empty()
             && self.sends.is_empty()
             && self.publishes.is_empty()
             && self.session_states.is_empty()
@@ -323,12 +425,18 @@ impl Transaction {
         let sends = std::mem::take(&mut self.sends);
         let publishes = std::mem::take(&mut self.publishes);
         let states = std::mem::take(&mut self.session_states);
-        if locks.is_empty() && sends.is_empty() && publishes.is_empty() && states.is_empty() {
+        let rows = std::mem::take(&mut self.rows);
+        if locks.is_empty()
+            && sends.is_empty()
+            && publishes.is_empty()
+            && states.is_empty()
+            && rows.is_empty()
+        {
             return self.engine.check_open();
         }
         let result = self.engine.call({
             let locks = locks.clone();
-            move |b| apply_commit(b, &locks, sends, publishes, states)
+            move |b| apply_commit(b, &locks, sends, publishes, states, rows)
         });
         if result.is_err() {
             let _ = self.engine.abandon_all(locks);
@@ -349,10 +457,11 @@ impl Transaction {
         let sends = std::mem::take(&mut self.sends);
         let publishes = std::mem::take(&mut self.publishes);
         let states = std::mem::take(&mut self.session_states);
+        let rows = std::mem::take(&mut self.rows);
         let (committed, got) = self.engine.then_receive(
             {
                 let locks = locks.clone();
-                move |b| apply_commit(b, &locks, sends, publishes, states)
+                move |b| apply_commit(b, &locks, sends, publishes, states, rows)
             },
             queue.id,
             &queue.name,
@@ -384,10 +493,13 @@ fn apply_commit(
     sends: Vec<SendGroup>,
     publishes: Vec<SendGroup>,
     states: Vec<SessionState>,
+    rows: PendingRows,
 ) -> Result<()> {
     for l in locks {
         b.check_lock(l.id, l.token)?;
     }
+    let rows: Vec<_> = rows.into_iter().map(|((t, k), w)| (t, k, w)).collect();
+    b.write_rows(&rows)?;
     b.send_many(sends)?;
     for (topic, name, msgs) in publishes {
         b.publish(topic, &name, msgs)?;

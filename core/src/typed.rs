@@ -152,12 +152,12 @@ impl<T: Serialize + DeserializeOwned, C: BodyCodec> TypedQueue<T, C> {
         self.queue.send_batch(msgs)
     }
 
-    /// Sends `value` when `tx` commits.
+    /// Sends `value` when `tx` commits; returns the id it will have.
     ///
     /// # Errors
     ///
     /// [`Error::Codec`] when `value` cannot be encoded; otherwise as [`Transaction::send`].
-    pub fn send_in(&self, tx: &mut Transaction, value: &T) -> Result<()> {
+    pub fn send_in(&self, tx: &mut Transaction, value: &T) -> Result<MessageId> {
         tx.send(&self.queue, self.message(value)?)
     }
 

@@ -373,6 +373,7 @@ pub fn decode_held(series: &str, seq: u64, buf: &[u8]) -> DecodeResult<Message> 
         priority,
         visibility,
         expiry,
+        tags: Default::default(),
     })
 }
 
@@ -410,6 +411,8 @@ pub struct QueueRecord {
     pub subscription: Option<Subscription>,
     /// The queue's journal queue, once journaling was turned on (0: none).
     pub journal: u32,
+    /// The owner (process registration) a temporary queue belongs to (0: not temporary).
+    pub temporary_owner: u64,
 }
 
 /// Extension fields of a queue record: after the fixed fields, each is `tag, length, payload`,
@@ -425,6 +428,12 @@ const EXT_FORWARD_DEAD_LETTERS_TO: u64 = 4;
 const EXT_JOURNAL: u64 = 5;
 /// Tag 6: the id of the queue's journal queue (varint).
 const EXT_JOURNAL_QUEUE: u64 = 6;
+/// Tag 7: a temporary queue's owner (varint): it goes when that owner closes or dies.
+const EXT_TEMPORARY_OWNER: u64 = 7;
+/// Tag 8: `auto_delete_on_idle` (varint ms).
+const EXT_AUTO_DELETE: u64 = 8;
+/// Tag 9: `receipts_to` (the receipt queue's name).
+const EXT_RECEIPTS_TO: u64 = 9;
 
 fn encode_filter(w: &mut Writer, f: &Filter) {
     match f {
@@ -527,6 +536,7 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
     for (tag, name) in [
         (EXT_FORWARD_TO, &o.forward_to),
         (EXT_FORWARD_DEAD_LETTERS_TO, &o.forward_dead_letters_to),
+        (EXT_RECEIPTS_TO, &o.receipts_to),
     ] {
         if let Some(name) = name {
             w.varint(tag);
@@ -539,6 +549,11 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
             EXT_JOURNAL_QUEUE,
             (rec.journal != 0).then_some(u64::from(rec.journal)),
         ),
+        (
+            EXT_TEMPORARY_OWNER,
+            (rec.temporary_owner != 0).then_some(rec.temporary_owner),
+        ),
+        (EXT_AUTO_DELETE, o.auto_delete_on_idle.map(|d| ms(Some(d)))),
     ] {
         if let Some(v) = v {
             let mut e = Writer(Vec::new());
@@ -581,6 +596,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
     let mut requires_session = false;
     let (mut forward_to, mut forward_dead_letters_to) = (None, None);
     let (mut journal, mut journal_queue) = (None, 0u32);
+    let (mut temporary_owner, mut auto_delete_on_idle, mut receipts_to) = (0u64, None, None);
     let text = |p: &[u8]| {
         String::from_utf8(p.to_vec()).map_err(|_| "invalid UTF-8 in queue record".to_string())
     };
@@ -598,6 +614,12 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
         } else if tag == EXT_JOURNAL_QUEUE {
             journal_queue = u32::try_from(Reader::new(payload).varint()?)
                 .map_err(|_| "journal id out of range")?;
+        } else if tag == EXT_TEMPORARY_OWNER {
+            temporary_owner = Reader::new(payload).varint()?;
+        } else if tag == EXT_AUTO_DELETE {
+            auto_delete_on_idle = from_ms(Reader::new(payload).varint()?);
+        } else if tag == EXT_RECEIPTS_TO {
+            receipts_to = Some(text(payload)?);
         } else if tag == EXT_SUBSCRIPTION {
             let mut e = Reader::new(payload);
             let topic = u32::try_from(e.varint()?).map_err(|_| "topic id out of range")?;
@@ -611,6 +633,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
         peer,
         subscription,
         journal: journal_queue,
+        temporary_owner,
         options: QueueSettings {
             lock_duration,
             max_deliveries,
@@ -623,6 +646,8 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
             forward_to,
             forward_dead_letters_to,
             journal,
+            auto_delete_on_idle,
+            receipts_to,
         },
     })
 }
@@ -635,6 +660,7 @@ mod tests {
         assert!(decode_envelope(7, &env).is_ok());
         assert!(decode_envelope(6, &env).is_err());
         let rec = QueueRecord {
+            temporary_owner: 0,
             id: 1,
             kind: QueueKind::Normal,
             peer: 2,
@@ -651,6 +677,8 @@ mod tests {
             status: crate::engine::tables::Status::Ready,
             deferred: false,
             session: false,
+            tracked: false,
+            checkpointed: false,
             delivery_count: 0,
             size: 4,
             enqueued_at: 1,
@@ -696,6 +724,7 @@ mod tests {
 
     fn sample_queue() -> QueueRecord {
         QueueRecord {
+            temporary_owner: 0,
             id: 3,
             kind: QueueKind::DeadLetter,
             peer: 2,
@@ -865,6 +894,7 @@ mod tests {
         for rec in [
             sample_queue(),
             QueueRecord {
+                temporary_owner: 0,
                 id: 1,
                 kind: QueueKind::Normal,
                 peer: 2,

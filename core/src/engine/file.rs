@@ -98,6 +98,11 @@ macro_rules! for_each_table {
         $f($($arg,)* SERIES)?;
         $f($($arg,)* SESSION_MSGS)?;
         $f($($arg,)* SESSIONS)?;
+        $f($($arg,)* JOBS)?;
+        $f($($arg,)* JOB_PIECES)?;
+        $f($($arg,)* PIECE_JOB)?;
+        $f($($arg,)* CHECKPOINTS)?;
+        $f($($arg,)* APP_ROWS)?;
     }};
 }
 

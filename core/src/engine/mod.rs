@@ -7,6 +7,7 @@ mod compound;
 mod db;
 mod file;
 mod guarded;
+mod janitor;
 mod owners;
 mod park;
 mod pipeline;
@@ -15,6 +16,7 @@ mod read;
 mod rules;
 mod signal;
 mod tables;
+mod tracking;
 mod wait;
 mod watch;
 
@@ -24,6 +26,9 @@ pub(crate) use batch::{
     Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, journal_name,
     subscription_name, validate_message,
 };
+pub(crate) use batch::{
+    JOB_SIGNAL_BASE, JobRecord, RowWrite, validate_app_key, validate_app_value,
+};
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
 pub(crate) use wait::Cancel;
@@ -31,14 +36,15 @@ pub(crate) use wait::Cancel;
 /// Read-only queries on one snapshot, run through [`Engine::read`].
 pub(crate) mod queries {
     pub(crate) use super::read::{
-        BrowsePosition, browse_next, get, has_candidate, list_queues, list_topics, next_due,
-        queue_by_id, queue_by_name,
+        BrowsePosition, app_get, app_range, browse_next, checkpoints, counts, dedup_lookup, get,
+        has_candidate, idle_due, job, job_pieces, list_queues, list_topics, next_due, queue_by_id,
+        queue_by_name, queue_records,
     };
 }
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redb::{ReadTransaction, ReadableDatabase};
@@ -79,6 +85,13 @@ pub struct Engine {
     pub stats: Arc<PipelineStats>,
     /// Multi-process mode: wakes waiters when another process writes the file.
     watch: parking_lot::Mutex<Option<watch::FileWatch>>,
+    /// Single-process mode: the next message id (shared with the writer's batches).
+    ids: Option<Arc<AtomicU64>>,
+    /// Deletes idle queues once a second while the store has queues with
+    /// `auto_delete_on_idle` (started on demand).
+    janitor: parking_lot::Mutex<Option<janitor::Janitor>>,
+    /// The reply queue of this handle's requests, once one was made (see `reply_queue`).
+    replies: parking_lot::Mutex<Option<(u32, String)>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -139,9 +152,9 @@ impl Engine {
         let (pid, start) = owners::current();
         let scope = owners::current_scope();
         let multi = b.multi_process;
-        let setup = guarded::catch(|| -> Result<u64> {
+        let setup = guarded::catch(|| -> Result<(u64, u64)> {
             let txn = db.begin_write()?;
-            let owner = {
+            let registered = {
                 let mut batch = Batch::open(&txn, clock.now_ms(), Default::default())?;
                 if multi {
                     batch.reap_dead_owners(0, scope)?;
@@ -150,14 +163,15 @@ impl Engine {
                     batch.clear_owners()?;
                 }
                 let owner = batch.register_owner(pid, start, scope)?;
+                let next_id = batch.peek_next_id()?;
                 batch.flush()?;
-                owner
+                (owner, next_id)
             };
             txn.commit()?;
-            Ok(owner)
+            Ok(registered)
         });
-        let setup = match setup.map_err(panic_to_error).and_then(|r| r) {
-            Ok(owner) => owner,
+        let (setup, next_id) = match setup.map_err(panic_to_error).and_then(|r| r) {
+            Ok(v) => v,
             Err(e) => {
                 // Drop the database before the error is on its way out: redb's drop can panic
                 // on a store damaged under it, and a panic while a return value is in flight
@@ -168,6 +182,9 @@ impl Engine {
         };
 
         let slot = Arc::new(db::DbSlot::new(db, path.to_owned(), b.clone()));
+        // A single-process store hands out message ids in memory, so that a transaction can
+        // reserve the id of a message it sends without a commit (see `reserve_id`).
+        let ids = (!multi).then(|| Arc::new(AtomicU64::new(next_id)));
         let pipeline = Pipeline::start(WriterContext {
             db: slot.clone(),
             owner: setup,
@@ -177,6 +194,8 @@ impl Engine {
             stats: stats.clone(),
             reap_as: multi.then_some((setup, scope)),
             hints: Default::default(),
+            activity: Default::default(),
+            ids: ids.clone(),
         })?;
         let watch = if multi {
             let weak = Arc::downgrade(&slot);
@@ -201,6 +220,9 @@ impl Engine {
             closed: AtomicBool::new(false),
             stats,
             watch: parking_lot::Mutex::new(watch),
+            ids,
+            janitor: parking_lot::Mutex::new(None),
+            replies: parking_lot::Mutex::new(None),
         })
     }
 
@@ -294,6 +316,9 @@ impl Engine {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        if let Some(j) = self.janitor.lock().take() {
+            j.stop();
+        }
         let owner = self.owner;
         // The closing job always writes (the unregistration), so it always commits durably:
         // that is also what makes `Durability::None` work durable at a clean close.
@@ -331,6 +356,9 @@ impl Drop for Engine {
             self.pipeline.leak();
             if let Some(w) = self.watch.get_mut().take() {
                 std::mem::forget(w);
+            }
+            if let Some(j) = self.janitor.get_mut().take() {
+                j.leak();
             }
             return;
         }
@@ -387,8 +415,9 @@ fn wake_waiters(db: &std::sync::Weak<db::DbSlot>, signals: &Signals, clock: &dyn
     });
     match found {
         Ok(Ok(found)) => {
-            for ((_, s), yes) in waited.iter().zip(found) {
-                if yes {
+            for ((q, s), yes) in waited.iter().zip(found) {
+                // A job's waiters look for themselves: any change may have ended it.
+                if yes || *q >= JOB_SIGNAL_BASE {
                     s.notify();
                 }
             }

@@ -175,6 +175,10 @@ pub struct WriterContext {
     pub reap_as: Option<(u64, u64)>,
     /// Carried between batches; only in single-process mode (see [`DueHints`]).
     pub hints: Mutex<DueHints>,
+    /// When this process last recorded each queue's activity (see `Batch::track_activity`).
+    pub activity: Arc<Mutex<std::collections::HashMap<u32, u64>>>,
+    /// Single-process stores: the shared next message id (see `Batch::share_ids`).
+    pub ids: Option<Arc<AtomicU64>>,
 }
 
 /// A batch taken from the inbox: its jobs, and the closing job if a stop was queued.
@@ -613,6 +617,10 @@ fn run_batch(
             Ok(b) => b,
             Err(e) => return fail_all(jobs, &e),
         };
+        batch.track_activity(ctx.activity.clone());
+        if let Some(ids) = &ctx.ids {
+            batch.share_ids(ids.clone());
+        }
         let mut maintenance = batch.sweep();
         if let (Ok(()), Some(me)) = (&maintenance, reap) {
             maintenance = batch.reap_dead_owners(me.0, me.1);

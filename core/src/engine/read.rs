@@ -292,3 +292,129 @@ pub fn format_version(txn: &ReadTransaction) -> Result<Option<u64>> {
         _ => Ok(Some(version)),
     }
 }
+
+/// A queue's counts as stored (its counts row and extra counts row).
+pub fn counts(txn: &ReadTransaction, q: u32) -> Result<QueueCounts> {
+    let t = txn.open_table(COUNTERS)?;
+    let mut c = t
+        .get(q)?
+        .map(|g| QueueCounts::decode(&g.value()))
+        .unwrap_or_default();
+    if let Some(extra) = t.get(EXTRA_COUNTS_BASE + q)? {
+        c.set_extra(&extra.value());
+    }
+    Ok(c)
+}
+
+/// Every ordinary queue's name and record, in name order.
+pub fn queue_records(txn: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
+    let t = txn.open_table(QUEUES)?;
+    let mut out = Vec::new();
+    for e in t.iter()? {
+        let (k, v) = e?;
+        let rec =
+            codec::decode_queue(k.value(), v.value()).map_err(|e| corrupted("queue record", e))?;
+        if rec.kind == QueueKind::Normal {
+            out.push((k.value().to_owned(), rec));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether some queue is due for idle deletion now (the writer checks again before deleting),
+/// and whether any queue has `auto_delete_on_idle` at all.
+pub fn idle_due(txn: &ReadTransaction, now: u64) -> Result<(bool, bool)> {
+    let (mut due, mut any) = (false, false);
+    for (_, rec) in queue_records(txn)? {
+        let Some(idle) = rec.options.auto_delete_on_idle else {
+            continue;
+        };
+        any = true;
+        let c = counts(txn, rec.id)?;
+        let idle_ms = crate::clock::duration_ms(idle);
+        if c.locked == 0 && c.last_activity != 0 && now >= c.last_activity.saturating_add(idle_ms) {
+            due = true;
+        }
+    }
+    Ok((due, any))
+}
+
+/// A job's record, if it exists.
+pub fn job(txn: &ReadTransaction, job: u64) -> Result<Option<super::batch::JobRecord>> {
+    let t = txn.open_table(JOBS)?;
+    match t.get(job)? {
+        None => Ok(None),
+        Some(g) => super::batch::JobRecord::decode(job, g.value())
+            .map(Some)
+            .map_err(|e| corrupted("job record", e)),
+    }
+}
+
+/// A job's pieces in id order: (message id, outcome (0 pending, 1 completed, 2 dead-lettered),
+/// when it ended (ms)). With `pending_only`, the pending ones.
+pub fn job_pieces(
+    txn: &ReadTransaction,
+    job: u64,
+    pending_only: bool,
+) -> Result<Vec<(u64, u8, u64)>> {
+    let t = txn.open_table(JOB_PIECES)?;
+    let mut out = Vec::new();
+    for e in t.range((job, 0)..=(job, u64::MAX))? {
+        let (k, v) = e?;
+        let (outcome, at) = super::batch::decode_piece(&v.value());
+        if !pending_only || outcome == 0 {
+            out.push((k.value().1, outcome, at));
+        }
+    }
+    Ok(out)
+}
+
+/// The progress keys recorded on message `id`, in key order.
+pub fn checkpoints(txn: &ReadTransaction, id: u64) -> Result<Vec<String>> {
+    let t = txn.open_table(CHECKPOINTS)?;
+    let mut out = Vec::new();
+    for e in t.range((id, "")..(id.saturating_add(1), ""))? {
+        out.push(e?.0.value().1.to_owned());
+    }
+    Ok(out)
+}
+
+/// The value of `key` in application table `table`.
+pub fn app_get(txn: &ReadTransaction, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let t = txn.open_table(APP_ROWS)?;
+    Ok(t.get((table, key))?.map(|g| g.value().to_vec()))
+}
+
+/// Rows of application table `table` with `start <= key < end` (`end` `None`: to the end), in
+/// key order, at most `limit`.
+pub fn app_range(
+    txn: &ReadTransaction,
+    table: &str,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let t = txn.open_table(APP_ROWS)?;
+    let mut out = Vec::new();
+    for e in t.range((table, start)..)? {
+        if out.len() >= limit {
+            break;
+        }
+        let (k, v) = e?;
+        let (tb, key) = k.value();
+        if tb != table || end.is_some_and(|end| key >= end) {
+            break;
+        }
+        out.push((key.to_vec(), v.value().to_vec()));
+    }
+    Ok(out)
+}
+
+/// The id a live dedup entry of `key` in queue `q` points to, if any.
+pub fn dedup_lookup(txn: &ReadTransaction, q: u32, key: &str, now: u64) -> Result<Option<u64>> {
+    let t = txn.open_table(DEDUP)?;
+    Ok(t.get((q, key))?
+        .map(|g| g.value())
+        .filter(|(_, forget_at)| *forget_at > now)
+        .map(|(id, _)| id))
+}

@@ -55,6 +55,22 @@ pub const SESSION_MSGS: TableDefinition<(u32, &str, u64), ()> =
 pub const SESSIONS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("postbox.sessions");
 /// (queue id, message id): deferred messages, set aside until received by id (format 3).
 pub const DEFERRED: TableDefinition<(u32, u64), ()> = TableDefinition::new("postbox.deferred");
+/// Job id → the job's record ([`JobRecord`]): counts, sealed flag and continuation (format 4).
+pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("postbox.jobs");
+/// (job id, message id) → the piece's state: byte 0 outcome (0 pending, 1 completed, 2
+/// dead-lettered), bytes 1..9 when it ended (ms) (format 4).
+pub const JOB_PIECES: TableDefinition<(u64, u64), [u8; 9]> =
+    TableDefinition::new("postbox.job_pieces");
+/// Message id → the job it is a piece of, while it is pending (state flag `0x10`) (format 4).
+pub const PIECE_JOB: TableDefinition<u64, u64> = TableDefinition::new("postbox.piece_job");
+/// (message id, key): the progress keys a receiver recorded on a message it holds (state flag
+/// `0x08`), removed with the message (format 4).
+pub const CHECKPOINTS: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("postbox.checkpoints");
+/// (table name, key) → value: the application's own rows, written in the same commit as its
+/// sends and settles (format 4).
+pub const APP_ROWS: TableDefinition<(&str, &[u8]), &[u8]> =
+    TableDefinition::new("postbox.app_rows");
 /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are forgotten.
 pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
     TableDefinition::new("postbox.dedup_expiry");
@@ -72,7 +88,11 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 ///   (`SESSION_MSGS`, `SESSIONS`, queue record extension 2), topics
 ///   (queue record kind 2 and extension fields), and per-queue extra counts in `COUNTERS` under
 ///   [`EXTRA_COUNTS_BASE`] + queue id. Upgrading from 2 creates the new tables; no row changes.
-pub const FORMAT_VERSION: u64 = 3;
+/// - 4: jobs (`JOBS`, `JOB_PIECES`, `PIECE_JOB`; state flag `0x10`), checkpoints
+///   (`CHECKPOINTS`; state flag `0x08`), application tables (`APP_ROWS`), queue record
+///   extensions 7–9 (temporary owner, idle deletion, receipts) and each queue's last activity
+///   in its extra counts row. Upgrading creates the tables; no row changes.
+pub const FORMAT_VERSION: u64 = 4;
 
 pub const KEY_FORMAT: &str = "format_version";
 /// The CRC32C of the format version's little-endian bytes, written beside it by stores created
@@ -254,6 +274,12 @@ const STATE_DEFERRED: u8 = 0x40;
 /// in `SESSION_MSGS` too (format 3). Saves a queue lookup on every removal.
 const STATE_SESSION: u8 = 0x20;
 
+/// Byte 5 of a state row: the message is a pending piece of a job, listed in `PIECE_JOB`
+/// (format 4). Only such messages pay the lookup when they settle.
+const STATE_TRACKED: u8 = 0x10;
+/// Byte 5 of a state row: the message has progress keys in `CHECKPOINTS` (format 4).
+const STATE_CHECKPOINTED: u8 = 0x08;
+
 /// Byte 5 of a state row: set in every row written by store format 2, meaning "bytes 6..8 hold
 /// the row's CRC-16". A row without it is rejected by [`State::decode`]: a format-2 store has no
 /// unchecked rows (the upgrade rewrote them all).
@@ -337,7 +363,7 @@ fn state_crc(id: u64, b: &[u8; STATE_LEN]) -> u16 {
 /// |--------|-------------------------------------------------------------------------|
 /// | 0..4   | queue id                                                                |
 /// | 4      | priority, 0..=7                                                         |
-/// | 5      | bits 0–1 status, bit 7 `STATE_CHECKSUMMED`, bits 2–6 zero               |
+/// | 5      | bits 0–1 status, bit 7 `STATE_CHECKSUMMED`, flags 0x40 deferred, 0x20 session, 0x10 job piece, 0x08 checkpointed, bit 2 zero |
 /// | 6..8   | CRC-16 of the row with these two bytes as zeros (format 2; zero in format 1) |
 /// | 8..12  | delivery count                                                          |
 /// | 12..16 | body size                                                               |
@@ -355,6 +381,10 @@ pub struct State {
     pub deferred: bool,
     /// In a queue that requires sessions: indexed in `SESSION_MSGS` by its group.
     pub session: bool,
+    /// A pending piece of a job: listed in `PIECE_JOB`.
+    pub tracked: bool,
+    /// Has progress keys in `CHECKPOINTS`.
+    pub checkpointed: bool,
     pub delivery_count: u32,
     pub size: u32,
     pub enqueued_at: u64,
@@ -374,7 +404,13 @@ impl State {
         b[5] = self.status as u8
             | STATE_CHECKSUMMED
             | if self.deferred { STATE_DEFERRED } else { 0 }
-            | if self.session { STATE_SESSION } else { 0 };
+            | if self.session { STATE_SESSION } else { 0 }
+            | if self.tracked { STATE_TRACKED } else { 0 }
+            | if self.checkpointed {
+                STATE_CHECKPOINTED
+            } else {
+                0
+            };
         b[8..12].copy_from_slice(&self.delivery_count.to_le_bytes());
         b[12..16].copy_from_slice(&self.size.to_le_bytes());
         b[16..24].copy_from_slice(&self.enqueued_at.to_le_bytes());
@@ -415,7 +451,10 @@ impl State {
     fn decode_fields(b: &[u8; STATE_LEN], status: u8) -> Result<State, String> {
         let deferred = status & STATE_DEFERRED != 0;
         let session = status & STATE_SESSION != 0;
-        let status = status & !(STATE_DEFERRED | STATE_SESSION);
+        let tracked = status & STATE_TRACKED != 0;
+        let checkpointed = status & STATE_CHECKPOINTED != 0;
+        let status =
+            status & !(STATE_DEFERRED | STATE_SESSION | STATE_TRACKED | STATE_CHECKPOINTED);
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
@@ -441,6 +480,8 @@ impl State {
             status,
             deferred,
             session,
+            tracked,
+            checkpointed,
             delivery_count: u32_at(8),
             size: u32_at(12),
             enqueued_at: u64_at(16),
@@ -468,6 +509,9 @@ pub struct QueueCounts {
     pub deferred: u64,
     /// Messages a collator holds (extra counts row; they have no state row until released).
     pub held: u64,
+    /// When the queue last saw a send, receive, settle or renewal (ms; extra counts row, bytes
+    /// 16..24, format 4). Written at most once a second per process (see `Batch::flush`).
+    pub last_activity: u64,
 }
 
 impl QueueCounts {
@@ -493,6 +537,7 @@ impl QueueCounts {
             bytes: u64_at(24),
             deferred: 0,
             held: 0,
+            last_activity: 0,
         }
     }
 
@@ -501,6 +546,7 @@ impl QueueCounts {
         let mut b = [0u8; COUNTERS_LEN];
         b[0..8].copy_from_slice(&self.deferred.to_le_bytes());
         b[8..16].copy_from_slice(&self.held.to_le_bytes());
+        b[16..24].copy_from_slice(&self.last_activity.to_le_bytes());
         b
     }
 
@@ -513,16 +559,17 @@ impl QueueCounts {
         };
         self.deferred = at(0);
         self.held = at(8);
+        self.last_activity = at(16);
     }
 
     /// Whether any extra count is non-zero (a row must exist for it).
     pub fn has_extra(&self) -> bool {
-        self.deferred != 0 || self.held != 0
+        self.deferred != 0 || self.held != 0 || self.last_activity != 0
     }
 
     /// The extra counts, to see whether they changed.
-    pub fn extra(&self) -> (u64, u64) {
-        (self.deferred, self.held)
+    pub fn extra(&self) -> (u64, u64, u64) {
+        (self.deferred, self.held, self.last_activity)
     }
 
     pub fn total(&self) -> u64 {
@@ -550,6 +597,8 @@ mod tests {
             status: Status::Locked,
             deferred: false,
             session: false,
+            tracked: false,
+            checkpointed: false,
             delivery_count: 2,
             size: 4096,
             enqueued_at: 1_700_000_000_000,
@@ -632,6 +681,8 @@ mod tests {
     fn the_session_flag_round_trips() {
         let st = State {
             session: true,
+            tracked: false,
+            checkpointed: false,
             ..sample()
         };
         assert_eq!(State::decode(7, &st.encode(7)), Ok(st));
@@ -651,6 +702,8 @@ mod tests {
             status: Status::Deferred,
             deferred: false,
             session: false,
+            tracked: false,
+            checkpointed: false,
             ..sample()
         };
         assert!(State::decode(7, &orphan.encode(7)).is_err());

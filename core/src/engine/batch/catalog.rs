@@ -65,6 +65,14 @@ impl<'t> Batch<'t> {
         }
     }
 
+    /// The id of ordinary queue `name` (a reply's or a receipt's destination).
+    pub fn queue_id_by_name(&mut self, name: &str) -> Result<(u32, String)> {
+        match self.queue_by_name(name)? {
+            Some(r) if r.kind == QueueKind::Normal => Ok((r.id, name.to_owned())),
+            _ => Err(Error::QueueNotFound(name.to_owned())),
+        }
+    }
+
     pub(super) fn put_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
         self.mutations += 1;
         self.t_queues()?
@@ -122,6 +130,12 @@ impl<'t> Batch<'t> {
                 "queue names ending in {DEAD_LETTER_SUFFIX:?} are reserved for dead-letter queues"
             )));
         }
+        if name.starts_with(super::TEMPORARY_PREFIX) {
+            return Err(Error::invalid(format!(
+                "queue names starting with {:?} are reserved for temporary queues",
+                super::TEMPORARY_PREFIX
+            )));
+        }
         if name.contains(SUBSCRIPTIONS_INFIX) || name.ends_with(JOURNAL_SUFFIX) {
             return Err(Error::invalid(format!(
                 "queue names containing {SUBSCRIPTIONS_INFIX:?} or ending in {JOURNAL_SUFFIX:?} are reserved"
@@ -154,6 +168,7 @@ impl<'t> Batch<'t> {
         let dlq_id = self.new_queue_id()?;
         self.check_forwarding(name, &options)?;
         let mut rec = QueueRecord {
+            temporary_owner: 0,
             id,
             kind: QueueKind::Normal,
             peer: dlq_id,
@@ -162,6 +177,7 @@ impl<'t> Batch<'t> {
             journal: 0,
         };
         let dlq = QueueRecord {
+            temporary_owner: 0,
             id: dlq_id,
             kind: QueueKind::DeadLetter,
             peer: id,
@@ -178,6 +194,8 @@ impl<'t> Batch<'t> {
             .insert(id, QueueCounts::default().encode())?;
         self.t_counters()?
             .insert(dlq_id, QueueCounts::default().encode())?;
+        // Touched, so that the commit records its first activity (idle deletion counts from it).
+        self.counters_mut(id)?;
         Ok(rec)
     }
 
@@ -185,6 +203,7 @@ impl<'t> Batch<'t> {
     fn create_journal(&mut self, name: &str, source: u32) -> Result<u32> {
         let id = self.new_queue_id()?;
         let rec = QueueRecord {
+            temporary_owner: 0,
             id,
             kind: QueueKind::Journal,
             peer: source,

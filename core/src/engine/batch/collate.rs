@@ -40,6 +40,7 @@ impl<'t> Batch<'t> {
             return Err(Error::invalid(format!("{name:?} is a reserved name")));
         }
         let rec = QueueRecord {
+            temporary_owner: 0,
             id: self.new_queue_id()?,
             kind: QueueKind::Collator,
             peer: dest,

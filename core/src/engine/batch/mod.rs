@@ -9,18 +9,26 @@
 //! (queues), `state` (a message's status transitions), `send`, `settle` (receive, settle,
 //! renew), `sweep` (time-driven work) and `reaping` (processes and their locks).
 
+mod app_rows;
 mod catalog;
+mod checkpoints;
 mod collate;
+mod jobs;
 mod reaping;
+mod receipts;
 mod send;
 mod sessions;
 mod settle;
 mod state;
 mod sweep;
+mod temporary;
 mod topics;
 
+pub use app_rows::{RowWrite, validate_app_key, validate_app_value};
 pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
+pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;
+pub use temporary::TEMPORARY_PREFIX;
 pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 
 use std::collections::{HashMap, HashSet};
@@ -103,6 +111,9 @@ impl DueHints {
     }
 }
 
+/// How finely a queue's last activity is recorded (ms).
+pub const ACTIVITY_RESOLUTION_MS: u64 = 1000;
+
 pub struct Batch<'t> {
     txn: &'t WriteTransaction,
     /// Carried from batch to batch by the pipeline; see [`DueHints`].
@@ -133,7 +144,11 @@ pub struct Batch<'t> {
     seqs: Option<[u64; 4]>,
     /// Each queue's counts as this batch changed them, with its extra counts as loaded (the
     /// extra counts row is written only when they changed).
-    counter_cache: HashMap<u32, (QueueCounts, (u64, u64))>,
+    counter_cache: HashMap<u32, (QueueCounts, (u64, u64, u64))>,
+    /// When this process last wrote each queue's `last_activity` (shared by its batches).
+    activity: Option<Arc<parking_lot::Mutex<HashMap<u32, u64>>>>,
+    /// Single-process stores: the next message id, shared with transactions (see `share_ids`).
+    shared_ids: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Queues deleted in this batch.
     deleted: HashSet<u32>,
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
@@ -195,6 +210,8 @@ impl<'t> Batch<'t> {
             sessions: None,
             seqs: None,
             counter_cache: HashMap::new(),
+            activity: None,
+            shared_ids: None,
             deleted: HashSet::new(),
             queue_cache: HashMap::new(),
         })
@@ -281,10 +298,22 @@ impl<'t> Batch<'t> {
             self.t_counters()?
                 .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
         }
-        for (q, (c, loaded_extra)) in std::mem::take(&mut self.counter_cache) {
+        let now = self.now;
+        let activity = self.activity.clone();
+        let mut written = activity.as_ref().map(|a| a.lock());
+        for (q, (mut c, loaded_extra)) in std::mem::take(&mut self.counter_cache) {
             // A queue deleted in this batch lost its counters; do not resurrect them.
             if self.deleted.contains(&q) {
                 continue;
+            }
+            // Activity is recorded at most once a second per queue, so a busy queue pays for
+            // it in one batch a second, not in every one.
+            if let Some(w) = written.as_mut() {
+                let last = w.entry(q).or_insert(0);
+                if now >= last.saturating_add(ACTIVITY_RESOLUTION_MS) || c.last_activity == 0 {
+                    *last = now;
+                    c.last_activity = now;
+                }
             }
             self.t_counters()?.insert(q, c.encode())?;
             if c.extra() != loaded_extra {
@@ -299,19 +328,69 @@ impl<'t> Batch<'t> {
         Ok(())
     }
 
-    fn next_seq(&mut self, seq: Seq) -> Result<u64> {
-        let mut seqs = match self.seqs {
-            Some(s) => s,
+    /// Records queue activity (for `auto_delete_on_idle` and listings) through `log`, which
+    /// remembers when this process last wrote each queue's activity.
+    pub fn track_activity(&mut self, log: Arc<parking_lot::Mutex<HashMap<u32, u64>>>) {
+        self.activity = Some(log);
+    }
+
+    /// Hands out message ids from `ids`, which transactions share to reserve ids when they
+    /// send (single-process stores only: this process is the only writer).
+    pub fn share_ids(&mut self, ids: Arc<std::sync::atomic::AtomicU64>) {
+        self.shared_ids = Some(ids);
+    }
+
+    fn load_seqs(&mut self) -> Result<[u64; 4]> {
+        match self.seqs {
+            Some(s) => Ok(s),
             None => match self.t_counters()?.get(SEQUENCES_KEY)? {
-                Some(g) => decode_sequences(&g.value()),
-                None => return Err(Error::corrupted("the id sequences are missing")),
+                Some(g) => Ok(decode_sequences(&g.value())),
+                None => Err(Error::corrupted("the id sequences are missing")),
             },
-        };
+        }
+    }
+
+    fn next_seq(&mut self, seq: Seq) -> Result<u64> {
+        use std::sync::atomic::Ordering;
+        let mut seqs = self.load_seqs()?;
         let slot = &mut seqs[seq as usize];
-        let current = (*slot).max(1);
-        *slot = current + 1;
+        let current = match (&self.shared_ids, seq) {
+            (Some(ids), Seq::Message) => {
+                ids.fetch_max((*slot).max(1), Ordering::AcqRel);
+                ids.fetch_add(1, Ordering::AcqRel)
+            }
+            _ => (*slot).max(1),
+        };
+        *slot = (*slot).max(current + 1);
         self.seqs = Some(seqs);
         Ok(current)
+    }
+
+    /// Moves the message sequence past `id`, an id reserved earlier (see
+    /// `Engine::reserve_id`). A reserved id is never handed out twice, so it must be new.
+    fn pass_reserved(&mut self, id: u64) -> Result<()> {
+        if self.t_state()?.get(id)?.is_some() {
+            return Err(Error::corrupted(format!(
+                "reserved message id {id} is already in use"
+            )));
+        }
+        let mut seqs = self.load_seqs()?;
+        let slot = &mut seqs[Seq::Message as usize];
+        *slot = (*slot).max(id.saturating_add(1));
+        self.seqs = Some(seqs);
+        Ok(())
+    }
+
+    /// Reserves a message id in the file (for a multi-process store, where no process can
+    /// reserve one in memory).
+    pub fn reserve_id(&mut self) -> Result<u64> {
+        self.mutations += 1;
+        self.next_seq(Seq::Message)
+    }
+
+    /// The next message id the sequence would hand out.
+    pub fn peek_next_id(&mut self) -> Result<u64> {
+        Ok(self.load_seqs()?[Seq::Message as usize].max(1))
     }
 
     fn counters_mut(&mut self, q: u32) -> Result<&mut QueueCounts> {

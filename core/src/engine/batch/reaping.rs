@@ -34,6 +34,8 @@ impl<'t> Batch<'t> {
     }
 
     pub fn unregister_owner(&mut self, owner: u64) -> Result<()> {
+        // Temporary queues go with their owner (a clean close, or a reaped dead process).
+        self.delete_temporary_queues(Some(owner))?;
         self.mutations += 1;
         self.t_owners()?.remove(owner)?;
         self.t_owner_scopes()?.remove(owner)?;
@@ -43,6 +45,8 @@ impl<'t> Batch<'t> {
     }
 
     pub fn clear_owners(&mut self) -> Result<()> {
+        // Every owner is gone, so are their temporary queues.
+        self.delete_temporary_queues(None)?;
         self.mutations += 1;
         self.t_owners()?.retain(|_, _| false)?;
         self.t_owner_scopes()?.retain(|_, _| false)?;

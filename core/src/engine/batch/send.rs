@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use redb::ReadableTable;
 
 use super::*;
+use crate::message::Sent;
 
 impl<'t> Batch<'t> {
     /// Sends messages to queue `q` atomically: all are stored or none.
@@ -20,6 +21,20 @@ impl<'t> Batch<'t> {
         &mut self,
         groups: Vec<(u32, String, Vec<Message>)>,
     ) -> Result<Vec<Vec<MessageId>>> {
+        Ok(self
+            .send_many_detailed(groups)?
+            .into_iter()
+            .map(|g| g.into_iter().map(|s| s.id).collect())
+            .collect())
+    }
+
+    /// [`Batch::send_many`], saying of each message whether it was a duplicate (its
+    /// `message_key` was seen inside the dedup window: nothing was stored and the id is the
+    /// original's).
+    pub fn send_many_detailed(
+        &mut self,
+        groups: Vec<(u32, String, Vec<Message>)>,
+    ) -> Result<Vec<Vec<Sent>>> {
         // Auto-forwarding: each group lands at the end of its queue's `forward_to` chain.
         let groups = groups
             .into_iter()
@@ -41,16 +56,19 @@ impl<'t> Batch<'t> {
         }
         let mut out = Vec::with_capacity(groups.len());
         for ((q, _, msgs), (rec, plan)) in groups.into_iter().zip(plans) {
-            let mut ids: Vec<u64> = Vec::with_capacity(msgs.len());
+            let mut sent: Vec<Sent> = Vec::with_capacity(msgs.len());
             for (m, step) in msgs.into_iter().zip(plan.steps) {
-                let id = match step {
-                    SendStep::Existing(id) => id,
-                    SendStep::SameAs(j) => ids[j],
-                    SendStep::New => self.insert_message(q, &rec.1.options, m)?,
+                let (id, duplicate) = match step {
+                    SendStep::Existing(id) => (id, true),
+                    SendStep::SameAs(j) => (sent[j].id.0, true),
+                    SendStep::New => (self.insert_message(q, &rec.1.options, m)?, false),
                 };
-                ids.push(id);
+                sent.push(Sent {
+                    id: MessageId(id),
+                    duplicate,
+                });
             }
-            out.push(ids.into_iter().map(MessageId).collect());
+            out.push(sent);
         }
         Ok(out)
     }
@@ -72,8 +90,15 @@ impl<'t> Batch<'t> {
         let mut steps = Vec::with_capacity(msgs.len());
         let mut keys_here: HashMap<&str, usize> = HashMap::new();
         let (mut new_count, mut new_bytes) = (0u64, 0u64);
+        let mut jobs_seen: Vec<u64> = Vec::new();
         for (i, m) in msgs.iter().enumerate() {
             validate_message(m, o.max_message_size)?;
+            if let Some(job) = m.tags.job
+                && !jobs_seen.contains(&job)
+            {
+                self.check_job_open(job)?;
+                jobs_seen.push(job);
+            }
             if o.requires_session && m.props.group.is_none() {
                 return Err(Error::invalid(format!(
                     "queue {qname:?} requires sessions: every message needs a group"
@@ -128,7 +153,15 @@ impl<'t> Batch<'t> {
 
     pub(super) fn insert_message(&mut self, q: u32, o: &QueueSettings, m: Message) -> Result<u64> {
         let now = self.now;
-        let id = self.next_seq(Seq::Message)?;
+        let id = match m.tags.reserved_id {
+            // Reserved by a transaction when it sent the message; the sequence must pass it,
+            // or a later send could be given the same id.
+            Some(id) => {
+                self.pass_reserved(id)?;
+                id
+            }
+            None => self.next_seq(Seq::Message)?,
+        };
         let visible_at = match m.visibility {
             Visibility::Now => 0,
             Visibility::After(d) => now.saturating_add(crate::clock::duration_ms(d)),
@@ -146,6 +179,8 @@ impl<'t> Batch<'t> {
         let mut st = State {
             deferred: false,
             session: o.requires_session,
+            tracked: m.tags.job.is_some(),
+            checkpointed: false,
             queue: q,
             priority: m.priority,
             status: Status::Ready,
@@ -170,6 +205,9 @@ impl<'t> Batch<'t> {
         };
         self.attach(id, &mut st, status)?;
         self.counters_mut(q)?.bytes += u64::from(size);
+        if let Some(job) = m.tags.job {
+            self.add_piece(job, id)?;
+        }
         if o.requires_session
             && let Some(g) = m.props.group.as_deref()
         {

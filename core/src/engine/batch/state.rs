@@ -3,6 +3,8 @@
 
 use redb::ReadableTable;
 
+use super::jobs::PieceEnd;
+use super::receipts::Outcome;
 use super::*;
 use crate::engine::codec::StoredEnvelope;
 use crate::engine::rules;
@@ -80,8 +82,10 @@ impl<'t> Batch<'t> {
 
     /// Completes message `id`: removes it, or keeps it in its queue's journal when the queue
     /// has one (dropping the journal's oldest beyond its quota).
-    pub(super) fn complete_message(&mut self, id: u64, st: State) -> Result<()> {
+    pub(super) fn complete_message(&mut self, id: u64, mut st: State) -> Result<()> {
         let rec = self.require_queue(st.queue, "")?;
+        self.end_piece(id, &mut st, PieceEnd::Completed)?;
+        self.post_receipt(&rec, id, Outcome::Completed)?;
         match rec.1.options.journal {
             Some(max) if rec.1.journal != 0 => {
                 let journal = rec.1.journal;
@@ -120,6 +124,13 @@ impl<'t> Batch<'t> {
     }
 
     pub(super) fn remove_message(&mut self, id: u64, st: &State) -> Result<()> {
+        // A piece removed unsettled (a purge, a deleted queue) will never complete.
+        let mut st = *st;
+        let st = &mut st;
+        self.end_piece(id, st, PieceEnd::DeadLettered)?;
+        if st.checkpointed {
+            self.clear_checkpoints(id)?;
+        }
         if st.session {
             let env = self.load_envelope(id)?;
             self.unindex_session_message(st.queue, &env.props, id)?;
@@ -209,6 +220,8 @@ impl<'t> Batch<'t> {
             st.expires_at = 0;
             return self.attach(id, &mut st, Status::Ready);
         }
+        self.end_piece(id, &mut st, PieceEnd::DeadLettered)?;
+        self.post_receipt(&rec, id, Outcome::DeadLettered(reason))?;
         let dl = DeadLetter {
             reason: reason.to_owned(),
             description: crate::message::truncate_description(description).to_owned(),

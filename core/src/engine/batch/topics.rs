@@ -59,6 +59,7 @@ impl<'t> Batch<'t> {
             )));
         }
         let rec = QueueRecord {
+            temporary_owner: 0,
             id: self.new_queue_id()?,
             kind: QueueKind::Topic,
             peer: 0,

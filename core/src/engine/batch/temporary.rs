@@ -1,0 +1,88 @@
+//! Queues that go away on their own: temporary queues, which belong to the process that
+//! created them and are deleted when it closes the store or dies, and queues with
+//! `auto_delete_on_idle`, deleted after a period without activity.
+
+use redb::ReadableTable;
+
+use super::*;
+
+/// Temporary queues are named `$temporary/<owner>/<queue id>`; the prefix is reserved.
+pub const TEMPORARY_PREFIX: &str = "$temporary/";
+
+impl<'t> Batch<'t> {
+    /// Creates a temporary queue for `owner` with `options`; returns its name and record.
+    pub fn create_temporary_queue(
+        &mut self,
+        owner: u64,
+        options: Option<&QueueOptions>,
+    ) -> Result<(String, QueueRecord)> {
+        let settings = options.map_or_else(QueueSettings::default, |o| {
+            o.apply_to(&QueueSettings::default())
+        });
+        settings.validate()?;
+        if settings.requires_session || settings.journal.is_some() {
+            return Err(Error::invalid(
+                "a temporary queue cannot require sessions or keep a journal",
+            ));
+        }
+        // The name carries a fresh number so that names are never reused, even across runs.
+        let n = self.next_seq(Seq::Message)?;
+        let name = format!("{TEMPORARY_PREFIX}{owner}/{n}");
+        let mut rec = self.create_queue(&name, settings, None)?;
+        rec.temporary_owner = owner;
+        self.put_queue(&name, &rec)?;
+        Ok((name, rec))
+    }
+
+    /// Deletes the temporary queues of `owner`, or of everyone (`None`). Returns how many.
+    pub fn delete_temporary_queues(&mut self, owner: Option<u64>) -> Result<usize> {
+        let end = format!("{}\u{10FFFF}", TEMPORARY_PREFIX);
+        let names: Vec<(String, Vec<u8>)> = self
+            .t_queues()?
+            .range(TEMPORARY_PREFIX..end.as_str())?
+            .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut n = 0;
+        for (name, raw) in names {
+            let rec = codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
+            if rec.kind == QueueKind::Normal
+                && rec.temporary_owner != 0
+                && owner.is_none_or(|o| o == rec.temporary_owner)
+            {
+                self.delete_queue(&name)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Deletes every queue with `auto_delete_on_idle` whose last activity is older than its
+    /// idle period and that holds no locked message. Returns the names deleted.
+    pub fn delete_idle_queues(&mut self) -> Result<Vec<String>> {
+        let records: Vec<(String, Vec<u8>)> = self
+            .t_queues()?
+            .iter()?
+            .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut deleted = Vec::new();
+        for (name, raw) in records {
+            let rec = codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
+            let Some(idle) = rec.options.auto_delete_on_idle else {
+                continue;
+            };
+            if rec.kind != QueueKind::Normal {
+                continue;
+            }
+            let c = self.counters(rec.id)?;
+            let idle_ms = crate::clock::duration_ms(idle);
+            if c.locked == 0
+                && c.last_activity != 0
+                && self.now >= c.last_activity.saturating_add(idle_ms)
+            {
+                self.delete_queue(&name)?;
+                deleted.push(name);
+            }
+        }
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,110 @@
+//! Engine operations behind jobs, reserved ids, replies and idle deletion: the parts that are
+//! more than one batch call (waiting for a job, the janitor's loop).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::batch::{Batch, JobRecord, job_signal};
+use super::{Engine, HeldLock, janitor, read};
+use crate::error::{Error, Result};
+use crate::message::{Message, MessageId};
+
+impl Engine {
+    /// An id for a message a transaction will send: in memory for a single-process store (the
+    /// writer's batches draw from the same counter), by a commit for a shared one.
+    pub fn reserve_id(&self) -> Result<u64> {
+        self.check_open()?;
+        match &self.ids {
+            Some(ids) => Ok(ids.fetch_add(1, Ordering::AcqRel)),
+            None => self.call(|b| b.reserve_id()),
+        }
+    }
+
+    /// Waits until job `job` is done or `deadline` passes; returns its record then. Woken by
+    /// the commit that ends its last piece in this process, and by the file watch or the poll
+    /// of a shared store.
+    pub fn wait_job(&self, job: u64, deadline: Option<Instant>) -> Result<JobRecord> {
+        let signal = self.signals.get(job_signal(job));
+        let mut backoff = self.poll_floor;
+        loop {
+            let seen = signal.seq();
+            let rec = self
+                .read(|t| read::job(t, job))?
+                .ok_or(Error::JobNotFound(job))?;
+            if rec.is_done() {
+                return Ok(rec);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(rec);
+            }
+            let mut wake = deadline;
+            if self.multi_process {
+                wake = super::earliest(wake, Some(now + backoff));
+                backoff = (backoff * 2).min(self.poll_ceiling);
+            }
+            if signal.wait(seen, wake) {
+                backoff = self.poll_floor;
+            }
+        }
+    }
+
+    /// Sends `reply` to queue `to` and completes the lock `l`, in one commit.
+    pub fn reply(&self, l: HeldLock, to: String, reply: Message) -> Result<MessageId> {
+        self.call(move |b| {
+            b.check_lock(l.id, l.token)?;
+            let (q, name) = b.queue_id_by_name(&to)?;
+            let ids = b.send(q, &name, vec![reply])?;
+            b.complete_all(&[l])?;
+            ids.into_iter()
+                .next()
+                .ok_or_else(|| Error::corrupted("a send returned no id"))
+        })
+    }
+
+    /// Starts the thread that deletes idle queues, unless it runs already.
+    pub fn ensure_janitor(self: &Arc<Self>) {
+        let mut slot = self.janitor.lock();
+        if slot.is_some() || self.is_closed() || self.is_forked() {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        *slot = janitor::Janitor::start(move || {
+            let Some(engine) = weak.upgrade() else {
+                return false;
+            };
+            if engine.check_open().is_err() {
+                return false;
+            }
+            let now = engine.clock.now_ms();
+            match engine.read(|t| read::idle_due(t, now)) {
+                Ok((true, _)) => {
+                    let _ = engine.call(|b: &mut Batch<'_>| b.delete_idle_queues().map(drop));
+                    true
+                }
+                // No queue asks for idle deletion any more: the thread can go.
+                Ok((false, any)) => any,
+                Err(_) => true,
+            }
+        });
+    }
+
+    /// This store handle's reply queue for requests, `(id, name)`: a temporary queue created
+    /// on first use (and again if it was deleted since).
+    pub fn reply_queue(&self) -> Result<(u32, String)> {
+        let mut slot = self.replies.lock();
+        if let Some((q, name)) = slot.clone()
+            && self.read(|t| read::queue_by_id(t, q))?.is_some()
+        {
+            return Ok((q, name));
+        }
+        let owner = self.owner;
+        let made = self.call(move |b| {
+            b.create_temporary_queue(owner, None)
+                .map(|(name, rec)| (rec.id, name))
+        })?;
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+}

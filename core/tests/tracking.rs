@@ -1,0 +1,381 @@
+//! Knowing when work is done: jobs, replies and requests, receipts, checkpoints, application
+//! tables in the same commit, temporary and idle queues, and send results.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use postbox::{
+    ErrorKind, JobOptions, Message, PieceState, PropertyValue, QueueOptions, RECEIPT_OUTCOME,
+    RECEIPT_REASON, Store,
+};
+use postbox_testkit::{Rng, knob, seed_from_env};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path().join("s.postbox")).unwrap();
+    (dir, s)
+}
+
+#[test]
+fn a_job_is_done_when_its_last_piece_settles_and_continues_once() {
+    let (_d, s) = store();
+    let tiles = s
+        .queue_with(
+            "tiles",
+            QueueOptions::default()
+                .max_deliveries(3)
+                .lock_duration(Duration::from_millis(300)),
+        )
+        .unwrap();
+    let stitch = s.queue("stitch").unwrap();
+    let job = s
+        .create_job(JobOptions::default().continuation(&stitch, Message::new("stitch")))
+        .unwrap();
+    let pieces = knob("POSTBOX_JOB_PIECES", 100) as u64;
+    for i in 0..pieces {
+        job.send(&tiles, format!("tile {i}").as_str()).unwrap();
+    }
+    let p = job.progress().unwrap();
+    assert_eq!(
+        (p.total, p.pending, p.sealed, p.done),
+        (pieces, pieces, false, false)
+    );
+    job.seal().unwrap();
+    assert!(
+        job.send(&tiles, "late").is_err(),
+        "a sealed job takes no pieces"
+    );
+
+    let seed = seed_from_env("POSTBOX_JOB_SEED");
+    let settled = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|sc| {
+        for w in 0..8u64 {
+            let tiles = tiles.clone();
+            let settled = settled.clone();
+            sc.spawn(move || {
+                let mut rng = Rng::new(seed ^ w);
+                while let Some(mut m) = tiles.receive(Duration::from_millis(800)).unwrap() {
+                    match rng.below(10) {
+                        0 => drop(m.abandon()),
+                        1 => {
+                            // Let the lock expire: the message comes back counted.
+                            std::thread::sleep(Duration::from_millis(350));
+                            assert!(m.complete().is_err_and(|e| e.is_lock_lost()));
+                        }
+                        2 => {
+                            m.dead_letter("Bad", "tile cannot be read").unwrap();
+                            settled.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            m.renew_lock().unwrap();
+                            m.complete().unwrap();
+                            settled.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let p = job.wait(10 * SEC).unwrap();
+    assert!(p.done, "{p:?}");
+    assert_eq!(p.completed + p.dead_lettered, pieces);
+    assert_eq!(p.pending, 0);
+    let dead = tiles.dead_letters().unwrap().len().unwrap();
+    assert_eq!(p.dead_lettered, dead, "dead-lettered pieces are in the DLQ");
+    // The tracking table agrees with the counts.
+    let rows = job.pieces().unwrap();
+    assert_eq!(rows.len() as u64, pieces);
+    let completed = rows
+        .iter()
+        .filter(|(_, s)| matches!(s, PieceState::Completed(_)))
+        .count() as u64;
+    assert_eq!(completed, p.completed);
+    assert!(job.pending().unwrap().is_empty());
+    assert_eq!(
+        stitch.len().unwrap(),
+        1,
+        "the continuation is sent exactly once"
+    );
+    assert_eq!(stitch.peek().unwrap().unwrap().body(), b"stitch");
+}
+
+#[test]
+fn sealing_a_finished_job_sends_the_continuation_then() {
+    let (_d, s) = store();
+    let q = s.queue("q").unwrap();
+    let next = s.queue("next").unwrap();
+    let job = s
+        .create_job(JobOptions::default().continuation(&next, "go"))
+        .unwrap();
+    let mut tx = s.begin();
+    let a = tx.send_piece(&job, &q, "a").unwrap();
+    tx.commit().unwrap();
+    let m = q.receive(SEC).unwrap().unwrap();
+    assert_eq!(
+        m.id(),
+        a,
+        "the id a transaction's send returns is the message's"
+    );
+    m.complete().unwrap();
+    assert!(!job.progress().unwrap().done);
+    assert_eq!(next.len().unwrap(), 0);
+    assert!(job.seal().unwrap().done);
+    assert_eq!(next.len().unwrap(), 1);
+    job.seal().unwrap();
+    assert_eq!(next.len().unwrap(), 1);
+    // Opened again by id (as another process would).
+    let again = s.job(job.id()).unwrap();
+    assert!(again.progress().unwrap().done);
+    assert!(again.delete().unwrap());
+    assert_eq!(s.job(job.id()).unwrap_err().kind(), ErrorKind::NotFound);
+}
+
+#[test]
+fn requests_get_only_their_own_replies() {
+    let (_d, s) = store();
+    let service = s.queue("service").unwrap();
+    let n = knob("POSTBOX_REQUESTS", 25);
+    std::thread::scope(|sc| {
+        let responder = service.clone();
+        sc.spawn(move || {
+            for _ in 0..4 * n {
+                let m = responder.receive(10 * SEC).unwrap().unwrap();
+                let answer = format!("re: {}", String::from_utf8_lossy(m.body()));
+                m.reply(answer.as_str()).unwrap();
+            }
+        });
+        for r in 0..4 {
+            let service = service.clone();
+            sc.spawn(move || {
+                for i in 0..n {
+                    let ask = format!("requester {r} question {i}");
+                    let reply = service.request(ask.as_str(), 10 * SEC).unwrap().unwrap();
+                    assert_eq!(reply.body(), format!("re: {ask}").as_bytes());
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn reply_needs_a_reply_to_and_commits_with_the_completion() {
+    let (_d, s) = store();
+    let q = s.queue("q").unwrap();
+    let answers = s.queue("answers").unwrap();
+    q.send("no reply_to").unwrap();
+    let m = q.receive(SEC).unwrap().unwrap();
+    let e = m.reply("x").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    e.into_message().abandon().unwrap();
+    let m = q.receive(SEC).unwrap().unwrap();
+    m.complete().unwrap();
+    let id = q
+        .send(
+            Message::new("ask")
+                .reply_to("answers")
+                .correlation_id("c-1"),
+        )
+        .unwrap();
+    let m = q.receive(SEC).unwrap().unwrap();
+    assert_eq!(m.id(), id);
+    m.reply("answer").unwrap();
+    assert_eq!(q.stats().unwrap().active + q.stats().unwrap().locked, 0);
+    let r = answers.receive(SEC).unwrap().unwrap();
+    assert_eq!(r.correlation_id(), Some("c-1"));
+}
+
+#[test]
+fn receipts_are_posted_in_the_settling_commit() {
+    let (_d, s) = store();
+    let receipts = s.queue("receipts").unwrap();
+    let q = s
+        .queue_with("work", QueueOptions::default().receipts_to("receipts"))
+        .unwrap();
+    let a = q.send("a").unwrap();
+    let b = q.send("b").unwrap();
+    q.receive(SEC).unwrap().unwrap().complete().unwrap();
+    q.receive(SEC)
+        .unwrap()
+        .unwrap()
+        .dead_letter("Poison", "bad input")
+        .unwrap();
+    let r1 = receipts
+        .receive_by_correlation_id(&a.get().to_string(), SEC)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r1.property(RECEIPT_OUTCOME),
+        Some(&PropertyValue::from("completed"))
+    );
+    let r2 = receipts
+        .receive_by_correlation_id(&b.get().to_string(), SEC)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r2.property(RECEIPT_OUTCOME),
+        Some(&PropertyValue::from("dead-lettered"))
+    );
+    assert_eq!(
+        r2.property(RECEIPT_REASON),
+        Some(&PropertyValue::from("Poison"))
+    );
+    assert_eq!(
+        q.options().unwrap().receipts_to.as_deref(),
+        Some("receipts")
+    );
+}
+
+#[test]
+fn checkpoints_survive_a_redelivery_and_go_with_the_message() {
+    let (_d, s) = store();
+    let q = s.queue("fanout").unwrap();
+    q.send("notify 1000 users").unwrap();
+    let keys = knob("POSTBOX_CHECKPOINT_KEYS", 1000) as u64;
+    let mut m = q.receive(SEC).unwrap().unwrap();
+    assert!(m.done_keys().unwrap().is_empty());
+    let half: Vec<String> = (0..keys / 2).map(|i| format!("user-{i:04}")).collect();
+    for chunk in half.chunks(100) {
+        m.mark_done(chunk.iter().cloned()).unwrap();
+    }
+    m.abandon().unwrap();
+    let m = q.receive(SEC).unwrap().unwrap();
+    assert_eq!(m.delivery_count(), 2);
+    let done = m.done_keys().unwrap();
+    assert_eq!(done.len() as u64, keys / 2);
+    let rest: BTreeSet<String> = (0..keys)
+        .map(|i| format!("user-{i:04}"))
+        .filter(|k| !done.contains(k))
+        .collect();
+    assert_eq!(rest.len() as u64, keys - keys / 2);
+    let id = m.id();
+    m.complete().unwrap();
+    assert!(q.get(id).unwrap().is_none());
+}
+
+#[test]
+fn an_aborted_outbox_transaction_leaves_neither_row_nor_message() {
+    let (_d, s) = store();
+    let shipping = s.queue("shipping").unwrap();
+    let mut tx = s.begin();
+    tx.table("orders").unwrap().put(b"42", b"paid").unwrap();
+    assert_eq!(
+        tx.table("orders").unwrap().get(b"42").unwrap(),
+        Some(b"paid".to_vec())
+    );
+    tx.send(&shipping, "ship 42").unwrap();
+    tx.abort().unwrap();
+    assert_eq!(s.table("orders").unwrap().get(b"42").unwrap(), None);
+    assert_eq!(shipping.len().unwrap(), 0);
+
+    let mut tx = s.begin();
+    let id = tx.send(&shipping, "ship 42").unwrap();
+    tx.table("orders")
+        .unwrap()
+        .put(b"42", &id.get().to_le_bytes())
+        .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(
+        s.table("orders").unwrap().get(b"42").unwrap(),
+        Some(id.get().to_le_bytes().to_vec())
+    );
+    assert_eq!(shipping.peek().unwrap().unwrap().id(), id);
+    // A received message completed with a row: the inbox.
+    let mut tx = s.begin();
+    let m = tx.receive(&shipping, SEC).unwrap().unwrap();
+    let mut t = tx.table("inbox").unwrap();
+    t.put(format!("seen-{}", m.id()).as_bytes(), b"").unwrap();
+    t.delete(b"missing").unwrap();
+    tx.commit().unwrap();
+    let rows = s.table("inbox").unwrap().range(b"", None, 10).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(shipping.len().unwrap(), 0);
+}
+
+#[test]
+fn sends_say_when_they_were_duplicates() {
+    let (_d, s) = store();
+    let q = s
+        .queue_with("q", QueueOptions::default().dedup_window(60 * SEC))
+        .unwrap();
+    let first = q.send_checked(Message::new("a").message_key("k")).unwrap();
+    assert!(!first.duplicate);
+    let again = q.send_checked(Message::new("a").message_key("k")).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.id, first.id);
+    let mut tx = s.begin();
+    let t = tx
+        .send_checked(&q, Message::new("a").message_key("k"))
+        .unwrap();
+    assert!(t.duplicate);
+    assert_eq!(t.id, first.id);
+    let n = tx
+        .send_checked(&q, Message::new("b").message_key("k2"))
+        .unwrap();
+    let n2 = tx
+        .send_checked(&q, Message::new("b").message_key("k2"))
+        .unwrap();
+    assert!(!n.duplicate && n2.duplicate && n2.id == n.id);
+    tx.commit().unwrap();
+    assert_eq!(q.len().unwrap(), 2);
+    assert!(q.get(n.id).unwrap().is_some());
+}
+
+#[test]
+fn temporary_queues_go_with_their_store_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let s = Store::open(&path).unwrap();
+    let t = s.temporary_queue(None).unwrap();
+    assert!(t.name().starts_with("$temporary/"));
+    t.send("x").unwrap();
+    let infos = s.queue_infos().unwrap();
+    let info = infos.iter().find(|i| i.name == t.name()).unwrap();
+    assert!(info.temporary);
+    assert!(info.last_activity.is_some());
+    assert_eq!(
+        s.queue("$temporary/1/2").unwrap_err().kind(),
+        ErrorKind::InvalidArgument,
+        "temporary names cannot be created by hand"
+    );
+    // A responder opens it by name, as it would from a reply_to.
+    assert_eq!(s.open_queue(t.name()).unwrap().len().unwrap(), 1);
+    let name = t.name().to_owned();
+    s.close().unwrap();
+    let s = Store::open(&path).unwrap();
+    assert!(!s.queues().unwrap().contains(&name));
+}
+
+#[test]
+fn an_idle_queue_is_deleted_and_a_busy_one_is_not() {
+    let (_d, s) = store();
+    let idle = s
+        .queue_with(
+            "idle",
+            QueueOptions::default().auto_delete_on_idle(Duration::from_secs(2)),
+        )
+        .unwrap();
+    let busy = s
+        .queue_with(
+            "busy",
+            QueueOptions::default().auto_delete_on_idle(Duration::from_secs(2)),
+        )
+        .unwrap();
+    idle.send("left alone").unwrap();
+    // Keep "busy" active for longer than the idle period.
+    for _ in 0..8 {
+        busy.send("x").unwrap();
+        busy.receive(SEC).unwrap().unwrap().complete().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let names = s.queues().unwrap();
+    assert!(names.contains(&"busy".to_string()));
+    assert!(!names.contains(&"idle".to_string()), "{names:?}");
+    assert_eq!(
+        idle.send("again").unwrap_err().kind(),
+        ErrorKind::QueueNotFound
+    );
+}
