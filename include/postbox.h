@@ -89,6 +89,13 @@
  * session (postbox_session_accept, postbox_session_receive); sends without a group and plain
  * receives are refused there with POSTBOX_INVALID_ARGUMENT. A processor serves such a queue
  * with postbox_processor_options.sessions set.
+ *
+ * Typed bodies. Bodies are bytes, but the typed queues of Rust and Python write typed bodies:
+ * a 6-byte header (0xFF 'P' 'B' 'T', a format version, a codec id such as POSTBOX_CODEC_JSON)
+ * followed by the payload, as docs/typed-bodies.md specifies. postbox_typed_body_wrap and
+ * postbox_typed_body_view build and take apart one; postbox_message_typed_body reads the
+ * payload of a received message, and dead-letters a body that is not one
+ * (POSTBOX_REASON_DECODE_FAILED), as typed receives do in Rust and Python.
  */
 
 
@@ -112,7 +119,8 @@
 #define POSTBOX_REASON_MAX_DELIVERIES "MaxDeliveryCountExceeded"
 
 /**
- * Dead-letter reason of a message whose body a typed processor (Rust, Python) could not decode.
+ * Dead-letter reason of a message whose body a typed receive or processor could not decode
+ * (Rust, Python; in C, postbox_message_typed_body).
  */
 #define POSTBOX_REASON_DECODE_FAILED "DecodeFailed"
 
@@ -364,6 +372,40 @@
  * UTF-8 character boundary).
  */
 #define POSTBOX_MAX_DESCRIPTION_LEN 4096
+
+/**
+ * The typed-body format version this library writes and the only one it reads.
+ */
+#define POSTBOX_TYPED_BODY_VERSION 1
+
+/**
+ * Bytes of the typed-body header in front of the payload: the magic `0xFF 'P' 'B' 'T'`, the
+ * version, the codec id. A typed body is `POSTBOX_TYPED_BODY_HEADER_LEN + payload_len` bytes.
+ */
+#define POSTBOX_TYPED_BODY_HEADER_LEN 6
+
+/**
+ * Codec id of JSON text in UTF-8: what Rust's `typed_json` queues and Python's default
+ * typed queues send, and the codec to use from C.
+ */
+#define POSTBOX_CODEC_JSON 1
+
+/**
+ * Codec id of bincode 2 (standard configuration), written by Rust's `typed` queues; C has no
+ * decoder for it.
+ */
+#define POSTBOX_CODEC_BINCODE 2
+
+/**
+ * Codec id of Python's pickle (Python only, opt-in there).
+ */
+#define POSTBOX_CODEC_PICKLE 3
+
+/**
+ * The first codec id left to applications: 128 to 255 are user codecs. 0 and 4 to 127 are
+ * reserved; functions given one return `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_CODEC_USER_FIRST 128
 
 /**
  * An iterator over a queue's receivable messages in delivery order, without locking them.
@@ -2542,6 +2584,77 @@ int postbox_session_release(struct postbox_session *session);
  * memory: the parent keeps the session.
  */
 void postbox_session_free(struct postbox_session *session);
+
+/**
+ * Writes the typed body of `payload` (`payload_len` bytes, e.g. JSON text) encoded with
+ * `codec` into `out`: the 6-byte header (`POSTBOX_TYPED_BODY_HEADER_LEN`) followed by the
+ * payload. `out_capacity` must be at least `payload_len + POSTBOX_TYPED_BODY_HEADER_LEN`;
+ * `out_len` (may be NULL) receives the body's length. Send the result with `postbox_send`.
+ *
+ * `payload` may sit at `out + POSTBOX_TYPED_BODY_HEADER_LEN` already (only the header is
+ * written then: build the payload in place, without a copy); otherwise the two buffers must
+ * not overlap. `payload` may be NULL when `payload_len` is 0. Pure: touches no store.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `out`, a too small `out_capacity`, overlapping
+ * buffers, or a reserved `codec`: 0 and 4 to 127).
+ */
+int postbox_typed_body_wrap(uint8_t codec,
+                            const uint8_t *payload,
+                            size_t payload_len,
+                            uint8_t *out,
+                            size_t out_capacity,
+                            size_t *out_len);
+
+/**
+ * Takes a typed body apart without copying: `codec_out` (may be NULL) receives its codec id,
+ * `payload_out` (may be NULL) a view of its payload, which points into `body` and is valid as
+ * long as `body` is. `body` may be NULL when `body_len` is 0. Pure: touches no store.
+ *
+ * An empty payload is a valid envelope; whether it decodes is the codec's business.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_CODEC` (not a typed body: no magic, cut inside the header, a format
+ * version other than `POSTBOX_TYPED_BODY_VERSION`, or a reserved codec id;
+ * `postbox_last_error_message` says which); `POSTBOX_INVALID_ARGUMENT` (NULL `body` with a
+ * length).
+ */
+int postbox_typed_body_view(const uint8_t *body,
+                            size_t body_len,
+                            uint8_t *codec_out,
+                            struct postbox_bytes *payload_out);
+
+/**
+ * The payload of a message whose body is a typed body of codec `expected_codec` (e.g.
+ * `POSTBOX_CODEC_JSON`), as a view into the message's body (`payload_out`, required; valid
+ * until the message is freed).
+ *
+ * A body that is not such a typed body (no envelope, an unknown version, another codec such as
+ * the bincode of a Rust `typed` queue) never will be, so instead of returning to the queue for
+ * futile retries the message is moved to the dead-letter queue with reason
+ * `POSTBOX_REASON_DECODE_FAILED` and the envelope error as description, and the call returns
+ * `POSTBOX_CODEC`:
+ *
+ * - a message received with peek-lock is dead-lettered now; the handle is settled (free it);
+ * - a message lent to a processor callback is dead-lettered when the callback returns, whatever
+ *   it returns (as after `postbox_processor_dead_letter`);
+ * - a peeked or browsed message, or one received in a transaction, is not moved (the handle
+ *   holds no lock of its own); `postbox_last_error_message` says so.
+ *
+ * The same applies to a payload the caller then fails to parse: dead-letter it with
+ * `postbox_message_dead_letter(msg, POSTBOX_REASON_DECODE_FAILED, why)` (in a callback,
+ * `postbox_processor_dead_letter`).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_CODEC` (the body is not a typed body of that codec; moved as above);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `payload_out`, or a reserved `expected_codec`:
+ * nothing is moved); `POSTBOX_FORKED`. When moving the message failed, that failure's status
+ * (`POSTBOX_QUEUE_NOT_FOUND`, `POSTBOX_CLOSED`, storage errors) as from
+ * `postbox_message_dead_letter`: the handle still holds the lock.
+ */
+int postbox_message_typed_body(const struct postbox_message *message,
+                               uint8_t expected_codec,
+                               struct postbox_bytes *payload_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -38,6 +38,8 @@ mod collator;
 
 mod session;
 
+mod typed_body;
+
 pub use collator::*;
 pub use message::*;
 pub use processor::*;
