@@ -19,6 +19,8 @@ fi
 
 cargo build -p postbox-ffi
 cargo build -p postbox-ffi --example pbx_peer
+# The Rust producer of typed bodies (typed_body_from_rust finds it beside pbx_peer).
+cargo build -p postbox --example typed_json_producer
 cargo test -q -p postbox-ffi
 LIB=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 PEER=$LIB/examples/pbx_peer

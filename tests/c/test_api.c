@@ -4396,6 +4396,339 @@ static void test_session_stress(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ------------------------------------------------------------------------------------------- */
+/* Typed bodies (docs/typed-bodies.md): the envelope, DecodeFailed, and what Rust wrote. */
+
+/* The JSON of the order that core/examples/typed_json_producer.rs sends, byte for byte as
+ * serde_json writes it; the Rust and Python tests hold the same bytes. */
+static const char ORDER_42_JSON[] =
+    "{\"id\":42,\"item\":\"th\xc3\xa9 vert\",\"quantity\":3,\"tags\":[\"loose\",\"organic\"],"
+    "\"gift_note\":null,\"price\":4.5}";
+
+/* Sends `payload` (NUL-terminated) as a typed body of `codec`, built in place. */
+static uint64_t send_typed(postbox_queue *q, uint8_t codec, const char *payload) {
+    uint8_t buf[512];
+    size_t n = strlen(payload), len = 0;
+    uint64_t id = 0;
+    if (n + POSTBOX_TYPED_BODY_HEADER_LEN > sizeof buf) {
+        harness_failed_checks++;
+        return 0;
+    }
+    memcpy(buf + POSTBOX_TYPED_BODY_HEADER_LEN, payload, n);
+    CHECK_OK(postbox_typed_body_wrap(codec, buf + POSTBOX_TYPED_BODY_HEADER_LEN, n, buf,
+                                     sizeof buf, &len));
+    CHECK_OK(postbox_send(q, NULL, buf, len, NULL, &id));
+    return id;
+}
+
+static int last_error_has(const char *text) {
+    return strstr(postbox_last_error_message(), text) != NULL;
+}
+
+static void test_typed_body_wrap_view(const char *dir) {
+    (void)dir;
+    const char *json = "{\"id\":1}";
+    size_t n = strlen(json), len = 0;
+    uint8_t buf[64];
+    uint8_t codec = 0;
+    postbox_bytes payload = {NULL, 0};
+
+    CHECK_OK(postbox_typed_body_wrap(POSTBOX_CODEC_JSON, (const uint8_t *)json, n, buf,
+                                     sizeof buf, &len));
+    CHECK(len == n + POSTBOX_TYPED_BODY_HEADER_LEN);
+    CHECK(memcmp(buf, "\xff" "PBT" "\x01" "\x01", 6) == 0 && memcmp(buf + 6, json, n) == 0);
+    CHECK_OK(postbox_typed_body_view(buf, len, &codec, &payload));
+    CHECK(codec == POSTBOX_CODEC_JSON && payload.data == buf + 6 && payload.len == n);
+    CHECK_OK(postbox_typed_body_view(buf, len, NULL, NULL)); /* a validity check only */
+    CHECK_OK(postbox_typed_body_wrap(POSTBOX_CODEC_JSON, (const uint8_t *)json, n, buf,
+                                     n + POSTBOX_TYPED_BODY_HEADER_LEN, NULL)); /* exact fit */
+
+    /* Every assigned codec and the user range; an empty payload is a valid envelope. */
+    const uint8_t codecs[] = {POSTBOX_CODEC_JSON, POSTBOX_CODEC_BINCODE, POSTBOX_CODEC_PICKLE,
+                              POSTBOX_CODEC_USER_FIRST, 200, 255};
+    for (size_t i = 0; i < sizeof codecs; i++) {
+        CHECK_OK(postbox_typed_body_wrap(codecs[i], NULL, 0, buf, 6, &len));
+        CHECK(len == 6 && buf[4] == POSTBOX_TYPED_BODY_VERSION && buf[5] == codecs[i]);
+        CHECK_OK(postbox_typed_body_view(buf, len, &codec, &payload));
+        CHECK(codec == codecs[i] && payload.len == 0);
+    }
+
+    /* In place: the payload already after the header; only the header is written. */
+    memcpy(buf + 6, json, n);
+    CHECK_OK(postbox_typed_body_wrap(200, buf + 6, n, buf, sizeof buf, &len));
+    CHECK_OK(postbox_typed_body_view(buf, len, &codec, &payload));
+    CHECK(codec == 200 && payload.len == n && memcmp(payload.data, json, n) == 0);
+
+    /* Refused arguments: reserved codecs, NULL, too small, overlapping. */
+    len = 12345;
+    CHECK_RC(postbox_typed_body_wrap(0, (const uint8_t *)json, n, buf, sizeof buf, &len),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(last_error_has("reserved"));
+    CHECK_RC(postbox_typed_body_wrap(4, (const uint8_t *)json, n, buf, sizeof buf, &len),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_typed_body_wrap(127, (const uint8_t *)json, n, buf, sizeof buf, &len),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_typed_body_wrap(1, (const uint8_t *)json, n, NULL, sizeof buf, &len),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_typed_body_wrap(1, (const uint8_t *)json, n, buf, n + 5, &len),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(last_error_has("needs"));
+    CHECK_RC(postbox_typed_body_wrap(1, NULL, 3, buf, sizeof buf, &len), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_typed_body_wrap(1, buf + 1, 8, buf, sizeof buf, &len),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(last_error_has("overlaps"));
+    CHECK(len == 12345); /* out-parameters are written only on success */
+
+    /* Bodies that are not typed bodies this version reads: POSTBOX_CODEC, and why. */
+    static const struct {
+        const char *bytes;
+        size_t len;
+        const char *why;
+    } bad[] = {
+        {"", 0, "not a typed body"},
+        {"{}", 2, "not a typed body"},
+        {"plain text", 10, "not a typed body"},
+        {"\xff" "PB", 3, "not a typed body"},
+        {"\xff" "PBX" "\x01" "\x01" "{}", 8, "not a typed body"},
+        {"\xff" "PBT", 4, "truncated"},
+        {"\xff" "PBT" "\x01", 5, "truncated"},
+        {"\xff" "PBT" "\x02" "\x01" "{}", 8, "version 2"},
+        {"\xff" "PBT" "\x00" "\x01" "{}", 8, "version 0"},
+        {"\xff" "PBT" "\x01" "\x09" "{}", 8, "reserved"},
+        {"\xff" "PBT" "\x01" "\x00", 6, "reserved"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        codec = 77;
+        CHECK_RC(postbox_typed_body_view((const uint8_t *)bad[i].bytes, bad[i].len, &codec,
+                                         &payload),
+                 POSTBOX_CODEC);
+        CHECK(last_error_has(bad[i].why));
+        CHECK(codec == 77);
+    }
+    CHECK_RC(postbox_typed_body_view(NULL, 3, &codec, &payload), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_typed_body_view(NULL, 0, &codec, &payload), POSTBOX_CODEC);
+}
+
+struct typed_proc_state {
+    pthread_mutex_t mutex;
+    int decoded;  /* bodies that were JSON typed bodies */
+    int refused;  /* POSTBOX_CODEC: dead-lettered when the callback returns */
+    int other;    /* anything else (a failure of the test) */
+};
+
+static int typed_proc_handler(void *user_data, const postbox_message *msg) {
+    struct typed_proc_state *st = (struct typed_proc_state *)user_data;
+    postbox_bytes payload;
+    int rc = postbox_message_typed_body(msg, POSTBOX_CODEC_JSON, &payload);
+    pthread_mutex_lock(&st->mutex);
+    if (rc == POSTBOX_OK && payload.len == 8 && memcmp(payload.data, "{\"id\":7}", 8) == 0)
+        st->decoded++;
+    else if (rc == POSTBOX_CODEC)
+        st->refused++;
+    else
+        st->other++;
+    pthread_mutex_unlock(&st->mutex);
+    return POSTBOX_OK; /* the dead letter is applied whatever the callback returns */
+}
+
+static void test_typed_body_decode_failed(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "orders", NULL);
+    if (q == NULL) return;
+    postbox_message *m = NULL;
+    postbox_bytes payload = {NULL, 0};
+
+    uint64_t plain = send_text(q, "plain text");                    /* no envelope */
+    uint64_t bincode = send_typed(q, POSTBOX_CODEC_BINCODE, "\x2a"); /* Rust only */
+    uint64_t future = send_text(q, "\xff" "PBT" "\x07" "\x01" "{}"); /* unknown version */
+    uint64_t good = send_typed(q, POSTBOX_CODEC_JSON, "{\"id\":1}");
+
+    /* A peeked message holds no lock: refused, and nothing moves. */
+    REQUIRE_OK(postbox_peek(q, &m));
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    CHECK(last_error_has("not moved") && last_error_has("holds no lock"));
+    postbox_message_free(m);
+    CHECK(stats_of(q).dead_lettered == 0);
+
+    /* Argument errors move nothing. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_id(m) == plain);
+    CHECK_RC(postbox_message_typed_body(NULL, POSTBOX_CODEC_JSON, &payload),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_typed_body(m, 0, &payload), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_typed_body(m, 100, &payload), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_message_is_held(m));
+
+    /* The first delivery of an undecodable body dead-letters it. */
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    CHECK(last_error_has("not a typed body") && last_error_has("moved to the dead-letter queue"));
+    CHECK(!postbox_message_is_held(m));
+    CHECK_RC(postbox_message_complete(m), POSTBOX_INVALID_ARGUMENT); /* already settled */
+    postbox_message_free(m);
+
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_id(m) == bincode);
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    CHECK(last_error_has("codec 2 (bincode), not with codec 1 (JSON)"));
+    postbox_message_free(m);
+
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_id(m) == future);
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    CHECK(last_error_has("version 7"));
+    postbox_message_free(m);
+
+    /* A good one is a view into the body; it asks for no other codec. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_id(m) == good);
+    payload.data = NULL;
+    CHECK_OK(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload));
+    CHECK(bytes_is(payload, "{\"id\":1}"));
+    CHECK(payload.data == postbox_message_body(m).data + POSTBOX_TYPED_BODY_HEADER_LEN);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.dead_lettered == 3);
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    const uint64_t dead[] = {plain, bincode, future};
+    postbox_browser *b = NULL;
+    REQUIRE_OK(postbox_browse_open(dlq, &b));
+    for (int i = 0; i < 3; i++) {
+        REQUIRE_OK(postbox_browse_next(b, &m));
+        CHECK(postbox_message_id(m) == dead[i]);
+        CHECK(bytes_is(postbox_message_dead_letter_reason(m), POSTBOX_REASON_DECODE_FAILED));
+        CHECK(postbox_message_dead_letter_description(m).len > 0);
+        CHECK(postbox_message_delivery_count(m) == 1); /* on its first delivery */
+        postbox_message_free(m);
+    }
+    postbox_browse_free(b);
+    /* A dead letter that is still undecodable cannot be dead-lettered again: not moved. */
+    REQUIRE_OK(postbox_receive(dlq, NULL, 0, &m));
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    CHECK(last_error_has("not moved"));
+    CHECK(postbox_message_is_held(m));
+    postbox_message_free(m); /* abandoned: stays in the dead-letter queue */
+    postbox_queue_free(dlq);
+
+    /* A message received in a transaction is not moved: the transaction owns its lock. */
+    send_text(q, "still plain");
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    REQUIRE_OK(postbox_receive(q, tx, 1000, &m));
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    CHECK(last_error_has("not moved") && last_error_has("transaction"));
+    postbox_message_free(m);
+    CHECK_OK(postbox_tx_abort(tx));
+    s = stats_of(q);
+    CHECK(s.active == 1 && s.dead_lettered == 3);
+
+    /* A processor callback: the bad body is dead-lettered when the callback returns. */
+    send_typed(q, POSTBOX_CODEC_JSON, "{\"id\":7}");
+    send_typed(q, POSTBOX_CODEC_PICKLE, "\x80\x05N.");
+    struct typed_proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    postbox_processor_options o;
+    CHECK_OK(postbox_processor_options_init(&o));
+    o.workers = 2;
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(q, &o, typed_proc_handler, &st, &p));
+    for (int i = 0; i < 1000; i++) {
+        s = stats_of(q);
+        if (s.active == 0 && s.locked == 0 && s.dead_lettered == 5) break;
+        sleep_ms(10);
+    }
+    postbox_shutdown_report r;
+    CHECK_OK(postbox_processor_shutdown(p, 10000, &r));
+    postbox_processor_free(p);
+    CHECK(r.finished && r.processed == 1 && r.dead_lettered == 2);
+    CHECK(st.decoded == 1 && st.refused == 2 && st.other == 0);
+    s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.dead_lettered == 5);
+    pthread_mutex_destroy(&st.mutex);
+
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* The Rust producer of core/examples/typed_json_producer.rs: $POSTBOX_TYPED_PRODUCER, else
+ * beside $POSTBOX_PEER (both are examples in the same target directory). */
+static int typed_producer(char *buf, size_t size) {
+    const char *env = getenv("POSTBOX_TYPED_PRODUCER");
+    if (env != NULL) {
+        snprintf(buf, size, "%s", env);
+        return access(buf, X_OK) == 0;
+    }
+    const char *peer = getenv("POSTBOX_PEER");
+    if (peer == NULL) return 0;
+    snprintf(buf, size, "%s", peer);
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL) return 0;
+    snprintf(slash + 1, size - (size_t)(slash + 1 - buf), "typed_json_producer");
+    return access(buf, X_OK) == 0;
+}
+
+static void test_typed_body_from_rust(const char *dir) {
+    /* The bytes Rust's typed_json sends are the JSON behind the documented header. */
+    uint8_t want[256];
+    size_t want_len = 0;
+    CHECK_OK(postbox_typed_body_wrap(POSTBOX_CODEC_JSON, (const uint8_t *)ORDER_42_JSON,
+                                     strlen(ORDER_42_JSON), want, sizeof want, &want_len));
+    CHECK(want_len == 6 + strlen(ORDER_42_JSON) && memcmp(want, "\xff" "PBT" "\x01" "\x01", 6) == 0);
+
+    char producer[1024];
+    if (!typed_producer(producer, sizeof producer)) {
+        fprintf(stderr,
+                "  SKIPPED the Rust half: build core/examples/typed_json_producer.rs (cargo build "
+                "-p postbox --example typed_json_producer) and set POSTBOX_PEER or "
+                "POSTBOX_TYPED_PRODUCER\n");
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s orders >/dev/null", producer, path_in(dir, "test.postbox"));
+    CHECK(system(cmd) == 0);
+
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "orders", NULL);
+    if (q == NULL) return;
+    postbox_message *m = NULL;
+    postbox_bytes payload = {NULL, 0};
+
+    /* 1: JSON, which C reads. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    postbox_bytes body = postbox_message_body(m);
+    CHECK(body.len == want_len && memcmp(body.data, want, want_len) == 0);
+    CHECK_OK(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload));
+    CHECK(bytes_is(payload, ORDER_42_JSON));
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+
+    /* 2: the same order in bincode, which only Rust reads: dead-lettered on first delivery. */
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    uint8_t codec = 0;
+    body = postbox_message_body(m);
+    CHECK_OK(postbox_typed_body_view(body.data, body.len, &codec, NULL));
+    CHECK(codec == POSTBOX_CODEC_BINCODE);
+    CHECK_RC(postbox_message_typed_body(m, POSTBOX_CODEC_JSON, &payload), POSTBOX_CODEC);
+    postbox_message_free(m);
+    postbox_stats s = stats_of(q);
+    CHECK(s.active == 0 && s.locked == 0 && s.dead_lettered == 1);
+    postbox_queue *dlq = NULL;
+    REQUIRE_OK(postbox_queue_dead_letters(q, &dlq));
+    REQUIRE_OK(postbox_peek(dlq, &m));
+    CHECK(bytes_is(postbox_message_dead_letter_reason(m), POSTBOX_REASON_DECODE_FAILED));
+    CHECK(postbox_message_delivery_count(m) == 1);
+    postbox_message_free(m);
+    postbox_queue_free(dlq);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"version", test_version},
@@ -4445,6 +4778,9 @@ int main(int argc, char **argv) {
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
         {"disk_full", test_disk_full},
+        {"typed_body_wrap_view", test_typed_body_wrap_view},
+        {"typed_body_decode_failed", test_typed_body_decode_failed},
+        {"typed_body_from_rust", test_typed_body_from_rust},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
