@@ -338,6 +338,44 @@ impl<T> HeldMessage<T> {
         }
     }
 
+    /// Runs `f` on the held lock without settling it ([`Received::mark_done`],
+    /// [`Received::done_keys`]); the handle keeps the lock and notes its expiry afterwards. A
+    /// lost lock ends the hold, as in [`renew_lock`](Self::renew_lock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`]; [`Error::InvalidArgument`] when the handle holds no peek-lock;
+    /// whatever `f` fails with.
+    pub fn with_held<R>(&self, f: impl FnOnce(&mut Received) -> Result<R>) -> Result<R> {
+        self.check_process()?;
+        let mut hold = self.hold.lock();
+        let Hold::Held(r) = &mut *hold else {
+            return Err(match &*hold {
+                Hold::Unlocked | Hold::Processor(_) | Hold::Transaction(_) => {
+                    Error::InvalidArgument(format!(
+                        "message {} holds no lock of its own ({})",
+                        self.envelope.id(),
+                        hold.state()
+                    ))
+                }
+                other => self.refusal(other),
+            });
+        };
+        match f(r) {
+            Ok(v) => {
+                self.note_locked_until(r.locked_until());
+                Ok(v)
+            }
+            Err(e) => {
+                if e.is_lock_lost() {
+                    *hold = Hold::Settled("lock lost");
+                    self.forget_lock();
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Asks, from inside a processor handler, for the message to be dead-lettered when the
     /// handler returns.
     ///
