@@ -73,6 +73,23 @@ from ._postbox import (
     TopicStats,
     Transaction,
 )
+from ._typed import (
+    CODEC_BINCODE,
+    CODEC_JSON,
+    CODEC_PICKLE,
+    FIRST_USER_CODEC,
+    REASON_DECODE_FAILED,
+    TYPED_BODY_HEADER_LEN,
+    TYPED_BODY_MAGIC,
+    TYPED_BODY_VERSION,
+    Codec,
+    JsonCodec,
+    PickleCodec,
+    TypedMessage,
+    TypedQueue,
+    parse_typed_body,
+    wrap_typed_body,
+)
 
 __version__: str = _postbox.__version__
 
@@ -124,4 +141,20 @@ __all__ = [
     "TopicStats",
     "Transaction",
     "__version__",
+    # Typed bodies (postbox._typed).
+    "CODEC_BINCODE",
+    "CODEC_JSON",
+    "CODEC_PICKLE",
+    "FIRST_USER_CODEC",
+    "REASON_DECODE_FAILED",
+    "TYPED_BODY_HEADER_LEN",
+    "TYPED_BODY_MAGIC",
+    "TYPED_BODY_VERSION",
+    "Codec",
+    "JsonCodec",
+    "PickleCodec",
+    "TypedMessage",
+    "TypedQueue",
+    "parse_typed_body",
+    "wrap_typed_body",
 ]
