@@ -21,6 +21,9 @@ python -m pip install -q --disable-pip-version-check maturin pytest pytest-timeo
 # The documented install command (a release build through maturin's PEP 517 backend).
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
 
+# The Rust producer that test_typed_bodies.py reads from (it skips that test without it).
+cargo build -q -p postbox --example typed_json_producer
+
 # Run from outside python/ so that `import postbox` is the installed package, not the sources.
 python -m mypy.stubtest postbox
 python -m pytest python/tests -p no:cacheprovider -q
