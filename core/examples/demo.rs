@@ -85,7 +85,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tx.send(
                 &answers,
                 Message::new(format!("{checksum:08x}")).correlation_id(job.id().to_string()),
-            )
+            )?;
+            Ok(())
         })?;
     let mut out = std::io::stdout();
     loop {

@@ -183,7 +183,10 @@ fn invalid_arguments_are_rejected() {
     }
     assert_eq!(store.queues().unwrap(), vec!["q"]);
     let mut tx = store.begin();
-    invalid(tx.send(&q, Message::new("x").priority(9)), "tx priority 9");
+    invalid(
+        tx.send(&q, Message::new("x").priority(9)).map(drop),
+        "tx priority 9",
+    );
     drop(tx);
 
     // Settling the wrong way changes nothing, and the message goes straight back to its queue
@@ -219,7 +222,7 @@ fn transaction_send_to_a_dead_letter_queue_fails_at_commit_or_send() {
     let early = tx.send(&dlq, "x");
     let e = match early {
         Err(e) => e,
-        Ok(()) => tx.commit().unwrap_err(),
+        Ok(_) => tx.commit().unwrap_err(),
     };
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert_eq!(counts(&dlq), (0, 0, 0, 0, 0));
@@ -399,7 +402,7 @@ fn plain_redb_databases_are_refused_untouched() {
             e,
             Error::IncompatibleVersion {
                 found: 99,
-                supported: 3
+                supported: 4
             }
         ),
         "{e:?}"
@@ -427,24 +430,24 @@ fn a_damaged_format_version_is_damage_not_a_newer_format() {
     let path = dir.path().join("store.postbox");
     Store::open(&path).unwrap().close().unwrap();
     // A flipped bit in the version number: its checksum no longer matches.
-    set_meta(&path, "format_version", 3 | 1 << 40);
+    set_meta(&path, "format_version", 4 | 1 << 40);
     let e = open_err(&path);
     assert_eq!(e.kind(), ErrorKind::Corrupted, "{e:?}");
-    set_meta(&path, "format_version", 4);
+    set_meta(&path, "format_version", 5);
     assert_eq!(open_err(&path).kind(), ErrorKind::Corrupted);
     // A newer postbox writes its version with a matching check: that is a newer format.
     set_meta(
         &path,
         "format_version_crc",
-        u64::from(crc32c::crc32c(&4u64.to_le_bytes())),
+        u64::from(crc32c::crc32c(&5u64.to_le_bytes())),
     );
     let e = open_err(&path);
     assert!(
         matches!(
             e,
             Error::IncompatibleVersion {
-                found: 4,
-                supported: 3
+                found: 5,
+                supported: 4
             }
         ),
         "{e:?}"

@@ -29,9 +29,9 @@ fn fixture_path(version: u64) -> PathBuf {
 }
 
 /// The committed fixtures.
-const FIXTURES: [u64; 2] = [1, 2];
+const FIXTURES: [u64; 3] = [1, 2, 3];
 /// The format this version writes.
-const CURRENT: u64 = 3;
+const CURRENT: u64 = 4;
 
 /// Where `regenerate_fixture` writes: a fixture of the current format, never over a committed
 /// one.
@@ -71,7 +71,7 @@ fn full_properties() -> BTreeMap<String, PropertyValue> {
 /// Writes the fixture. Ids 1–5: 1 every property, 2 empty body, 3 scheduled, 4 dead-lettered,
 /// 5 (queue `audit`) delivered once and abandoned.
 #[test]
-#[ignore = "writes tests/fixtures/v3.postbox; run only for a deliberate format change"]
+#[ignore = "writes tests/fixtures/v4.postbox; run only for a deliberate format change"]
 fn regenerate_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.postbox");
@@ -259,13 +259,42 @@ fn fixtures_read_back_exactly() {
 }
 
 #[test]
+fn fixture_v3_is_upgraded_to_the_current_format_on_open() {
+    let (dir, clock, store) = open_copy(3);
+    store.close().unwrap();
+    let path = dir.path().join("copy.postbox");
+    let (version, states, _, _) = raw_formats(&path);
+    assert_eq!(version, Some(CURRENT), "the upgrade ran");
+    // Format 4 changed no row: it added tables (jobs, checkpoints, application rows).
+    assert!(states.iter().all(|b| b & 0x18 == 0), "{states:?}");
+    let db = redb::Database::builder().open_read_only(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    assert!(
+        txn.open_table(JOBS)
+            .unwrap()
+            .iter()
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    drop((txn, db));
+    let store = Store::builder().clock(clock).open(&path).unwrap();
+    assert_fixture_contents(&store, 3);
+    // The upgraded store takes the new features.
+    let q = store.queue("orders").unwrap();
+    let job = store.create_job(Default::default()).unwrap();
+    job.send(&q, "piece").unwrap();
+    assert_eq!(job.progress().unwrap().total, 1);
+}
+
+#[test]
 fn fixture_v2_is_upgraded_to_the_current_format_on_open() {
     let (dir, clock, store) = open_copy(2);
     store.close().unwrap();
     let path = dir.path().join("copy.postbox");
     let (version, states, queues, data) = raw_formats(&path);
     assert_eq!(version, Some(CURRENT), "the upgrade ran");
-    // Format 3 changed no row: it added a table.
+    // Formats 3 and 4 changed no row: they added tables.
     assert!(states.iter().all(|b| b & 0x80 != 0), "{states:?}");
     assert!(queues.iter().all(|&b| b == 0xFE), "{queues:?}");
     assert!(data.iter().all(|&b| b == 0xFE), "{data:?}");
@@ -291,6 +320,7 @@ const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("postbox.queue
 const STATE: TableDefinition<u64, [u8; 64]> = TableDefinition::new("postbox.state");
 const DATA: TableDefinition<u64, &[u8]> = TableDefinition::new("postbox.data");
 const DEFERRED: TableDefinition<(u32, u64), ()> = TableDefinition::new("postbox.deferred");
+const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("postbox.jobs");
 
 /// What a closed store holds on disk: (format version, byte 5 of every state row, first byte
 /// of every queue record, first byte of every envelope). Opens read-only: a writable open of a

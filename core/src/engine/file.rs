@@ -169,7 +169,8 @@ fn check_version(path: &Path, version: Option<u64>) -> Result<u64> {
 const UPGRADE_BATCH: usize = 4096;
 
 /// Upgrades an older store to the current format in one write transaction: tables the store
-/// predates are created (format 3 added `DEFERRED`); from format 1, every state row and queue
+/// predates are created (format 3 added `DEFERRED`, format 4 the job, checkpoint and application
+/// tables); from format 1, every state row and queue
 /// record is rewritten with its checksum as well (envelopes are left in format 1, which their
 /// decoder still reads); then the format version is set. A crash before the commit leaves the
 /// store as it was, and the next open upgrades it again.

@@ -186,7 +186,7 @@ impl<'t> Batch<'t> {
 
     /// Records message `id` as a new pending piece of `job` (its state row carries the flag).
     pub(super) fn add_piece(&mut self, job: u64, id: u64) -> Result<()> {
-        let mut rec = self.load_job(job)?.ok_or_else(|| Error::JobNotFound(job))?;
+        let mut rec = self.load_job(job)?.ok_or(Error::JobNotFound(job))?;
         rec.total += 1;
         self.put_job(job, &rec)?;
         self.txn
@@ -229,7 +229,7 @@ impl<'t> Batch<'t> {
 
     /// Seals `job`: no more pieces. Returns its record (done at once if nothing is pending).
     pub fn seal_job(&mut self, job: u64) -> Result<JobRecord> {
-        let mut rec = self.load_job(job)?.ok_or_else(|| Error::JobNotFound(job))?;
+        let mut rec = self.load_job(job)?.ok_or(Error::JobNotFound(job))?;
         if !rec.sealed {
             rec.sealed = true;
             self.finish_if_done(job, &mut rec)?;
