@@ -1,6 +1,7 @@
 //! What the C and Python bindings share, written once so that both behave alike: the state of
-//! a message handle and its settles ([`held`]), flat send options ([`send`]), and the adapter
-//! between a processor delivery and a foreign handler ([`lent`]).
+//! a message handle and its settles ([`held`]), flat send options ([`send`]), the adapter
+//! between a processor delivery and a foreign handler ([`lent`]), and a request sent and
+//! waited for in two steps ([`request`]).
 //!
 //! Hidden from the documentation: it serves the bindings in this repository and may change
 //! with them. Rust programs use [`Received`](crate::Received) and
@@ -8,10 +9,12 @@
 
 pub mod held;
 pub mod lent;
+pub mod request;
 pub mod send;
 
 pub use held::{DeadLetterRequest, HeldMessage, Hold};
 pub use lent::{finish_lent, retry_policy};
+pub use request::{PendingRequest, send_request};
 pub use send::{FlatSend, FlatSendError};
 
 /// Fails with [`Error::Forked`](crate::Error::Forked) in a process other than `opened_by`.
