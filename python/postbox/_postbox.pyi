@@ -5,30 +5,72 @@ from datetime import datetime, timedelta
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, final
+from typing import Any, Literal, TypedDict, final
 
-from typing_extensions import Self, TypeAlias
+from typing_extensions import Self, TypeAlias, Unpack
 
 _Body: TypeAlias = bytes | bytearray | memoryview | str
 _Seconds: TypeAlias = float | timedelta
 _PropertyValue: TypeAlias = str | bytes
+_Key: TypeAlias = bytes | bytearray | memoryview | str
+
+class _SendProps(TypedDict, total=False):
+    """The keywords of ``Queue.send``, as the methods that take ``**props`` accept them."""
+
+    label: str | None
+    content_type: str | None
+    priority: int | None
+    correlation_id: str | None
+    reply_to: str | None
+    ttl: _Seconds | None
+    delay: _Seconds | None
+    visible_at: datetime | None
+    expires_at: datetime | None
+    group: str | None
+    sequence: int | None
+    properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None
+    message_key: str | None
+
+class _QueueOptions(TypedDict, total=False):
+    """The keywords of ``Store.queue`` (see there), as ``temporary_queue`` accepts them."""
+
+    lock_duration: _Seconds | None
+    max_deliveries: int | None
+    default_ttl: _Seconds | None
+    max_message_size: int | None
+    max_messages: int | None
+    max_bytes: int | None
+    dedup_window: _Seconds | None
+    requires_session: bool | None
+    forward_to: str | Queue | None
+    forward_dead_letters_to: str | Queue | None
+    journal: int | None
+    auto_delete_on_idle: _Seconds | None
+    receipts_to: str | Queue | None
 
 __all__ = [
     "Browse",
     "Collated",
     "Collator",
     "Consumer",
+    "Job",
+    "JobPiece",
+    "JobProgress",
     "Message",
     "Processor",
     "Queue",
+    "QueueInfo",
     "QueueStats",
+    "Sent",
     "SeriesGap",
     "Session",
     "ShutdownReport",
     "Store",
+    "Table",
     "Topic",
     "TopicStats",
     "Transaction",
+    "TransactionTable",
     "_shutdown_all",
     "_error_kinds",
     "__version__",
@@ -37,6 +79,12 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "REASON_TTL_EXPIRED",
     "REASON_MAX_DELIVERIES",
+    "RECEIPT_LABEL",
+    "RECEIPT_MESSAGE_ID",
+    "RECEIPT_QUEUE",
+    "RECEIPT_OUTCOME",
+    "RECEIPT_AT",
+    "RECEIPT_REASON",
 ]
 
 __version__: str
@@ -45,6 +93,18 @@ MIN_PRIORITY: int
 DEFAULT_PRIORITY: int
 REASON_TTL_EXPIRED: str
 REASON_MAX_DELIVERIES: str
+RECEIPT_LABEL: str
+"""The label of a receipt (``"receipt"``), posted to a queue's ``receipts_to``."""
+RECEIPT_MESSAGE_ID: str
+"""Receipt property: the settled message's id, in decimal (also its ``correlation_id``)."""
+RECEIPT_QUEUE: str
+"""Receipt property: the queue the message was settled in."""
+RECEIPT_OUTCOME: str
+"""Receipt property: ``"completed"`` or ``"dead-lettered"``."""
+RECEIPT_AT: str
+"""Receipt property: when, in milliseconds since the Unix epoch, in decimal."""
+RECEIPT_REASON: str
+"""Receipt property of a dead letter: its reason."""
 
 @final
 class Store:
@@ -89,6 +149,8 @@ class Store:
         forward_to: str | Queue | None = ...,
         forward_dead_letters_to: str | Queue | None = ...,
         journal: int | None = ...,
+        auto_delete_on_idle: _Seconds | None = ...,
+        receipts_to: str | Queue | None = ...,
     ) -> Queue:
         """Opens queue ``name``, creating it if missing; an existing queue keeps its messages.
 
@@ -104,6 +166,16 @@ class Store:
         same commit (chains are followed; loops are refused); ``forward_dead_letters_to`` sends
         its dead letters to another queue; ``journal=n`` keeps the last ``n`` completed
         messages in ``Queue.journal``.
+
+        ``auto_delete_on_idle`` (seconds or ``timedelta``) deletes the queue, its dead-letter
+        queue and their messages after that long without a send, receive, settle or lock
+        renewal (a queue holding locked messages is never idle; checked about once a second).
+        ``receipts_to`` posts a receipt to that queue, in the same commit, whenever a message
+        of this queue is completed or dead-lettered: an empty body labelled ``"receipt"``, its
+        ``correlation_id`` the settled message's id in decimal, and string properties
+        ``message_id``, ``queue``, ``outcome`` (``"completed"`` or ``"dead-lettered"``),
+        ``at`` (milliseconds since the epoch) and, for a dead letter, ``reason`` (the
+        ``RECEIPT_*`` constants name them). Both are cleared with ``None``.
         """
     def open_queue(self, name: str) -> Queue:
         """Opens queue ``name`` only if it exists, never creating it.
@@ -112,6 +184,41 @@ class Store:
         temporary queue, and a typo creates nothing.
         """
     def queues(self) -> list[str]: ...
+    def temporary_queue(self, **options: Unpack[_QueueOptions]) -> Queue:
+        """Creates a temporary queue with the options of ``queue``; it goes with this handle.
+
+        It is deleted with its messages when the store is closed, when this process dies
+        (noticed by the next process that opens the store, or a shared store's next writer),
+        or when the store is next opened in single-process mode. Its name (``$temporary/…``,
+        which ``queue()`` refuses to create) is unique: give it out as a ``reply_to``; a
+        responder opens it with ``open_queue``. ``requires_session`` and ``journal`` are
+        refused (``InvalidArgumentError``).
+        """
+    def queue_infos(self) -> list[QueueInfo]:
+        """Every queue with its options, whether it is temporary and its last activity."""
+    def create_job(
+        self, *, continuation: tuple[Queue | str, _Body | Mapping[str, Any]] | None = None
+    ) -> Job:
+        """Creates a job: work split into pieces whose completion is tracked exactly.
+
+        ``continuation=(queue, message)`` sends ``message`` to ``queue`` once the job is done,
+        in the commit that ends its last piece (or seals it): exactly once. ``message`` is a
+        body or a dict with a ``"body"`` key and ``Queue.send``'s keywords (a ``send_batch``
+        item); ``queue`` a ``Queue`` or the name of an existing queue. A bad continuation
+        raises ``QueueNotFoundError``, ``MessageTooLargeError`` or ``InvalidArgumentError``.
+        """
+    def job(self, id: int) -> Job:
+        """Opens job ``id`` (created here or in another process).
+
+        Raises ``NotFoundError`` (``job_id`` set) when there is no such job.
+        """
+    def table(self, name: str) -> Table:
+        """Application table ``name``: bytes keys to bytes values, each write its own commit.
+
+        ``Transaction.table`` writes rows in the same commit as messages. The table exists
+        once a row is written; a name that is empty or over 1 KiB raises
+        ``InvalidArgumentError``.
+        """
     def topic(self, name: str) -> Topic:
         """Opens topic ``name``, creating it if missing; it keeps its subscriptions.
 
@@ -193,6 +300,27 @@ class Queue:
         message_key: str | None = None,
     ) -> int: ...
     def send_batch(self, messages: Iterable[_Body | Mapping[str, Any]]) -> list[int]: ...
+    def send_checked(self, body: _Body, **props: Unpack[_SendProps]) -> Sent:
+        """``send``, saying whether the message was a duplicate.
+
+        A duplicate's ``message_key`` was in the queue's ``dedup_window``: nothing was stored
+        and ``Sent.id`` is the original message's id.
+        """
+    def send_batch_checked(self, messages: Iterable[_Body | Mapping[str, Any]]) -> list[Sent]:
+        """``send_batch`` (one commit, all or none), saying of each message what happened."""
+    def request(
+        self, body: _Body, timeout: _Seconds | None = None, **props: Unpack[_SendProps]
+    ) -> Message:
+        """Sends a request and waits up to ``timeout`` (``None``: forever) for its reply.
+
+        The request goes out with ``reply_to`` set to the store handle's reply queue (a
+        temporary queue, replacing any ``reply_to`` given) and a fresh ``correlation_id``
+        unless one is given; the responder answers with ``Message.reply``. The reply is
+        received, completed and returned as a read-only ``Message`` (``state`` is
+        ``"unlocked"``: nothing to settle). Replies to other requests, from any thread, stay
+        for their own requesters. Raises ``Empty`` when no reply comes in time; a late reply
+        stays in the reply queue until the store closes. Ctrl-C interrupts the wait.
+        """
     def peek(self, timeout: _Seconds | None = None) -> Message | None:
         """The message ``receive`` would take next, without locking it; ``None`` if none.
 
@@ -332,6 +460,27 @@ class Message:
     def renew_lock(self) -> datetime:
         """Extends the lock by the queue's lock_duration (through the transaction for a
         message received in one); returns the new expiry."""
+    def reply(self, body: _Body, **props: Unpack[_SendProps]) -> int:
+        """Answers the message and completes it, in one commit; returns the reply's id.
+
+        The reply goes to the queue named by ``reply_to``, its ``correlation_id`` set to this
+        message's correlation id (or, if none, its id in decimal): what ``Queue.request``
+        waits for. Raises ``InvalidArgumentError`` without a ``reply_to`` (or for a message
+        that holds no lock of its own: peeked, in a transaction, in a processor handler),
+        ``QueueNotFoundError`` when that queue is gone, ``LockLostError``. Nothing is sent
+        unless the completion commits; other failures leave the message locked.
+        """
+    def mark_done(self, keys: str | Iterable[str]) -> datetime:
+        """Records progress keys on the held message, renewing its lock; returns the new expiry.
+
+        One commit; a redelivery (after an abandon, a lock expiry or a crash) reads the keys
+        with ``done_keys()`` and skips that work. ``keys`` is one ``str`` or an iterable of
+        them, each 1 to 1024 bytes (``InvalidArgumentError`` otherwise). Raises
+        ``LockLostError`` (the handle is spent) and ``InvalidArgumentError`` for a message
+        that holds no lock of its own.
+        """
+    def done_keys(self) -> set[str]:
+        """The keys recorded with ``mark_done`` in this delivery or earlier ones (one lookup)."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -423,7 +572,34 @@ class Transaction:
         sequence: int | None = None,
         properties: Mapping[str, _PropertyValue | bytearray | memoryview] | None = None,
         message_key: str | None = None,
-    ) -> None: ...
+    ) -> int:
+        """Sends to ``queue`` when the transaction commits; returns the id it will have.
+
+        The id is reserved now (it can go into a table row or another message of the same
+        transaction) and is never used if the transaction aborts. A duplicate returns the
+        original message's id (``send_checked`` says so).
+        """
+    def send_checked(self, queue: Queue, body: _Body, **props: Unpack[_SendProps]) -> Sent:
+        """``send``, saying whether the message is a duplicate (nothing will be stored).
+
+        A duplicate's ``message_key`` is in the queue's dedup window now, or was sent earlier
+        in this transaction; ``Sent.id`` is then the original's. The window is checked again
+        at commit: a key another sender stores in between makes the message a duplicate
+        then, and its reserved id stays unused.
+        """
+    def send_piece(
+        self, job: Job, queue: Queue, body: _Body, **props: Unpack[_SendProps]
+    ) -> int:
+        """Sends a piece of ``job`` to ``queue`` when the transaction commits; returns its id.
+
+        A deleted or sealed job fails the commit (``NotFoundError``, ``InvalidArgumentError``).
+        """
+    def table(self, name: str) -> TransactionTable:
+        """Application table ``name`` seen through this transaction.
+
+        Reads see committed rows with this transaction's writes laid over them; writes are
+        applied by the commit, atomically with its receives and sends, or not at all.
+        """
     def publish(
         self,
         topic: Topic,
@@ -465,6 +641,168 @@ class Transaction:
     ) -> bool: ...
 
 @final
+class Sent:
+    """What became of one message of a send."""
+
+    def __new__(cls, id: int, duplicate: bool = False) -> Sent: ...
+    @property
+    def id(self) -> int:
+        """The message's id; for a duplicate, the id of the message first sent with its key."""
+    @property
+    def duplicate(self) -> bool:
+        """The dedup window already held the message's ``message_key``: nothing was stored."""
+    def _asdict(self) -> dict[str, Any]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class QueueInfo:
+    """A queue as ``Store.queue_infos()`` lists it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def options(self) -> dict[str, Any]:
+        """Its stored options, as ``Queue.options`` reads them."""
+    @property
+    def temporary(self) -> bool:
+        """Created by ``Store.temporary_queue``: it goes with its store handle."""
+    @property
+    def last_activity(self) -> datetime | None:
+        """Its last send, receive, settle or lock renewal (to the second, UTC), if recorded."""
+
+@final
+class Job:
+    """A job: work split into messages (its pieces), tracked exactly.
+
+    Each piece's completion or dead-lettering updates the job's counts and the piece's row in
+    the same commit as the settle, in any thread or process. Once sealed (no more pieces) and
+    every piece has ended, the job is done: ``wait()`` returns and the continuation, if any,
+    is sent in that same commit, exactly once. A deleted job raises ``NotFoundError``.
+    """
+
+    @property
+    def id(self) -> int:
+        """The job's id: ``Store.job(id)`` opens it again, in any process."""
+    def send(self, queue: Queue, body: _Body, **props: Unpack[_SendProps]) -> int:
+        """Sends a piece to ``queue``; returns its id.
+
+        Raises ``InvalidArgumentError`` once sealed, ``NotFoundError`` once deleted, and what
+        ``Queue.send`` raises. A duplicate (by ``message_key``) is not a new piece.
+        """
+    def send_batch(self, queue: Queue, messages: Iterable[_Body | Mapping[str, Any]]) -> list[int]:
+        """Sends several pieces atomically (items as for ``Queue.send_batch``); their ids."""
+    def seal(self) -> JobProgress:
+        """No more pieces: the job is done once every piece has ended. Twice is harmless."""
+    def progress(self) -> JobProgress:
+        """The job's counts now."""
+    def pending(self) -> list[int]:
+        """The ids of the pieces not yet ended, in id order."""
+    def pieces(self) -> list[JobPiece]:
+        """Every piece and how it stands, in id order."""
+    def wait(self, timeout: _Seconds | None = None) -> JobProgress:
+        """Waits up to ``timeout`` (``None``: forever) for the job to be done.
+
+        Returns the progress then: check ``done``, false when the time ran out. Woken by the
+        commit that ends the last piece, in this or another process; Ctrl-C interrupts it.
+        """
+    def delete(self) -> bool:
+        """Deletes the job and its tracking table (pending pieces stay as plain messages)."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class JobProgress:
+    """A job's counts, read from one snapshot."""
+
+    @property
+    def total(self) -> int:
+        """Pieces sent."""
+    @property
+    def completed(self) -> int: ...
+    @property
+    def dead_lettered(self) -> int:
+        """Pieces dead-lettered (or removed unsettled by a purge or a queue's deletion)."""
+    @property
+    def pending(self) -> int:
+        """``total - completed - dead_lettered``."""
+    @property
+    def sealed(self) -> bool: ...
+    @property
+    def done(self) -> bool:
+        """Sealed, and every piece has ended."""
+    def _asdict(self) -> dict[str, Any]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class JobPiece:
+    """One piece of a job and how it stands."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def state(self) -> Literal["pending", "completed", "dead-lettered"]: ...
+    @property
+    def ended_at(self) -> datetime | None:
+        """When it was completed or dead-lettered; ``None`` while pending."""
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class Table:
+    """An application table: bytes keys (up to 1 KiB) to bytes values (up to 1 MiB).
+
+    Each write is its own durable commit. ``str`` keys and values are stored as UTF-8; reads
+    return ``bytes``. Also a mapping: ``t[key]`` (``KeyError`` if missing), ``t[key] = v``,
+    ``del t[key]``, ``key in t``.
+    """
+
+    @property
+    def name(self) -> str: ...
+    def get(self, key: _Key, default: bytes | None = None) -> bytes | None:
+        """The value of ``key``, or ``default`` when there is no such row."""
+    def put(self, key: _Key, value: _Key) -> None:
+        """Sets ``key`` to ``value`` in a commit of its own."""
+    def delete(self, key: _Key) -> None:
+        """Removes ``key`` in a commit of its own; a missing key is not an error."""
+    def range(
+        self, start: _Key | None = None, end: _Key | None = None, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """Rows with ``start <= key < end`` (``end=None``: to the end) in key order, at most
+        ``limit`` (``None``: all)."""
+    def __getitem__(self, key: _Key, /) -> bytes: ...
+    def __setitem__(self, key: _Key, value: _Key, /) -> None: ...
+    def __delitem__(self, key: _Key, /) -> None:
+        """Removes ``key``; ``KeyError`` if there was no such row when looked up."""
+    def __contains__(self, key: _Key, /) -> bool: ...
+
+@final
+class TransactionTable:
+    """An application table seen through a transaction (``Transaction.table``).
+
+    Reads see committed rows with the transaction's writes laid over them; writes apply at
+    commit, with its receives and sends, or not at all. Reads take no locks: two transactions
+    that read a row and write it back may both commit (the later write wins). Once the
+    transaction is finished or dropped, every call raises ``InvalidArgumentError``.
+    """
+
+    @property
+    def name(self) -> str: ...
+    def get(self, key: _Key, default: bytes | None = None) -> bytes | None: ...
+    def put(self, key: _Key, value: _Key) -> None:
+        """Sets ``key`` to ``value`` when the transaction commits."""
+    def delete(self, key: _Key) -> None:
+        """Removes ``key`` when the transaction commits; a missing key is not an error."""
+    def range(
+        self, start: _Key | None = None, end: _Key | None = None, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]: ...
+    def __getitem__(self, key: _Key, /) -> bytes: ...
+    def __setitem__(self, key: _Key, value: _Key, /) -> None: ...
+    def __delitem__(self, key: _Key, /) -> None: ...
+    def __contains__(self, key: _Key, /) -> bool: ...
+
+@final
 class Topic:
     """A topic: a message published to it goes to every subscription whose filter it passes.
 
@@ -495,6 +833,8 @@ class Topic:
         forward_to: str | Queue | None = ...,
         forward_dead_letters_to: str | Queue | None = ...,
         journal: int | None = ...,
+        auto_delete_on_idle: _Seconds | None = ...,
+        receipts_to: str | Queue | None = ...,
     ) -> Queue:
         """Opens subscription ``name`` (no ``/``), creating it if missing; returns its queue.
 

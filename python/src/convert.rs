@@ -335,22 +335,8 @@ fn opt_item<'py, T: FromPyObjectOwned<'py>>(
     }
 }
 
-/// One item of `send_batch`: a body, or a dict with a `"body"` key and `send`'s keywords.
-pub fn batch_item(item: &Bound<'_, PyAny>) -> PyResult<Message> {
-    let Ok(d) = item.cast::<PyDict>() else {
-        return body(item).map(Message::new);
-    };
-    for k in d.keys() {
-        let k: String = k.extract()?;
-        if !SEND_KEYS.contains(&k.as_str()) {
-            return Err(PyTypeError::new_err(format!(
-                "unexpected key {k:?} in a send_batch item (expected body and send's keywords)"
-            )));
-        }
-    }
-    let b = d
-        .get_item("body")?
-        .ok_or_else(|| PyTypeError::new_err("a send_batch dict needs a \"body\" key"))?;
+/// A message from a dict of `send`'s keywords (`None` values count as absent) and a body.
+fn from_dict(d: &Bound<'_, PyDict>, body: Vec<u8>) -> PyResult<Message> {
     let (priority, ttl, delay, visible_at, expires_at, props) = (
         d.get_item("priority")?.filter(|v| !v.is_none()),
         d.get_item("ttl")?.filter(|v| !v.is_none()),
@@ -374,5 +360,47 @@ pub fn batch_item(item: &Bound<'_, PyAny>) -> PyResult<Message> {
         properties: props.as_ref(),
         message_key: opt_item(d, "message_key")?,
     }
-    .build(body(&b)?)
+    .build(body)
+}
+
+/// One item of `send_batch`: a body, or a dict with a `"body"` key and `send`'s keywords.
+pub fn batch_item(item: &Bound<'_, PyAny>) -> PyResult<Message> {
+    let Ok(d) = item.cast::<PyDict>() else {
+        return body(item).map(Message::new);
+    };
+    for k in d.keys() {
+        let k: String = k.extract()?;
+        if !SEND_KEYS.contains(&k.as_str()) {
+            return Err(PyTypeError::new_err(format!(
+                "unexpected key {k:?} in a send_batch item (expected body and send's keywords)"
+            )));
+        }
+    }
+    let b = d
+        .get_item("body")?
+        .ok_or_else(|| PyTypeError::new_err("a send_batch dict needs a \"body\" key"))?;
+    from_dict(d, body(&b)?)
+}
+
+/// A message from `body` and `send`'s keywords given as `**props`, for `method` (named in the
+/// error for an unknown keyword).
+pub fn message(
+    body_obj: &Bound<'_, PyAny>,
+    props: Option<&Bound<'_, PyDict>>,
+    method: &str,
+) -> PyResult<Message> {
+    let body = body(body_obj)?;
+    let Some(d) = props else {
+        return Ok(Message::new(body));
+    };
+    for k in d.keys() {
+        let k: String = k.extract()?;
+        if k == "body" || !SEND_KEYS.contains(&k.as_str()) {
+            return Err(PyTypeError::new_err(format!(
+                "{method}() got an unexpected keyword argument {k:?} (expected send's keywords: {})",
+                SEND_KEYS[1..].join(", ")
+            )));
+        }
+    }
+    from_dict(d, body)
 }

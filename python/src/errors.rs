@@ -82,6 +82,7 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
         Error::LockLost(id) | Error::MessageNotFound(id) => exc.setattr("message_id", id.get())?,
         Error::SessionLockLost(group) => exc.setattr("group", group)?,
         Error::QueueNotFound(q) => exc.setattr("queue", q)?,
+        Error::JobNotFound(id) => exc.setattr("job_id", id)?,
         Error::QueueFull { queue, limit } => {
             exc.setattr("queue", queue)?;
             exc.setattr("limit", limit)?;

@@ -8,11 +8,13 @@
 mod collator;
 mod convert;
 mod errors;
+mod job;
 mod message;
 mod processor;
 mod queue;
 mod session;
 mod store;
+mod table;
 mod topic;
 mod tx;
 
@@ -25,15 +27,19 @@ mod _postbox {
     #[pymodule_export]
     use crate::errors::_error_kinds;
     #[pymodule_export]
+    use crate::job::{PyJob, PyJobPiece, PyJobProgress};
+    #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
     use crate::processor::{_shutdown_all, PyProcessor, PyShutdownReport};
     #[pymodule_export]
-    use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats};
+    use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats, PySent};
     #[pymodule_export]
     use crate::session::PySession;
     #[pymodule_export]
-    use crate::store::PyStore;
+    use crate::store::{PyQueueInfo, PyStore};
+    #[pymodule_export]
+    use crate::table::{PyTable, PyTxTable};
     #[pymodule_export]
     use crate::topic::{PyTopic, PyTopicStats};
     #[pymodule_export]
@@ -49,6 +55,12 @@ mod _postbox {
         m.add("DEFAULT_PRIORITY", postbox::DEFAULT_PRIORITY)?;
         m.add("REASON_TTL_EXPIRED", postbox::REASON_TTL_EXPIRED)?;
         m.add("REASON_MAX_DELIVERIES", postbox::REASON_MAX_DELIVERIES)?;
+        m.add("RECEIPT_LABEL", postbox::RECEIPT_LABEL)?;
+        m.add("RECEIPT_MESSAGE_ID", postbox::RECEIPT_MESSAGE_ID)?;
+        m.add("RECEIPT_QUEUE", postbox::RECEIPT_QUEUE)?;
+        m.add("RECEIPT_OUTCOME", postbox::RECEIPT_OUTCOME)?;
+        m.add("RECEIPT_AT", postbox::RECEIPT_AT)?;
+        m.add("RECEIPT_REASON", postbox::RECEIPT_REASON)?;
         Ok(())
     }
 }

@@ -3,10 +3,10 @@
 use std::time::SystemTime;
 
 use postbox::binding::HeldMessage;
-use postbox::{Envelope, Received, SettleError};
+use postbox::{Envelope, MessageId, Received, SettleError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDateTime, PyDict, PyType};
+use pyo3::types::{PyBytes, PyDateTime, PyDict, PySet, PyString, PyType};
 
 use crate::convert;
 use crate::errors::{IntoPy, invalid};
@@ -264,6 +264,80 @@ impl PyMessage {
         };
         self.held.note_locked_until(until);
         convert::datetime(py, until)
+    }
+
+    /// Answers the message and completes it, in one commit: `body` (with `Queue.send`'s
+    /// keywords) goes to the queue named by the message's `reply_to`, with its `correlation_id`
+    /// set to the message's correlation id (or, if it has none, its id in decimal) — what
+    /// `Queue.request` waits for. Returns the reply's id. Raises `InvalidArgumentError` when the
+    /// message has no `reply_to` (or holds no lock of its own: peeked, in a transaction, in a
+    /// processor handler), `QueueNotFoundError` when that queue is gone, `LockLostError`.
+    /// Nothing is sent unless the completion commits; a failure other than a lost lock leaves
+    /// the message locked, so it can still be settled.
+    #[pyo3(signature = (body, **props))]
+    fn reply(
+        &self,
+        py: Python<'_>,
+        body: &Bound<'_, PyAny>,
+        props: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<u64> {
+        self.check_process()?;
+        let m = convert::message(body, props, "reply")?;
+        let mut id = None;
+        self.settle(py, "completed", |r| {
+            id = Some(r.reply(m)?);
+            Ok(())
+        })?;
+        id.map(MessageId::get)
+            .ok_or_else(|| invalid("the reply was not sent"))
+    }
+
+    /// Records progress keys on the message it holds (work items done: "recipient 17
+    /// notified"), persisted in one commit that also renews the lock; returns the new lock
+    /// expiry. A redelivery (after an abandon, a lock expiry or a crash) reads them with
+    /// `done_keys()` and skips that work. `keys` is one `str` or an iterable of them, each 1
+    /// to 1024 bytes of UTF-8 (`InvalidArgumentError` otherwise). Raises `LockLostError` (the
+    /// handle is spent then) and `InvalidArgumentError` for a message that holds no lock of its
+    /// own.
+    fn mark_done<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDateTime>> {
+        self.check_process()?;
+        let keys: Vec<String> = if let Ok(k) = keys.cast::<PyString>() {
+            vec![k.to_str()?.to_owned()]
+        } else {
+            let mut v = Vec::new();
+            for k in keys.try_iter()? {
+                let k = k?;
+                v.push(k.extract::<String>().map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "progress keys must be str, not {}",
+                        k.get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    ))
+                })?);
+            }
+            v
+        };
+        let until = py
+            .detach(|| self.held.with_held(|r| r.mark_done(keys)))
+            .py_err()?;
+        convert::datetime(py, until)
+    }
+
+    /// The progress keys recorded with `mark_done()` on this message, in this delivery or
+    /// earlier ones, read in one lookup (a new `set` each call). Raises `InvalidArgumentError`
+    /// for a message that holds no lock of its own.
+    fn done_keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PySet>> {
+        self.check_process()?;
+        let keys = py
+            .detach(|| self.held.with_held(|r| r.done_keys()))
+            .py_err()?;
+        PySet::new(py, keys)
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

@@ -169,6 +169,70 @@ impl PyQueue {
         Ok(ids.into_iter().map(MessageId::get).collect())
     }
 
+    /// `send`, saying what happened: a `Sent` with the message's id and whether it was a
+    /// duplicate (its `message_key` was in the queue's `dedup_window`, so nothing was stored and
+    /// the id is the original message's). Takes `send`'s keywords.
+    #[pyo3(signature = (body, **props))]
+    fn send_checked(
+        &self,
+        py: Python<'_>,
+        body: &Bound<'_, PyAny>,
+        props: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PySent> {
+        check_process(self.opened_by)?;
+        let m = convert::message(body, props, "send_checked")?;
+        let q = &self.q;
+        py.detach(|| q.send_checked(m)).py_err().map(PySent::from)
+    }
+
+    /// `send_batch`, saying of each message what happened (a list of `Sent`, in order).
+    fn send_batch_checked(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<PySent>> {
+        check_process(self.opened_by)?;
+        let mut batch = Vec::new();
+        for item in messages.try_iter()? {
+            batch.push(convert::batch_item(&item?)?);
+        }
+        let q = &self.q;
+        let sent = py.detach(|| q.send_batch_checked(batch)).py_err()?;
+        Ok(sent.into_iter().map(PySent::from).collect())
+    }
+
+    /// Sends `body` as a request and waits up to `timeout` seconds (`None`: forever) for its
+    /// reply, which is returned as a read-only `Message` (already completed: nothing to settle).
+    /// The request goes out with `reply_to` set to the store handle's reply queue (a temporary
+    /// queue) and a fresh `correlation_id` unless one is given; the responder answers with
+    /// `Message.reply`. Raises `postbox.Empty` when no reply comes in time (a late reply stays
+    /// in the reply queue until the store closes). Takes `send`'s keywords (`reply_to` is
+    /// replaced).
+    #[pyo3(signature = (body, timeout=None, **props))]
+    fn request(
+        &self,
+        py: Python<'_>,
+        body: &Bound<'_, PyAny>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        props: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
+        let deadline = convert::deadline(timeout)?;
+        let m = convert::message(body, props, "request")?;
+        let q = &self.q;
+        let mut pending = py
+            .detach(|| postbox::binding::send_request(q, m))
+            .py_err()?;
+        match wait_sliced(py, deadline, |slice| pending.receive(slice))? {
+            Some(env) => Ok(PyMessage::unlocked(env)),
+            None => Err(empty_because(format!(
+                "no reply with correlation id {:?} came to the request sent to queue {:?}",
+                pending.correlation_id(),
+                q.name()
+            ))),
+        }
+    }
+
     /// The message `receive` would take next, without locking it; `None` if there is none.
     /// With a `timeout` (seconds or a `timedelta`) it waits up to that long for one to be
     /// receivable first; by default (`None`) it does not wait.
@@ -466,6 +530,13 @@ pub fn options_to_py<'py>(py: Python<'py>, o: &QueueOptions) -> PyResult<Bound<'
         o.forward_dead_letters_to.as_deref(),
     )?;
     d.set_item("journal", o.journal)?;
+    d.set_item(
+        "auto_delete_on_idle",
+        o.auto_delete_on_idle
+            .map(|t| convert::timedelta(py, t))
+            .transpose()?,
+    )?;
+    d.set_item("receipts_to", o.receipts_to.as_deref())?;
     Ok(d)
 }
 
@@ -505,6 +576,49 @@ impl PyQueueStats {
             "QueueStats(active={}, locked={}, scheduled={}, deferred={}, dead_lettered={}, \
              bytes={})",
             self.active, self.locked, self.scheduled, self.deferred, self.dead_lettered, self.bytes
+        )
+    }
+}
+
+/// What became of one message of a send: its id, and whether it was a duplicate.
+#[pyclass(frozen, get_all, eq, hash, module = "postbox._postbox", name = "Sent")]
+#[derive(PartialEq, Eq, Hash)]
+pub struct PySent {
+    /// The message's id; for a duplicate, the id of the message first sent with its key.
+    id: u64,
+    /// The queue's dedup window already held the message's `message_key`: nothing was stored.
+    duplicate: bool,
+}
+
+impl From<postbox::Sent> for PySent {
+    fn from(s: postbox::Sent) -> PySent {
+        PySent {
+            id: s.id.get(),
+            duplicate: s.duplicate,
+        }
+    }
+}
+
+#[pymethods]
+impl PySent {
+    #[new]
+    #[pyo3(signature = (id, duplicate=false))]
+    fn new(id: u64, duplicate: bool) -> PySent {
+        PySent { id, duplicate }
+    }
+
+    fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("id", self.id)?;
+        d.set_item("duplicate", self.duplicate)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Sent(id={}, duplicate={})",
+            self.id,
+            if self.duplicate { "True" } else { "False" }
         )
     }
 }

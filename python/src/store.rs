@@ -3,15 +3,17 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use postbox::{Durability, QueueOptions, Store};
+use postbox::{Durability, JobOptions, QueueInfo, QueueOptions, Store};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyType};
+use pyo3::types::{PyBool, PyDateTime, PyDict, PyType};
 
 use crate::collator::PyCollator;
 use crate::convert;
 use crate::errors::{IntoPy, invalid};
-use crate::queue::PyQueue;
+use crate::job::PyJob;
+use crate::queue::{PyQueue, options_to_py};
+use crate::table::PyTable;
 use crate::topic::PyTopic;
 use crate::tx::PyTransaction;
 
@@ -41,6 +43,8 @@ const OPTION_KEYS: &[&str] = &[
     "forward_to",
     "forward_dead_letters_to",
     "journal",
+    "auto_delete_on_idle",
+    "receipts_to",
 ];
 
 /// A non-negative integer option (never a bool, which Python would accept as 0 or 1).
@@ -94,7 +98,7 @@ fn str_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
 /// The options of `Store.queue(name, **options)` as a `QueueOptions` that mentions exactly the
 /// keywords given: a keyword left out keeps the stored value, `None` clears an optional option
 /// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`, `forward_to`,
-/// `forward_dead_letters_to`, `journal`) and puts a required one (`lock_duration`,
+/// `forward_dead_letters_to`, `journal`, `auto_delete_on_idle`, `receipts_to`) and puts a required one (`lock_duration`,
 /// `max_deliveries`, `max_message_size`, `requires_session`) back to its default.
 /// `method` names the method in the error for an unknown keyword.
 pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyResult<QueueOptions> {
@@ -139,6 +143,12 @@ pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyRes
             }
             "journal" if none => o.no_journal(),
             "journal" => o.journal(int_option(&v, "journal")?),
+            "auto_delete_on_idle" if none => o.no_auto_delete_on_idle(),
+            "auto_delete_on_idle" => {
+                o.auto_delete_on_idle(convert::duration(&v, "auto_delete_on_idle")?)
+            }
+            "receipts_to" if none => o.no_receipts_to(),
+            "receipts_to" => o.receipts_to(str_option(&v, "receipts_to")?),
             other => {
                 return Err(PyTypeError::new_err(format!(
                     "{method}() got an unexpected keyword argument {other:?} (options are {})",
@@ -148,6 +158,46 @@ pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyRes
         };
     }
     Ok(o)
+}
+
+/// A queue as `Store.queue_infos()` lists it.
+#[pyclass(frozen, module = "postbox._postbox", name = "QueueInfo")]
+pub struct PyQueueInfo(QueueInfo);
+
+#[pymethods]
+impl PyQueueInfo {
+    /// The queue's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Its stored options, as `Queue.options` reads them.
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        options_to_py(py, &self.0.options)
+    }
+
+    /// Created by `Store.temporary_queue`: it goes with its store handle.
+    #[getter]
+    fn temporary(&self) -> bool {
+        self.0.temporary
+    }
+
+    /// When it last saw a send, receive, settle or lock renewal (to the second), as an aware
+    /// UTC `datetime`; `None` if never recorded.
+    #[getter]
+    fn last_activity<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
+        convert::opt_datetime(py, self.0.last_activity)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<postbox.QueueInfo {:?}{}>",
+            self.0.name,
+            if self.0.temporary { " temporary" } else { "" }
+        )
+    }
 }
 
 impl PyStore {
@@ -236,10 +286,11 @@ impl PyStore {
     ///
     /// Options (keyword-only): `lock_duration`, `max_deliveries`, `default_ttl`,
     /// `max_message_size`, `max_messages`, `max_bytes`, `dedup_window`, `requires_session`,
-    /// `forward_to`, `forward_dead_letters_to`, `journal`. Only the options given change an
-    /// existing queue; the others keep their stored values. `None` clears an optional one
-    /// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`, `forward_to`,
-    /// `forward_dead_letters_to`, `journal`) and puts a required one (`lock_duration`,
+    /// `forward_to`, `forward_dead_letters_to`, `journal`, `auto_delete_on_idle`,
+    /// `receipts_to`. Only the options given change an existing queue; the others keep their
+    /// stored values. `None` clears an optional one (`default_ttl`, `max_messages`,
+    /// `max_bytes`, `dedup_window`, `forward_to`, `forward_dead_letters_to`, `journal`,
+    /// `auto_delete_on_idle`, `receipts_to`) and puts a required one (`lock_duration`,
     /// `max_deliveries`, `max_message_size`, `requires_session`) back to its default. The
     /// same rule holds in Rust and C, in every process.
     #[pyo3(signature = (name, **options))]
@@ -309,6 +360,94 @@ impl PyStore {
         let dest = &destination.get().q;
         let c = py.detach(|| store.collator(name, dest)).py_err()?;
         Ok(PyCollator::new(c))
+    }
+
+    /// Creates a temporary queue, with the options of `queue` (keyword-only): it belongs to this
+    /// store handle and is deleted with its messages when the store is closed, when this
+    /// process dies (noticed by the next process that opens the store, or by a shared store's
+    /// next writer), or when the store is next opened in single-process mode. Its name
+    /// (`$temporary/…`, which cannot be created by hand) is unique: give it out as a
+    /// `reply_to`; a responder opens it with `open_queue`. A temporary queue cannot require
+    /// sessions or keep a journal (`InvalidArgumentError`).
+    #[pyo3(signature = (**options))]
+    fn temporary_queue(
+        &self,
+        py: Python<'_>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyQueue> {
+        self.check_process()?;
+        let o = match options.filter(|o| !o.is_empty()) {
+            None => None,
+            Some(o) => Some(queue_options(Some(o), "temporary_queue")?),
+        };
+        let store = &self.store;
+        let q = py.detach(|| store.temporary_queue(o)).py_err()?;
+        Ok(PyQueue::new(q))
+    }
+
+    /// Every queue (as `queues()` lists them) with its options, whether it is temporary, and
+    /// its last activity, read from one snapshot: a list of `QueueInfo`.
+    fn queue_infos(&self, py: Python<'_>) -> PyResult<Vec<PyQueueInfo>> {
+        self.check_process()?;
+        let store = &self.store;
+        let infos = py.detach(|| store.queue_infos()).py_err()?;
+        Ok(infos.into_iter().map(PyQueueInfo).collect())
+    }
+
+    /// Creates a job (see `Job`). `continuation=(queue, message)` sends `message` to `queue`
+    /// once the job is done, in the commit that ends its last piece (or seals it), exactly
+    /// once; `message` is a body or a dict with a `"body"` key and `Queue.send`'s keywords (as
+    /// a `send_batch` item), `queue` a `Queue` or the name of an existing queue. Raises
+    /// `QueueNotFoundError`, `MessageTooLargeError`, `InvalidArgumentError` for a bad
+    /// continuation.
+    #[pyo3(signature = (*, continuation=None))]
+    fn create_job(
+        &self,
+        py: Python<'_>,
+        continuation: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyJob> {
+        self.check_process()?;
+        let store = &self.store;
+        let mut o = JobOptions::default();
+        if let Some(c) = continuation {
+            let (queue, item): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                c.extract().map_err(|_| {
+                    PyTypeError::new_err(
+                        "continuation must be a (queue, message) tuple: a Queue or a queue \
+                         name, and a body or a dict of send's keywords with a \"body\" key",
+                    )
+                })?;
+            let m = convert::batch_item(&item)?;
+            let q = match queue.cast::<PyQueue>() {
+                Ok(q) => q.get().q.clone(),
+                Err(_) => {
+                    let name: String = queue.extract().map_err(|_| {
+                        PyTypeError::new_err("the continuation's queue must be a Queue or a str")
+                    })?;
+                    py.detach(|| store.open_queue(&name)).py_err()?
+                }
+            };
+            o = o.continuation(&q, m);
+        }
+        let job = py.detach(|| store.create_job(o)).py_err()?;
+        Ok(PyJob::new(job))
+    }
+
+    /// Opens job `id`, created by `create_job` in this or another process; raises
+    /// `NotFoundError` (with `job_id` set) when there is no such job.
+    fn job(&self, py: Python<'_>, id: u64) -> PyResult<PyJob> {
+        self.check_process()?;
+        let store = &self.store;
+        let job = py.detach(|| store.job(id)).py_err()?;
+        Ok(PyJob::new(job))
+    }
+
+    /// Application table `name` (a `Table`): bytes keys to bytes values kept in the store,
+    /// each write its own commit (`Transaction.table` writes rows with messages). It exists once
+    /// a row is written. Raises `InvalidArgumentError` for a name that is empty or over 1 KiB.
+    fn table(&self, name: &str) -> PyResult<PyTable> {
+        self.check_process()?;
+        self.store.table(name).py_err().map(PyTable::new)
     }
 
     /// Deletes a queue, its dead-letter queue and their messages; returns whether it existed.

@@ -7,13 +7,15 @@ use parking_lot::Mutex;
 use postbox::binding::Hold;
 use postbox::{Envelope, MessageId, Transaction};
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyType};
 
 use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
+use crate::job::PyJob;
 use crate::message::PyMessage;
-use crate::queue::{PyQueue, wait_sliced};
+use crate::queue::{PyQueue, PySent, wait_sliced};
 use crate::session::PySession;
+use crate::table::PyTxTable;
 use crate::topic::PyTopic;
 
 pub enum State {
@@ -42,6 +44,22 @@ pub fn renew_lock(link: &TxLink, id: MessageId) -> Result<postbox::Result<System
         State::Finished(how) => Err(format!(
             "message {id} belongs to a transaction that was already {how}"
         )),
+    }
+}
+
+/// Runs `f` on the open transaction behind `link`; called without the GIL. `Err` explains why
+/// there is none (dropped, committed or aborted).
+pub fn with_link<T>(
+    link: &TxLink,
+    f: impl FnOnce(&mut Transaction) -> postbox::Result<T>,
+) -> Result<postbox::Result<T>, String> {
+    let Some(state) = link.upgrade() else {
+        return Err("the transaction was dropped (and so aborted)".into());
+    };
+    let mut state = state.lock();
+    match &mut *state {
+        State::Open(tx) => Ok(f(tx)),
+        State::Finished(how) => Err(format!("the transaction was already {how}")),
     }
 }
 
@@ -184,7 +202,10 @@ impl PyTransaction {
     }
 
     /// Sends a message to `queue` when the transaction commits (same keywords as
-    /// `Queue.send`).
+    /// `Queue.send`); returns the id it will have. The id is reserved now, so it can go into an
+    /// application row or another message of the same transaction; if the transaction aborts,
+    /// it is never used. A duplicate (its `message_key` in the queue's dedup window) returns the
+    /// original message's id (`send_checked` says so).
     #[pyo3(signature = (queue, body, *, label=None, content_type=None, priority=None,
         correlation_id=None, reply_to=None, ttl=None, delay=None, visible_at=None,
         expires_at=None, group=None, sequence=None, properties=None, message_key=None))]
@@ -207,7 +228,7 @@ impl PyTransaction {
         sequence: Option<u64>,
         properties: Option<&Bound<'_, PyAny>>,
         message_key: Option<String>,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         let m = SendArgs {
             label,
             content_type,
@@ -225,7 +246,56 @@ impl PyTransaction {
         }
         .build(convert::body(body)?)?;
         let q = &queue.get().q;
-        self.with(py, |tx| tx.send(q, m))
+        self.with(py, |tx| tx.send(q, m)).map(MessageId::get)
+    }
+
+    /// `send`, saying what happened: a `Sent` with the id the message will have and whether it
+    /// is a duplicate (its `message_key` is in the queue's dedup window now, or was sent earlier
+    /// in this transaction: nothing will be stored and the id is the original's). The window is
+    /// checked again at commit: a key another sender stores in between makes the message a
+    /// duplicate then, and its reserved id stays unused. Takes `Queue.send`'s keywords.
+    #[pyo3(signature = (queue, body, **props))]
+    fn send_checked(
+        &self,
+        py: Python<'_>,
+        queue: &Bound<'_, PyQueue>,
+        body: &Bound<'_, PyAny>,
+        props: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PySent> {
+        let m = convert::message(body, props, "send_checked")?;
+        let q = &queue.get().q;
+        self.with(py, |tx| tx.send_checked(q, m)).map(PySent::from)
+    }
+
+    /// Sends a message to `queue` as a piece of `job` when the transaction commits (see
+    /// `Job.send`); returns the id it will have. Takes `Queue.send`'s keywords. A deleted or
+    /// sealed job fails the commit (`NotFoundError`, `InvalidArgumentError`).
+    #[pyo3(signature = (job, queue, body, **props))]
+    fn send_piece(
+        &self,
+        py: Python<'_>,
+        job: &Bound<'_, PyJob>,
+        queue: &Bound<'_, PyQueue>,
+        body: &Bound<'_, PyAny>,
+        props: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<u64> {
+        let m = convert::message(body, props, "send_piece")?;
+        let (j, q) = (&job.get().job, &queue.get().q);
+        self.with(py, |tx| tx.send_piece(j, q, m))
+            .map(MessageId::get)
+    }
+
+    /// Application table `name` seen through this transaction (a `TransactionTable`): reads see
+    /// the store's committed rows with this transaction's own writes laid over them; writes are
+    /// applied by the commit, atomically with its receives and sends, or not at all. Raises
+    /// `InvalidArgumentError` for a finished transaction or a name that is empty or over 1 KiB.
+    fn table(&self, py: Python<'_>, name: String) -> PyResult<PyTxTable> {
+        self.with(py, |tx| tx.table(&name).map(drop))?;
+        Ok(PyTxTable::new(
+            Arc::downgrade(&self.state),
+            name,
+            self.opened_by,
+        ))
     }
 
     /// Publishes a message to `topic` when the transaction commits (same keywords as

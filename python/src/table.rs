@@ -1,0 +1,320 @@
+//! `postbox.Table` and `postbox.TransactionTable`: application key-value rows kept in the store,
+//! written on their own or in the same commit as a transaction's messages (outbox / inbox).
+
+use postbox::Table;
+use pyo3::exceptions::PyKeyError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::convert;
+use crate::errors::{IntoPy, check_process, invalid};
+use crate::tx::{TxLink, with_link};
+
+type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A key or value: bytes-like, or a `str` (stored as UTF-8), as message bodies are.
+fn bytes_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    convert::body(obj).map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "a table {what} must be bytes, bytearray, memoryview or str, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
+/// `range`'s bounds: `end` `None` runs to the end of the table, `limit` `None` takes every row.
+fn range_args(
+    start: Option<&Bound<'_, PyAny>>,
+    end: Option<&Bound<'_, PyAny>>,
+    limit: Option<usize>,
+) -> PyResult<(Vec<u8>, Option<Vec<u8>>, usize)> {
+    let start = start.map(|s| bytes_arg(s, "key")).transpose()?;
+    let end = end.map(|e| bytes_arg(e, "key")).transpose()?;
+    Ok((start.unwrap_or_default(), end, limit.unwrap_or(usize::MAX)))
+}
+
+fn rows_to_py<'py>(py: Python<'py>, rows: Rows) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    rows.into_iter()
+        .map(|(k, v)| (PyBytes::new(py, &k), PyBytes::new(py, &v)))
+        .collect()
+}
+
+fn key_error(key: &[u8]) -> PyErr {
+    Python::attach(|py| PyKeyError::new_err(PyBytes::new(py, key).unbind()))
+}
+
+/// An application table of the store, from `Store.table(name)`: bytes keys (at most 1 KiB)
+/// to bytes values (at most 1 MiB), kept in key order. Each write is its own durable commit;
+/// `Transaction.table(name)` writes rows in the same commit as messages. `str` keys and values
+/// are stored as UTF-8; reads return `bytes`. Also a mapping: `table[key]` (`KeyError` if
+/// missing), `table[key] = value`, `del table[key]`, `key in table`. In a forked child every
+/// call raises `ForkedError`.
+#[pyclass(frozen, module = "postbox._postbox", name = "Table")]
+pub struct PyTable {
+    t: Table,
+    opened_by: u32,
+}
+
+impl PyTable {
+    pub fn new(t: Table) -> PyTable {
+        PyTable {
+            t,
+            opened_by: std::process::id(),
+        }
+    }
+
+    fn read(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<Vec<u8>>> {
+        check_process(self.opened_by)?;
+        let t = &self.t;
+        py.detach(|| t.get(key)).py_err()
+    }
+}
+
+#[pymethods]
+impl PyTable {
+    /// The table's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.t.name()
+    }
+
+    /// The value of `key`, or `default` when the table has no such row.
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = bytes_arg(key, "key")?;
+        Ok(match self.read(py, &key)? {
+            Some(v) => Some(PyBytes::new(py, &v).into_any()),
+            None => default,
+        })
+    }
+
+    /// Sets `key` to `value`, durably, in a commit of its own.
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        check_process(self.opened_by)?;
+        let (key, value) = (bytes_arg(key, "key")?, bytes_arg(value, "value")?);
+        let t = &self.t;
+        py.detach(|| t.put(&key, &value)).py_err()
+    }
+
+    /// Removes `key` in a commit of its own; removing a missing key is not an error.
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        check_process(self.opened_by)?;
+        let key = bytes_arg(key, "key")?;
+        let t = &self.t;
+        py.detach(|| t.delete(&key)).py_err()
+    }
+
+    /// The rows with `start <= key < end` (`end` `None`: to the end of the table) in key
+    /// order, at most `limit` (`None`: all), as `(key, value)` pairs read from one snapshot.
+    #[pyo3(signature = (start=None, end=None, limit=None))]
+    fn range<'py>(
+        &self,
+        py: Python<'py>,
+        start: Option<&Bound<'py, PyAny>>,
+        end: Option<&Bound<'py, PyAny>>,
+        limit: Option<usize>,
+    ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        check_process(self.opened_by)?;
+        let (start, end, limit) = range_args(start, end, limit)?;
+        let t = &self.t;
+        let rows = py
+            .detach(|| t.range(&start, end.as_deref(), limit))
+            .py_err()?;
+        Ok(rows_to_py(py, rows))
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let key = bytes_arg(key, "key")?;
+        match self.read(py, &key)? {
+            Some(v) => Ok(PyBytes::new(py, &v)),
+            None => Err(key_error(&key)),
+        }
+    }
+
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.put(py, key, value)
+    }
+
+    /// Removes `key`; raises `KeyError` if the table had no such row when looked up (use
+    /// `delete` to remove without looking).
+    fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let k = bytes_arg(key, "key")?;
+        if self.read(py, &k)?.is_none() {
+            return Err(key_error(&k));
+        }
+        self.delete(py, key)
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = bytes_arg(key, "key")?;
+        Ok(self.read(py, &key)?.is_some())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<postbox.Table {:?}>", self.t.name())
+    }
+}
+
+/// An application table seen through a transaction, from `Transaction.table(name)`: reads see
+/// the store's committed rows with the transaction's own writes laid over them; writes are
+/// applied by the commit, atomically with the transaction's receives and sends, or not at all.
+/// The same methods and mapping sugar as `Table`. Reads take no locks: two transactions that
+/// read a row and write it back may both commit (the later write wins). Once the transaction
+/// is finished (or dropped, which aborts it) every call raises `InvalidArgumentError`.
+#[pyclass(frozen, module = "postbox._postbox", name = "TransactionTable")]
+pub struct PyTxTable {
+    tx: TxLink,
+    name: String,
+    opened_by: u32,
+}
+
+impl PyTxTable {
+    pub fn new(tx: TxLink, name: String, opened_by: u32) -> PyTxTable {
+        PyTxTable {
+            tx,
+            name,
+            opened_by,
+        }
+    }
+
+    /// Runs `f` on the table through the transaction, without the GIL.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut postbox::TxTable<'_>) -> postbox::Result<T> + Send,
+    ) -> PyResult<T> {
+        check_process(self.opened_by)?;
+        let name = &self.name;
+        let r = py.detach(|| with_link(&self.tx, |tx| f(&mut tx.table(name)?)));
+        match r {
+            Ok(r) => r.py_err(),
+            Err(why) => Err(invalid(why)),
+        }
+    }
+
+    fn read(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<Vec<u8>>> {
+        self.with(py, |t| t.get(key))
+    }
+}
+
+#[pymethods]
+impl PyTxTable {
+    /// The table's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The value of `key` as this transaction sees it, or `default` when there is no such row.
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = bytes_arg(key, "key")?;
+        Ok(match self.read(py, &key)? {
+            Some(v) => Some(PyBytes::new(py, &v).into_any()),
+            None => default,
+        })
+    }
+
+    /// Sets `key` to `value` when the transaction commits.
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (key, value) = (bytes_arg(key, "key")?, bytes_arg(value, "value")?);
+        self.with(py, |t| t.put(&key, &value))
+    }
+
+    /// Removes `key` when the transaction commits; removing a missing key is not an error.
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = bytes_arg(key, "key")?;
+        self.with(py, |t| t.delete(&key))
+    }
+
+    /// The rows with `start <= key < end` as this transaction sees them, in key order, at most
+    /// `limit` (`None`: all).
+    #[pyo3(signature = (start=None, end=None, limit=None))]
+    fn range<'py>(
+        &self,
+        py: Python<'py>,
+        start: Option<&Bound<'py, PyAny>>,
+        end: Option<&Bound<'py, PyAny>>,
+        limit: Option<usize>,
+    ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        let (start, end, limit) = range_args(start, end, limit)?;
+        let rows = self.with(py, |t| t.range(&start, end.as_deref(), limit))?;
+        Ok(rows_to_py(py, rows))
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let key = bytes_arg(key, "key")?;
+        match self.read(py, &key)? {
+            Some(v) => Ok(PyBytes::new(py, &v)),
+            None => Err(key_error(&key)),
+        }
+    }
+
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.put(py, key, value)
+    }
+
+    /// Removes `key` when the transaction commits; raises `KeyError` if the transaction sees
+    /// no such row.
+    fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = bytes_arg(key, "key")?;
+        self.with(py, |t| {
+            if t.get(&key)?.is_none() {
+                return Ok(false);
+            }
+            t.delete(&key).map(|()| true)
+        })?
+        .then_some(())
+        .ok_or_else(|| key_error(&key))
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = bytes_arg(key, "key")?;
+        Ok(self.read(py, &key)?.is_some())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<postbox.TransactionTable {:?}>", self.name)
+    }
+}
