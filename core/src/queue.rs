@@ -171,11 +171,7 @@ impl Queue {
         let correlation = match m.props.correlation_id.clone() {
             Some(c) => c,
             None => {
-                let c = format!(
-                    "request-{}-{}",
-                    self.engine.owner,
-                    self.engine.reserve_id()?
-                );
+                let c = self.engine.new_correlation_id();
                 m.props.correlation_id = Some(c.clone());
                 c
             }

@@ -222,7 +222,9 @@ impl Transaction {
     ///
     /// The id is reserved now, so it can go into an application row or another message of the
     /// same transaction; the message takes its place in its queue by that id (the order of the
-    /// sends, not of the commits). If the transaction aborts, the id is never used.
+    /// sends, not of the commits). If the transaction aborts, the id is never used. A
+    /// single-process store reserves it in memory; a shared (`multi_process`) store reserves it
+    /// with a small commit of its own.
     ///
     /// # Errors
     ///

@@ -27,9 +27,7 @@ pub struct PendingRequest {
 pub fn send_request(queue: &Queue, mut message: Message) -> Result<PendingRequest> {
     // Set here, in `Queue::request`'s format, so that the wait below can select on it.
     if message.props.correlation_id.is_none() {
-        let engine = &queue.engine;
-        message.props.correlation_id =
-            Some(format!("request-{}-{}", engine.owner, engine.reserve_id()?));
+        message.props.correlation_id = Some(queue.engine.new_correlation_id());
     }
     let correlation_id = message.props.correlation_id.clone().unwrap_or_default();
     let early = queue.request(message, Duration::ZERO)?;

@@ -21,6 +21,14 @@ impl Engine {
         }
     }
 
+    /// A fresh correlation id for a request: unique in the store without a commit, since owner
+    /// ids are never reused and the counter is this process's.
+    pub fn new_correlation_id(&self) -> String {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        format!("request-{}-{n}", self.owner)
+    }
+
     /// Waits until job `job` is done or `deadline` passes; returns its record then. Woken by
     /// the commit that ends its last piece in this process, and by the file watch or the poll
     /// of a shared store.
