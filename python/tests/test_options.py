@@ -22,6 +22,8 @@ DEFAULTS = {
     "forward_to": None,
     "forward_dead_letters_to": None,
     "journal": None,
+    "auto_delete_on_idle": None,
+    "receipts_to": None,
 }
 
 SET = {
@@ -32,6 +34,7 @@ SET = {
     "max_messages": 50,
     "max_bytes": 10_000,
     "dedup_window": 60,
+    "auto_delete_on_idle": 86_400,
 }
 
 AS_READ = {
@@ -42,11 +45,14 @@ AS_READ = {
     "max_messages": 50,
     "max_bytes": 10_000,
     "dedup_window": timedelta(minutes=1),
-    # Not in SET: their own tests are in test_forwarding.py and test_sessions.py.
+    "auto_delete_on_idle": timedelta(days=1),
+    # Not in SET: their own tests are in test_forwarding.py, test_sessions.py and
+    # test_receipts.py.
     "requires_session": False,
     "forward_to": None,
     "forward_dead_letters_to": None,
     "journal": None,
+    "receipts_to": None,
 }
 
 
