@@ -1,7 +1,8 @@
 //! A fixed amount of one operation, for profilers (perf, callgrind) rather than for timing.
 //!
 //! `postbox-profile OP N [none|durable] [threads]` with OP one of `send`, `receive_complete`,
-//! `send_batch100` (N calls of 100), `raw_insert` / `raw_insert100` (raw redb, 1 or 100 inserts
+//! `send_batch100` (N calls of 100), `job_receive_complete` (as `receive_complete`, the messages
+//! being pieces of one job), `raw_insert` / `raw_insert100` (raw redb, 1 or 100 inserts
 //! per durable transaction, N inserts in all), `raw_indexed` / `raw_indexed32` (raw redb, 1 or
 //! 32 inserts per durable transaction plus the index rows a send writes, see
 //! `RawRedb::insert_indexed_batch`): does N of them on a fresh store in the
@@ -63,12 +64,18 @@ fn main() {
         .open(dir.path().join("profile.postbox"))
         .expect("open");
     let q = store.queue("profile").expect("queue");
-    if op == "receive_complete" {
+    if op == "receive_complete" || op == "job_receive_complete" {
+        let job = (op == "job_receive_complete")
+            .then(|| store.create_job(Default::default()).expect("job"));
         let mut left = n;
         while left > 0 {
             let k = left.min(500);
-            q.send_batch((0..k).map(|_| Message::new(body.clone())))
-                .expect("fill");
+            let msgs = (0..k).map(|_| Message::new(body.clone()));
+            match &job {
+                Some(job) => job.send_batch(&q, msgs).map(drop),
+                None => q.send_batch(msgs).map(drop),
+            }
+            .expect("fill");
             left -= k;
         }
     }
@@ -85,7 +92,7 @@ fn main() {
                             q.send_batch((0..100).map(|_| Message::new(body.clone())))
                                 .expect("send_batch");
                         }
-                        "receive_complete" => {
+                        "receive_complete" | "job_receive_complete" => {
                             let m = q
                                 .receive(Duration::from_secs(5))
                                 .expect("receive")

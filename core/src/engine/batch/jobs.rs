@@ -128,11 +128,10 @@ pub fn job_signal(job: u64) -> u32 {
 pub const JOB_SIGNAL_BASE: u32 = 1 << 31;
 
 impl<'t> Batch<'t> {
-    fn t_jobs(&mut self) -> Result<Table<'t, u64, &'static [u8]>> {
-        Ok(self.txn.open_table(JOBS)?)
-    }
-
     pub(super) fn load_job(&mut self, job: u64) -> Result<Option<JobRecord>> {
+        if let Some(r) = self.job_cache.get(&job) {
+            return Ok(Some(r.clone()));
+        }
         match self.t_jobs()?.get(job)? {
             None => Ok(None),
             Some(g) => JobRecord::decode(job, g.value())
@@ -141,9 +140,22 @@ impl<'t> Batch<'t> {
         }
     }
 
+    /// Records the job's new state; written once, by `flush`, however many pieces of the job
+    /// the batch touched.
     fn put_job(&mut self, job: u64, rec: &JobRecord) -> Result<()> {
         self.mutations += 1;
-        self.t_jobs()?.insert(job, rec.encode(job).as_slice())?;
+        self.job_cache.insert(job, rec.clone());
+        Ok(())
+    }
+
+    /// Writes the jobs this batch changed.
+    pub(super) fn flush_jobs(&mut self) -> Result<()> {
+        if self.job_cache.is_empty() {
+            return Ok(());
+        }
+        for (job, rec) in std::mem::take(&mut self.job_cache) {
+            self.t_jobs()?.insert(job, rec.encode(job).as_slice())?;
+        }
         Ok(())
     }
 
@@ -189,10 +201,8 @@ impl<'t> Batch<'t> {
         let mut rec = self.load_job(job)?.ok_or(Error::JobNotFound(job))?;
         rec.total += 1;
         self.put_job(job, &rec)?;
-        self.txn
-            .open_table(JOB_PIECES)?
-            .insert((job, id), encode_piece(0, 0))?;
-        self.txn.open_table(PIECE_JOB)?.insert(id, job)?;
+        self.t_job_pieces()?.insert((job, id), encode_piece(0, 0))?;
+        self.t_piece_job()?.insert(id, job)?;
         Ok(())
     }
 
@@ -204,21 +214,15 @@ impl<'t> Batch<'t> {
         }
         st.tracked = false;
         self.mutations += 1;
-        let Some(job) = self
-            .txn
-            .open_table(PIECE_JOB)?
-            .remove(id)?
-            .map(|g| g.value())
-        else {
+        let Some(job) = self.t_piece_job()?.remove(id)?.map(|g| g.value()) else {
             return Ok(());
         };
         // A job deleted while its pieces were out leaves them untracked.
         let Some(mut rec) = self.load_job(job)? else {
             return Ok(());
         };
-        self.txn
-            .open_table(JOB_PIECES)?
-            .insert((job, id), encode_piece(end as u8, self.now))?;
+        let row = encode_piece(end as u8, self.now);
+        self.t_job_pieces()?.insert((job, id), row)?;
         match end {
             PieceEnd::Completed => rec.completed += 1,
             PieceEnd::DeadLettered => rec.dead_lettered += 1,
@@ -264,18 +268,16 @@ impl<'t> Batch<'t> {
             return Ok(false);
         }
         self.mutations += 1;
+        self.job_cache.remove(&job);
         self.t_jobs()?.remove(job)?;
         let pieces: Vec<u64> = self
-            .txn
-            .open_table(JOB_PIECES)?
+            .t_job_pieces()?
             .range((job, 0)..=(job, u64::MAX))?
             .map(|e| e.map(|(k, _)| k.value().1))
             .collect::<std::result::Result<_, _>>()?;
-        let mut t = self.txn.open_table(JOB_PIECES)?;
-        let mut owners = self.txn.open_table(PIECE_JOB)?;
         for id in pieces {
-            t.remove((job, id))?;
-            owners.remove(id)?;
+            self.t_job_pieces()?.remove((job, id))?;
+            self.t_piece_job()?.remove(id)?;
         }
         Ok(true)
     }

@@ -140,6 +140,9 @@ pub struct Batch<'t> {
     series: Option<Table<'t, (u32, &'static str), [u8; 24]>>,
     session_msgs: Option<Table<'t, (u32, &'static str, u64), ()>>,
     sessions: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
+    jobs: Option<Table<'t, u64, &'static [u8]>>,
+    job_pieces: Option<Table<'t, (u64, u64), [u8; 9]>>,
+    piece_job: Option<Table<'t, u64, u64>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
     /// Each queue's counts as this batch changed them, with its extra counts as loaded (the
@@ -147,6 +150,8 @@ pub struct Batch<'t> {
     counter_cache: HashMap<u32, (QueueCounts, (u64, u64, u64))>,
     /// When this process last wrote each queue's `last_activity` (shared by its batches).
     activity: Option<Arc<parking_lot::Mutex<HashMap<u32, u64>>>>,
+    /// Jobs changed in this batch, written back by `flush`.
+    job_cache: HashMap<u64, jobs::JobRecord>,
     /// Single-process stores: the next message id, shared with transactions (see `share_ids`).
     shared_ids: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Queues deleted in this batch.
@@ -208,10 +213,14 @@ impl<'t> Batch<'t> {
             series: None,
             session_msgs: None,
             sessions: None,
+            jobs: None,
+            job_pieces: None,
+            piece_job: None,
             seqs: None,
             counter_cache: HashMap::new(),
             activity: None,
             shared_ids: None,
+            job_cache: HashMap::new(),
             deleted: HashSet::new(),
             queue_cache: HashMap::new(),
         })
@@ -284,6 +293,18 @@ impl<'t> Batch<'t> {
         lazy(self.txn, &mut self.sessions, SESSIONS)
     }
 
+    fn t_jobs(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        lazy(self.txn, &mut self.jobs, JOBS)
+    }
+
+    fn t_job_pieces(&mut self) -> Result<&mut Table<'t, (u64, u64), [u8; 9]>> {
+        lazy(self.txn, &mut self.job_pieces, JOB_PIECES)
+    }
+
+    fn t_piece_job(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        lazy(self.txn, &mut self.piece_job, PIECE_JOB)
+    }
+
     fn t_deferred(&mut self) -> Result<&mut Table<'t, (u32, u64), ()>> {
         lazy(self.txn, &mut self.deferred, DEFERRED)
     }
@@ -294,6 +315,7 @@ impl<'t> Batch<'t> {
 
     /// Writes the cached sequences and counters. Called once, before the commit.
     pub fn flush(&mut self) -> Result<()> {
+        self.flush_jobs()?;
         if let Some(seqs) = self.seqs.take() {
             self.t_counters()?
                 .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
