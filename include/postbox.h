@@ -36,7 +36,9 @@
  *     postbox_collator  -> postbox_collator_free
  *     postbox_series_gaps -> postbox_series_gaps_free
  *     postbox_session   -> postbox_session_release or postbox_session_free (both free it)
- *     buffers (uint8_t *, from postbox_session_state) -> postbox_buffer_free
+ *     postbox_job       -> postbox_job_free
+ *     postbox_queue_infos -> postbox_queue_infos_free
+ *     buffers (uint8_t *, from postbox_session_state, postbox_table_get) -> postbox_buffer_free
  * Destructors accept NULL. A handle never borrows from the handle that made it: a queue may
  * outlive its store handle's close (its calls then return POSTBOX_CLOSED), a message may
  * outlive its queue handle. Input strings and buffers are copied during the call; the caller
@@ -55,7 +57,7 @@
  *
  * Processes and fork(). A handle belongs to the process that opened its store. In a child made
  * by fork() (prefork servers, Python's multiprocessing), every call on an inherited store,
- * queue, message, transaction, browser, processor, topic, collator or session handle returns
+ * queue, message, transaction, browser, processor, topic, collator, session or job handle returns
  * POSTBOX_FORKED at once and
  * reads or writes nothing, even when another thread of the parent was in the middle of a
  * commit at the moment of the fork. Freeing inherited handles in the child
@@ -96,6 +98,17 @@
  * postbox_typed_body_view build and take apart one; postbox_message_typed_body reads the
  * payload of a received message, and dead-letters a body that is not one
  * (POSTBOX_REASON_DECODE_FAILED), as typed receives do in Rust and Python.
+ *
+ * Tracking work. A job (postbox_job_create) counts its pieces (postbox_job_send) as they are
+ * completed or dead-lettered, in the settling commits, and sends its continuation message once
+ * when the last piece of a sealed job ends (postbox_job_wait waits for that).
+ * postbox_message_reply answers a message's reply_to in the commit that completes it;
+ * postbox_request sends and waits for that answer on a temporary reply queue
+ * (postbox_queue_open_temporary makes one). A queue's receipts_to option posts a receipt with
+ * every completion or dead letter. postbox_message_mark_done records progress keys on a held
+ * message, which a redelivery reads with postbox_message_done_keys. Application tables
+ * (postbox_table_get, _put, _delete, _range) keep small rows in the store, written alone or
+ * with a transaction's receives and sends in one commit (the outbox and inbox patterns).
  */
 
 
@@ -142,6 +155,54 @@
  * (postbox_collate) as the last of its series: its sequence number is the series' length.
  */
 #define POSTBOX_SERIES_LAST_PROPERTY "postbox.series_last"
+
+/**
+ * The label of a receipt, posted by a queue whose receipts_to option is set (see
+ * postbox_queue_options.receipts_to). Its correlation id is the settled message's id, in
+ * decimal; its string properties are named by the POSTBOX_RECEIPT_* macros below.
+ */
+#define POSTBOX_RECEIPT_LABEL "receipt"
+
+/**
+ * Receipt property: the settled message's id, in decimal.
+ */
+#define POSTBOX_RECEIPT_MESSAGE_ID "message_id"
+
+/**
+ * Receipt property: the name of the queue the message was settled in.
+ */
+#define POSTBOX_RECEIPT_QUEUE "queue"
+
+/**
+ * Receipt property: POSTBOX_RECEIPT_COMPLETED or POSTBOX_RECEIPT_DEAD_LETTERED.
+ */
+#define POSTBOX_RECEIPT_OUTCOME "outcome"
+
+/**
+ * Receipt property: when the message was settled, in ms since the Unix epoch (decimal).
+ */
+#define POSTBOX_RECEIPT_AT "at"
+
+/**
+ * Receipt property of a dead letter: its dead-letter reason.
+ */
+#define POSTBOX_RECEIPT_REASON "reason"
+
+/**
+ * The value of POSTBOX_RECEIPT_OUTCOME for a completed message.
+ */
+#define POSTBOX_RECEIPT_COMPLETED "completed"
+
+/**
+ * The value of POSTBOX_RECEIPT_OUTCOME for a dead-lettered message.
+ */
+#define POSTBOX_RECEIPT_DEAD_LETTERED "dead-lettered"
+
+/**
+ * Temporary queues (postbox_queue_open_temporary) are named with this prefix; names starting
+ * with it cannot be created with postbox_queue_open (postbox_queue_open_existing opens one).
+ */
+#define POSTBOX_TEMPORARY_QUEUE_PREFIX "$temporary/"
 
 
 /**
@@ -339,6 +400,16 @@
 #define POSTBOX_OPTION_JOURNAL (1 << 9)
 
 /**
+ * `postbox_queue_options.clear`: no receipts (settles post nothing to another queue again).
+ */
+#define POSTBOX_OPTION_RECEIPTS_TO (1 << 10)
+
+/**
+ * `postbox_queue_options.clear`: the queue is no longer deleted when idle.
+ */
+#define POSTBOX_OPTION_AUTO_DELETE_ON_IDLE (1 << 11)
+
+/**
  * Kind of a user property value: UTF-8 text.
  */
 #define POSTBOX_PROPERTY_STRING 0
@@ -408,6 +479,34 @@
 #define POSTBOX_CODEC_USER_FIRST 128
 
 /**
+ * State of a piece (`postbox_job_piece.state`): not yet completed or dead-lettered.
+ */
+#define POSTBOX_PIECE_PENDING 0
+
+/**
+ * State of a piece: completed (at `postbox_job_piece.at_ms`).
+ */
+#define POSTBOX_PIECE_COMPLETED 1
+
+/**
+ * State of a piece: dead-lettered, or removed unsettled by a purge or its queue's deletion
+ * (at `postbox_job_piece.at_ms`).
+ */
+#define POSTBOX_PIECE_DEAD_LETTERED 2
+
+/**
+ * The longest application table name and key, in bytes (a longer one is refused with
+ * `POSTBOX_INVALID_ARGUMENT`). Names are 1 to this many bytes; keys 0 to this many.
+ */
+#define POSTBOX_MAX_TABLE_KEY_LEN 1024
+
+/**
+ * The largest application table value, in bytes (a larger one is refused with
+ * `POSTBOX_INVALID_ARGUMENT`).
+ */
+#define POSTBOX_MAX_TABLE_VALUE_LEN (1 << 20)
+
+/**
  * An iterator over a queue's receivable messages in delivery order, without locking them.
  * Created by `postbox_browse_open`, advanced by `postbox_browse_next`, freed with
  * `postbox_browse_free`. Each step reads a fresh snapshot, so it sees concurrent changes and
@@ -432,6 +531,21 @@ typedef struct postbox_browser postbox_browser;
  * number of threads may send through one handle at once.
  */
 typedef struct postbox_collator postbox_collator;
+
+/**
+ * A job: work split into messages (its pieces), sent to any queues of one store with
+ * `postbox_job_send` (alone or in a transaction). Each piece's completion or dead-lettering
+ * updates the job's counts and the piece's tracking row in the commit that settles it, so any
+ * number of workers, in any threads and processes, never lose an update. Once the job is
+ * sealed (`postbox_job_seal`: no more pieces) and every piece has ended, it is done:
+ * `postbox_job_wait` returns, and the continuation message, if the job has one, is sent in that
+ * same commit, exactly once.
+ *
+ * Created by `postbox_job_create` or opened again by id with `postbox_job_open` (in any
+ * process); freed with `postbox_job_free` (the job stays in the store until
+ * `postbox_job_delete`). Thread-safe.
+ */
+typedef struct postbox_job postbox_job;
 
 /**
  * A message: its body and properties, and — when it came from a peek-lock receive — its lock.
@@ -461,6 +575,14 @@ typedef struct postbox_processor postbox_processor;
  * Thread-safe: any number of threads may send and receive through one queue handle at once.
  */
 typedef struct postbox_queue postbox_queue;
+
+/**
+ * The store's queues with their options, temporary flag and last activity, from
+ * `postbox_store_queue_infos`: a snapshot taken at the call. Read it with
+ * `postbox_queue_infos_count`, `postbox_queue_infos_get` and `postbox_queue_infos_options`;
+ * free it with `postbox_queue_infos_free`. Immutable, so thread-safe.
+ */
+typedef struct postbox_queue_infos postbox_queue_infos;
 
 /**
  * The series a collator has not completed, from `postbox_collator_incomplete`. Read it with
@@ -592,12 +714,13 @@ typedef struct postbox_commit_stats {
  * with `struct_size` set changes nothing; `postbox_queue_options_init` makes one.
  *
  * `postbox_queue_options_get` writes 0 (NULL) for an option that is not set (no TTL, no
- * quota, no dedup window, no forwarding, no journal) and the stored value for the others,
- * defaults included.
+ * quota, no dedup window, no forwarding, no journal, no receipts, no idle deletion) and the
+ * stored value for the others, defaults included.
  *
  * Versioned: fields are only ever appended. A caller built against an older header passes
- * its smaller `struct_size` (the fields before `clear`, or before `forward_to`); the fields
- * it does not know are neither read (they are "not mentioned") nor written.
+ * its smaller `struct_size` (the fields before `clear`, before `forward_to`, or before
+ * `receipts_to`); the fields it does not know are neither read (they are "not mentioned")
+ * nor written.
  */
 typedef struct postbox_queue_options {
   /**
@@ -677,6 +800,26 @@ typedef struct postbox_queue_options {
    * Reserved (keeps the struct free of padding); ignored, written as 0.
    */
   uint32_t reserved2;
+  /**
+   * Receipts: whenever a message of this queue is completed or dead-lettered, a receipt is
+   * posted to queue `receipts_to` in the same commit: an empty body, label
+   * `POSTBOX_RECEIPT_LABEL`, the settled message's id in decimal as its correlation id, and
+   * the string properties `POSTBOX_RECEIPT_MESSAGE_ID`, `POSTBOX_RECEIPT_QUEUE`,
+   * `POSTBOX_RECEIPT_OUTCOME` (`"completed"` or `"dead-lettered"`), `POSTBOX_RECEIPT_AT` (ms
+   * since the Unix epoch, decimal) and, for a dead letter, `POSTBOX_RECEIPT_REASON`.
+   * Receipts are not held to the receipt queue's quotas; while no queue of that name exists,
+   * none are posted. As `forward_to`: NULL not mentioned (default: none),
+   * `POSTBOX_OPTION_RECEIPTS_TO` clears it, and `postbox_queue_options_get` writes a string
+   * owned by the queue handle.
+   */
+  const char *receipts_to;
+  /**
+   * The queue, its dead-letter queue and its messages are deleted after this many ms without
+   * activity (a send, receive, settle or lock renewal; a queue holding locked messages is
+   * never idle), checked about once a second (default: never; 0: not mentioned;
+   * `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
+   */
+  uint64_t auto_delete_on_idle_ms;
 } postbox_queue_options;
 
 /**
@@ -1156,6 +1299,109 @@ typedef struct postbox_topic_stats {
   uint64_t subscriptions;
 } postbox_topic_stats;
 
+/**
+ * A job's counts, filled by `postbox_job_progress_get`, `postbox_job_seal` and
+ * `postbox_job_wait`, all read from one snapshot.
+ *
+ * Versioned: the caller sets `struct_size` to `sizeof(postbox_job_progress)` (or calls
+ * `postbox_job_progress_init`) before the call. Later versions of the library append fields
+ * and keep accepting the shorter struct of an older header, writing only the fields its
+ * `struct_size` covers.
+ */
+typedef struct postbox_job_progress {
+  /**
+   * `sizeof(postbox_job_progress)`, set by the caller; written back unchanged.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 when the job is sealed (no more pieces can be added), else 0.
+   */
+  int sealed;
+  /**
+   * 1 when the job is done (sealed, and every piece completed or dead-lettered), else 0.
+   */
+  int done;
+  /**
+   * Reserved (keeps the counts 8-byte aligned without padding); written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Pieces sent.
+   */
+  uint64_t total;
+  /**
+   * Pieces completed.
+   */
+  uint64_t completed;
+  /**
+   * Pieces dead-lettered (or removed unsettled by a purge or their queue's deletion).
+   */
+  uint64_t dead_lettered;
+  /**
+   * Pieces not yet ended: `total - completed - dead_lettered`.
+   */
+  uint64_t pending;
+} postbox_job_progress;
+
+/**
+ * One row of a job's tracking table, filled by `postbox_job_pieces`. This struct has no
+ * `struct_size` (it is filled in arrays), so it never grows.
+ */
+typedef struct postbox_job_piece {
+  /**
+   * The piece's message id.
+   */
+  uint64_t id;
+  /**
+   * `POSTBOX_PIECE_PENDING`, `POSTBOX_PIECE_COMPLETED` or `POSTBOX_PIECE_DEAD_LETTERED`.
+   */
+  uint32_t state;
+  /**
+   * Reserved (the padding before `at_ms`, spelt out); written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * When the piece ended (ms since the Unix epoch); 0 while it is pending.
+   */
+  uint64_t at_ms;
+} postbox_job_piece;
+
+/**
+ * One queue of a `postbox_queue_infos` list, read with `postbox_queue_infos_get`.
+ *
+ * Versioned: the caller sets `struct_size` to `sizeof(postbox_queue_info)` (or calls
+ * `postbox_queue_info_init`) before the call; later versions append fields and keep accepting
+ * the shorter struct of an older header, writing only the fields it covers.
+ */
+typedef struct postbox_queue_info {
+  /**
+   * `sizeof(postbox_queue_info)`, set by the caller; written back unchanged.
+   */
+  uint32_t struct_size;
+  /**
+   * 1 for a temporary queue (`postbox_queue_open_temporary`), else 0.
+   */
+  int temporary;
+  /**
+   * The queue's name, NUL-terminated UTF-8, owned by the list: valid until it is freed.
+   */
+  const char *name;
+  /**
+   * When the queue last saw a send, receive, settle or lock renewal (ms since the Unix
+   * epoch, recorded to the second); 0 if never since the store was written by a version
+   * that records it.
+   */
+  uint64_t last_activity_ms;
+} postbox_queue_info;
+
+/**
+ * A row callback of `postbox_table_range`, called on the calling thread once per row in key
+ * order, after the rows were read (so it may call postbox, with the same transaction too).
+ * `key` and `value` are borrowed for the call only: copy them to keep them. Return 0 to go on,
+ * any other value to stop (`postbox_table_range` then returns `POSTBOX_OK`).
+ */
+typedef int (*postbox_row_fn)(void *user_data, struct postbox_bytes key, struct postbox_bytes value);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1346,10 +1592,10 @@ int postbox_queue_open_existing(struct postbox_store *store,
  * Reads the queue's options as stored now (another handle or process may have changed them)
  * into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
  * or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
- * dedup window, no journal) read as 0, and `forward_to` / `forward_dead_letters_to` as NULL;
- * the others read as their values, defaults included; `clear` reads as 0. The two names are
- * NUL-terminated strings owned by the queue handle: valid until `queue` is freed (never free
- * them), unchanged by later calls. Passing the result to `postbox_queue_open` changes nothing.
+ * dedup window, no journal, no idle deletion) read as 0, and `forward_to` /
+ * `forward_dead_letters_to` / `receipts_to` as NULL; the others read as their values,
+ * defaults included; `clear` reads as 0. The names are NUL-terminated strings owned by the
+ * queue handle: valid until `queue` is freed (never free them), unchanged by later calls. Passing the result to `postbox_queue_open` changes nothing.
  * A caller built against an older header (a smaller `struct_size`) gets only the fields its
  * struct has.
  *
@@ -1466,8 +1712,11 @@ int postbox_send_options_init(struct postbox_send_options *options);
  *
  * With `tx` NULL the send commits on its own: when it returns `POSTBOX_OK` the message is
  * durable (under the default durability) and `id_out` (may be NULL) receives its id. With a
- * transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
- * assigned at commit. `tx` must come from the same store as `queue`.
+ * transaction the message is stored when `tx` commits; `id_out` then receives the id it will
+ * have (reserved now, so it can go into an application row or another message of the same
+ * transaction; never used if the transaction aborts). `tx` must come from the same store as
+ * `queue`. A duplicate (its `message_key` within the queue's dedup window) stores nothing and
+ * gets the original's id; `postbox_send_checked` also says so.
  *
  * The message's size — body, text properties, user property keys and values — counts against
  * the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
@@ -1494,8 +1743,8 @@ int postbox_send(struct postbox_queue *queue,
 
 /**
  * Sends `count` messages atomically: all are stored in one commit, or none. `ids_out` may be
- * NULL, or an array of `count` elements that receives the ids in order (0s with a transaction,
- * as in `postbox_send`). `count` may be 0.
+ * NULL, or an array of `count` elements that receives the ids in order (with a transaction,
+ * the ids reserved for them, as in `postbox_send`). `count` may be 0.
  *
  * # Returns
  * As `postbox_send`; on any error no message of the batch was stored, and the error names the
@@ -2014,8 +2263,9 @@ uint64_t postbox_tx_locked_until_ms(const struct postbox_tx *tx, uint64_t messag
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
  * `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
- * nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, or a processor's transaction);
- * `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
+ * nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, a processor's transaction, or a piece
+ * of a job sealed since `postbox_job_send`: nothing applied); `POSTBOX_NOT_FOUND` (a piece of a
+ * job deleted since: nothing applied); `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
  * locks stay with the parent); `POSTBOX_STORAGE_FULL` (nothing applied);
  * `POSTBOX_OUTCOME_UNKNOWN` (applied or not, it cannot be known); other storage errors.
  */
@@ -2528,7 +2778,8 @@ int postbox_session_state(const struct postbox_session *session,
                           bool *has_state_out);
 
 /**
- * Frees a buffer returned by postbox (`postbox_session_state`). NULL is a no-op.
+ * Frees a buffer returned by postbox (`postbox_session_state`, `postbox_table_get`). NULL is a
+ * no-op.
  */
 void postbox_buffer_free(uint8_t *data);
 
@@ -2655,6 +2906,471 @@ int postbox_typed_body_view(const uint8_t *body,
 int postbox_message_typed_body(const struct postbox_message *message,
                                uint8_t expected_codec,
                                struct postbox_bytes *payload_out);
+
+/**
+ * Creates a job in `store`. With `continuation` set (a queue of the same store handle), the
+ * message `body[0..body_len]` with `options` (NULL for none; as `postbox_send`) is sent to it
+ * when the job is done, in the commit that ends its last piece (or in `postbox_job_seal`, if
+ * every piece had ended by then): exactly once. With `continuation` NULL the job has no
+ * continuation (`body_len` must then be 0 and `options` NULL). Everything is copied.
+ *
+ * `job_out` receives a handle the caller frees with `postbox_job_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `job_out`, NULL body with a
+ * length, bad options, a body or options without a continuation queue, a queue of another
+ * store handle or that is not an ordinary queue); `POSTBOX_TOO_LARGE` (the continuation is
+ * above its queue's `max_message_size`); `POSTBOX_QUEUE_NOT_FOUND` (the continuation queue
+ * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_job_create(struct postbox_store *store,
+                       const struct postbox_queue *continuation,
+                       const uint8_t *body,
+                       size_t body_len,
+                       const struct postbox_send_options *options,
+                       struct postbox_job **job_out);
+
+/**
+ * Opens job `id` (from `postbox_job_id`), created in this or another process. `job_out`
+ * receives a handle the caller frees with `postbox_job_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such job: never created, or deleted);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_job_open(struct postbox_store *store, uint64_t id, struct postbox_job **job_out);
+
+/**
+ * The job's id (never 0), to open it again with `postbox_job_open`; 0 for NULL.
+ */
+uint64_t postbox_job_id(const struct postbox_job *job);
+
+/**
+ * Frees a job handle (the job stays in the store; `postbox_job_delete` removes it). NULL is a
+ * no-op.
+ */
+void postbox_job_free(struct postbox_job *job);
+
+/**
+ * Sends one piece of the job to `queue` (a queue of the job's store handle): the message
+ * `body[0..body_len]` with `options` (NULL for none), as `postbox_send` sends it.
+ *
+ * With `tx` NULL the piece commits on its own and counts in the job at once. With a
+ * transaction it is stored, and counted, when `tx` commits (a job sealed or deleted by then
+ * fails the commit with `POSTBOX_INVALID_ARGUMENT` or `POSTBOX_NOT_FOUND`). Either way
+ * `id_out` (may be NULL) receives the piece's message id. A duplicate (its `message_key` seen
+ * within the queue's dedup window) is not a new piece: `id_out` then receives the original's
+ * id.
+ *
+ * # Returns
+ * As `postbox_send`; also `POSTBOX_NOT_FOUND` (the job was deleted) and
+ * `POSTBOX_INVALID_ARGUMENT` (NULL job, the job is sealed, a queue of another store handle).
+ */
+int postbox_job_send(struct postbox_job *job,
+                     struct postbox_queue *queue,
+                     struct postbox_tx *tx,
+                     const uint8_t *body,
+                     size_t body_len,
+                     const struct postbox_send_options *options,
+                     uint64_t *id_out);
+
+/**
+ * Sends `count` pieces of the job to `queue` atomically: all in one commit (with `tx` NULL) or
+ * with `tx`'s commit, or none. `ids_out` may be NULL, or an array of `count` elements that
+ * receives the pieces' ids in order. `count` may be 0.
+ *
+ * # Returns
+ * As `postbox_job_send`; on any error no piece of the batch was sent, and the error names the
+ * offending item. (With a transaction, items before the offending one may have joined it:
+ * abort the transaction after a failure, as after a failed `postbox_send_batch`.)
+ */
+int postbox_job_send_batch(struct postbox_job *job,
+                           struct postbox_queue *queue,
+                           struct postbox_tx *tx,
+                           const struct postbox_send_item *items,
+                           size_t count,
+                           uint64_t *ids_out);
+
+/**
+ * Seals the job: no more pieces can be sent. It is done once every piece has ended — at once
+ * if they all have (its continuation is then sent by this call). Sealing twice is harmless.
+ * `progress_out` may be NULL; otherwise (its `struct_size` set) it receives the job's counts
+ * after the seal.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the job was deleted); `POSTBOX_INVALID_ARGUMENT` (NULL
+ * job, bad `struct_size`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_job_seal(struct postbox_job *job, struct postbox_job_progress *progress_out);
+
+/**
+ * Fills `progress` with zeros and sets its `struct_size`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `progress` is NULL.
+ */
+int postbox_job_progress_init(struct postbox_job_progress *progress);
+
+/**
+ * Reads the job's counts now into `progress_out`, whose `struct_size` the caller sets first
+ * (`sizeof(postbox_job_progress)`, or `postbox_job_progress_init`).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the job was deleted); `POSTBOX_INVALID_ARGUMENT` (NULL,
+ * bad `struct_size`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_job_progress_get(const struct postbox_job *job,
+                             struct postbox_job_progress *progress_out);
+
+/**
+ * Waits up to `timeout_ms` milliseconds (0: do not wait; negative: without limit) for the job
+ * to be done, woken by the commit that ends its last piece (in this process at once; from
+ * another process within the store's polling interval). `progress_out` may be NULL; otherwise
+ * (its `struct_size` set) it receives the job's counts when the call returns — also on
+ * `POSTBOX_TIMEOUT`, the one failure on which it is written, so that a caller can report
+ * progress between waits.
+ *
+ * # Returns
+ * `POSTBOX_OK` (the job is done); `POSTBOX_TIMEOUT` (not done in time: a normal outcome; not
+ * sealed yet, perhaps); `POSTBOX_NOT_FOUND` (the job was deleted); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL job, bad `struct_size`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_job_wait(const struct postbox_job *job,
+                     int64_t timeout_ms,
+                     struct postbox_job_progress *progress_out);
+
+/**
+ * The ids of the job's pieces not yet ended, in id order. `ids_out` is a caller array of
+ * `capacity` elements (may be NULL when `capacity` is 0); it receives the first
+ * `min(capacity, *count_out)` ids. `count_out` receives the number of pending pieces: when it
+ * is above `capacity` the array was too small (call again with a larger one; the set may have
+ * changed meanwhile).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the job was deleted); `POSTBOX_INVALID_ARGUMENT` (NULL
+ * job or `count_out`, NULL `ids_out` with a capacity); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_job_pending(const struct postbox_job *job,
+                        uint64_t *ids_out,
+                        size_t capacity,
+                        size_t *count_out);
+
+/**
+ * The job's tracking table: every piece and how it stands, in id order. `pieces_out` is a
+ * caller array of `capacity` elements (may be NULL when `capacity` is 0); it receives the
+ * first `min(capacity, *count_out)` rows. `count_out` receives the number of pieces: when it
+ * is above `capacity` the array was too small.
+ *
+ * # Returns
+ * As `postbox_job_pending`.
+ */
+int postbox_job_pieces(const struct postbox_job *job,
+                       struct postbox_job_piece *pieces_out,
+                       size_t capacity,
+                       size_t *count_out);
+
+/**
+ * Deletes the job and its tracking table; pieces still pending stay in their queues as
+ * ordinary messages. The handle must still be freed; its other calls return
+ * `POSTBOX_NOT_FOUND` from then on. `existed_out` may be NULL; on success it receives whether
+ * the job existed (deleting it twice is not an error).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL job); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_job_delete(struct postbox_job *job, bool *existed_out);
+
+/**
+ * Answers a received message and completes it, in one commit: the reply `body[0..body_len]`
+ * with `options` (NULL for none; as `postbox_send`) goes to the queue named by the message's
+ * `reply_to`, with its correlation id set to the message's correlation id, or to the
+ * message's id in decimal if it has none (a correlation id in `options` is replaced) — what
+ * `postbox_request` waits for. `reply_id_out` (may be NULL) receives the reply's id. The
+ * handle stays readable and must still be freed.
+ *
+ * As for every settle, only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the
+ * message; after any other status nothing was sent or completed and the handle still holds
+ * the lock.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing sent, and the handle no longer holds the
+ * message); `POSTBOX_INVALID_ARGUMENT` (NULL message, a message without `reply_to`, bad body
+ * or options, a message this handle does not hold); `POSTBOX_QUEUE_NOT_FOUND` (the reply
+ * queue does not exist, e.g. a requester's temporary queue that went with it);
+ * `POSTBOX_TOO_LARGE` / `POSTBOX_QUEUE_FULL` (the reply queue's limits); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_message_reply(struct postbox_message *message,
+                          const uint8_t *body,
+                          size_t body_len,
+                          const struct postbox_send_options *options,
+                          uint64_t *reply_id_out);
+
+/**
+ * Sends a request and waits up to `timeout_ms` milliseconds (0: do not wait; negative: without
+ * limit) for its reply: the message `body[0..body_len]` with `options` (NULL for none) goes to
+ * `queue` with `reply_to` set to this store handle's reply queue (a temporary queue made on
+ * first use; a `reply_to` in `options` is replaced) and a fresh correlation id unless
+ * `options` sets one. The first message on the reply queue with that correlation id (a
+ * responder's `postbox_message_reply`) is received, completed and handed out: replies to
+ * other requests, from any thread, stay for their own requesters. A reply that comes after
+ * the timeout waits in the reply queue until the store is closed.
+ *
+ * `reply_out` receives a handle to the reply, already completed (read it with the
+ * `postbox_message_*` accessors; it cannot be settled), which the caller frees with
+ * `postbox_message_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (no reply in time: a normal outcome; the request was sent);
+ * otherwise as `postbox_send` and `postbox_receive`.
+ */
+int postbox_request(struct postbox_queue *queue,
+                    const uint8_t *body,
+                    size_t body_len,
+                    const struct postbox_send_options *options,
+                    int64_t timeout_ms,
+                    struct postbox_message **reply_out);
+
+/**
+ * Creates a temporary queue: it belongs to this store handle and is deleted, with its
+ * messages, when the store handle is closed or when the process dies (noticed by the next
+ * process that opens the store, or by a shared store's next writer). Its name, unique and
+ * starting with `POSTBOX_TEMPORARY_QUEUE_PREFIX` (`postbox_queue_name`), may be given out as a
+ * `reply_to`; other handles open it with `postbox_queue_open_existing`. `options` (NULL for the
+ * defaults) as in `postbox_queue_open`. `queue_out` receives a handle the caller frees with
+ * `postbox_queue_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `queue_out`, bad options: a
+ * temporary queue cannot require sessions or keep a journal); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_queue_open_temporary(struct postbox_store *store,
+                                 const struct postbox_queue_options *options,
+                                 struct postbox_queue **queue_out);
+
+/**
+ * Records progress keys on a message this handle holds (work items done, e.g. "recipient 17
+ * notified"), so that a redelivery after an abandon, a lock expiry or a crash can skip them
+ * (`postbox_message_done_keys`); renews the lock in the same commit. `keys` is an array of
+ * `count` NUL-terminated UTF-8 strings, each 1 to 1024 bytes (recording a key twice is
+ * harmless); `count` may be 0 (only the lock is renewed). The keys go with the message when
+ * it is completed or removed. `locked_until_ms_out` may be NULL; on success it receives the
+ * new lock expiry (ms since the Unix epoch), which `postbox_message_locked_until_ms` also
+ * reports from then on.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing recorded; the handle no longer holds the
+ * message); `POSTBOX_INVALID_ARGUMENT` (NULL message, NULL `keys` with a count, a NULL, empty,
+ * over-long or non-UTF-8 key, a message this handle does not hold: peeked, received in a
+ * transaction, settled); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors (the lock stays with the handle).
+ */
+int postbox_message_mark_done(struct postbox_message *message,
+                              const char *const *keys,
+                              size_t count,
+                              uint64_t *locked_until_ms_out);
+
+/**
+ * The progress keys recorded on a message this handle holds (`postbox_message_mark_done`, in
+ * this delivery or earlier ones), read in one lookup. `keys_out` receives a list, sorted
+ * bytewise, that the caller reads with `postbox_strings_count` / `postbox_strings_get` and
+ * frees with `postbox_strings_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold:
+ * peeked, received in a transaction, settled); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage
+ * errors.
+ */
+int postbox_message_done_keys(const struct postbox_message *message,
+                              struct postbox_strings **keys_out);
+
+/**
+ * `postbox_send`, saying whether the message was a duplicate: its `message_key` was within
+ * the queue's dedup window (or, with a transaction, sent earlier in `tx`), so nothing is
+ * stored and `id_out` receives the id of the message first sent with that key.
+ *
+ * With `tx` NULL the send commits on its own. With a transaction the message is stored when
+ * `tx` commits and `id_out` receives the id it will have (reserved now, never reused; unused if
+ * the transaction aborts). The dedup window is checked again at commit: a message whose key
+ * another sender stores in between is dropped then as a duplicate, its reserved id unused.
+ * `id_out` and `duplicate_out` may be NULL.
+ *
+ * # Returns
+ * As `postbox_send`.
+ */
+int postbox_send_checked(struct postbox_queue *queue,
+                         struct postbox_tx *tx,
+                         const uint8_t *body,
+                         size_t body_len,
+                         const struct postbox_send_options *options,
+                         uint64_t *id_out,
+                         bool *duplicate_out);
+
+/**
+ * `postbox_send_batch`, saying of each message whether it was a duplicate (see
+ * `postbox_send_checked`). `ids_out` and `duplicates_out` may each be NULL, or an array of
+ * `count` elements that receives, in order, the ids (for a duplicate, the original's) and the
+ * duplicate flags.
+ *
+ * # Returns
+ * As `postbox_send_batch`.
+ */
+int postbox_send_batch_checked(struct postbox_queue *queue,
+                               struct postbox_tx *tx,
+                               const struct postbox_send_item *items,
+                               size_t count,
+                               uint64_t *ids_out,
+                               bool *duplicates_out);
+
+/**
+ * Lists the store's queues, as `postbox_store_queues` names them (no dead-letter queues), each
+ * with its stored options, whether it is temporary, and its last activity, read from one
+ * snapshot. `infos_out` receives a list the caller frees with `postbox_queue_infos_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_store_queue_infos(const struct postbox_store *store,
+                              struct postbox_queue_infos **infos_out);
+
+/**
+ * The number of queues in `infos` (0 for NULL).
+ */
+size_t postbox_queue_infos_count(const struct postbox_queue_infos *infos);
+
+/**
+ * Fills `info` with zeros and sets its `struct_size`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `info` is NULL.
+ */
+int postbox_queue_info_init(struct postbox_queue_info *info);
+
+/**
+ * Reads queue `index` (0 to `postbox_queue_infos_count() - 1`, in name order) of `infos`
+ * into `info_out`, whose `struct_size` the caller sets first. Its `name` is owned by the
+ * list: valid until `infos` is freed.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (`index` out of range); `POSTBOX_INVALID_ARGUMENT` (NULL,
+ * bad `struct_size`).
+ */
+int postbox_queue_infos_get(const struct postbox_queue_infos *infos,
+                            size_t index,
+                            struct postbox_queue_info *info_out);
+
+/**
+ * Reads the stored options of queue `index` of `infos` into `options_out`, whose
+ * `struct_size` the caller sets first, as `postbox_queue_options_get` reads them; the queue
+ * names in it (`forward_to`, ...) are owned by the list: valid until `infos` is freed.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (`index` out of range); `POSTBOX_INVALID_ARGUMENT` (NULL,
+ * bad `struct_size`).
+ */
+int postbox_queue_infos_options(const struct postbox_queue_infos *infos,
+                                size_t index,
+                                struct postbox_queue_options *options_out);
+
+/**
+ * Frees a list from `postbox_store_queue_infos`. NULL is a no-op.
+ */
+void postbox_queue_infos_free(struct postbox_queue_infos *infos);
+
+/**
+ * Reads the value of `key[0..key_len]` in application table `table` (NUL-terminated UTF-8).
+ *
+ * With `tx` NULL: the committed value. With a transaction: the value as `tx` sees it, its own
+ * uncommitted writes included. Reads take no locks.
+ *
+ * On success `value_out` receives a copy the caller frees with `postbox_buffer_free` (not
+ * `free()`; never NULL, also for an empty value) and `value_len_out` its length.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such row, or no such table: a table exists once a row
+ * is written to it); `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `table`, `value_out` or
+ * `value_len_out`, NULL `key` with a length, a name empty or over
+ * `POSTBOX_MAX_TABLE_KEY_LEN` bytes, a key over it, a transaction of another store or already
+ * finished); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_table_get(const struct postbox_store *store,
+                      struct postbox_tx *tx,
+                      const char *table,
+                      const uint8_t *key,
+                      size_t key_len,
+                      uint8_t **value_out,
+                      size_t *value_len_out);
+
+/**
+ * Sets `key[0..key_len]` to `value[0..value_len]` in application table `table`
+ * (NUL-terminated UTF-8), creating the row (and the table) if needed. Everything is copied.
+ *
+ * With `tx` NULL the write is one durable commit of its own. With a transaction it is applied
+ * when `tx` commits, atomically with its receives and sends, and discarded if it aborts; a
+ * later write of the same key in `tx` replaces it.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `table`, NULL `key` or `value`
+ * with a length, a name empty or over `POSTBOX_MAX_TABLE_KEY_LEN` bytes, a key over it, a value
+ * over `POSTBOX_MAX_TABLE_VALUE_LEN`, a transaction of another store or already finished);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_table_put(struct postbox_store *store,
+                      struct postbox_tx *tx,
+                      const char *table,
+                      const uint8_t *key,
+                      size_t key_len,
+                      const uint8_t *value,
+                      size_t value_len);
+
+/**
+ * Removes `key[0..key_len]` from application table `table` (NUL-terminated UTF-8); removing a
+ * missing row is not an error. With `tx` NULL, one durable commit of its own; with a
+ * transaction, applied when `tx` commits.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (as `postbox_table_put`); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_table_delete(struct postbox_store *store,
+                         struct postbox_tx *tx,
+                         const char *table,
+                         const uint8_t *key,
+                         size_t key_len);
+
+/**
+ * Calls `callback(user_data, key, value)` for the rows of application table `table`
+ * (NUL-terminated UTF-8) with `start <= key < end` in key order (bytewise), at most `limit`
+ * of them (`SIZE_MAX` for all), until the callback returns non-zero. `start` may be NULL with
+ * `start_len` 0 (from the first row); `end` NULL (with `end_len` 0) reads to the end of the
+ * table, while a non-NULL `end` of length 0 selects nothing.
+ *
+ * With `tx` NULL the committed rows are read, from one snapshot; with a transaction, the rows
+ * as `tx` sees them, its own uncommitted writes included. The rows are read before the first
+ * callback, so the callback may call postbox (also with `tx`). `count_out` may be NULL; on
+ * success it receives the number of callbacks made.
+ *
+ * # Returns
+ * `POSTBOX_OK` (also when the callback stopped early); `POSTBOX_INVALID_ARGUMENT` (NULL `store`,
+ * `table` or `callback`, NULL `start` or `end` with a length, a name or `start` out of bounds, a
+ * transaction of another store or already finished); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * storage errors.
+ */
+int postbox_table_range(const struct postbox_store *store,
+                        struct postbox_tx *tx,
+                        const char *table,
+                        const uint8_t *start,
+                        size_t start_len,
+                        const uint8_t *end,
+                        size_t end_len,
+                        size_t limit,
+                        postbox_row_fn callback,
+                        void *user_data,
+                        size_t *count_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -40,7 +40,15 @@ mod session;
 
 mod typed_body;
 
+mod job;
+
+mod tracking;
+
+mod app_table;
+
+pub use app_table::*;
 pub use collator::*;
+pub use job::*;
 pub use message::*;
 pub use processor::*;
 pub use queue::*;
@@ -48,6 +56,7 @@ pub use session::*;
 pub use status::*;
 pub use store::*;
 pub use topic::*;
+pub use tracking::*;
 pub use tx::*;
 
 use std::sync::atomic::{AtomicU64, Ordering};

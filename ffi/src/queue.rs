@@ -113,8 +113,12 @@ pub const POSTBOX_OPTION_FORWARD_DEAD_LETTERS_TO: u32 = 1 << 8;
 /// `postbox_queue_options.clear`: no journal (completed messages are removed again; what the
 /// journal holds stays until purged).
 pub const POSTBOX_OPTION_JOURNAL: u32 = 1 << 9;
+/// `postbox_queue_options.clear`: no receipts (settles post nothing to another queue again).
+pub const POSTBOX_OPTION_RECEIPTS_TO: u32 = 1 << 10;
+/// `postbox_queue_options.clear`: the queue is no longer deleted when idle.
+pub const POSTBOX_OPTION_AUTO_DELETE_ON_IDLE: u32 = 1 << 11;
 
-const ALL_OPTIONS: u32 = (1 << 10) - 1;
+const ALL_OPTIONS: u32 = (1 << 12) - 1;
 
 /// Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
 ///
@@ -125,12 +129,13 @@ const ALL_OPTIONS: u32 = (1 << 10) - 1;
 /// with `struct_size` set changes nothing; `postbox_queue_options_init` makes one.
 ///
 /// `postbox_queue_options_get` writes 0 (NULL) for an option that is not set (no TTL, no
-/// quota, no dedup window, no forwarding, no journal) and the stored value for the others,
-/// defaults included.
+/// quota, no dedup window, no forwarding, no journal, no receipts, no idle deletion) and the
+/// stored value for the others, defaults included.
 ///
 /// Versioned: fields are only ever appended. A caller built against an older header passes
-/// its smaller `struct_size` (the fields before `clear`, or before `forward_to`); the fields
-/// it does not know are neither read (they are "not mentioned") nor written.
+/// its smaller `struct_size` (the fields before `clear`, before `forward_to`, or before
+/// `receipts_to`); the fields it does not know are neither read (they are "not mentioned")
+/// nor written.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct postbox_queue_options {
@@ -181,6 +186,22 @@ pub struct postbox_queue_options {
     pub requires_session: c_int,
     /// Reserved (keeps the struct free of padding); ignored, written as 0.
     pub reserved2: u32,
+    /// Receipts: whenever a message of this queue is completed or dead-lettered, a receipt is
+    /// posted to queue `receipts_to` in the same commit: an empty body, label
+    /// `POSTBOX_RECEIPT_LABEL`, the settled message's id in decimal as its correlation id, and
+    /// the string properties `POSTBOX_RECEIPT_MESSAGE_ID`, `POSTBOX_RECEIPT_QUEUE`,
+    /// `POSTBOX_RECEIPT_OUTCOME` (`"completed"` or `"dead-lettered"`), `POSTBOX_RECEIPT_AT` (ms
+    /// since the Unix epoch, decimal) and, for a dead letter, `POSTBOX_RECEIPT_REASON`.
+    /// Receipts are not held to the receipt queue's quotas; while no queue of that name exists,
+    /// none are posted. As `forward_to`: NULL not mentioned (default: none),
+    /// `POSTBOX_OPTION_RECEIPTS_TO` clears it, and `postbox_queue_options_get` writes a string
+    /// owned by the queue handle.
+    pub receipts_to: *const c_char,
+    /// The queue, its dead-letter queue and its messages are deleted after this many ms without
+    /// activity (a send, receive, settle or lock renewal; a queue holding locked messages is
+    /// never idle), checked about once a second (default: never; 0: not mentioned;
+    /// `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
+    pub auto_delete_on_idle_ms: u64,
 }
 
 impl Default for postbox_queue_options {
@@ -201,6 +222,8 @@ impl Default for postbox_queue_options {
             journal_max_messages: 0,
             requires_session: 0,
             reserved2: 0,
+            receipts_to: std::ptr::null(),
+            auto_delete_on_idle_ms: 0,
         }
     }
 }
@@ -211,6 +234,9 @@ pub(crate) const QUEUE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_queue_op
 /// `reserved`): callers built against that header pass it, and neither read nor get the
 /// forwarding, journal and session fields.
 pub(crate) const QUEUE_OPTIONS_V2: usize = std::mem::offset_of!(postbox_queue_options, forward_to);
+/// The size of the struct before `receipts_to` was added: callers built against that header
+/// pass it, and neither read nor get the receipts and idle-deletion fields.
+pub(crate) const QUEUE_OPTIONS_V3: usize = std::mem::offset_of!(postbox_queue_options, receipts_to);
 const QUEUE_OPTIONS_FULL: usize = size_of::<postbox_queue_options>();
 
 // The layouts older headers compiled against (on 64-bit targets), and no padding anywhere:
@@ -219,13 +245,14 @@ const _: () = {
     assert!(QUEUE_OPTIONS_V1 == 2 * size_of::<u32>() + 6 * size_of::<u64>());
     assert!(QUEUE_OPTIONS_V2 == QUEUE_OPTIONS_V1 + 2 * size_of::<u32>());
     assert!(
-        QUEUE_OPTIONS_FULL
+        QUEUE_OPTIONS_V3
             == QUEUE_OPTIONS_V2
                 + 2 * size_of::<*const c_char>()
                 + size_of::<u64>()
                 + size_of::<c_int>()
                 + size_of::<u32>()
     );
+    assert!(QUEUE_OPTIONS_FULL == QUEUE_OPTIONS_V3 + size_of::<*const c_char>() + size_of::<u64>());
 };
 
 /// One user property of a message to send.
@@ -514,10 +541,53 @@ pub(crate) fn queue_options(o: &postbox_queue_options) -> Outcome<QueueOptions> 
     } else if clear(POSTBOX_OPTION_JOURNAL) {
         q = q.no_journal();
     }
+    if let Some(name) = arg_opt_str(o.receipts_to, "options.receipts_to")? {
+        if clear(POSTBOX_OPTION_RECEIPTS_TO) {
+            return Err(conflict("receipts_to"));
+        }
+        q = q.receipts_to(name);
+    } else if clear(POSTBOX_OPTION_RECEIPTS_TO) {
+        q = q.no_receipts_to();
+    }
+    if o.auto_delete_on_idle_ms != 0 {
+        if clear(POSTBOX_OPTION_AUTO_DELETE_ON_IDLE) {
+            return Err(conflict("auto_delete_on_idle_ms"));
+        }
+        q = q.auto_delete_on_idle(Duration::from_millis(o.auto_delete_on_idle_ms));
+    } else if clear(POSTBOX_OPTION_AUTO_DELETE_ON_IDLE) {
+        q = q.no_auto_delete_on_idle();
+    }
     if o.requires_session != 0 {
         q = q.requires_session(true);
     }
     Ok(q)
+}
+
+/// The C struct of stored options `o`; `name` keeps each queue name NUL-terminated for as long
+/// as the struct is documented to be valid, and returns its pointer (NULL for `None`).
+pub(crate) fn options_struct(
+    o: &QueueOptions,
+    mut name: impl FnMut(Option<&str>) -> Outcome<*const c_char>,
+) -> Outcome<postbox_queue_options> {
+    Ok(postbox_queue_options {
+        struct_size: QUEUE_OPTIONS_FULL as u32,
+        max_deliveries: o.max_deliveries,
+        lock_duration_ms: ms_of(o.lock_duration),
+        default_ttl_ms: o.default_ttl.map_or(0, ms_of),
+        max_message_size: u64::try_from(o.max_message_size).unwrap_or(u64::MAX),
+        max_messages: o.max_messages.unwrap_or(0),
+        max_bytes: o.max_bytes.unwrap_or(0),
+        dedup_window_ms: o.dedup_window.map_or(0, ms_of),
+        clear: 0,
+        reserved: 0,
+        forward_to: name(o.forward_to.as_deref())?,
+        forward_dead_letters_to: name(o.forward_dead_letters_to.as_deref())?,
+        journal_max_messages: o.journal.unwrap_or(0),
+        requires_session: c_int::from(o.requires_session),
+        reserved2: 0,
+        receipts_to: name(o.receipts_to.as_deref())?,
+        auto_delete_on_idle_ms: o.auto_delete_on_idle.map_or(0, ms_of),
+    })
 }
 
 /// A duration as whole ms for C, rounded up so that a set option never reads as 0 ("none").
@@ -592,10 +662,10 @@ pub extern "C" fn postbox_queue_open_existing(
 /// Reads the queue's options as stored now (another handle or process may have changed them)
 /// into `options_out`, whose `struct_size` the caller sets first (`sizeof(postbox_queue_options)`,
 /// or `postbox_queue_options_init`). Options that are not set (no default TTL, no quota, no
-/// dedup window, no journal) read as 0, and `forward_to` / `forward_dead_letters_to` as NULL;
-/// the others read as their values, defaults included; `clear` reads as 0. The two names are
-/// NUL-terminated strings owned by the queue handle: valid until `queue` is freed (never free
-/// them), unchanged by later calls. Passing the result to `postbox_queue_open` changes nothing.
+/// dedup window, no journal, no idle deletion) read as 0, and `forward_to` /
+/// `forward_dead_letters_to` / `receipts_to` as NULL; the others read as their values,
+/// defaults included; `clear` reads as 0. The names are NUL-terminated strings owned by the
+/// queue handle: valid until `queue` is freed (never free them), unchanged by later calls. Passing the result to `postbox_queue_open` changes nothing.
 /// A caller built against an older header (a smaller `struct_size`) gets only the fields its
 /// struct has.
 ///
@@ -612,23 +682,7 @@ pub extern "C" fn postbox_queue_options_get(
         let q = live(queue)?;
         let out = VersionedOut::required(options_out, QUEUE_OPTIONS_V1, "options_out")?;
         let o = q.queue.options()?;
-        out.write(postbox_queue_options {
-            struct_size: QUEUE_OPTIONS_FULL as u32,
-            max_deliveries: o.max_deliveries,
-            lock_duration_ms: ms_of(o.lock_duration),
-            default_ttl_ms: o.default_ttl.map_or(0, ms_of),
-            max_message_size: u64::try_from(o.max_message_size).unwrap_or(u64::MAX),
-            max_messages: o.max_messages.unwrap_or(0),
-            max_bytes: o.max_bytes.unwrap_or(0),
-            dedup_window_ms: o.dedup_window.map_or(0, ms_of),
-            clear: 0,
-            reserved: 0,
-            forward_to: q.name_ptr(o.forward_to.as_deref())?,
-            forward_dead_letters_to: q.name_ptr(o.forward_dead_letters_to.as_deref())?,
-            journal_max_messages: o.journal.unwrap_or(0),
-            requires_session: c_int::from(o.requires_session),
-            reserved2: 0,
-        });
+        out.write(options_struct(&o, |name| q.name_ptr(name))?);
         Ok(POSTBOX_OK)
     })
 }
@@ -919,8 +973,11 @@ pub(crate) fn build_message(
 ///
 /// With `tx` NULL the send commits on its own: when it returns `POSTBOX_OK` the message is
 /// durable (under the default durability) and `id_out` (may be NULL) receives its id. With a
-/// transaction the message is stored when `tx` commits; `id_out` then receives 0, since ids are
-/// assigned at commit. `tx` must come from the same store as `queue`.
+/// transaction the message is stored when `tx` commits; `id_out` then receives the id it will
+/// have (reserved now, so it can go into an application row or another message of the same
+/// transaction; never used if the transaction aborts). `tx` must come from the same store as
+/// `queue`. A duplicate (its `message_key` within the queue's dedup window) stores nothing and
+/// gets the original's id; `postbox_send_checked` also says so.
 ///
 /// The message's size — body, text properties, user property keys and values — counts against
 /// the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
@@ -950,20 +1007,19 @@ pub extern "C" fn postbox_send(
         let q = live(queue)?;
         let out = Out::optional(id_out);
         let m = build_message(body, body_len, options, "body")?;
-        if tx.is_null() {
-            let id = q.queue.send(m)?;
-            out.write(id.get());
+        let id = if tx.is_null() {
+            q.queue.send(m)?
         } else {
-            with_tx(tx, q.tag, |t| Ok(t.send(&q.queue, m)?))?;
-            out.write(0);
-        }
+            with_tx(tx, q.tag, |t| Ok(t.send(&q.queue, m)?))?
+        };
+        out.write(id.get());
         Ok(POSTBOX_OK)
     })
 }
 
 /// Sends `count` messages atomically: all are stored in one commit, or none. `ids_out` may be
-/// NULL, or an array of `count` elements that receives the ids in order (0s with a transaction,
-/// as in `postbox_send`). `count` may be 0.
+/// NULL, or an array of `count` elements that receives the ids in order (with a transaction,
+/// the ids reserved for them, as in `postbox_send`). `count` may be 0.
 ///
 /// # Returns
 /// As `postbox_send`; on any error no message of the batch was stored, and the error names the
@@ -1000,14 +1056,15 @@ pub extern "C" fn postbox_send_batch(
                 }
             }
         } else {
-            with_tx(tx, q.tag, |t| {
-                for m in msgs {
-                    t.send(&q.queue, m)?;
-                }
-                Ok(())
+            let got = with_tx(tx, q.tag, |t| {
+                msgs.into_iter()
+                    .map(|m| Ok(t.send(&q.queue, m)?))
+                    .collect::<Outcome<Vec<MessageId>>>()
             })?;
             if let Some(ids) = ids {
-                ids.fill(0);
+                for (slot, id) in ids.iter_mut().zip(got) {
+                    *slot = id.get();
+                }
             }
         }
         Ok(POSTBOX_OK)

@@ -187,7 +187,7 @@ const BUFFER_HEADER: usize = size_of::<usize>();
 
 /// A copy of `bytes` on the heap for C, freed with `postbox_buffer_free`. Never NULL, also for
 /// no bytes (a present but empty value).
-fn buffer_of(bytes: &[u8]) -> *mut u8 {
+pub(crate) fn buffer_of(bytes: &[u8]) -> *mut u8 {
     let mut v = Vec::with_capacity(BUFFER_HEADER + bytes.len());
     v.extend_from_slice(&bytes.len().to_ne_bytes());
     v.extend_from_slice(bytes);
@@ -246,7 +246,8 @@ fn drop_buffer(data: *mut u8) {
     }
 }
 
-/// Frees a buffer returned by postbox (`postbox_session_state`). NULL is a no-op.
+/// Frees a buffer returned by postbox (`postbox_session_state`, `postbox_table_get`). NULL is a
+/// no-op.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_buffer_free(data: *mut u8) {
     guard(|| {

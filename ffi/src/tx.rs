@@ -155,8 +155,9 @@ pub extern "C" fn postbox_tx_locked_until_ms(tx: *const postbox_tx, message_id: 
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
 /// `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
-/// nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, or a processor's transaction);
-/// `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
+/// nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, a processor's transaction, or a piece
+/// of a job sealed since `postbox_job_send`: nothing applied); `POSTBOX_NOT_FOUND` (a piece of a
+/// job deleted since: nothing applied); `POSTBOX_CLOSED`; `POSTBOX_FORKED` (the handle is freed; nothing is written, the parent's
 /// locks stay with the parent); `POSTBOX_STORAGE_FULL` (nothing applied);
 /// `POSTBOX_OUTCOME_UNKNOWN` (applied or not, it cannot be known); other storage errors.
 #[unsafe(no_mangle)]

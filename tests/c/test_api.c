@@ -1021,19 +1021,23 @@ static void test_transactions(const char *dir) {
     postbox_message_free(m); /* freeing does not release a transaction's message */
     uint64_t id = 99;
     CHECK_OK(postbox_send(invoices, tx, (const uint8_t *)"invoice 7", 9, NULL, &id));
-    CHECK(id == 0); /* assigned at commit */
+    CHECK(id != 0 && id != 99); /* reserved at the send, the message's id after the commit */
     postbox_send_item item;
     item.body = (const uint8_t *)"audit";
     item.body_len = 5;
     item.options = NULL;
     uint64_t bid = 99;
     CHECK_OK(postbox_send_batch(invoices, tx, &item, 1, &bid));
-    CHECK(bid == 0);
+    CHECK(bid > id);
     CHECK(stats_of(invoices).active == 0); /* invisible until commit */
     CHECK(stats_of(orders).locked == 1);
     CHECK_RC(postbox_receive(orders, tx, 0, &m), POSTBOX_TIMEOUT);
     CHECK_OK(postbox_tx_commit(tx));
     CHECK(stats_of(invoices).active == 2);
+    postbox_message *sent = NULL;
+    CHECK_OK(postbox_get(invoices, id, &sent));
+    CHECK(sent != NULL && bytes_is(postbox_message_body(sent), "invoice 7"));
+    postbox_message_free(sent);
     postbox_stats s = stats_of(orders);
     CHECK(s.active == 0 && s.locked == 0);
 
