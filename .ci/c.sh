@@ -6,7 +6,9 @@
 #
 # Knobs: POSTBOX_C_CROSS_COUNT (messages of the shared-store test), POSTBOX_C_FORK_ROUNDS (forks
 # during commits), POSTBOX_C_DISKFULL_STEPS and POSTBOX_C_DISKFULL_MB (the full-disk test's
-# rounds and tmpfs size; that test mounts a tmpfs, so it needs root, and says SKIPPED without).
+# rounds and tmpfs size; that test mounts a tmpfs, so it needs root, and says SKIPPED without),
+# POSTBOX_C_STRESS (sizes of tests/c/test_tracking.c: small under valgrind; the static run uses
+# the issue's sizes, 1, unless set).
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,10 +51,16 @@ cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_api.c -L"$LIB" -lpostbox -lpt
 LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER valgrind -q --leak-check=full \
     --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
     --suppressions=tests/c/valgrind.supp "$OUT/test_api" | tee "$OUT/shared.log"
+cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_tracking.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_tracking"
+LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER valgrind -q --leak-check=full \
+    --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
+    --suppressions=tests/c/valgrind.supp "$OUT/test_tracking" | tee "$OUT/tracking_shared.log"
 
 # The same suite linked against the static library.
 cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_api.c "$LIB/libpostbox.a" -lpthread -ldl -lm -o "$OUT/test_api_static"
 POSTBOX_PEER=$PEER "$OUT/test_api_static" | tee "$OUT/static.log"
+cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_tracking.c "$LIB/libpostbox.a" -lpthread -ldl -lm -o "$OUT/test_tracking_static"
+POSTBOX_PEER=$PEER POSTBOX_C_STRESS=${POSTBOX_C_STRESS:-1} "$OUT/test_tracking_static" | tee "$OUT/tracking_static.log"
 
 # The examples end to end: produce 5 orders, invoice them in transactions, then a processor
 # worker handles the invoices and shuts down gracefully on SIGINT.
@@ -76,7 +84,7 @@ tests/c/cross_process.sh "$OUT/mp_peer" "$PEER" "${POSTBOX_C_CROSS_COUNT:-1000}"
 extra_passed=$((extra_passed + 1))
 
 counts() { # FIELD: sums field 1 (passed) or 2 (failed) of the suites' closing lines
-    sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\'"$1"'/p' "$OUT/shared.log" "$OUT/static.log" | paste -sd+
+    sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\'"$1"'/p' "$OUT"/*shared.log "$OUT"/*static.log | paste -sd+
 }
 passed=$(($(counts 1) + extra_passed))
 failed=$(($(counts 2)))
