@@ -1841,6 +1841,58 @@ static void test_duplicate_sends(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* fork(): the new calls refuse inherited handles too                                        */
+
+static void test_forked_handles(const char *dir) {
+    postbox_store *store = open_store_at(path_in(dir, "fork.postbox"), 1);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "q", NULL);
+    if (q == NULL) return;
+    postbox_job *job = NULL;
+    REQUIRE_OK(postbox_job_create(store, NULL, NULL, 0, NULL, &job));
+    send_text(q, "held");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        postbox_job_progress p;
+        postbox_job_progress_init(&p);
+        uint8_t *data = NULL;
+        size_t len = 0;
+        postbox_queue *t = NULL;
+        postbox_message *r = NULL;
+        postbox_strings *keys = NULL;
+        postbox_queue_infos *infos = NULL;
+        bad |= postbox_job_progress_get(job, &p) != POSTBOX_FORKED;
+        bad |= postbox_job_send(job, q, NULL, NULL, 0, NULL, NULL) != POSTBOX_FORKED;
+        bad |= postbox_job_wait(job, 0, &p) != POSTBOX_FORKED;
+        bad |= postbox_table_get(store, NULL, "t", NULL, 0, &data, &len) != POSTBOX_FORKED;
+        bad |= postbox_table_put(store, NULL, "t", NULL, 0, NULL, 0) != POSTBOX_FORKED;
+        bad |= postbox_queue_open_temporary(store, NULL, &t) != POSTBOX_FORKED;
+        bad |= postbox_request(q, NULL, 0, NULL, 0, &r) != POSTBOX_FORKED;
+        bad |= postbox_send_checked(q, NULL, NULL, 0, NULL, NULL, NULL) != POSTBOX_FORKED;
+        bad |= postbox_message_mark_done(m, NULL, 0, NULL) != POSTBOX_FORKED;
+        bad |= postbox_message_done_keys(m, &keys) != POSTBOX_FORKED;
+        bad |= postbox_message_reply(m, NULL, 0, NULL, NULL) != POSTBOX_FORKED;
+        bad |= postbox_store_queue_infos(store, &infos) != POSTBOX_FORKED;
+        child_exit(bad);
+    }
+    CHECK(pid > 0);
+    if (pid > 0) CHECK(wait_child(pid, 60000) == 0);
+    /* The parent's handles are untouched: the message is still held here. */
+    CHECK(postbox_message_is_held(m));
+    CHECK_OK(postbox_message_mark_done(m, (const char *const[]){"k"}, 1, NULL));
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    postbox_job_free(job);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc == 5 && strcmp(argv[1], "--job-worker") == 0)
@@ -1861,6 +1913,7 @@ int main(int argc, char **argv) {
         {"outbox", test_outbox},
         {"outbox_sigkill", test_outbox_sigkill},
         {"duplicate_sends", test_duplicate_sends},
+        {"forked_handles", test_forked_handles},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
