@@ -331,8 +331,7 @@ pub fn idle_due(txn: &ReadTransaction, now: u64) -> Result<(bool, bool)> {
         };
         any = true;
         let c = counts(txn, rec.id)?;
-        let idle_ms = crate::clock::duration_ms(idle);
-        if c.locked == 0 && c.last_activity != 0 && now >= c.last_activity.saturating_add(idle_ms) {
+        if c.locked == 0 && super::batch::idle_expired(c.last_activity, idle, now) {
             due = true;
         }
     }

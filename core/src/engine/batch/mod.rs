@@ -28,7 +28,7 @@ pub use app_rows::{RowWrite, validate_app_key, validate_app_value};
 pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;
-pub use temporary::TEMPORARY_PREFIX;
+pub use temporary::{TEMPORARY_PREFIX, idle_expired};
 pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 
 use std::collections::{HashMap, HashSet};

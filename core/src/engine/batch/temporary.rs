@@ -74,15 +74,20 @@ impl<'t> Batch<'t> {
                 continue;
             }
             let c = self.counters(rec.id)?;
-            let idle_ms = crate::clock::duration_ms(idle);
-            if c.locked == 0
-                && c.last_activity != 0
-                && self.now >= c.last_activity.saturating_add(idle_ms)
-            {
+            if c.locked == 0 && idle_expired(c.last_activity, idle, self.now) {
                 self.delete_queue(&name)?;
                 deleted.push(name);
             }
         }
         Ok(deleted)
     }
+}
+
+/// Whether a queue last active at `last_activity` (ms, as recorded: up to
+/// [`ACTIVITY_RESOLUTION_MS`] behind the true last activity) has been idle for `idle` at `now`.
+/// The slack keeps a busy queue whose idle period is shorter than the recording interval from
+/// being deleted: a queue goes between `idle` and `idle` + one second after its last activity.
+pub fn idle_expired(last_activity: u64, idle: std::time::Duration, now: u64) -> bool {
+    let idle_ms = crate::clock::duration_ms(idle).saturating_add(ACTIVITY_RESOLUTION_MS);
+    last_activity != 0 && now >= last_activity.saturating_add(idle_ms)
 }
