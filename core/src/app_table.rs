@@ -8,6 +8,11 @@ use crate::engine::queries as read;
 use crate::engine::{Engine, RowWrite, validate_app_key, validate_app_value};
 use crate::error::Result;
 
+/// The longest application table name and key, in bytes.
+pub const MAX_TABLE_KEY_LEN: usize = crate::engine::MAX_APP_KEY_LEN;
+/// The largest application table value, in bytes.
+pub const MAX_TABLE_VALUE_LEN: usize = crate::engine::MAX_APP_VALUE_LEN;
+
 /// Rows of one application table read or written outside a transaction, from
 /// [`Store::table`](crate::Store::table). Each write is its own durable commit; use
 /// [`Transaction::table`](crate::Transaction::table) to write rows together with messages.

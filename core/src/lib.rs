@@ -125,7 +125,7 @@ mod topic;
 mod tx;
 mod typed;
 
-pub use app_table::{Table, TxTable};
+pub use app_table::{MAX_TABLE_KEY_LEN, MAX_TABLE_VALUE_LEN, Table, TxTable};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use collator::{Collated, Collator, SeriesGap};
 pub use error::{Error, ErrorKind, Result};
@@ -134,9 +134,9 @@ pub use job::{Job, JobOptions, JobProgress, PieceState};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
-    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, RECEIPT_AT, RECEIPT_LABEL,
-    RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME, RECEIPT_QUEUE, RECEIPT_REASON, SERIES_LAST_PROPERTY,
-    SERIES_LENGTH_PROPERTY, Sent,
+    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, RECEIPT_AT, RECEIPT_COMPLETED,
+    RECEIPT_DEAD_LETTERED, RECEIPT_LABEL, RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME, RECEIPT_QUEUE,
+    RECEIPT_REASON, SERIES_LAST_PROPERTY, SERIES_LENGTH_PROPERTY, Sent,
 };
 pub use options::{Durability, QueueOptions};
 pub use processor::{
@@ -146,7 +146,7 @@ pub use processor::{
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
 pub use session::Session;
-pub use store::{QueueInfo, Store, StoreBuilder, StoreStats};
+pub use store::{QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX};
 pub use topic::{Topic, TopicStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};

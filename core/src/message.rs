@@ -424,6 +424,10 @@ pub const RECEIPT_OUTCOME: &str = "outcome";
 pub const RECEIPT_AT: &str = "at";
 /// Receipt property of a dead letter: its dead-letter reason.
 pub const RECEIPT_REASON: &str = "reason";
+/// Receipt outcome of a completed message.
+pub const RECEIPT_COMPLETED: &str = "completed";
+/// Receipt outcome of a dead-lettered message.
+pub const RECEIPT_DEAD_LETTERED: &str = "dead-lettered";
 
 /// A stored message as read back by `peek`, `browse`, `get` or `receive`.
 #[derive(Debug, Clone, PartialEq)]

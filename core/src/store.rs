@@ -116,6 +116,10 @@ pub struct StoreStats {
     pub operations: u64,
 }
 
+/// The prefix of every temporary queue's name ([`Store::temporary_queue`]); reserved: no other
+/// queue's name starts with it.
+pub const TEMPORARY_QUEUE_PREFIX: &str = crate::engine::TEMPORARY_PREFIX;
+
 /// A queue as [`Store::queue_infos`] lists it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -224,3 +224,15 @@ fn call_row(
     // caller's own `user_data` back, untouched, and views that stay valid during the call.
     unsafe { callback(user_data, postbox_bytes::of(key), postbox_bytes::of(value)) }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn table_limits_match_the_engine() {
+        assert_eq!(super::POSTBOX_MAX_TABLE_KEY_LEN, postbox::MAX_TABLE_KEY_LEN);
+        assert_eq!(
+            super::POSTBOX_MAX_TABLE_VALUE_LEN,
+            postbox::MAX_TABLE_VALUE_LEN
+        );
+    }
+}

@@ -524,11 +524,15 @@ mod tests {
             ("POSTBOX_RECEIPT_OUTCOME", postbox::RECEIPT_OUTCOME),
             ("POSTBOX_RECEIPT_AT", postbox::RECEIPT_AT),
             ("POSTBOX_RECEIPT_REASON", postbox::RECEIPT_REASON),
-            // The engine spells the outcomes and the temporary prefix inline; the C suite checks
-            // real receipts and temporary queue names against these.
-            ("POSTBOX_RECEIPT_COMPLETED", "completed"),
-            ("POSTBOX_RECEIPT_DEAD_LETTERED", "dead-lettered"),
-            ("POSTBOX_TEMPORARY_QUEUE_PREFIX", "$temporary/"),
+            ("POSTBOX_RECEIPT_COMPLETED", postbox::RECEIPT_COMPLETED),
+            (
+                "POSTBOX_RECEIPT_DEAD_LETTERED",
+                postbox::RECEIPT_DEAD_LETTERED,
+            ),
+            (
+                "POSTBOX_TEMPORARY_QUEUE_PREFIX",
+                postbox::TEMPORARY_QUEUE_PREFIX,
+            ),
         ] {
             let line = format!("#define {name} \"{value}\"");
             assert!(config.contains(&line), "ffi/cbindgen.toml lacks {line}");

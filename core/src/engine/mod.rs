@@ -27,7 +27,8 @@ pub(crate) use batch::{
     subscription_name, validate_message,
 };
 pub(crate) use batch::{
-    JOB_SIGNAL_BASE, JobRecord, RowWrite, validate_app_key, validate_app_value,
+    JOB_SIGNAL_BASE, JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowWrite, TEMPORARY_PREFIX,
+    validate_app_key, validate_app_value,
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;

@@ -24,7 +24,9 @@ mod sweep;
 mod temporary;
 mod topics;
 
-pub use app_rows::{RowWrite, validate_app_key, validate_app_value};
+pub use app_rows::{
+    MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowWrite, validate_app_key, validate_app_value,
+};
 pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;

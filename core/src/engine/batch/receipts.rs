@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::message::{
-    RECEIPT_AT, RECEIPT_LABEL, RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME, RECEIPT_QUEUE, RECEIPT_REASON,
+    RECEIPT_AT, RECEIPT_COMPLETED, RECEIPT_DEAD_LETTERED, RECEIPT_LABEL, RECEIPT_MESSAGE_ID,
+    RECEIPT_OUTCOME, RECEIPT_QUEUE, RECEIPT_REASON,
 };
 
 /// How a message's processing ended, as a receipt reports it.
@@ -39,9 +40,9 @@ impl<'t> Batch<'t> {
             .property(RECEIPT_QUEUE, rec.0.as_str())
             .property(RECEIPT_AT, self.now.to_string());
         m = match outcome {
-            Outcome::Completed => m.property(RECEIPT_OUTCOME, "completed"),
+            Outcome::Completed => m.property(RECEIPT_OUTCOME, RECEIPT_COMPLETED),
             Outcome::DeadLettered(reason) => m
-                .property(RECEIPT_OUTCOME, "dead-lettered")
+                .property(RECEIPT_OUTCOME, RECEIPT_DEAD_LETTERED)
                 .property(RECEIPT_REASON, reason),
         };
         self.insert_message(to.id, &to.options, m)?;
