@@ -1748,7 +1748,8 @@ int postbox_send(struct postbox_queue *queue,
  *
  * # Returns
  * As `postbox_send`; on any error no message of the batch was stored, and the error names the
- * offending item.
+ * offending item (with a transaction, none of the batch joined it: the transaction stays as it
+ * was and may still be committed).
  */
 int postbox_send_batch(struct postbox_queue *queue,
                        struct postbox_tx *tx,
@@ -2981,8 +2982,8 @@ int postbox_job_send(struct postbox_job *job,
  *
  * # Returns
  * As `postbox_job_send`; on any error no piece of the batch was sent, and the error names the
- * offending item. (With a transaction, items before the offending one may have joined it:
- * abort the transaction after a failure, as after a failed `postbox_send_batch`.)
+ * offending item (with a transaction, none of the batch joined it: the transaction stays
+ * as it was and may still be committed).
  */
 int postbox_job_send_batch(struct postbox_job *job,
                            struct postbox_queue *queue,

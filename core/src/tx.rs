@@ -264,6 +264,67 @@ impl Transaction {
         Ok(self.enqueue(queue, message.into(), Some(job.id))?.id)
     }
 
+    /// Sends several messages to `queue` when the transaction commits, all or none: if one is
+    /// refused (too large, invalid), none of them joins the transaction. Returns what
+    /// [`Transaction::send_checked`] returns for each, in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::send`].
+    pub fn send_batch_checked<I>(&mut self, queue: &Queue, messages: I) -> Result<Vec<Sent>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Message>,
+    {
+        self.enqueue_all(queue, messages.into_iter().map(Into::into).collect(), None)
+    }
+
+    /// Sends several messages to `queue` as pieces of `job` when the transaction commits, all
+    /// or none (see [`Transaction::send_batch_checked`]); returns their ids.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::send_piece`].
+    pub fn send_pieces<I>(
+        &mut self,
+        job: &Job,
+        queue: &Queue,
+        messages: I,
+    ) -> Result<Vec<MessageId>>
+    where
+        I: IntoIterator,
+        I::Item: Into<Message>,
+    {
+        job.check_queue(queue)?;
+        let msgs = messages.into_iter().map(Into::into).collect();
+        let sent = self.enqueue_all(queue, msgs, Some(job.id))?;
+        Ok(sent.into_iter().map(|s| s.id).collect())
+    }
+
+    /// Enqueues every message or none: what an error interrupts is taken back out.
+    fn enqueue_all(
+        &mut self,
+        queue: &Queue,
+        msgs: Vec<Message>,
+        job: Option<u64>,
+    ) -> Result<Vec<Sent>> {
+        let before: Vec<usize> = self.sends.iter().map(|g| g.2.len()).collect();
+        let mut out = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            match self.enqueue(queue, m, job) {
+                Ok(s) => out.push(s),
+                Err(e) => {
+                    self.sends.truncate(before.len());
+                    for (g, n) in self.sends.iter_mut().zip(before) {
+                        g.2.truncate(n);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn enqueue(&mut self, queue: &Queue, mut m: Message, job: Option<u64>) -> Result<Sent> {
         self.same_store(queue)?;
         m.validate()?;

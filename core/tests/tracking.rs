@@ -379,3 +379,33 @@ fn an_idle_queue_is_deleted_and_a_busy_one_is_not() {
         ErrorKind::QueueNotFound
     );
 }
+
+#[test]
+fn a_refused_message_keeps_its_whole_batch_out_of_a_transaction() {
+    let (_d, s) = store();
+    let q = s
+        .queue_with("q", QueueOptions::default().max_message_size(64))
+        .unwrap();
+    let job = s.create_job(Default::default()).unwrap();
+    let mut tx = s.begin();
+    tx.send(&q, "kept").unwrap();
+    let batch = vec![
+        Message::new("a"),
+        Message::new(vec![0u8; 100]),
+        Message::new("c"),
+    ];
+    assert_eq!(
+        tx.send_batch_checked(&q, batch.clone()).unwrap_err().kind(),
+        ErrorKind::TooLarge
+    );
+    assert_eq!(
+        tx.send_pieces(&job, &q, batch).unwrap_err().kind(),
+        ErrorKind::TooLarge
+    );
+    assert_eq!(tx.len().1, 1, "only the message sent before the batch");
+    let ids = tx.send_pieces(&job, &q, ["x", "y"]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(q.len().unwrap(), 3);
+    assert_eq!(job.progress().unwrap().total, 2);
+    assert_eq!(job.pending().unwrap(), ids);
+}

@@ -273,8 +273,8 @@ pub extern "C" fn postbox_job_send(
 ///
 /// # Returns
 /// As `postbox_job_send`; on any error no piece of the batch was sent, and the error names the
-/// offending item. (With a transaction, items before the offending one may have joined it:
-/// abort the transaction after a failure, as after a failed `postbox_send_batch`.)
+/// offending item (with a transaction, none of the batch joined it: the transaction stays
+/// as it was and may still be committed).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_job_send_batch(
     job: *mut postbox_job,
@@ -304,11 +304,7 @@ pub extern "C" fn postbox_job_send_batch(
         let got: Vec<MessageId> = if tx.is_null() {
             j.job.send_batch(&q.queue, msgs)?
         } else {
-            with_tx(tx, j.tag, |t| {
-                msgs.into_iter()
-                    .map(|m| Ok(t.send_piece(&j.job, &q.queue, m)?))
-                    .collect()
-            })?
+            with_tx(tx, j.tag, |t| Ok(t.send_pieces(&j.job, &q.queue, msgs)?))?
         };
         if let Some(ids) = ids {
             for (slot, id) in ids.iter_mut().zip(got) {

@@ -1023,7 +1023,8 @@ pub extern "C" fn postbox_send(
 ///
 /// # Returns
 /// As `postbox_send`; on any error no message of the batch was stored, and the error names the
-/// offending item.
+/// offending item (with a transaction, none of the batch joined it: the transaction stays as it
+/// was and may still be committed).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_send_batch(
     queue: *mut postbox_queue,
@@ -1056,14 +1057,10 @@ pub extern "C" fn postbox_send_batch(
                 }
             }
         } else {
-            let got = with_tx(tx, q.tag, |t| {
-                msgs.into_iter()
-                    .map(|m| Ok(t.send(&q.queue, m)?))
-                    .collect::<Outcome<Vec<MessageId>>>()
-            })?;
+            let got = with_tx(tx, q.tag, |t| Ok(t.send_batch_checked(&q.queue, msgs)?))?;
             if let Some(ids) = ids {
-                for (slot, id) in ids.iter_mut().zip(got) {
-                    *slot = id.get();
+                for (slot, s) in ids.iter_mut().zip(got) {
+                    *slot = s.id.get();
                 }
             }
         }

@@ -287,11 +287,7 @@ pub extern "C" fn postbox_send_batch_checked(
         let sent: Vec<Sent> = if tx.is_null() {
             q.queue.send_batch_checked(msgs)?
         } else {
-            with_tx(tx, q.tag, |t| {
-                msgs.into_iter()
-                    .map(|m| Ok(t.send_checked(&q.queue, m)?))
-                    .collect()
-            })?
+            with_tx(tx, q.tag, |t| Ok(t.send_batch_checked(&q.queue, msgs)?))?
         };
         if let Some(ids) = ids {
             for (slot, s) in ids.iter_mut().zip(&sent) {

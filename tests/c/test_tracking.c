@@ -1844,6 +1844,41 @@ static void test_duplicate_sends(const char *dir) {
 /* ---------------------------------------------------------------------------------------- */
 /* fork(): the new calls refuse inherited handles too                                        */
 
+/* A batch refused inside a transaction leaves the transaction as it was: none of the batch
+ * joined it, and what was sent before still commits. */
+static void test_tx_batch_all_or_none(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    o.max_message_size = 64;
+    postbox_queue *q = open_queue(store, "q", &o);
+    if (q == NULL) return;
+    postbox_job *job = NULL;
+    REQUIRE_OK(postbox_job_create(store, NULL, NULL, 0, NULL, &job));
+    static uint8_t big[100];
+    postbox_send_item items[3] = {
+        {.body = (const uint8_t *)"a", .body_len = 1},
+        {.body = big, .body_len = sizeof big},
+        {.body = (const uint8_t *)"c", .body_len = 1},
+    };
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_send(q, tx, (const uint8_t *)"kept", 4, NULL, NULL));
+    CHECK_RC(postbox_send_batch(q, tx, items, 3, NULL), POSTBOX_TOO_LARGE);
+    CHECK_RC(postbox_send_batch_checked(q, tx, items, 3, NULL, NULL), POSTBOX_TOO_LARGE);
+    CHECK_RC(postbox_job_send_batch(job, q, tx, items, 3, NULL), POSTBOX_TOO_LARGE);
+    CHECK_OK(postbox_tx_commit(tx));
+    CHECK(counts_of(q).active == 1);
+    postbox_job_progress p;
+    postbox_job_progress_init(&p);
+    CHECK_OK(postbox_job_progress_get(job, &p));
+    CHECK(p.total == 0);
+    postbox_job_free(job);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 static void test_forked_handles(const char *dir) {
     postbox_store *store = open_store_at(path_in(dir, "fork.postbox"), 1);
     if (store == NULL) return;
@@ -1913,6 +1948,7 @@ int main(int argc, char **argv) {
         {"outbox", test_outbox},
         {"outbox_sigkill", test_outbox_sigkill},
         {"duplicate_sends", test_duplicate_sends},
+        {"tx_batch_all_or_none", test_tx_batch_all_or_none},
         {"forked_handles", test_forked_handles},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
