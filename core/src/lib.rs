@@ -121,6 +121,8 @@ mod queue;
 mod received;
 mod session;
 mod store;
+#[doc(hidden)]
+pub mod sync;
 mod topic;
 mod tx;
 mod typed;

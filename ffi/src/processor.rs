@@ -4,8 +4,8 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use postbox::binding::{HeldMessage, finish_lent, retry_policy};
+use postbox::sync::Mutex;
 use postbox::{Autoscale, Delivery, Processor, RetryPolicy, ShutdownReport, Store, Transaction};
 
 use crate::guard::{

@@ -3,8 +3,8 @@
 use std::ffi::{CString, c_char, c_int};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use postbox::binding::{FlatSend, FlatSendError, HeldMessage};
+use postbox::sync::Mutex;
 use postbox::{
     Browse, Envelope, Message, MessageId, PropertyValue, Queue, QueueOptions, Received, Store,
     Transaction,

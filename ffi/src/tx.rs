@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 
-use parking_lot::Mutex;
+use postbox::sync::Mutex;
 use postbox::{MessageId, Transaction};
 
 use crate::guard::{Failure, Out, Outcome, arg_ref, guard, take_box};

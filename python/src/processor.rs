@@ -7,8 +7,8 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use postbox::binding::{finish_lent, retry_policy};
+use postbox::sync::Mutex;
 use postbox::{Autoscale, Delivery, Processor, ShutdownReport};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use postbox::binding::HeldMessage;
+use postbox::sync::Mutex;
 use postbox::{MessageId, Queue, QueueOptions, Received};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

@@ -1,7 +1,7 @@
 //! `postbox.Session`: one group of a queue that requires sessions, received in order, one
 //! message at a time, with a state that outlives the session lock.
 
-use parking_lot::Mutex;
+use postbox::sync::Mutex;
 use postbox::{Queue, Session};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDateTime, PyType};

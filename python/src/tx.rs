@@ -3,8 +3,8 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
-use parking_lot::Mutex;
 use postbox::binding::Hold;
+use postbox::sync::Mutex;
 use postbox::{Envelope, MessageId, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};

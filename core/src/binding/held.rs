@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::clock::{from_system_time, to_system_time};
 use crate::error::{Error, Result};

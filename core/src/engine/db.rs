@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use redb::{Database, ReadableDatabase};
 
 use super::tables::{COUNTERS, COUNTERS_LEN};

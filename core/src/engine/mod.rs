@@ -85,14 +85,14 @@ pub struct Engine {
     closed: AtomicBool,
     pub stats: Arc<PipelineStats>,
     /// Multi-process mode: wakes waiters when another process writes the file.
-    watch: parking_lot::Mutex<Option<watch::FileWatch>>,
+    watch: crate::sync::Mutex<Option<watch::FileWatch>>,
     /// Single-process mode: the next message id (shared with the writer's batches).
     ids: Option<Arc<AtomicU64>>,
     /// Deletes idle queues once a second while the store has queues with
     /// `auto_delete_on_idle` (started on demand).
-    janitor: parking_lot::Mutex<Option<janitor::Janitor>>,
+    janitor: crate::sync::Mutex<Option<janitor::Janitor>>,
     /// The reply queue of this handle's requests, once one was made (see `reply_queue`).
-    replies: parking_lot::Mutex<Option<(u32, String)>>,
+    replies: crate::sync::Mutex<Option<(u32, String)>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -220,10 +220,10 @@ impl Engine {
             poll_ceiling: b.poll_ceiling,
             closed: AtomicBool::new(false),
             stats,
-            watch: parking_lot::Mutex::new(watch),
+            watch: crate::sync::Mutex::new(watch),
             ids,
-            janitor: parking_lot::Mutex::new(None),
-            replies: parking_lot::Mutex::new(None),
+            janitor: crate::sync::Mutex::new(None),
+            replies: crate::sync::Mutex::new(None),
         })
     }
 

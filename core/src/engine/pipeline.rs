@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::sync::{Condvar, Mutex};
 use crossbeam_channel::Sender;
-use parking_lot::{Condvar, Mutex};
 
 use super::batch::{Batch, DueHints};
 use super::db::{DbSlot, Resolved};

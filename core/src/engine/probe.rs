@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use redb::{ReadableDatabase, StorageBackend};
 
 use crate::error::{Result, io_to_error};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 /// One queue's wake-up: a sequence number bumped on every wake, so a waiter that read it before
 /// trying to receive can never miss a wake that happened in between.

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::sync::Mutex;
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
 
 use super::batch::{Locked, Select};
 use super::{Engine, earliest, park, read};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use parking_lot::MutexGuard;
+use crate::sync::MutexGuard;
 
 use super::{Shared, State, Track};
 use crate::engine::HeldLock;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::{
     Delivery, Failure, Handler, ProcessorEvent, REASON_DECODE_FAILED, Shared, Track, WORKER_OF,

@@ -151,7 +151,7 @@ pub struct Batch<'t> {
     /// extra counts row is written only when they changed).
     counter_cache: HashMap<u32, (QueueCounts, (u64, u64, u64))>,
     /// When this process last wrote each queue's `last_activity` (shared by its batches).
-    activity: Option<Arc<parking_lot::Mutex<HashMap<u32, u64>>>>,
+    activity: Option<Arc<crate::sync::Mutex<HashMap<u32, u64>>>>,
     /// Jobs changed in this batch, written back by `flush`.
     job_cache: HashMap<u64, jobs::JobRecord>,
     /// Single-process stores: the next message id, shared with transactions (see `share_ids`).
@@ -354,7 +354,7 @@ impl<'t> Batch<'t> {
 
     /// Records queue activity (for `auto_delete_on_idle` and listings) through `log`, which
     /// remembers when this process last wrote each queue's activity.
-    pub fn track_activity(&mut self, log: Arc<parking_lot::Mutex<HashMap<u32, u64>>>) {
+    pub fn track_activity(&mut self, log: Arc<crate::sync::Mutex<HashMap<u32, u64>>>) {
         self.activity = Some(log);
     }
 
