@@ -257,7 +257,12 @@ impl Worker<'_> {
                 let delivery_count = delivery.envelope.delivery_count();
                 let plan = self.plan(&outcome, delivery_count);
                 let combined = sh.config.combined_commit && tx_free(&sh.handler);
-                let (settled, got) = if combined {
+                let (settled, got) = if combined && sh.config.sessions {
+                    (
+                        self.settle_in_session(track.id, track.token, plan),
+                        Ok(Vec::new()),
+                    )
+                } else if combined {
                     self.settle_and_receive(track.id, track.token, plan, want)
                 } else {
                     (self.settle(track.id, track.token, plan), Ok(Vec::new()))
@@ -359,6 +364,43 @@ impl Worker<'_> {
         let q = &self.sh.queue;
         q.engine
             .then_receive(move |b| b.settle(id, token, &how), q.id, &q.name, want)
+    }
+
+    /// Session mode: settles the run's message and, in the same commit, takes the session's
+    /// next message into the buffer (renewing the session lock when due) or releases the
+    /// session when nothing of it is receivable — one commit per message, as plain workers
+    /// pay. A stopping worker only settles.
+    fn settle_in_session(&mut self, id: u64, token: u64, how: Settle) -> Result<Option<String>> {
+        let held = self.session.clone().filter(|_| !self.sh.is_stopping());
+        let Some((group, stoken, _)) = held else {
+            return self.settle(id, token, how);
+        };
+        let q = &self.sh.queue;
+        let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
+        let g = group.clone();
+        let r = q.engine.call(move |b| {
+            let settled = b.attempt(|b| b.settle(id, token, &how))?;
+            let next = b.attempt(|b| b.session_next(qid, &name, &g, stoken, owner))?;
+            Ok((settled, next))
+        });
+        let (settled, next) = match r {
+            Ok(pair) => pair,
+            Err(e) => {
+                let again = e.duplicate();
+                (Err(e), Err(again))
+            }
+        };
+        match next {
+            Ok((Some(l), Some(until))) => {
+                self.session = Some((group, stoken, until));
+                self.accept(vec![l]);
+            }
+            Ok((_, _)) => self.session = None,
+            Err(e) if e.is_lock_lost() => self.session = None,
+            // Anything else: `session_step` tries again with the session still held.
+            Err(_) => {}
+        }
+        settled
     }
 
     /// Tells the event hook what became of a settled message.

@@ -184,6 +184,34 @@ impl<'t> Batch<'t> {
         }
     }
 
+    /// A session worker's next step after settling a message, for the same commit: renews the
+    /// session lock once half of it has passed, then locks the session's next message, or
+    /// releases the session when it has nothing receivable now. Returns the next message and
+    /// the session lock's expiry (`None`: released).
+    pub fn session_next(
+        &mut self,
+        q: u32,
+        name: &str,
+        group: &str,
+        token: u64,
+        owner: u64,
+    ) -> Result<(Option<Locked>, Option<u64>)> {
+        let rec = self.session_queue(q, name)?;
+        let s = self.check_session(q, group, token)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let mut until = s.locked_until;
+        if until.saturating_sub(self.now) < lock_ms / 2 {
+            until = self.renew_session(q, name, group, token)?;
+        }
+        match self.session_receive(q, name, group, token, owner)? {
+            Some(l) => Ok((Some(l), Some(until))),
+            None => {
+                self.release_session(q, name, group, token)?;
+                Ok((None, None))
+            }
+        }
+    }
+
     /// Extends the session lock; returns the new expiry.
     pub fn renew_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<u64> {
         let rec = self.session_queue(q, name)?;
