@@ -16,7 +16,7 @@ use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::Rng;
-use postbox::{Durability, Error, ErrorKind, Message, QueueOptions, Store};
+use postbox::{Durability, Error, ErrorKind, JobOptions, Message, QueueOptions, Store};
 
 /// Messages in the base store.
 const MESSAGES: usize = 160;
@@ -29,7 +29,12 @@ fn build_base(dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let path = dir.join("base.postbox");
     let store = Store::open(&path).unwrap();
     let orders = store
-        .queue_with("orders", QueueOptions::default().max_deliveries(3))
+        .queue_with(
+            "orders",
+            QueueOptions::default()
+                .max_deliveries(3)
+                .receipts_to("audit"),
+        )
         .unwrap();
     let audit = store
         .queue_with(
@@ -75,6 +80,23 @@ fn build_base(dir: &Path) -> (Vec<u8>, Vec<u8>) {
                 .unwrap();
         }
     }
+    // What issue 14 stores: a job with pending pieces and a continuation, application rows
+    // (one of them naming the job), and progress keys on a message.
+    let job = store
+        .create_job(JobOptions::default().continuation(&billing, Message::new("stitch")))
+        .unwrap();
+    job.send_batch(&orders, (0..12).map(|i| Message::new(format!("piece {i}"))))
+        .unwrap();
+    job.seal().unwrap();
+    let app = store.table("app").unwrap();
+    app.put(b"job", &job.id().to_le_bytes()).unwrap();
+    for i in 0..40u32 {
+        app.put(&i.to_be_bytes(), &vec![i as u8; (i * 37 % 500) as usize])
+            .unwrap();
+    }
+    let mut m = billing.try_receive().unwrap().unwrap();
+    m.mark_done((0..30).map(|k| format!("key-{k}"))).unwrap();
+    m.abandon().unwrap();
     drop((orders, audit, billing));
     store.close().unwrap();
     // Compact the file so that most random damage lands on live pages rather than on the free
@@ -189,6 +211,20 @@ fn open_and_drain(path: &Path, verify: bool) -> Result<usize, Error> {
         .verify_on_open(verify)
         .open(path)?;
     let mut drained = 0;
+    let app = store.table("app")?;
+    app.range(b"", None, 1000)?;
+    if let Some(raw) = app.get(b"job")? {
+        let id = u64::from_le_bytes(raw.try_into().unwrap_or_default());
+        match store.job(id) {
+            Ok(job) => {
+                job.progress()?;
+                job.pieces()?;
+            }
+            // Damage to redb's tree (unchecked without verify_on_open) can hide a row.
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
     for name in store.queues()? {
         let q = store.queue(&name)?;
         for q in [q.clone(), q.dead_letters()?] {
@@ -197,7 +233,10 @@ fn open_and_drain(path: &Path, verify: bool) -> Result<usize, Error> {
             let mut held = Vec::new();
             for _ in 0..(MESSAGES * 2 + 20) {
                 match q.try_receive()? {
-                    Some(m) => held.push(m),
+                    Some(m) => {
+                        m.done_keys()?;
+                        held.push(m);
+                    }
                     None => break,
                 }
                 if held.len() == 16 {
@@ -268,7 +307,9 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
     for (name, base) in [("locked", &locked), ("closed", &closed)] {
         let path = dir.path().join(format!("{name}.postbox"));
         std::fs::write(&path, base).unwrap();
-        let expected = (0..MESSAGES).filter(|i| i % 11 != 0).count(); // all but scheduled
+        // All but the scheduled ones, plus the job's 12 pieces and the receipts of the 10
+        // messages dead-lettered from "orders".
+        let expected = (0..MESSAGES).filter(|i| i % 11 != 0).count() + 12 + 10;
         match run_copy(&path, true, base) {
             Outcome::Drained(n) => assert_eq!(n, expected, "{name} snapshot"),
             other => panic!("undamaged {name} snapshot: {other:?}"),
