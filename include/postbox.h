@@ -814,9 +814,10 @@ typedef struct postbox_queue_options {
    */
   const char *receipts_to;
   /**
-   * The queue, its dead-letter queue and its messages are deleted after this many ms without
-   * activity (a send, receive, settle or lock renewal; a queue holding locked messages is
-   * never idle), checked about once a second (default: never; 0: not mentioned;
+   * The queue, its dead-letter queue and its messages are deleted once this many ms have
+   * passed without activity (a send, receive, settle or lock renewal; a queue holding locked
+   * messages is never idle) — within a second after that, never before, as activity is
+   * recorded to the second (default: never; 0: not mentioned;
    * `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
    */
   uint64_t auto_delete_on_idle_ms;

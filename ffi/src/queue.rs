@@ -197,9 +197,10 @@ pub struct postbox_queue_options {
     /// `POSTBOX_OPTION_RECEIPTS_TO` clears it, and `postbox_queue_options_get` writes a string
     /// owned by the queue handle.
     pub receipts_to: *const c_char,
-    /// The queue, its dead-letter queue and its messages are deleted after this many ms without
-    /// activity (a send, receive, settle or lock renewal; a queue holding locked messages is
-    /// never idle), checked about once a second (default: never; 0: not mentioned;
+    /// The queue, its dead-letter queue and its messages are deleted once this many ms have
+    /// passed without activity (a send, receive, settle or lock renewal; a queue holding locked
+    /// messages is never idle) — within a second after that, never before, as activity is
+    /// recorded to the second (default: never; 0: not mentioned;
     /// `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
     pub auto_delete_on_idle_ms: u64,
 }

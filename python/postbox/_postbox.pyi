@@ -168,8 +168,9 @@ class Store:
         messages in ``Queue.journal``.
 
         ``auto_delete_on_idle`` (seconds or ``timedelta``) deletes the queue, its dead-letter
-        queue and their messages after that long without a send, receive, settle or lock
-        renewal (a queue holding locked messages is never idle; checked about once a second).
+        queue and their messages once that long has passed without a send, receive, settle or
+        lock renewal — within a second after it, never before (activity is recorded to the
+        second); a queue holding locked messages is never idle.
         ``receipts_to`` posts a receipt to that queue, in the same commit, whenever a message
         of this queue is completed or dead-lettered: an empty body labelled ``"receipt"``, its
         ``correlation_id`` the settled message's id in decimal, and string properties
