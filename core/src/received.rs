@@ -61,12 +61,18 @@ impl Received {
         to_system_time(self.locked_until)
     }
 
-    fn settle(mut self, how: Settle) -> Result<(), SettleError> {
+    fn settle(self, how: Settle) -> Result<(), SettleError> {
         let (id, token) = (self.envelope.id.0, self.token);
-        match self.engine.call(move |b| b.settle(id, token, &how)) {
-            Ok(_) => {
+        let r = self.engine.call(move |b| b.settle(id, token, &how));
+        self.conclude(r.map(drop))
+    }
+
+    /// Ends a settle attempt: the message is settled on success, and given back on failure.
+    fn conclude<T>(mut self, result: Result<T>) -> Result<T, SettleError> {
+        match result {
+            Ok(v) => {
                 self.settled = true;
-                Ok(())
+                Ok(v)
             }
             Err(error) => {
                 // A lost lock has nothing left to release; any other failure (a refused
@@ -194,12 +200,12 @@ impl Received {
     /// [`Error::InvalidArgument`] when the message has no `reply_to`;
     /// [`Error::QueueNotFound`] when that queue does not exist (any more); [`Error::LockLost`].
     /// Nothing is sent unless the completion commits; errors give the message back.
-    pub fn reply(mut self, reply: impl Into<Message>) -> Result<MessageId, SettleError> {
+    pub fn reply(self, reply: impl Into<Message>) -> Result<MessageId, SettleError> {
         let Some(to) = self.envelope.reply_to().map(str::to_owned) else {
-            return Err(SettleError {
-                error: Error::invalid("the message has no reply_to queue to answer"),
-                message: Box::new(self),
-            });
+            let refused = Err(Error::invalid(
+                "the message has no reply_to queue to answer",
+            ));
+            return self.conclude(refused);
         };
         let mut m = reply.into();
         let correlation = self
@@ -208,28 +214,14 @@ impl Received {
             .map_or_else(|| self.envelope.id.0.to_string(), str::to_owned);
         m.props.correlation_id = Some(correlation);
         if let Err(error) = m.validate() {
-            return Err(SettleError {
-                error,
-                message: Box::new(self),
-            });
+            return self.conclude(Err(error));
         }
         let l = HeldLock {
             id: self.envelope.id.0,
             token: self.token,
         };
-        match self.engine.reply(l, to, m) {
-            Ok(id) => {
-                self.settled = true;
-                Ok(id)
-            }
-            Err(error) => {
-                self.settled = error.is_lock_lost();
-                Err(SettleError {
-                    error,
-                    message: Box::new(self),
-                })
-            }
-        }
+        let r = self.engine.reply(l, to, m);
+        self.conclude(r)
     }
 
     /// Records progress keys on the message (work items done: "recipient 17 notified"), so that
