@@ -120,6 +120,8 @@ mod processor;
 mod queue;
 mod received;
 mod session;
+#[doc(hidden)]
+pub mod storage;
 mod store;
 #[doc(hidden)]
 pub mod sync;
@@ -148,7 +150,7 @@ pub use processor::{
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
 pub use session::Session;
-pub use store::{QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX};
+pub use store::{LogTiming, QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX};
 pub use topic::{Topic, TopicStats};
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};

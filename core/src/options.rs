@@ -34,6 +34,42 @@ pub(crate) struct EngineConfig {
     pub poll_ceiling: Duration,
     pub verify_on_open: bool,
     pub clock: Arc<dyn Clock>,
+    /// Single-process durable stores make batches durable through the write-ahead log.
+    pub write_ahead_log: bool,
+    /// When the log is checkpointed into the store file.
+    pub checkpoints: LogCheckpoints,
+    /// Tests only: a layer between postbox and the store's files.
+    pub storage_layer: Option<crate::storage::SharedLayer>,
+}
+
+/// When the write-ahead log is checkpointed (see `engine::wal`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LogCheckpoints {
+    /// Bytes of records since the last checkpoint.
+    pub bytes: u64,
+    /// Time since the last checkpoint with records written.
+    pub interval: Duration,
+    /// A batch whose record would be larger is committed durably to the store file instead.
+    pub max_record: u64,
+}
+
+impl Default for LogCheckpoints {
+    fn default() -> Self {
+        LogCheckpoints {
+            bytes: 32 << 20,
+            interval: Duration::from_secs(1),
+            max_record: 16 << 20,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Whether batches are made durable by the write-ahead log: single-process stores with
+    /// `Durability::Immediate` (a multi-process store commits durably, since redb keeps a
+    /// non-durable commit in one process's memory; `Durability::None` syncs nothing).
+    pub fn uses_log(&self) -> bool {
+        self.write_ahead_log && !self.multi_process && self.durability == Durability::Immediate
+    }
 }
 
 impl Default for EngineConfig {
@@ -46,6 +82,9 @@ impl Default for EngineConfig {
             poll_ceiling: Duration::from_millis(50),
             verify_on_open: true,
             clock: Arc::new(SystemClock),
+            write_ahead_log: true,
+            checkpoints: LogCheckpoints::default(),
+            storage_layer: None,
         }
     }
 }

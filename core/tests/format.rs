@@ -1,10 +1,10 @@
-//! On-disk format: `fixtures/v1.postbox` and `fixtures/v2.postbox` were written by postbox in
-//! store formats 1 and 2 by the same scenario, and must stay readable, property for property, by
-//! every later version. Opening one for writing upgrades it to the current format (3), which the
+//! On-disk format: `fixtures/v1.postbox` to `fixtures/v4.postbox` were written by postbox in
+//! store formats 1 to 4 by the same scenario, and must stay readable, property for property, by
+//! every later version. Opening one for writing upgrades it to the current format (5), which the
 //! tests check as well.
 //!
 //! The committed fixtures are never regenerated. The scenario that wrote them is kept as
-//! `regenerate_fixture`, which now writes `fixtures/v3.postbox` (not committed), for a fixture
+//! `regenerate_fixture`, which now writes `fixtures/v5.postbox` (not committed), for a fixture
 //! of the current format: `cargo test -p postbox --test format -- --ignored regenerate_fixture`.
 
 mod common;
@@ -29,9 +29,9 @@ fn fixture_path(version: u64) -> PathBuf {
 }
 
 /// The committed fixtures.
-const FIXTURES: [u64; 3] = [1, 2, 3];
+const FIXTURES: [u64; 4] = [1, 2, 3, 4];
 /// The format this version writes.
-const CURRENT: u64 = 4;
+const CURRENT: u64 = 5;
 
 /// Where `regenerate_fixture` writes: a fixture of the current format, never over a committed
 /// one.
@@ -71,7 +71,7 @@ fn full_properties() -> BTreeMap<String, PropertyValue> {
 /// Writes the fixture. Ids 1–5: 1 every property, 2 empty body, 3 scheduled, 4 dead-lettered,
 /// 5 (queue `audit`) delivered once and abandoned.
 #[test]
-#[ignore = "writes tests/fixtures/v4.postbox; run only for a deliberate format change"]
+#[ignore = "writes tests/fixtures/v5.postbox; run only for a deliberate format change"]
 fn regenerate_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.postbox");

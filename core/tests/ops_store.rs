@@ -7,7 +7,7 @@
 mod common;
 
 use common::{TestStore, counts};
-use postbox::{Error, Message};
+use postbox::{Error, Message, Store};
 
 #[test]
 fn store_create_then_reopen_keeps_queues_messages_and_counts() {
@@ -60,15 +60,30 @@ fn store_close_releases_locks_with_delivery_count_kept() {
 #[test]
 fn store_file_is_created_with_mode_0600() {
     use std::os::unix::fs::PermissionsExt;
-    let t = TestStore::new();
-    let mode = std::fs::metadata(&t.path).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
-    // No temporary file is left beside it.
-    let names: Vec<_> = std::fs::read_dir(t.dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(names, vec![std::ffi::OsString::from("test.postbox")]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("test.postbox");
+    let names = || {
+        let mut n: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    let store = Store::open(&path).unwrap();
+    // While open, the write-ahead log sits beside the store; both are private.
+    for name in ["test.postbox", "test.postbox-log"] {
+        let mode = std::fs::metadata(dir.path().join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}: mode {mode:o}");
+    }
+    // No temporary file is left beside them.
+    assert_eq!(names(), ["test.postbox", "test.postbox-log"]);
+    // Closed, the store is one file.
+    store.close().unwrap();
+    assert_eq!(names(), ["test.postbox"]);
 }
 
 #[test]

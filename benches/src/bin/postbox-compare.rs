@@ -4,7 +4,7 @@
 //! ```text
 //! postbox-compare --workload A|B --class per-message|batched --dir DIR
 //!                 [--count 20000] [--seconds 10] [--body 1024] [--producers 4]
-//!                 [--consumers 4] [--depth 100] [--batch 100] [--multi-process]
+//!                 [--consumers 4] [--depth 100] [--batch 100] [--multi-process] [--no-log]
 //! ```
 //!
 //! A (burst): `count` sends from one thread, then receive+complete of all of them.
@@ -32,6 +32,8 @@ struct Args {
     depth: i64,
     batch: usize,
     multi_process: bool,
+    /// `--no-log`: commit durably to the store file, as before the write-ahead log.
+    no_log: bool,
     cap: f64,
     /// The `system` field of the output (a second run beside the C workload has its own).
     system: String,
@@ -51,6 +53,7 @@ fn parse() -> Args {
         depth: 100,
         batch: 100,
         multi_process: false,
+        no_log: false,
         cap: 15.0,
         system: "postbox".into(),
         consume_loop: true,
@@ -71,6 +74,7 @@ fn parse() -> Args {
             "--batch" => a.batch = v().parse().expect("--batch"),
             "--cap" => a.cap = v().parse().expect("--cap"),
             "--multi-process" => a.multi_process = true,
+            "--no-log" => a.no_log = true,
             "--system" => a.system = v(),
             "--no-consume-loop" => a.consume_loop = false,
             other => panic!("unknown argument {other}"),
@@ -99,6 +103,24 @@ fn emit(a: &Args, phase: &str, msgs: u64, secs: f64, depth: &str, extra: serde_j
         o.extend(e);
     }
     println!("{v}");
+}
+
+/// Commits between two readings of the store's counters, and where a logged commit's time
+/// went (mean µs per log record: running the batch, applying it to redb, writing and syncing
+/// its record).
+fn commit_facts(from: &postbox::StoreStats, to: &postbox::StoreStats) -> serde_json::Value {
+    let records = (to.log_records - from.log_records).max(1) as f64;
+    let us = |a: Duration, b: Duration| (b - a).as_secs_f64() * 1e6 / records;
+    let (f, t) = (&from.log_timing, &to.log_timing);
+    json!({
+        "commits": to.commits - from.commits,
+        "log_records": to.log_records - from.log_records,
+        "checkpoints": to.checkpoints - from.checkpoints,
+        "us_run": us(f.run, t.run),
+        "us_apply": us(f.apply, t.apply),
+        "us_write": us(f.write, t.write),
+        "us_sync": us(f.sync, t.sync),
+    })
 }
 
 fn workload_a(a: &Args, store: &Store, q: &Queue) {
@@ -133,7 +155,7 @@ fn workload_a(a: &Args, store: &Store, q: &Queue) {
         sent,
         send_s,
         &format!("0→{sent}{}", capped(sent)),
-        json!({"commits": mid.commits - before.commits}),
+        commit_facts(&before, &mid),
     );
     let t = Instant::now();
     let mut got = 0u64;
@@ -171,7 +193,7 @@ fn workload_a(a: &Args, store: &Store, q: &Queue) {
             sent - got,
             if got < sent { capped(0) } else { String::new() }
         ),
-        json!({"commits": end.commits - mid.commits}),
+        commit_facts(&mid, &end),
     );
     emit(
         a,
@@ -224,7 +246,7 @@ fn consume_loop(a: &Args, store: &Store, q: &Queue, sent: u64, consumed: u64) {
         got,
         secs,
         &format!("{sent}→{}{capped}", sent - got),
-        json!({"commits": end.commits - before.commits}),
+        commit_facts(&before, &end),
     );
 }
 
@@ -338,6 +360,7 @@ fn main() {
         .expect("temp dir");
     let store = Store::builder()
         .multi_process(a.multi_process)
+        .write_ahead_log(!a.no_log)
         .open(dir.path().join("compare.postbox"))
         .expect("open store");
     let q = store.queue("work").expect("queue");

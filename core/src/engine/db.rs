@@ -7,8 +7,9 @@
 //! operations that fail while that is impossible keep saying why (`StorageFull` while the disk
 //! is full), and the first one after space was freed finds a working store.
 //!
-//! Only the file is reopened. The process's registration, its locks and everything the
-//! pipeline acknowledged are in the file already, so nothing is replayed.
+//! Reopening recovers the way opening does: a store with a write-ahead log replays it, so
+//! the store holds exactly what the log made durable (a batch whose record was not written is
+//! gone, as its callers were told), checkpoints, and starts a fresh log cycle.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::sync::RwLock;
 use redb::{Database, ReadableDatabase};
 
 use super::tables::{COUNTERS, COUNTERS_LEN};
+use super::wal::Wal;
 
 use crate::error::{Error, Result};
 use crate::options::EngineConfig;
@@ -41,7 +43,7 @@ pub fn encode_mark(batch: u64) -> [u8; COUNTERS_LEN] {
 }
 
 enum State {
-    Open(Arc<Database>),
+    Open(Arc<Database>, Option<Arc<Wal>>),
     /// The last write failed; the file is opened again on the next use.
     Broken,
     Closed,
@@ -55,9 +57,14 @@ pub struct DbSlot {
 }
 
 impl DbSlot {
-    pub fn new(db: Arc<Database>, path: PathBuf, builder: EngineConfig) -> DbSlot {
+    pub fn new(
+        db: Arc<Database>,
+        wal: Option<Wal>,
+        path: PathBuf,
+        builder: EngineConfig,
+    ) -> DbSlot {
         DbSlot {
-            state: RwLock::new(State::Open(db)),
+            state: RwLock::new(State::Open(db, wal.map(Arc::new))),
             path,
             builder,
         }
@@ -70,8 +77,17 @@ impl DbSlot {
     /// `Closed` after [`DbSlot::close`]; the reopen's error (e.g. `StorageFull`) while the file
     /// cannot be opened again.
     pub fn get(&self) -> Result<Arc<Database>> {
+        Ok(self.get_with_log()?.0)
+    }
+
+    /// The database and, in log mode, its write-ahead log (see [`DbSlot::get`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`DbSlot::get`].
+    pub fn get_with_log(&self) -> Result<(Arc<Database>, Option<Arc<Wal>>)> {
         match &*self.state.read() {
-            State::Open(db) => return Ok(db.clone()),
+            State::Open(db, wal) => return Ok((db.clone(), wal.clone())),
             State::Closed => return Err(Error::Closed),
             State::Broken => {}
         }
@@ -82,7 +98,7 @@ impl DbSlot {
     /// not do I/O on a failed store).
     pub fn peek(&self) -> Option<Arc<Database>> {
         match &*self.state.read() {
-            State::Open(db) => Some(db.clone()),
+            State::Open(db, _) => Some(db.clone()),
             _ => None,
         }
     }
@@ -90,16 +106,16 @@ impl DbSlot {
     /// Drops the database after a failed write: redb refuses it from now on.
     pub fn mark_broken(&self) {
         let mut state = self.state.write();
-        if matches!(*state, State::Open(_)) {
+        if matches!(*state, State::Open(..)) {
             *state = State::Broken;
         }
         tracing::warn!(path = %self.path.display(), "write failed; the store file will be opened again");
     }
 
-    fn reopen(&self) -> Result<Arc<Database>> {
+    fn reopen(&self) -> Result<(Arc<Database>, Option<Arc<Wal>>)> {
         let mut state = self.state.write();
         match &*state {
-            State::Open(db) => return Ok(db.clone()),
+            State::Open(db, wal) => return Ok((db.clone(), wal.clone())),
             State::Closed => return Err(Error::Closed),
             State::Broken => {}
         }
@@ -107,9 +123,9 @@ impl DbSlot {
         // that started before the failure); redb's file lock is released only when the last
         // clone drops, so a few retries let it finish.
         let mut tries = 0;
-        let db = loop {
+        let opened = loop {
             match super::file::reopen(&self.path, &self.builder) {
-                Ok(db) => break Arc::new(db),
+                Ok(opened) => break opened,
                 Err(Error::AlreadyOpen(_)) if tries < 1000 => {
                     tries += 1;
                     std::thread::yield_now();
@@ -118,23 +134,26 @@ impl DbSlot {
             }
         };
         tracing::info!(path = %self.path.display(), "store file opened again after a failed write");
-        *state = State::Open(db.clone());
-        Ok(db)
+        let db = Arc::new(opened.db);
+        let wal = opened.wal.map(Arc::new);
+        *state = State::Open(db.clone(), wal.clone());
+        Ok((db, wal))
     }
 
     /// Takes the database out for closing; later uses fail with `Closed`.
-    pub fn close(&self) -> Option<Arc<Database>> {
+    pub fn close(&self) -> (Option<Arc<Database>>, Option<Arc<Wal>>) {
         match std::mem::replace(&mut *self.state.write(), State::Closed) {
-            State::Open(db) => Some(db),
-            _ => None,
+            State::Open(db, wal) => (Some(db), wal),
+            _ => (None, None),
         }
     }
 
     /// Takes the database out without dropping it, in a forked child: dropping it there would
     /// write the parent's view of the file.
     pub fn leak(&mut self) {
-        if let State::Open(db) = std::mem::replace(self.state.get_mut(), State::Closed) {
+        if let State::Open(db, wal) = std::mem::replace(self.state.get_mut(), State::Closed) {
             std::mem::forget(db);
+            std::mem::forget(wal);
         }
     }
 

@@ -10,6 +10,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use redb::{
@@ -18,6 +19,7 @@ use redb::{
 };
 
 use super::tables::*;
+use super::wal::{self, Recovered, Wal};
 use crate::error::{Error, Result, io_to_error};
 use crate::options::EngineConfig;
 
@@ -35,7 +37,86 @@ fn redb_builder(b: &EngineConfig) -> redb::Builder {
     rb
 }
 
-pub fn open(path: &Path, b: &EngineConfig) -> Result<Database> {
+/// A store file opened, its log replayed, and (in log mode) its log ready for records.
+pub struct Opened {
+    pub db: Database,
+    pub wal: Option<Wal>,
+    pub recovered: Recovered,
+}
+
+/// Opens (creating if needed) the store at `path`, replays its write-ahead log if one is
+/// there (durably: a checkpoint), and starts a fresh log cycle when `b` asks for a log.
+///
+/// # Errors
+///
+/// As [`open_file`]; `Corrupted` for a damaged log (see `wal::scan`); the file system's
+/// errors on the log file.
+pub fn open(path: &Path, b: &EngineConfig) -> Result<Opened> {
+    open_and_recover(path, b, false)
+}
+
+fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened> {
+    let db = open_file(path, b)?;
+    let log = wal::log_path(path);
+    let existing = match fs::metadata(&log) {
+        Ok(_) => Some(wal::file::open_log(&log, b.storage_layer.as_ref())?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_to_error(e)),
+    };
+    // Reopening after a failed write replays without a durable commit and goes on with the
+    // same log, so that it needs no new space on a full disk.
+    let resume = again && b.uses_log();
+    let recovered = match &existing {
+        Some(file) => wal::recover(&db, file.as_ref(), !resume)?,
+        None => Recovered {
+            applied: applied_seq(&db)?,
+            ..Recovered::default()
+        },
+    };
+    if recovered.records > 0 {
+        tracing::info!(
+            path = %path.display(),
+            records = recovered.records,
+            took_ms = recovered.took.as_millis() as u64,
+            "replayed the write-ahead log"
+        );
+    }
+    let wal = match existing {
+        Some(file) if resume => Some(Wal::resume(file, log, &recovered, b.checkpoints)?),
+        existing if b.uses_log() => {
+            let file = match existing {
+                Some(f) => f,
+                None => wal::file::open_log(&log, b.storage_layer.as_ref())?,
+            };
+            Some(Wal::start(file, log, recovered.applied + 1, b.checkpoints)?)
+        }
+        existing => {
+            // Everything the log held is in the store now, durably.
+            drop(existing);
+            if let Err(e) = fs::remove_file(&log)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(io_to_error(e));
+            }
+            None
+        }
+    };
+    Ok(Opened { db, wal, recovered })
+}
+
+/// The applied log sequence number recorded in the store.
+fn applied_seq(db: &Database) -> Result<u64> {
+    let txn = db.begin_read()?;
+    Ok(match txn.open_table(META) {
+        Ok(t) => t.get(KEY_LOG_APPLIED)?.map_or(0, |g| g.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        Err(e) => return Err(e.into()),
+    })
+}
+
+/// Opens the store file itself: creates it if missing, checks it is a postbox store of a
+/// format this version reads, and upgrades an older format.
+fn open_file(path: &Path, b: &EngineConfig) -> Result<Database> {
     match fs::metadata(path) {
         Ok(m) if m.is_dir() => {
             return Err(Error::NotAStore(format!(
@@ -56,7 +137,7 @@ pub fn open(path: &Path, b: &EngineConfig) -> Result<Database> {
         Ok(ro) => {
             let version = inspect(path, &ro)?;
             drop(ro);
-            (redb_builder(b).open(path)?, version)
+            (open_writable(path, b)?, version)
         }
         Err(redb::DatabaseError::RepairAborted) => {
             // Repairing writes. A database that is positively not a postbox store (or a newer
@@ -64,7 +145,7 @@ pub fn open(path: &Path, b: &EngineConfig) -> Result<Database> {
             if let Ok(version) = super::probe::format_version(path) {
                 check_version(path, version)?;
             }
-            let db = redb_builder(b).open(path)?;
+            let db = open_writable(path, b)?;
             let version = inspect(path, &db)?;
             (db, version)
         }
@@ -75,6 +156,65 @@ pub fn open(path: &Path, b: &EngineConfig) -> Result<Database> {
     }
     Ok(db)
 }
+
+/// Opens the store file for writing, through the test layer if there is one.
+fn open_writable(path: &Path, b: &EngineConfig) -> Result<Database> {
+    let Some(layer) = &b.storage_layer else {
+        return Ok(redb_builder(b).open(path)?);
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_to_error)?;
+    let backend = layer.store_file(file).map_err(io_to_error)?;
+    Ok(redb_builder(b).create_with_backend(Layered(backend))?)
+}
+
+/// A layer's backend, as redb takes it.
+#[derive(Debug)]
+struct Layered(Box<dyn redb::StorageBackend>);
+
+impl redb::StorageBackend for Layered {
+    fn len(&self) -> std::result::Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::result::Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::result::Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::result::Result<(), std::io::Error> {
+        self.0.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<bool> {
+        self.0.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<bool> {
+        self.0.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<()> {
+        self.0.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<()> {
+        self.0.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<()> {
+        self.0.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<bool> {
+        self.0.query_lock_range(start, end)
+    }
+}
+
+type BackendResult<T> = std::result::Result<T, redb::BackendError>;
 
 /// Calls `$f(args…, table)?` for every postbox table (their types differ, hence a macro).
 macro_rules! for_each_table {
@@ -323,9 +463,9 @@ fn publish(tmp: &Path, path: &Path) -> Result<()> {
 
 /// Opens an existing store again after a failed write (see `db`): like [`open`], but never
 /// creates the file.
-pub fn reopen(path: &Path, b: &EngineConfig) -> Result<Database> {
+pub fn reopen(path: &Path, b: &EngineConfig) -> Result<Opened> {
     if let Err(e) = fs::metadata(path) {
         return Err(io_to_error(e));
     }
-    open(path, b)
+    open_and_recover(path, b, true)
 }

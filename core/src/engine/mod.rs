@@ -8,6 +8,7 @@ mod db;
 mod file;
 mod guarded;
 mod janitor;
+mod logged;
 mod owners;
 mod park;
 mod pipeline;
@@ -18,6 +19,7 @@ mod signal;
 mod tables;
 mod tracking;
 mod wait;
+mod wal;
 mod watch;
 
 // The engine's face: what the public API, the transaction and the processor may use. Everything
@@ -134,8 +136,8 @@ impl Engine {
     }
 
     fn open_file(path: &Path, b: &EngineConfig) -> Result<Engine> {
-        let db = match file::open(path, b) {
-            Ok(db) => Arc::new(db),
+        let opened = match file::open(path, b) {
+            Ok(opened) => opened,
             Err(Error::AlreadyOpen(_)) if in_process::is_open(path) => {
                 return Err(Error::AlreadyOpen(format!(
                     "{} is already open in this process (or in the process it was forked from): share that Store (it is a cheap clone) instead of opening it twice",
@@ -144,6 +146,8 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
+        let file::Opened { db, wal, recovered } = opened;
+        let db = Arc::new(db);
         let clock = b.clock.clone();
         let signals = Arc::new(Signals::default());
         let stats = Arc::new(PipelineStats::default());
@@ -156,7 +160,12 @@ impl Engine {
         let setup = guarded::catch(|| -> Result<(u64, u64)> {
             let txn = db.begin_write()?;
             let registered = {
-                let mut batch = Batch::open(&txn, clock.now_ms(), Default::default())?;
+                let changes = logged::Changes::off();
+                let ltxn = logged::LoggedTxn {
+                    txn: &txn,
+                    changes: &changes,
+                };
+                let mut batch = Batch::open(ltxn, clock.now_ms(), Default::default())?;
                 if multi {
                     batch.reap_dead_owners(0, scope)?;
                 } else {
@@ -182,7 +191,7 @@ impl Engine {
             }
         };
 
-        let slot = Arc::new(db::DbSlot::new(db, path.to_owned(), b.clone()));
+        let slot = Arc::new(db::DbSlot::new(db, wal, path.to_owned(), b.clone()));
         // A single-process store hands out message ids in memory, so that a transaction can
         // reserve the id of a message it sends without a commit (see `reserve_id`).
         let ids = (!multi).then(|| Arc::new(AtomicU64::new(next_id)));
@@ -197,7 +206,10 @@ impl Engine {
             hints: Default::default(),
             activity: Default::default(),
             ids: ids.clone(),
+            log_buf: Default::default(),
+            applier: Default::default(),
         })?;
+        stats.replayed.store(recovered.records, Ordering::Relaxed);
         let watch = if multi {
             let weak = Arc::downgrade(&slot);
             let (signals, clock) = (signals.clone(), clock.clone());
@@ -334,8 +346,17 @@ impl Engine {
         // The writer thread has exited with its handle; dropping this one closes the file.
         // redb's own drop can panic on a store damaged under it (a lock poisoned by an earlier
         // caught panic); that must not escape to the caller either.
-        let db = self.db.close();
+        let (db, wal) = self.db.close();
         let dropped = guarded::catch(move || drop(db));
+        // The closing batch was a checkpoint: the store file holds everything, and the log
+        // goes, so that a closed store is one file. (Left behind, it would only be skipped.)
+        if let Some(wal) = wal
+            && result.is_ok()
+            && !wal.has_failed()
+            && let Err(e) = std::fs::remove_file(wal.path())
+        {
+            tracing::warn!(path = %wal.path().display(), error = %e, "the write-ahead log could not be removed");
+        }
         match (result, dropped) {
             (Ok(()), Err(p)) => Err(panic_to_error(p)),
             (result, _) => result,

@@ -23,8 +23,10 @@ use crossbeam_channel::Sender;
 use super::batch::{Batch, DueHints};
 use super::db::{DbSlot, Resolved};
 use super::guarded;
+use super::logged::{Changes, LoggedTxn};
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
+use super::wal::{self, AppendError, Wal};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::options::Durability;
@@ -96,11 +98,22 @@ enum Msg {
     Stop(Box<dyn Job>),
 }
 
-/// QueueCounts of the pipeline, for tests and benchmarks.
+/// Counters of the pipeline, for `Store::stats`, tests and benchmarks.
 #[derive(Debug, Default)]
 pub struct PipelineStats {
     pub commits: AtomicU64,
     pub operations: AtomicU64,
+    /// Write-ahead log records replayed when the store was opened.
+    pub replayed: AtomicU64,
+    pub log_records: AtomicU64,
+    pub log_bytes: AtomicU64,
+    pub checkpoints: AtomicU64,
+    /// Where a logged batch's time goes: running its operations, committing them to redb
+    /// (without a sync), writing its record, syncing the log.
+    pub run_ns: AtomicU64,
+    pub apply_ns: AtomicU64,
+    pub log_write_ns: AtomicU64,
+    pub log_sync_ns: AtomicU64,
 }
 
 /// What waits to be written, and who is writing.
@@ -179,6 +192,10 @@ pub struct WriterContext {
     pub activity: Arc<Mutex<std::collections::HashMap<u32, u64>>>,
     /// Single-process stores: the shared next message id (see `Batch::share_ids`).
     pub ids: Option<Arc<AtomicU64>>,
+    /// The buffer log records are built in, kept between batches.
+    pub log_buf: Mutex<Vec<u8>>,
+    /// Started with the first logged batch.
+    pub applier: Mutex<Option<Applier>>,
 }
 
 /// A batch taken from the inbox: its jobs, and the closing job if a stop was queued.
@@ -569,6 +586,137 @@ fn settle_failed_commit(ctx: &WriterContext, batch_no: u64, failed: Error) -> Op
     }
 }
 
+/// Commits a batch whose record goes to the log: the record is written first (a failure
+/// there, such as a full disk when the log must grow, aborts the batch cleanly); then redb
+/// commits the batch without a sync on the applier thread while this thread syncs the log,
+/// so that the apply costs no time of its own. The batch is durable when the sync returns.
+///
+/// A failed sync leaves the outcome unknown and the log closed; a failed apply leaves redb
+/// refusing further use, while the batch is durable in the log. Either way the store is
+/// marked for reopening, which replays the log: the store then holds the batch exactly when
+/// its record is durable. Returns the batch's error, if any.
+fn commit_logged(
+    ctx: &WriterContext,
+    mut txn: redb::WriteTransaction,
+    wal: &Wal,
+    body: &[u8],
+    started: Instant,
+) -> Option<Error> {
+    let ran = Instant::now();
+    if let Err(e) = txn.set_durability(redb::Durability::None) {
+        let _ = txn.abort();
+        return Some(Error::Config(e.to_string()));
+    }
+    let mut applier = ctx.applier.lock();
+    let applier = applier.get_or_insert_with(Applier::start);
+    let mut pending = Some(txn);
+    let appended = wal.append(body, || {
+        if let Some(t) = pending.take() {
+            applier.hand(t);
+        }
+    });
+    let s = &ctx.stats;
+    match appended {
+        Err(AppendError::NotWritten(e)) => {
+            if let Some(t) = pending {
+                let _ = t.abort();
+            }
+            Some(e)
+        }
+        Err(AppendError::NotSynced(e)) => {
+            let _ = applier.wait();
+            ctx.db.mark_broken();
+            Some(e)
+        }
+        Ok(a) => {
+            let (applied, apply_ns) = applier.wait();
+            s.commits.fetch_add(1, Ordering::Relaxed);
+            s.log_records.fetch_add(1, Ordering::Relaxed);
+            s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+            s.run_ns
+                .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
+            s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
+            s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
+            s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
+            if let Err(e) = applied {
+                // Durable in the log all the same: the reopen replays it.
+                tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
+                ctx.db.mark_broken();
+            }
+            None
+        }
+    }
+}
+
+/// Commits logged batches' redb transactions (without a sync) on a thread of its own, so that
+/// the leader can sync the log meanwhile.
+pub struct Applier {
+    jobs: Option<Sender<redb::WriteTransaction>>,
+    done: crossbeam_channel::Receiver<(Result<()>, u64)>,
+    /// Set when the thread could not be started: commits run on the leader's thread.
+    inline: Option<redb::WriteTransaction>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Applier {
+    fn start() -> Applier {
+        let (jobs, rx) = crossbeam_channel::bounded::<redb::WriteTransaction>(1);
+        let (tx, done) = crossbeam_channel::bounded(1);
+        let thread = std::thread::Builder::new()
+            .name("postbox-apply".into())
+            .spawn(move || {
+                for txn in rx {
+                    let t = Instant::now();
+                    let r = guarded::catch(|| txn.commit().map_err(Error::from))
+                        .map_err(super::panic_to_error)
+                        .and_then(|r| r);
+                    if tx.send((r, t.elapsed().as_nanos() as u64)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        Applier {
+            jobs: thread.as_ref().map(|_| jobs),
+            done,
+            inline: None,
+            thread,
+        }
+    }
+
+    fn hand(&mut self, txn: redb::WriteTransaction) {
+        match &self.jobs {
+            Some(jobs) => {
+                if let Err(e) = jobs.send(txn) {
+                    self.inline = Some(e.into_inner());
+                }
+            }
+            None => self.inline = Some(txn),
+        }
+    }
+
+    /// The outcome of the transaction last handed over, and the nanoseconds its commit took.
+    fn wait(&mut self) -> (Result<()>, u64) {
+        if let Some(txn) = self.inline.take() {
+            let t = Instant::now();
+            let r = txn.commit().map_err(Error::from);
+            return (r, t.elapsed().as_nanos() as u64);
+        }
+        self.done
+            .recv()
+            .unwrap_or_else(|_| (Err(Error::Panic("the apply thread stopped".into())), 0))
+    }
+}
+
+impl Drop for Applier {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn run_batch(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
@@ -588,19 +736,27 @@ fn run_batch(
         }
         park::expire(parked, Some(e));
     };
-    let db = match ctx.db.get() {
-        Ok(db) => db,
+    let (db, wal) = match ctx.db.get_with_log() {
+        Ok(both) => both,
         Err(e) => return fail_all(jobs, &e),
     };
     let mut txn = match db.begin_write() {
         Ok(t) => t,
         Err(e) => return fail_all(jobs, &e.into()),
     };
-    if matches!(durability, Durability::None)
-        && let Err(e) = txn.set_durability(redb::Durability::None)
-    {
-        return fail_all(jobs, &Error::Config(e.to_string()));
-    }
+    // With a log, a batch is made durable by its record, or (a checkpoint: the closing batch,
+    // or one due by the log's size or age) by a durable redb commit that marks every record so
+    // far as applied.
+    let checkpoint = wal
+        .as_ref()
+        .is_some_and(|w| batch_no == 0 || w.checkpoint_due());
+    let logged = wal.is_some() && !checkpoint;
+    let changes = if logged {
+        Changes::on(std::mem::take(&mut *ctx.log_buf.lock()))
+    } else {
+        Changes::off()
+    };
+    let started = Instant::now();
     let mut ran = Vec::with_capacity(jobs.len());
     let mut served = Vec::new();
     let mut fatal: Option<Error> = None;
@@ -613,7 +769,11 @@ fn run_batch(
         } else {
             DueHints::default()
         };
-        let mut batch = match Batch::open(&txn, ctx.clock.now_ms(), hints) {
+        let ltxn = LoggedTxn {
+            txn: &txn,
+            changes: &changes,
+        };
+        let mut batch = match Batch::open(ltxn, ctx.clock.now_ms(), hints) {
             Ok(b) => b,
             Err(e) => return fail_all(jobs, &e),
         };
@@ -656,9 +816,12 @@ fn run_batch(
             }
         }
         dirty = batch.mutations > 0;
+        // Commit marks settle a failed durable commit (see `db`); a logged batch that fails
+        // is settled by reopening, which replays the log.
         if fatal.is_none()
             && dirty
             && batch_no != 0
+            && !logged
             && let Err(e) = batch.write_mark(ctx.owner, batch_no)
         {
             fatal = Some(e);
@@ -666,6 +829,10 @@ fn run_batch(
         woken = std::mem::take(&mut batch.woken);
         final_hints = batch.hints;
     }
+    let mut body = changes.take();
+    let oversized = wal
+        .as_ref()
+        .is_some_and(|w| logged && w.too_big(body.len()));
     let outcome = match fatal {
         Some(e) => {
             let _ = txn.abort();
@@ -678,18 +845,50 @@ fn run_batch(
             let _ = txn.abort();
             None
         }
-        None => match txn.commit() {
-            Ok(()) => {
-                ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
-                None
+        None if logged
+            && !oversized
+            && let Some(wal) = &wal =>
+        {
+            commit_logged(ctx, txn, wal, &body, started)
+        }
+        None => {
+            let wal_seq = wal.as_ref().map(|w| w.last_seq());
+            let commit = (|| -> Result<()> {
+                if let Some(seq) = wal_seq {
+                    // The batch is not logged: when it is durable, so is every record.
+                    wal::mark_applied(&txn, seq)?;
+                } else if matches!(durability, Durability::None) {
+                    txn.set_durability(redb::Durability::None)
+                        .map_err(|e| Error::Config(e.to_string()))?;
+                }
+                Ok(txn.commit()?)
+            })();
+            match commit {
+                Ok(()) => {
+                    ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    if let Some(wal) = &wal {
+                        wal.reset();
+                        ctx.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None
+                }
+                Err(e) if oversized => {
+                    // No mark was written for this batch: a reopen tells nothing about it.
+                    ctx.db.mark_broken();
+                    Some(match e {
+                        e @ Error::StorageFull(_) => e,
+                        other => Error::OutcomeUnknown(other.to_string()),
+                    })
+                }
+                Err(failed) => {
+                    drop(db);
+                    settle_failed_commit(ctx, batch_no, failed)
+                }
             }
-            Err(e) => {
-                let failed = Error::from(e);
-                drop(db);
-                settle_failed_commit(ctx, batch_no, failed)
-            }
-        },
+        }
     };
+    body.clear();
+    *ctx.log_buf.lock() = body;
     if outcome.is_none() && ctx.reap_as.is_none() {
         // Hints taken from the store are kept only if what they describe was committed; on
         // failure the default (look everywhere) stays in place.

@@ -92,7 +92,14 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 ///   (`CHECKPOINTS`; state flag `0x08`), application tables (`APP_ROWS`), queue record
 ///   extensions 7–9 (temporary owner, idle deletion, receipts) and each queue's last activity
 ///   in its extra counts row. Upgrading creates the tables; no row changes.
-pub const FORMAT_VERSION: u64 = 4;
+/// - 5: the write-ahead log. A store of this format may have work in its `-log` file that is
+///   not in the store file yet, so an older postbox (which would ignore the log and lose that
+///   work) must refuse it. `META` gains [`KEY_LOG_APPLIED`]. Upgrading writes the version.
+pub const FORMAT_VERSION: u64 = 5;
+
+/// The sequence number of the last write-ahead log record the store file holds durably
+/// (written by every checkpoint; absent = 0).
+pub const KEY_LOG_APPLIED: &str = "log_applied";
 
 pub const KEY_FORMAT: &str = "format_version";
 /// The CRC32C of the format version's little-endian bytes, written beside it by stores created

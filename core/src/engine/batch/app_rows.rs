@@ -50,7 +50,7 @@ impl<'t> Batch<'t> {
             return Ok(());
         }
         self.mutations += 1;
-        let mut t = self.txn.open_table(APP_ROWS)?;
+        let mut t = self.txn.open(APP_ROWS)?;
         for (table, key, w) in writes {
             match w {
                 RowWrite::Put(v) => {

@@ -36,7 +36,9 @@ pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::ReadableTable;
+
+use super::logged::{Logged, LoggedTxn};
 
 use super::codec::{self, DeadLetter, QueueKind, QueueRecord, Subscription};
 use super::tables::*;
@@ -101,10 +103,10 @@ pub struct DueHints {
 }
 
 /// (collator id, series, sequence number) → the held message.
-type HeldTable<'t> = Table<'t, (u32, &'static str, u64), &'static [u8]>;
+type HeldTable<'t> = Logged<'t, (u32, &'static str, u64), &'static [u8]>;
 
 /// (queue id, message_key) → (message id, forget at ms).
-type DedupTable<'t> = Table<'t, (u32, &'static str), (u64, u64)>;
+type DedupTable<'t> = Logged<'t, (u32, &'static str), (u64, u64)>;
 
 impl DueHints {
     /// When the earliest scheduled message or lock expiry may fall due (ms; 0 = unknown).
@@ -117,34 +119,34 @@ impl DueHints {
 pub const ACTIVITY_RESOLUTION_MS: u64 = 1000;
 
 pub struct Batch<'t> {
-    txn: &'t WriteTransaction,
+    txn: LoggedTxn<'t>,
     /// Carried from batch to batch by the pipeline; see [`DueHints`].
     pub hints: DueHints,
     pub now: u64,
     pub mutations: u64,
     /// Queues that gained receivable messages; their waiters are woken after the commit.
     pub woken: HashSet<u32>,
-    queues: Option<Table<'t, &'static str, &'static [u8]>>,
-    queue_ids: Option<Table<'t, u32, &'static str>>,
-    counters: Option<Table<'t, u32, [u8; COUNTERS_LEN]>>,
-    state: Option<Table<'t, u64, [u8; STATE_LEN]>>,
-    data: Option<Table<'t, u64, &'static [u8]>>,
-    ready: Option<Table<'t, (u32, u8, u64), ()>>,
-    scheduled: Option<Table<'t, (u64, u64), ()>>,
-    expiring: Option<Table<'t, (u64, u64), ()>>,
-    lock_expiry: Option<Table<'t, (u64, u64), ()>>,
-    owners: Option<Table<'t, u64, (u32, u64)>>,
-    owner_scopes: Option<Table<'t, u64, u64>>,
+    queues: Option<Logged<'t, &'static str, &'static [u8]>>,
+    queue_ids: Option<Logged<'t, u32, &'static str>>,
+    counters: Option<Logged<'t, u32, [u8; COUNTERS_LEN]>>,
+    state: Option<Logged<'t, u64, [u8; STATE_LEN]>>,
+    data: Option<Logged<'t, u64, &'static [u8]>>,
+    ready: Option<Logged<'t, (u32, u8, u64), ()>>,
+    scheduled: Option<Logged<'t, (u64, u64), ()>>,
+    expiring: Option<Logged<'t, (u64, u64), ()>>,
+    lock_expiry: Option<Logged<'t, (u64, u64), ()>>,
+    owners: Option<Logged<'t, u64, (u32, u64)>>,
+    owner_scopes: Option<Logged<'t, u64, u64>>,
     dedup: Option<DedupTable<'t>>,
-    dedup_expiry: Option<Table<'t, (u64, u32, &'static str), ()>>,
-    deferred: Option<Table<'t, (u32, u64), ()>>,
+    dedup_expiry: Option<Logged<'t, (u64, u32, &'static str), ()>>,
+    deferred: Option<Logged<'t, (u32, u64), ()>>,
     held: Option<HeldTable<'t>>,
-    series: Option<Table<'t, (u32, &'static str), [u8; 24]>>,
-    session_msgs: Option<Table<'t, (u32, &'static str, u64), ()>>,
-    sessions: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
-    jobs: Option<Table<'t, u64, &'static [u8]>>,
-    job_pieces: Option<Table<'t, (u64, u64), [u8; 9]>>,
-    piece_job: Option<Table<'t, u64, u64>>,
+    series: Option<Logged<'t, (u32, &'static str), [u8; 24]>>,
+    session_msgs: Option<Logged<'t, (u32, &'static str, u64), ()>>,
+    sessions: Option<Logged<'t, (u32, &'static str), &'static [u8]>>,
+    jobs: Option<Logged<'t, u64, &'static [u8]>>,
+    job_pieces: Option<Logged<'t, (u64, u64), [u8; 9]>>,
+    piece_job: Option<Logged<'t, u64, u64>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
     /// Each queue's counts as this batch changed them, with its extra counts as loaded (the
@@ -162,12 +164,12 @@ pub struct Batch<'t> {
 }
 
 fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &'t WriteTransaction,
-    slot: &'a mut Option<Table<'t, K, V>>,
+    txn: LoggedTxn<'t>,
+    slot: &'a mut Option<Logged<'t, K, V>>,
     def: redb::TableDefinition<K, V>,
-) -> Result<&'a mut Table<'t, K, V>> {
+) -> Result<&'a mut Logged<'t, K, V>> {
     if slot.is_none() {
-        *slot = Some(txn.open_table(def)?);
+        *slot = Some(txn.open(def)?);
     }
     slot.as_mut()
         .ok_or_else(|| Error::corrupted("table could not be opened"))
@@ -190,7 +192,7 @@ impl<'t> Batch<'t> {
         }
     }
 
-    pub fn open(txn: &'t WriteTransaction, now: u64, hints: DueHints) -> Result<Batch<'t>> {
+    pub fn open(txn: LoggedTxn<'t>, now: u64, hints: DueHints) -> Result<Batch<'t>> {
         Ok(Batch {
             txn,
             hints,
@@ -231,47 +233,47 @@ impl<'t> Batch<'t> {
     // Tables are opened on first use: opening one costs a lookup and a type check in redb,
     // and most operations touch only a few of them.
 
-    fn t_queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+    fn t_queues(&mut self) -> Result<&mut Logged<'t, &'static str, &'static [u8]>> {
         lazy(self.txn, &mut self.queues, QUEUES)
     }
 
-    fn t_queue_ids(&mut self) -> Result<&mut Table<'t, u32, &'static str>> {
+    fn t_queue_ids(&mut self) -> Result<&mut Logged<'t, u32, &'static str>> {
         lazy(self.txn, &mut self.queue_ids, QUEUE_IDS)
     }
 
-    fn t_counters(&mut self) -> Result<&mut Table<'t, u32, [u8; COUNTERS_LEN]>> {
+    fn t_counters(&mut self) -> Result<&mut Logged<'t, u32, [u8; COUNTERS_LEN]>> {
         lazy(self.txn, &mut self.counters, COUNTERS)
     }
 
-    fn t_state(&mut self) -> Result<&mut Table<'t, u64, [u8; STATE_LEN]>> {
+    fn t_state(&mut self) -> Result<&mut Logged<'t, u64, [u8; STATE_LEN]>> {
         lazy(self.txn, &mut self.state, STATE)
     }
 
-    fn t_data(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+    fn t_data(&mut self) -> Result<&mut Logged<'t, u64, &'static [u8]>> {
         lazy(self.txn, &mut self.data, DATA)
     }
 
-    fn t_ready(&mut self) -> Result<&mut Table<'t, (u32, u8, u64), ()>> {
+    fn t_ready(&mut self) -> Result<&mut Logged<'t, (u32, u8, u64), ()>> {
         lazy(self.txn, &mut self.ready, READY)
     }
 
-    fn t_scheduled(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+    fn t_scheduled(&mut self) -> Result<&mut Logged<'t, (u64, u64), ()>> {
         lazy(self.txn, &mut self.scheduled, SCHEDULED)
     }
 
-    fn t_expiring(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+    fn t_expiring(&mut self) -> Result<&mut Logged<'t, (u64, u64), ()>> {
         lazy(self.txn, &mut self.expiring, EXPIRING)
     }
 
-    fn t_lock_expiry(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+    fn t_lock_expiry(&mut self) -> Result<&mut Logged<'t, (u64, u64), ()>> {
         lazy(self.txn, &mut self.lock_expiry, LOCK_EXPIRY)
     }
 
-    fn t_owner_scopes(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+    fn t_owner_scopes(&mut self) -> Result<&mut Logged<'t, u64, u64>> {
         lazy(self.txn, &mut self.owner_scopes, OWNER_SCOPES)
     }
 
-    fn t_owners(&mut self) -> Result<&mut Table<'t, u64, (u32, u64)>> {
+    fn t_owners(&mut self) -> Result<&mut Logged<'t, u64, (u32, u64)>> {
         lazy(self.txn, &mut self.owners, OWNERS)
     }
 
@@ -283,35 +285,35 @@ impl<'t> Batch<'t> {
         lazy(self.txn, &mut self.held, HELD)
     }
 
-    fn t_series(&mut self) -> Result<&mut Table<'t, (u32, &'static str), [u8; 24]>> {
+    fn t_series(&mut self) -> Result<&mut Logged<'t, (u32, &'static str), [u8; 24]>> {
         lazy(self.txn, &mut self.series, SERIES)
     }
 
-    fn t_session_msgs(&mut self) -> Result<&mut Table<'t, (u32, &'static str, u64), ()>> {
+    fn t_session_msgs(&mut self) -> Result<&mut Logged<'t, (u32, &'static str, u64), ()>> {
         lazy(self.txn, &mut self.session_msgs, SESSION_MSGS)
     }
 
-    fn t_sessions(&mut self) -> Result<&mut Table<'t, (u32, &'static str), &'static [u8]>> {
+    fn t_sessions(&mut self) -> Result<&mut Logged<'t, (u32, &'static str), &'static [u8]>> {
         lazy(self.txn, &mut self.sessions, SESSIONS)
     }
 
-    fn t_jobs(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+    fn t_jobs(&mut self) -> Result<&mut Logged<'t, u64, &'static [u8]>> {
         lazy(self.txn, &mut self.jobs, JOBS)
     }
 
-    fn t_job_pieces(&mut self) -> Result<&mut Table<'t, (u64, u64), [u8; 9]>> {
+    fn t_job_pieces(&mut self) -> Result<&mut Logged<'t, (u64, u64), [u8; 9]>> {
         lazy(self.txn, &mut self.job_pieces, JOB_PIECES)
     }
 
-    fn t_piece_job(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+    fn t_piece_job(&mut self) -> Result<&mut Logged<'t, u64, u64>> {
         lazy(self.txn, &mut self.piece_job, PIECE_JOB)
     }
 
-    fn t_deferred(&mut self) -> Result<&mut Table<'t, (u32, u64), ()>> {
+    fn t_deferred(&mut self) -> Result<&mut Logged<'t, (u32, u64), ()>> {
         lazy(self.txn, &mut self.deferred, DEFERRED)
     }
 
-    fn t_dedup_expiry(&mut self) -> Result<&mut Table<'t, (u64, u32, &'static str), ()>> {
+    fn t_dedup_expiry(&mut self) -> Result<&mut Logged<'t, (u64, u32, &'static str), ()>> {
         lazy(self.txn, &mut self.dedup_expiry, DEDUP_EXPIRY)
     }
 

@@ -3,6 +3,8 @@
 
 use redb::{ReadableTable, Table};
 
+use super::super::logged::Logged;
+
 use super::*;
 
 /// At most this many entries are moved by one sweep of an index, so that a large backlog of
@@ -10,7 +12,7 @@ use super::*;
 const SWEEP_LIMIT: usize = 256;
 
 /// A time index `(at, id) → ()`: `SCHEDULED`, `EXPIRING` or `LOCK_EXPIRY`.
-type TimeIndex<'t> = Table<'t, (u64, u64), ()>;
+type TimeIndex<'t> = Logged<'t, (u64, u64), ()>;
 
 impl<'t> Batch<'t> {
     /// Moves due scheduled messages to their queues, releases expired locks and dead-letters

@@ -1,0 +1,58 @@
+//! Opening the write-ahead log's file.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use crate::error::{Result, io_to_error};
+use crate::storage::{LogFile, OsLogFile, SharedLayer};
+
+/// Opens (or creates) the log at `path`, through `layer` when tests put one in between.
+///
+/// # Errors
+///
+/// The file system's error.
+pub fn open_log(path: &Path, layer: Option<&SharedLayer>) -> Result<Box<dyn LogFile>> {
+    let (file, _) = open_os(path).map_err(io_to_error)?;
+    Ok(match layer {
+        Some(l) => l.log_file(file),
+        None => Box::new(OsLogFile(file)),
+    })
+}
+
+/// Opens (or creates, mode 0600) the log file at `path`. A new file's directory entry is made
+/// durable before anything is written to it, so a synced record is never in a file a crash
+/// can unlink.
+///
+/// # Errors
+///
+/// The file system's error.
+pub fn open_os(path: &Path) -> io::Result<(File, bool)> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true).write(true);
+    match opts.open(path) {
+        Ok(f) => return Ok((f, false)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.create(true).mode(0o600);
+    }
+    let f = opts.open(path)?;
+    sync_dir(path)?;
+    Ok((f, true))
+}
+
+/// Syncs the directory holding `path`, making its entries durable.
+///
+/// # Errors
+///
+/// The file system's error.
+pub fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    };
+    File::open(dir)?.sync_all()
+}

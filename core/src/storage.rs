@@ -1,0 +1,92 @@
+//! The files under a store, behind traits so that tests can put a layer between postbox and the
+//! disk: to record every write and sync, to drop or tear unsynced writes (simulated power
+//! loss), or to fail the Nth operation. Not part of the supported API: the traits may change
+//! in any release.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+/// What the log needs of its file: positioned writes and reads, its length, and a data sync.
+///
+/// Implementations must be usable from several threads; the log serialises its own writes.
+pub trait LogFile: Send + Sync + std::fmt::Debug {
+    /// Writes all of `buf` at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// The file system's error (`ENOSPC` when the disk is full).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
+    ///
+    /// # Errors
+    ///
+    /// The file system's error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// The file's length.
+    ///
+    /// # Errors
+    ///
+    /// The file system's error.
+    fn size(&self) -> io::Result<u64>;
+
+    /// Makes every write so far durable (`fdatasync`).
+    ///
+    /// # Errors
+    ///
+    /// The file system's error; after one, nothing written since the last good sync can be
+    /// trusted to be on disk.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// A log file on the real file system.
+#[derive(Debug)]
+pub struct OsLogFile(pub File);
+
+impl LogFile for OsLogFile {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.0.write_all_at(buf, offset)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut got = 0;
+        while got < buf.len() {
+            match self.0.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+/// Wraps the files of a store opened with
+/// [`StoreBuilder::storage_layer`](crate::StoreBuilder::storage_layer).
+pub trait StorageLayer: Send + Sync + std::fmt::Debug {
+    /// The backend redb uses for the store file `file` (already opened read-write).
+    ///
+    /// # Errors
+    ///
+    /// Any error; opening the store fails with it.
+    fn store_file(&self, file: File) -> io::Result<Box<dyn redb::StorageBackend>>;
+
+    /// The log file `file` (already opened read-write, created 0600 if new).
+    fn log_file(&self, file: File) -> Box<dyn LogFile>;
+}
+
+/// A shared layer.
+pub type SharedLayer = Arc<dyn StorageLayer>;
