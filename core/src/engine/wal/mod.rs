@@ -135,7 +135,9 @@ impl Wal {
         next_seq: u64,
         policy: LogCheckpoints,
     ) -> Result<Wal> {
-        let len = file.size().map_err(|e| log_error("reading its length", e))?;
+        let len = file
+            .size()
+            .map_err(|e| log_error("reading its length", e))?;
         let mut head = [0u8; 20];
         let got = file
             .read_at(&mut head, 0)
@@ -177,7 +179,9 @@ impl Wal {
         recovered: &Recovered,
         policy: LogCheckpoints,
     ) -> Result<Wal> {
-        let len = file.size().map_err(|e| log_error("reading its length", e))?;
+        let len = file
+            .size()
+            .map_err(|e| log_error("reading its length", e))?;
         let pos = recovered.end.max(HEADER);
         let page_start = pos - pos % PAGE;
         let mut tail = vec![0u8; (pos - page_start) as usize];
@@ -508,7 +512,9 @@ fn applied_in(txn: &redb::WriteTransaction) -> Result<u64> {
 /// `Corrupted` (see [`scan`]); the file system's and redb's errors.
 pub fn recover(db: &Database, file: &dyn LogFile, durable: bool) -> Result<Recovered> {
     let started = Instant::now();
-    let len = file.size().map_err(|e| log_error("reading its length", e))?;
+    let len = file
+        .size()
+        .map_err(|e| log_error("reading its length", e))?;
     let mut data = vec![0u8; usize::try_from(len).map_err(|_| Error::corrupted("log too large"))?];
     let got = file
         .read_at(&mut data, 0)
