@@ -1,8 +1,14 @@
 """A full disk (items 2 and 4): a failed commit is all or nothing and says which, the same handle
 works again once space is freed, reads keep working meanwhile.
 
-Runs only as root where a small tmpfs can be mounted (`mount -t tmpfs -o size=8m`); skipped
-elsewhere. POSTBOX_DISKFULL_STEPS sets how many free-space amounts are tried (default 8).
+Both commit paths are tried: direct durable commits of the store file
+(``write_ahead_log=False``) and the write-ahead log (the default), whose file is allocated
+ahead in 1 MiB steps, so batches that fit in what it already holds succeed on a full disk: the
+log mode uses bodies large enough that a batch outgrows that allocation.
+
+Runs only as root where a small tmpfs can be mounted (`mount -t tmpfs -o size=8m`, 32m for
+the log mode); skipped elsewhere. POSTBOX_DISKFULL_STEPS sets how many free-space amounts are
+tried (default 8).
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ BATCH = 5
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
+def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    size = getattr(request, "param", "8m")
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount a small tmpfs")
     mnt = tmp_path / "small"
     mnt.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
     )
@@ -73,9 +80,8 @@ def present(q: postbox.Queue, tag: bytes) -> int:
     return sum(1 for m in q.browse() if m.body.startswith(tag))
 
 
-def free_amounts() -> list[int]:
-    """0, then amounts up to past what the batch needs (about 250 KB of bodies)."""
-    top = 1 << 20
+def free_amounts(top: int) -> list[int]:
+    """0, then amounts up to `top`, past what the batch needs."""
     if STEPS <= 1:
         return [0]
     return [0] + [int(top * (i / (STEPS - 1)) ** 2) for i in range(1, STEPS)]
@@ -91,18 +97,29 @@ def outcome(call: object) -> str:
     return "ok"
 
 
+# (tmpfs size, write_ahead_log, body size, largest free amount): without the log a batch of
+# 5 x 50 KB needs about 250 KB of new pages; with it, a batch of 5 x 400 KB outgrows the
+# log's 1 MiB allocation, and the largest amount leaves room for the log and the store file.
+MODES = [("8m", False, BODY, 1 << 20), ("32m", True, 400_000, 8 << 20)]
+
+
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("small_fs", "log", "body", "top"), MODES, ids=["direct", "log"], indirect=["small_fs"]
+)
 @pytest.mark.parametrize("reopen", [True, False], ids=["reopen-each-round", "one-handle"])
-def test_disk_full_commits_are_all_or_nothing(small_fs: Path, reopen: bool) -> None:
+def test_disk_full_commits_are_all_or_nothing(
+    small_fs: Path, log: bool, body: int, top: int, reopen: bool
+) -> None:
     path = small_fs / "s.postbox"
     filler = Filler(small_fs / "filler")
     seen: dict[str, set[str]] = {"batch": set(), "tx": set()}
     retried_settles = 0
-    store = postbox.Store(path)
-    for round_no, free in enumerate(free_amounts()):
+    store = postbox.Store(path, write_ahead_log=log)
+    for round_no, free in enumerate(free_amounts(top)):
         for how in ("batch", "tx"):
             if store.closed:
-                store = postbox.Store(path)
+                store = postbox.Store(path, write_ahead_log=log)
             q = store.queue("jobs")
             hq = store.queue("held")
             q.purge()
@@ -110,7 +127,7 @@ def test_disk_full_commits_are_all_or_nothing(small_fs: Path, reopen: bool) -> N
             hq.send(b"held")
             held = hq.receive(timeout=5)
             tag = f"{how}-{round_no}:".encode()
-            bodies = [tag + bytes([65 + i]) * BODY for i in range(BATCH)]
+            bodies = [tag + bytes([65 + i]) * body for i in range(BATCH)]
             filler.fill(free)
             try:
                 if how == "batch":
@@ -155,7 +172,7 @@ def test_disk_full_commits_are_all_or_nothing(small_fs: Path, reopen: bool) -> N
             if reopen:
                 store.close()
                 # What the handle saw is what the file holds.
-                with postbox.Store(path) as again:
+                with postbox.Store(path, write_ahead_log=log) as again:
                     assert present(again.queue("jobs"), tag) == n, (free, how)
     store.close()
     # The rounds crossed the edge: some commits were refused, the last ones fitted.
@@ -165,18 +182,22 @@ def test_disk_full_commits_are_all_or_nothing(small_fs: Path, reopen: bool) -> N
 
 
 @pytest.mark.timeout(120)
-def test_full_disk_errors_are_storage_full_and_close_works(small_fs: Path) -> None:
+@pytest.mark.parametrize("log", [False, True], ids=["direct", "log"])
+def test_full_disk_errors_are_storage_full_and_close_works(small_fs: Path, log: bool) -> None:
     path = small_fs / "s.postbox"
     filler = Filler(small_fs / "filler")
-    store = postbox.Store(path)
+    store = postbox.Store(path, write_ahead_log=log)
     q = store.queue("jobs")
     q.send(b"first")
     filler.fill(0)
     failures: list[BaseException] = []
+    # With the log, batches that fit in the log's allocated space succeed, durably.
+    stored = 0
     try:
         for _ in range(20):
             try:
                 q.send_batch([b"x" * BODY] * BATCH)
+                stored += 1
             except postbox.PostboxError as e:
                 failures.append(e)
         with pytest.raises(postbox.StorageFullError) as info:
@@ -189,5 +210,6 @@ def test_full_disk_errors_are_storage_full_and_close_works(small_fs: Path) -> No
     assert failures and all(isinstance(e, postbox.StorageFullError) for e in failures), failures
     q.send(b"second")
     store.close()
-    with postbox.Store(path) as again:
-        assert [m.body for m in again.queue("jobs").browse()] == [b"first", b"second"]
+    with postbox.Store(path, write_ahead_log=log) as again:
+        bodies = [m.body for m in again.queue("jobs").browse()]
+    assert bodies == [b"first"] + [b"x" * BODY] * (stored * BATCH) + [b"second"]
