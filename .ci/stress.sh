@@ -6,6 +6,8 @@
 #   POSTBOX_STRESS             size multiplier for message counts and processes (default 10;
 #                              the normal CI run uses 1)
 #   POSTBOX_CRASH_ITERATIONS   SIGKILLs in the crash loop (default 20 * POSTBOX_STRESS)
+#   POSTBOX_LOG_CRASH_ITERATIONS  SIGKILLs in the write-ahead log's crash loop
+#                              (default 12 * POSTBOX_STRESS)
 #   POSTBOX_STRESS_ROUNDS      how many times the whole suite runs (default 2)
 #   POSTBOX_SEED               fix the crash loop's seed (printed by every run) to replay one
 #   POSTBOX_STRESS_PROFILE     cargo profile: dev (default) or release

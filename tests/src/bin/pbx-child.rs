@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Usage: `pbx-child <mode> <store> <queue> [args…]`; the modes are documented on their
-//! functions. Every mode opens the store with `multi_process(true)` except `hold-single`.
+//! functions. Every mode opens the store with `multi_process(true)` except `hold-single` and
+//! `logged` (single-process, through the write-ahead log).
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -242,6 +243,79 @@ fn churn(q: &Queue, args: &[String]) {
     wait_for_stdin_eof();
 }
 
+/// `logged <tag> <checkpoint-bytes>` (single-process, write-ahead log on, checkpoint every
+/// `checkpoint-bytes` of log): until killed, two threads send (one message at a time, or a
+/// batch of three), one receives and completes, and one moves messages in transactions
+/// (receive, send a follow-up, commit). Prints READY, then SENT and DONE lines after each call
+/// returned, and GOT when a receive returned (before the completion or commit, which a kill
+/// may then land in).
+fn logged(path: &str, name: &str, args: &[String]) {
+    let tag = args[0].clone();
+    let checkpoint_bytes: u64 = args[1].parse().expect("checkpoint bytes");
+    let store = Store::builder()
+        .log_checkpoints(checkpoint_bytes, Duration::from_secs(1))
+        .open(path)
+        .or_die();
+    let q = store.queue(name).or_die();
+    say!("READY");
+    let mut threads = Vec::new();
+    for t in 0..2 {
+        let (q, tag) = (q.clone(), tag.clone());
+        threads.push(std::thread::spawn(move || {
+            for i in 0.. {
+                if i % 4 == 3 {
+                    let bodies: Vec<String> =
+                        (0..3).map(|k| format!("{tag}-{t}-{i}.{k}")).collect();
+                    let ids = q
+                        .send_batch(bodies.iter().map(|b| Message::new(b.clone())))
+                        .or_die();
+                    for (id, b) in ids.iter().zip(&bodies) {
+                        say!("SENT {id} {b}");
+                    }
+                } else {
+                    let b = format!("{tag}-{t}-{i}");
+                    let id = q.send(Message::new(b.clone())).or_die();
+                    say!("SENT {id} {b}");
+                }
+            }
+        }));
+    }
+    {
+        let q = q.clone();
+        threads.push(std::thread::spawn(move || {
+            loop {
+                if let Some(m) = q.receive(Duration::from_millis(100)).or_die() {
+                    let (id, b) = (m.id(), body(&m));
+                    say!("GOT {id}");
+                    m.complete().or_die();
+                    say!("DONE {id} {b}");
+                }
+            }
+        }));
+    }
+    {
+        let (q, store, tag) = (q.clone(), store.clone(), tag.clone());
+        threads.push(std::thread::spawn(move || {
+            for i in 0.. {
+                let mut tx = store.begin();
+                let Some(m) = tx.receive(&q, Duration::from_millis(100)).or_die() else {
+                    continue;
+                };
+                let (id, b) = (m.id(), String::from_utf8_lossy(m.body()).into_owned());
+                say!("GOT {id}");
+                let next = format!("{tag}-tx-{i}");
+                let sent = tx.send(&q, Message::new(next.clone())).or_die();
+                tx.commit().or_die();
+                say!("DONE {id} {b}");
+                say!("SENT {sent} {next}");
+            }
+        }));
+    }
+    for t in threads {
+        t.join().expect("logged thread");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
@@ -249,6 +323,10 @@ fn main() {
         std::process::exit(64);
     }
     let (mode, path, name, rest) = (&args[0], &args[1], &args[2], &args[3..]);
+    if mode == "logged" {
+        logged(path, name, rest);
+        return;
+    }
     let store = open(path, mode != "hold-single");
     if mode == "send-keys" {
         send_keys(&store, name, rest);

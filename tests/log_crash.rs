@@ -1,0 +1,168 @@
+//! Crash loop through the write-ahead log: a single-process child sending, completing and
+//! moving messages in transactions is killed with SIGKILL at a random moment, again and again
+//! (`POSTBOX_LOG_CRASH_ITERATIONS`, default 12 × `POSTBOX_STRESS`). Half the children
+//! checkpoint every 64 KiB of log, so kills land in checkpoints too; after some kills the next
+//! child opens the store straight away, so a replay is followed by more work and another kill
+//! before anyone checks. Whenever this process checks:
+//!
+//! - the store opens without error;
+//! - every send that returned (the child printed `SENT`) is there with its body, unless a
+//!   child received it (`GOT`): its completion may have landed before the kill cut off the
+//!   acknowledgement;
+//! - nothing whose completion returned (`DONE`) is there;
+//! - the exact counts match what is found;
+//! - a clean close removes the log, and a reopen replays nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use postbox::Store;
+use postbox_tests::{Proc, Rng, arg, env_u64, num, stress};
+
+const CHILD: &str = env!("CARGO_BIN_EXE_pbx-child");
+
+/// What the children reported: acknowledged sends (id → body), received messages (whose
+/// completion may have landed unacknowledged) and acknowledged completions.
+#[derive(Default)]
+struct Acked {
+    sent: BTreeMap<u64, String>,
+    got: BTreeSet<u64>,
+    done: BTreeSet<u64>,
+}
+
+impl Acked {
+    fn take(&mut self, line: &str) {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.first() {
+            Some(&"SENT") => {
+                self.sent.insert(num(w[1]), w[2].to_string());
+            }
+            Some(&"GOT") => {
+                self.got.insert(num(w[1]));
+            }
+            Some(&"DONE") => {
+                self.done.insert(num(w[1]));
+            }
+            Some(&"ERR") => panic!("child failed: {line}"),
+            _ => {}
+        }
+    }
+}
+
+fn log_file(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-log");
+    name.into()
+}
+
+/// Opens the store and checks it against what was acknowledged; returns the records the open
+/// replayed.
+fn check(path: &Path, acked: &Acked, it: u64) -> u64 {
+    let store = Store::open(path).unwrap_or_else(|e| panic!("iteration {it}: reopen failed: {e}"));
+    let replayed = store.stats().replayed_records;
+    let q = store.queue("logged").unwrap();
+    let mut present = BTreeMap::new();
+    for m in q.browse() {
+        let m = m.unwrap();
+        let body = String::from_utf8(m.body().to_vec()).unwrap();
+        assert!(
+            present.insert(m.id().get(), body).is_none(),
+            "iteration {it}: message {} listed twice",
+            m.id()
+        );
+    }
+    for (id, body) in &acked.sent {
+        if acked.done.contains(id) {
+            assert!(
+                !present.contains_key(id),
+                "iteration {it}: completed message {id} came back"
+            );
+        } else if let Some(found) = present.get(id) {
+            assert_eq!(found, body, "iteration {it}: message {id} changed");
+        } else {
+            // Only a completion the kill cut off before it was acknowledged takes a message.
+            assert!(
+                acked.got.contains(id),
+                "iteration {it}: acknowledged send {id} lost"
+            );
+        }
+    }
+    let s = q.stats().unwrap();
+    assert_eq!(
+        s.active + s.locked + s.scheduled,
+        present.len() as u64,
+        "iteration {it}: counts {s:?}"
+    );
+    assert_eq!(s.dead_lettered, 0, "iteration {it}");
+    drop(q);
+    store.close().unwrap();
+    assert!(
+        !log_file(path).exists(),
+        "iteration {it}: a clean close left the log behind"
+    );
+    let again = Store::open(path).unwrap();
+    assert_eq!(again.stats().replayed_records, 0, "iteration {it}");
+    again.close().unwrap();
+    replayed
+}
+
+#[test]
+fn sigkill_while_writing_through_the_log() {
+    let iterations = env_u64("POSTBOX_LOG_CRASH_ITERATIONS", 12 * stress()).max(1);
+    let mut rng = Rng::from_env("log_crash");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("logged.postbox");
+    let mut acked = Acked::default();
+    let (mut replayed, mut checks) = (0, 0);
+    for it in 0..iterations {
+        let checkpoint_bytes = if rng.below(2) == 0 {
+            64 << 10
+        } else {
+            32 << 20
+        };
+        let mut child = Proc::spawn(
+            CHILD,
+            &format!("logged-{it}"),
+            &[
+                "logged",
+                arg(&path),
+                "logged",
+                &format!("i{it}"),
+                &checkpoint_bytes.to_string(),
+            ],
+        );
+        child.expect("READY");
+        // Kill at a random moment: after a random number of acknowledged calls, plus up to
+        // 3 ms so the kill lands anywhere in the next commit (or checkpoint).
+        let calls = 1 + rng.below(300);
+        let mut seen = 0;
+        while seen < calls {
+            let line = child
+                .next_line()
+                .unwrap_or_else(|| panic!("iteration {it}: the child stopped: {:?}", child.log));
+            acked.take(&line);
+            seen += 1;
+        }
+        std::thread::sleep(Duration::from_micros(rng.below(3000)));
+        for line in child.kill9() {
+            acked.take(&line);
+        }
+        assert!(
+            log_file(&path).exists(),
+            "iteration {it}: no log after a crash"
+        );
+        // Every third kill goes unchecked: the next child replays and works on.
+        if rng.below(3) != 0 || it + 1 == iterations {
+            replayed += check(&path, &acked, it);
+            checks += 1;
+        }
+    }
+    println!(
+        "{iterations} kills, {checks} checks, {} sends and {} completions acknowledged, \
+         {replayed} log records replayed",
+        acked.sent.len(),
+        acked.done.len()
+    );
+    assert!(replayed > 0, "no kill left anything to replay");
+}
