@@ -687,6 +687,13 @@ typedef struct postbox_store_options {
    * 0 means the default, 50 ms. A message sent by another process is seen within it.
    */
   uint32_t poll_ceiling_ms;
+  /**
+   * Non-zero: make every durable commit a durable commit of the store file itself instead
+   * of one append to the write-ahead log beside it (`<path>-log`). Slower for one caller;
+   * the log is used only by single-process stores with `POSTBOX_DURABILITY_IMMEDIATE`.
+   * Added after the first version of this struct.
+   */
+  int skip_write_ahead_log;
 } postbox_store_options;
 
 /**
@@ -703,6 +710,59 @@ typedef struct postbox_commit_stats {
    */
   uint64_t operations;
 } postbox_commit_stats;
+
+/**
+ * The write-ahead log's counters of one store handle, filled by `postbox_store_log_stats`.
+ *
+ * Versioned: the caller sets `struct_size` to `sizeof(postbox_log_stats)` (or calls
+ * `postbox_log_stats_init`) before the call. Later versions of the library append fields and
+ * keep accepting the shorter struct: a caller built against an older header gets only the
+ * fields its `struct_size` covers, and nothing past them is written.
+ */
+typedef struct postbox_log_stats {
+  /**
+   * `sizeof(postbox_log_stats)`, set by the caller; written back unchanged.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved (keeps the counters 8-byte aligned without padding); written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Log records the open of this store replayed: work a crash left in the log, 0 after a
+   * clean close.
+   */
+  uint64_t replayed_records;
+  /**
+   * Records this handle appended to the log (one per durable commit through the log).
+   */
+  uint64_t log_records;
+  /**
+   * Bytes of those records.
+   */
+  uint64_t log_bytes;
+  /**
+   * Checkpoints: durable commits of the store file that made the log's records redundant.
+   */
+  uint64_t checkpoints;
+  /**
+   * Total nanoseconds of logged commits spent running their operations.
+   */
+  uint64_t run_ns;
+  /**
+   * Total nanoseconds spent applying them to the store file without a sync (overlaps the
+   * log write and sync).
+   */
+  uint64_t apply_ns;
+  /**
+   * Total nanoseconds spent writing their records to the log.
+   */
+  uint64_t write_ns;
+  /**
+   * Total nanoseconds spent syncing the log.
+   */
+  uint64_t sync_ns;
+} postbox_log_stats;
 
 /**
  * Options for `postbox_queue_open`, and what `postbox_queue_options_get` reads back.
@@ -1543,6 +1603,26 @@ int postbox_queue_delete(struct postbox_store *store, const char *name, bool *ex
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
  */
 int postbox_store_stats(const struct postbox_store *store, struct postbox_commit_stats *stats_out);
+
+/**
+ * Sets `stats->struct_size` to `sizeof(postbox_log_stats)` and every counter to 0.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `stats` is NULL.
+ */
+int postbox_log_stats_init(struct postbox_log_stats *stats);
+
+/**
+ * Reads the write-ahead log's counters of this handle into `stats_out`, whose `struct_size`
+ * the caller sets first (`sizeof(postbox_log_stats)`, or `postbox_log_stats_init`).
+ * `replayed_records` says how much a crash had left to recover when this handle opened the
+ * store. A store without the log (multi-process, `POSTBOX_DURABILITY_NONE`,
+ * `skip_write_ahead_log`) reports zeros.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`); `POSTBOX_FORKED`.
+ */
+int postbox_store_log_stats(const struct postbox_store *store, struct postbox_log_stats *stats_out);
 
 /**
  * Fills `options` with the defaults and sets its `struct_size`.

@@ -6,7 +6,9 @@ use std::time::Duration;
 use postbox::{Durability, Store};
 
 use crate::StoreTag;
-use crate::guard::{Failure, Out, Outcome, arg_ref, arg_str, guard, read_versioned, take_box};
+use crate::guard::{
+    Failure, Out, Outcome, VersionedOut, arg_ref, arg_str, guard, read_versioned, take_box,
+};
 use crate::status::POSTBOX_OK;
 
 /// Durability: every commit is on stable storage (fsync) before the call returns; a message
@@ -42,9 +44,15 @@ pub struct postbox_store_options {
     /// Multi-process only: the longest polling interval (the backoff doubles up to it), in ms;
     /// 0 means the default, 50 ms. A message sent by another process is seen within it.
     pub poll_ceiling_ms: u32,
+    /// Non-zero: make every durable commit a durable commit of the store file itself instead
+    /// of one append to the write-ahead log beside it (`<path>-log`). Slower for one caller;
+    /// the log is used only by single-process stores with `POSTBOX_DURABILITY_IMMEDIATE`.
+    /// Added after the first version of this struct.
+    pub skip_write_ahead_log: c_int,
 }
 
-const STORE_OPTIONS_V1: usize = size_of::<postbox_store_options>();
+/// The first version of `postbox_store_options`: the smallest `struct_size` accepted.
+const STORE_OPTIONS_V1: usize = std::mem::offset_of!(postbox_store_options, skip_write_ahead_log);
 
 /// Pipeline counters of one store handle, filled by `postbox_store_stats`.
 #[repr(C)]
@@ -56,6 +64,45 @@ pub struct postbox_commit_stats {
     /// commits` shows the effect of group commit.
     pub operations: u64,
 }
+
+/// The write-ahead log's counters of one store handle, filled by `postbox_store_log_stats`.
+///
+/// Versioned: the caller sets `struct_size` to `sizeof(postbox_log_stats)` (or calls
+/// `postbox_log_stats_init`) before the call. Later versions of the library append fields and
+/// keep accepting the shorter struct: a caller built against an older header gets only the
+/// fields its `struct_size` covers, and nothing past them is written.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct postbox_log_stats {
+    /// `sizeof(postbox_log_stats)`, set by the caller; written back unchanged.
+    pub struct_size: u32,
+    /// Reserved (keeps the counters 8-byte aligned without padding); written as 0.
+    pub reserved: u32,
+    /// Log records the open of this store replayed: work a crash left in the log, 0 after a
+    /// clean close.
+    pub replayed_records: u64,
+    /// Records this handle appended to the log (one per durable commit through the log).
+    pub log_records: u64,
+    /// Bytes of those records.
+    pub log_bytes: u64,
+    /// Checkpoints: durable commits of the store file that made the log's records redundant.
+    pub checkpoints: u64,
+    /// Total nanoseconds of logged commits spent running their operations.
+    pub run_ns: u64,
+    /// Total nanoseconds spent applying them to the store file without a sync (overlaps the
+    /// log write and sync).
+    pub apply_ns: u64,
+    /// Total nanoseconds spent writing their records to the log.
+    pub write_ns: u64,
+    /// Total nanoseconds spent syncing the log.
+    pub sync_ns: u64,
+}
+
+/// The first version of `postbox_log_stats`: the smallest `struct_size` accepted.
+const LOG_STATS_V1: usize = size_of::<postbox_log_stats>();
+
+// `VersionedOut` copies an older caller's prefix of the struct: it holds no padding.
+const _: () = assert!(LOG_STATS_V1 == 8 + 8 * 8);
 
 /// An open store: one file holding many queues. Created by `postbox_store_open`, released by
 /// `postbox_store_close`. Thread-safe: any number of threads may use one store handle at once.
@@ -91,7 +138,7 @@ pub extern "C" fn postbox_store_options_init(options: *mut postbox_store_options
     guard(|| {
         let out = Out::required(options, "options")?;
         out.write(postbox_store_options {
-            struct_size: STORE_OPTIONS_V1 as u32,
+            struct_size: size_of::<postbox_store_options>() as u32,
             ..Default::default()
         });
         Ok(POSTBOX_OK)
@@ -162,7 +209,8 @@ pub extern "C" fn postbox_store_open(
         let mut builder = Store::builder()
             .durability(durability)
             .multi_process(o.multi_process != 0)
-            .verify_on_open(o.skip_verify_on_open == 0);
+            .verify_on_open(o.skip_verify_on_open == 0)
+            .write_ahead_log(o.skip_write_ahead_log == 0);
         if o.cache_size != 0 {
             let bytes = usize::try_from(o.cache_size)
                 .map_err(|_| Failure::invalid("options.cache_size does not fit in size_t"))?;
@@ -317,6 +365,56 @@ pub extern "C" fn postbox_store_stats(
         out.write(postbox_commit_stats {
             commits: s.commits,
             operations: s.operations,
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Sets `stats->struct_size` to `sizeof(postbox_log_stats)` and every counter to 0.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `stats` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_log_stats_init(stats: *mut postbox_log_stats) -> c_int {
+    guard(|| {
+        Out::required(stats, "stats")?.write(postbox_log_stats {
+            struct_size: LOG_STATS_V1 as u32,
+            ..Default::default()
+        });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Reads the write-ahead log's counters of this handle into `stats_out`, whose `struct_size`
+/// the caller sets first (`sizeof(postbox_log_stats)`, or `postbox_log_stats_init`).
+/// `replayed_records` says how much a crash had left to recover when this handle opened the
+/// store. A store without the log (multi-process, `POSTBOX_DURABILITY_NONE`,
+/// `skip_write_ahead_log`) reports zeros.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`); `POSTBOX_FORKED`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_log_stats(
+    store: *const postbox_store,
+    stats_out: *mut postbox_log_stats,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let out = VersionedOut::required(stats_out, LOG_STATS_V1, "stats_out")?;
+        store.tag.check_process()?;
+        let s = store.store.stats();
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        out.write(postbox_log_stats {
+            struct_size: LOG_STATS_V1 as u32,
+            reserved: 0,
+            replayed_records: s.replayed_records,
+            log_records: s.log_records,
+            log_bytes: s.log_bytes,
+            checkpoints: s.checkpoints,
+            run_ns: ns(s.log_timing.run),
+            apply_ns: ns(s.log_timing.apply),
+            write_ns: ns(s.log_timing.write),
+            sync_ns: ns(s.log_timing.sync),
         });
         Ok(POSTBOX_OK)
     })

@@ -1147,6 +1147,122 @@ static void test_stats(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* The write-ahead log: on by default (a `-log` file beside the store while it is open),
+ * off with skip_write_ahead_log; a process killed with SIGKILL after its sends returned loses
+ * none of them, and the next open reports the records it replayed. */
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+static void child_exit(int code);
+
+static void test_write_ahead_log(const char *dir) {
+    postbox_log_stats ls;
+    CHECK_RC(postbox_log_stats_init(NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_log_stats_init(&ls));
+    CHECK(ls.struct_size == sizeof ls);
+
+    char path[1024], log_path[1100];
+    snprintf(path, sizeof path, "%s", path_in(dir, "logged.postbox"));
+    snprintf(log_path, sizeof log_path, "%s-log", path);
+
+    /* Without the log: every commit is a durable commit of the store file. */
+    postbox_store_options o;
+    CHECK_OK(postbox_store_options_init(&o));
+    CHECK(o.skip_write_ahead_log == 0);
+    o.skip_write_ahead_log = 1;
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path, &o, &store));
+    postbox_queue *q = open_queue(store, "q", NULL);
+    if (q == NULL) return;
+    send_text(q, "unlogged");
+    CHECK(!file_exists(log_path));
+    CHECK_RC(postbox_store_log_stats(NULL, &ls), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_store_log_stats(store, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_log_stats bad;
+    postbox_log_stats_init(&bad);
+    bad.struct_size = 4;
+    CHECK_RC(postbox_store_log_stats(store, &bad), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_store_log_stats(store, &ls));
+    CHECK(ls.log_records == 0 && ls.log_bytes == 0 && ls.replayed_records == 0);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+
+    /* A struct of the first version (without skip_write_ahead_log) is accepted: the log is on. */
+    CHECK_OK(postbox_store_options_init(&o));
+    o.struct_size = (uint32_t)offsetof(postbox_store_options, skip_write_ahead_log);
+    REQUIRE_OK(postbox_store_open(path, &o, &store));
+    q = open_queue(store, "q", NULL);
+    if (q == NULL) return;
+    send_text(q, "logged");
+    CHECK(file_exists(log_path));
+    CHECK_OK(postbox_store_log_stats(store, &ls));
+    CHECK(ls.log_records >= 1 && ls.log_bytes > 0 && ls.replayed_records == 0);
+    CHECK(ls.sync_ns > 0);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    /* A clean close leaves the store file alone, complete. */
+    CHECK(!file_exists(log_path));
+
+    /* A child sends through the log and is killed; every send that returned is there. */
+    enum { SENDS = 20 };
+    int fds[2];
+    if (pipe(fds) != 0) {
+        CHECK(0);
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        CHECK(pid >= 0);
+        return;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        char verdict = 'F';
+        postbox_store *cs = NULL;
+        postbox_queue *cq = NULL;
+        if (postbox_store_open(path, NULL, &cs) == POSTBOX_OK &&
+            postbox_queue_open(cs, "q", NULL, &cq) == POSTBOX_OK) {
+            int ok = 1;
+            /* Two sends after the loop: a checkpoint (a durable commit of the store file) is
+             * due at most once a second, so the last send at least is only in the log. */
+            for (int i = 0; i < SENDS + 2 && ok; i++) {
+                char body[32];
+                int len = snprintf(body, sizeof body, "m%d", i);
+                ok = postbox_send(cq, NULL, (const uint8_t *)body, (size_t)len, NULL, NULL) ==
+                     POSTBOX_OK;
+            }
+            if (ok) verdict = 'S';
+        }
+        if (verdict != 'S') fprintf(stderr, "  child: %s\n", postbox_last_error_message());
+        if (write(fds[1], &verdict, 1) != 1) child_exit(1);
+        for (;;) pause();
+    }
+    close(fds[1]);
+    char verdict = 0;
+    ssize_t n = read(fds[0], &verdict, 1);
+    close(fds[0]);
+    CHECK(n == 1 && verdict == 'S');
+    kill(pid, SIGKILL);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK(file_exists(log_path));
+
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    CHECK_OK(postbox_store_log_stats(store, &ls));
+    CHECK(ls.replayed_records >= 1 && ls.replayed_records <= SENDS + 2);
+    q = open_queue(store, "q", NULL);
+    if (q == NULL) return;
+    CHECK(stats_of(q).active == 2 + SENDS + 2);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    /* The replay made it to the store file: a second open has nothing left to replay. */
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    CHECK_OK(postbox_store_log_stats(store, &ls));
+    CHECK(ls.replayed_records == 0);
+    CHECK_OK(postbox_store_close(store));
+}
+
 static void test_use_after_close(const char *dir) {
     postbox_store *store = open_store(dir);
     if (store == NULL) return;
@@ -4752,6 +4868,7 @@ int main(int argc, char **argv) {
         {"batches", test_batches},
         {"transactions", test_transactions},
         {"stats", test_stats},
+        {"write_ahead_log", test_write_ahead_log},
         {"use_after_close", test_use_after_close},
         {"multithreaded_consumers", test_multithreaded_consumers},
         {"error_message_per_thread", test_error_message_per_thread},
