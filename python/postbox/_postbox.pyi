@@ -125,7 +125,18 @@ class Store:
         cache_size: int | None = None,
         poll_interval: tuple[_Seconds, _Seconds] | None = None,
         verify_on_open: bool = True,
-    ) -> Store: ...
+        write_ahead_log: bool = True,
+    ) -> Store:
+        """Opens (creating if needed) the store file at ``path``.
+
+        ``write_ahead_log`` (default on, single-process stores only) makes each durable commit
+        one append to ``<path>-log`` beside the file, which the store file catches up with in
+        the background; after a crash the next open replays it. ``False`` makes every commit
+        a durable commit of the store file itself. Stores with ``multi_process=True`` or
+        ``durability="none"`` never use the log. Raises a ``StoreError`` subclass
+        (``AlreadyOpenError``, ``StoreCorruptedError``, ``NotAStoreError``, ``IoError``…)
+        when the file cannot be opened.
+        """
     @property
     def path(self) -> Path: ...
     @property
@@ -243,7 +254,15 @@ class Store:
         """
     def transaction(self) -> Transaction:
         """A new transaction; raises ``ClosedError`` at once on a closed store."""
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> dict[str, int | float]:
+        """Commit-pipeline counters of this handle.
+
+        Keys: ``commits``, ``operations`` (redb write transactions and the operations they
+        carried), ``replayed_records`` (write-ahead log records the open replayed; 0 after a
+        clean close), ``log_records``, ``log_bytes`` (appended by this handle),
+        ``checkpoints``, and the float totals ``log_run_seconds``, ``log_apply_seconds``,
+        ``log_write_seconds``, ``log_sync_seconds``. Raises ``ClosedError`` on a closed store.
+        """
     def close(self) -> None:
         """Closes the store; in a forked child only lets go of the handle (returns at once)."""
     def __enter__(self) -> Self: ...
