@@ -534,9 +534,7 @@ pub fn recover(db: &Database, file: &dyn LogFile, durable: bool) -> Result<Recov
     };
     {
         let mut applier = rows::Applier::new(&txn);
-        for f in &scan.found {
-            applier.apply(&data[f.body.clone()])?;
-        }
+        applier.apply_all(scan.found.iter().map(|f| &data[f.body.clone()]))?;
     }
     txn.open_table(META)?.insert(KEY_LOG_APPLIED, last)?;
     if !durable {
