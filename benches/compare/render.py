@@ -165,6 +165,17 @@ def main():
             md.append(f"- **{k}**: {meta[k]}")
     md.append(f"- **fsync ceiling / raw redb floor, before**: {probe_text(pb)}")
     md.append(f"- **fsync ceiling / raw redb floor, after**: {probe_text(pa)}")
+    rec = meta.get("recovery", {})
+    fl, bs = rec.get("full_log", {}), rec.get("big_store", {})
+    if fl:
+        md.append(f"- **recovery, full write-ahead log** (`postbox-recovery`): open after kill -9 with "
+                  f"{fl.get('log_file_bytes', 0) / 2**20:.0f} MiB of log ({fl.get('replayed', 0):,} one-send records of 1 KiB): "
+                  f"{fl.get('open_s', 0) * 1000:.0f} ms, {fmt(fl.get('replay_per_s', 0))} records/s")
+    if bs:
+        md.append(f"- **recovery, large store**: {bs.get('messages', 0):,} messages ({bs.get('store_bytes', 0) / 2**20:.0f} MiB), "
+                  f"{bs.get('replayed', 0):,} records to replay: open after kill -9 {bs.get('open_after_kill_s', 0) * 1000:.0f} ms; "
+                  f"clean open {bs.get('clean_open_s', 0) * 1000:.0f} ms (verify_on_open), "
+                  f"{bs.get('clean_open_noverify_s', 0) * 1000:.1f} ms (without)")
     md.append(f"- **run time**: {meta.get('elapsed_s', '?')} s\n")
     md.append("## Workloads\n")
     md.append(f"- **A (burst)**: {meta.get('count', 20000):,} × 1 KiB sends from one client, then receive+complete of all")

@@ -8,7 +8,9 @@
 # (seconds a phase of A may take before it stops and reports its rate so far, 15),
 # POSTBOX_COMPARE_SECONDS (workload B window, 10), POSTBOX_COMPARE_ONLY (comma-separated
 # systems to run, for development), POSTBOX_COMPARE_OUT (the markdown file, BENCHMARKS.md),
-# POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails).
+# POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails),
+# POSTBOX_COMPARE_RECOVERY_MESSAGES (messages of the large store whose open after kill -9 is
+# timed, 1000000).
 #
 # Everything the script installs goes to benches/compare/.work (git-ignored) or comes from
 # apt; servers it starts listen on 127.0.0.1 only and are stopped on exit.
@@ -279,6 +281,8 @@ if wanted postbox-c; then
 fi
 
 PROBE_AFTER=$(probe)
+log "recovery: open after kill -9 with a full write-ahead log, and with a large store"
+RECOVERY=$("$BIN/postbox-recovery" "$DATA" "${POSTBOX_COMPARE_RECOVERY_MESSAGES:-1000000}" 2>/dev/null || echo '{}')
 
 # ---- versions and the table ---------------------------------------------------------------------
 pyver() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || echo "?"; }
@@ -306,7 +310,7 @@ json.dump({
   "redis": "${REDIS_VER:-?}",
   "rabbitmq": "$RABBIT_VER (Erlang $ERLANG_VER)",
   "count": $COUNT, "cap": $CAP, "seconds": $SECS,
-  "probe_before": $PROBE_BEFORE, "probe_after": $PROBE_AFTER,
+  "probe_before": $PROBE_BEFORE, "probe_after": $PROBE_AFTER, "recovery": $RECOVERY,
   "elapsed_s": $(($(date +%s) - STARTED)),
 }, open(sys.argv[1], "w"))
 EOF
