@@ -1147,11 +1147,66 @@ static void test_stats(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Runs `work(path)` in a forked child that opened nothing the parent holds; the child reports
+ * work's verdict byte through a pipe and then waits, its handles open, to be killed. Kills the
+ * child with SIGKILL once the verdict is read, checks it died of that, and returns the verdict
+ * (0 when the fork failed). */
+static void child_exit(int code);
+static char verdict_then_sigkill(const char *path, char (*work)(const char *path)) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+        CHECK(0);
+        return 0;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        CHECK(pid >= 0);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        harness_failed_checks = 0;
+        char verdict = work(path);
+        if (write(fds[1], &verdict, 1) != 1) child_exit(1);
+        for (;;) pause(); /* the kill interrupts nothing in progress */
+    }
+    close(fds[1]);
+    char verdict = 0;
+    ssize_t n = read(fds[0], &verdict, 1);
+    close(fds[0]);
+    CHECK(n == 1);
+    kill(pid, SIGKILL);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    return verdict;
+}
+
 /* The write-ahead log: on by default (a `-log` file beside the store while it is open),
  * off with skip_write_ahead_log; a process killed with SIGKILL after its sends returned loses
  * none of them, and the next open reports the records it replayed. */
 static int file_exists(const char *path) { return access(path, F_OK) == 0; }
-static void child_exit(int code);
+
+enum { LOGGED_SENDS = 20 };
+
+/* The child of test_write_ahead_log: 'S' once every send returned. Two sends after the loop:
+ * a checkpoint (a durable commit of the store file) is due at most once a second, so the last
+ * send at least is only in the log when the kill comes. */
+static char send_through_the_log(const char *path) {
+    postbox_store *store = NULL;
+    postbox_queue *q = NULL;
+    int ok = postbox_store_open(path, NULL, &store) == POSTBOX_OK &&
+             postbox_queue_open(store, "q", NULL, &q) == POSTBOX_OK;
+    for (int i = 0; i < LOGGED_SENDS + 2 && ok; i++) {
+        char body[32];
+        int len = snprintf(body, sizeof body, "m%d", i);
+        ok = postbox_send(q, NULL, (const uint8_t *)body, (size_t)len, NULL, NULL) == POSTBOX_OK;
+    }
+    if (!ok) fprintf(stderr, "  child: %s\n", postbox_last_error_message());
+    return ok ? 'S' : 'F';
+}
 
 static void test_write_ahead_log(const char *dir) {
     postbox_log_stats ls;
@@ -1202,58 +1257,15 @@ static void test_write_ahead_log(const char *dir) {
     CHECK(!file_exists(log_path));
 
     /* A child sends through the log and is killed; every send that returned is there. */
-    enum { SENDS = 20 };
-    int fds[2];
-    if (pipe(fds) != 0) {
-        CHECK(0);
-        return;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        CHECK(pid >= 0);
-        return;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        char verdict = 'F';
-        postbox_store *cs = NULL;
-        postbox_queue *cq = NULL;
-        if (postbox_store_open(path, NULL, &cs) == POSTBOX_OK &&
-            postbox_queue_open(cs, "q", NULL, &cq) == POSTBOX_OK) {
-            int ok = 1;
-            /* Two sends after the loop: a checkpoint (a durable commit of the store file) is
-             * due at most once a second, so the last send at least is only in the log. */
-            for (int i = 0; i < SENDS + 2 && ok; i++) {
-                char body[32];
-                int len = snprintf(body, sizeof body, "m%d", i);
-                ok = postbox_send(cq, NULL, (const uint8_t *)body, (size_t)len, NULL, NULL) ==
-                     POSTBOX_OK;
-            }
-            if (ok) verdict = 'S';
-        }
-        if (verdict != 'S') fprintf(stderr, "  child: %s\n", postbox_last_error_message());
-        if (write(fds[1], &verdict, 1) != 1) child_exit(1);
-        for (;;) pause();
-    }
-    close(fds[1]);
-    char verdict = 0;
-    ssize_t n = read(fds[0], &verdict, 1);
-    close(fds[0]);
-    CHECK(n == 1 && verdict == 'S');
-    kill(pid, SIGKILL);
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK(verdict_then_sigkill(path, send_through_the_log) == 'S');
     CHECK(file_exists(log_path));
 
     REQUIRE_OK(postbox_store_open(path, NULL, &store));
     CHECK_OK(postbox_store_log_stats(store, &ls));
-    CHECK(ls.replayed_records >= 1 && ls.replayed_records <= SENDS + 2);
+    CHECK(ls.replayed_records >= 1 && ls.replayed_records <= LOGGED_SENDS + 2);
     q = open_queue(store, "q", NULL);
     if (q == NULL) return;
-    CHECK(stats_of(q).active == 2 + SENDS + 2);
+    CHECK(stats_of(q).active == 2 + LOGGED_SENDS + 2);
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
     /* The replay made it to the store file: a second open has nothing left to replay. */
@@ -3792,6 +3804,33 @@ static void test_collator(const char *dir) {
     postbox_queue_free(dest);
 }
 
+/* The child of test_collator_sigkill: 'R' once 1, 2, 3, 5, 6 arrived as expected. */
+static char collate_then_wait(const char *path) {
+    char verdict = 'F';
+    postbox_store *store = NULL;
+    if (postbox_store_open(path, NULL, &store) == POSTBOX_OK) {
+        postbox_queue *dest = NULL;
+        postbox_collator *c = NULL;
+        if (postbox_queue_open(store, "ordered", NULL, &dest) == POSTBOX_OK &&
+            postbox_collator_open(store, "ordered-in", dest, &c) == POSTBOX_OK) {
+            const uint64_t arrival[5] = {1, 2, 3, 5, 6};
+            const size_t want[5] = {1, 1, 1, 0, 0};
+            int ok = 1;
+            for (int i = 0; i < 5; i++) {
+                size_t released = 99;
+                bool duplicate = true;
+                if (collate_part(c, "s", arrival[i], NULL, NULL, &released, &duplicate) !=
+                        POSTBOX_OK ||
+                    released != want[i] || duplicate)
+                    ok = 0;
+            }
+            if (ok) verdict = 'R';
+        }
+    }
+    if (verdict != 'R') fprintf(stderr, "  child: %s\n", postbox_last_error_message());
+    return verdict;
+}
+
 /* A collator killed with SIGKILL between two arrivals loses and duplicates nothing: a child
  * process sends 1, 2, 3, 5, 6 (1, 2, 3 released, 5 and 6 held) and is killed; after a reopen
  * 4 releases 4, 5, 6 exactly once, in order. */
@@ -3799,57 +3838,8 @@ static void test_collator_sigkill(const char *dir) {
     const char *p = path_in(dir, "collate.postbox");
     char path[1024];
     snprintf(path, sizeof path, "%s", p);
-    int fds[2];
-    if (pipe(fds) != 0) {
-        CHECK(0);
-        return;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        CHECK(pid >= 0);
-        return;
-    }
-    if (pid == 0) {
-        /* The child opens the store itself (the parent holds no handle), sends, reports, and
-         * waits to be killed. */
-        close(fds[0]);
-        harness_failed_checks = 0;
-        char verdict = 'F';
-        postbox_store *store = NULL;
-        if (postbox_store_open(path, NULL, &store) == POSTBOX_OK) {
-            postbox_queue *dest = NULL;
-            postbox_collator *c = NULL;
-            if (postbox_queue_open(store, "ordered", NULL, &dest) == POSTBOX_OK &&
-                postbox_collator_open(store, "ordered-in", dest, &c) == POSTBOX_OK) {
-                const uint64_t arrival[5] = {1, 2, 3, 5, 6};
-                const size_t want[5] = {1, 1, 1, 0, 0};
-                int ok = 1;
-                for (int i = 0; i < 5; i++) {
-                    size_t released = 99;
-                    bool duplicate = true;
-                    if (collate_part(c, "s", arrival[i], NULL, NULL, &released, &duplicate) !=
-                            POSTBOX_OK ||
-                        released != want[i] || duplicate)
-                        ok = 0;
-                }
-                if (ok) verdict = 'R';
-            }
-        }
-        if (verdict != 'R') fprintf(stderr, "  child: %s\n", postbox_last_error_message());
-        if (write(fds[1], &verdict, 1) != 1) child_exit(1);
-        for (;;) pause(); /* the handles stay open: the kill interrupts nothing in progress */
-    }
-    close(fds[1]);
-    char verdict = 0;
-    ssize_t n = read(fds[0], &verdict, 1);
-    close(fds[0]);
-    CHECK(n == 1 && verdict == 'R');
-    kill(pid, SIGKILL);
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    /* The child opens the store itself (the parent holds no handle). */
+    CHECK(verdict_then_sigkill(path, collate_then_wait) == 'R');
 
     postbox_store *store = NULL;
     REQUIRE_OK(postbox_store_open(path, NULL, &store));
