@@ -3,6 +3,9 @@
 //! `cargo bench -p postbox-benches` runs everything in a few minutes on 2 cores;
 //! `POSTBOX_BENCH_LONG=1` measures ten times longer; a filter argument
 //! (`cargo bench -p postbox-benches -- send/`) runs the matching benchmarks only.
+//! Setups: `sp-durable` (single process, durable through the write-ahead log), `sp-direct`
+//! (the same without the log: every commit a durable commit of the store file), `sp-none`,
+//! `mp-durable` (multi-process).
 //! `POSTBOX_BENCH_MAX_BACKLOG` caps the backlog benchmarks (default 1000000),
 //! `POSTBOX_BENCH_DIR` chooses the filesystem the stores (and the fsync probe) live on.
 //!
@@ -91,30 +94,42 @@ enum Mode {
 struct Setup {
     mode: Mode,
     durability: Durability,
+    /// The write-ahead log (single-process durable stores only; `false` is the direct
+    /// durable commit of the store file, for the before/after of the log).
+    log: bool,
 }
 
 impl Setup {
-    const ALL: [Setup; 3] = [
+    const ALL: [Setup; 4] = [
         Setup {
             mode: Mode::Single,
             durability: Durability::Immediate,
+            log: true,
         },
         Setup {
             mode: Mode::Single,
             durability: Durability::None,
+            log: true,
         },
         // Multi-process stores commit durably only.
         Setup {
             mode: Mode::Multi,
             durability: Durability::Immediate,
+            log: true,
+        },
+        Setup {
+            mode: Mode::Single,
+            durability: Durability::Immediate,
+            log: false,
         },
     ];
 
     fn label(self) -> &'static str {
-        match (self.mode, self.durability) {
-            (Mode::Single, Durability::None) => "sp-none",
-            (Mode::Single, _) => "sp-durable",
-            (Mode::Multi, _) => "mp-durable",
+        match (self.mode, self.durability, self.log) {
+            (Mode::Single, Durability::None, _) => "sp-none",
+            (Mode::Single, _, true) => "sp-durable",
+            (Mode::Single, _, false) => "sp-direct",
+            (Mode::Multi, _, _) => "mp-durable",
         }
     }
 
@@ -122,6 +137,7 @@ impl Setup {
         Store::builder()
             .durability(self.durability)
             .multi_process(self.mode == Mode::Multi)
+            .write_ahead_log(self.log)
             .verify_on_open(false)
             .open(dir.join("bench.postbox"))
             .expect("open store")

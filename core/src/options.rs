@@ -49,7 +49,8 @@ pub(crate) struct LogCheckpoints {
     pub bytes: u64,
     /// Time since the last checkpoint with records written.
     pub interval: Duration,
-    /// A batch whose record would be larger is committed durably to the store file instead.
+    /// A batch whose record would be larger is committed durably to the store file instead:
+    /// logging writes large bodies twice, which costs more than the sync it saves.
     pub max_record: u64,
 }
 
@@ -58,7 +59,7 @@ impl Default for LogCheckpoints {
         LogCheckpoints {
             bytes: 32 << 20,
             interval: Duration::from_secs(1),
-            max_record: 16 << 20,
+            max_record: 256 << 10,
         }
     }
 }

@@ -89,9 +89,11 @@ impl StoreBuilder {
     /// one `fdatasync`; the store file is brought up to date in the background by checkpoints
     /// (at least once a second while writes go on, every 32 MiB of log, and at close). After a
     /// clean close the log is gone and the store file alone is a complete copy; after a crash
-    /// the next open replays the log ([`StoreStats::replayed_records`]). Without it, every
-    /// commit is a durable commit of the store file, which costs more syncs and scattered
-    /// writes. Multi-process stores and [`Durability::None`] never use the log.
+    /// the next open replays the log ([`StoreStats::replayed_records`]). A batch with more
+    /// than 256 KiB of changes (large bodies, many at once) is committed durably to the store
+    /// file directly: logging would write it twice, which costs more than it saves. Without
+    /// the log, every commit is a durable commit of the store file, which costs more syncs and
+    /// scattered writes. Multi-process stores and [`Durability::None`] never use the log.
     pub fn write_ahead_log(mut self, enabled: bool) -> Self {
         self.config.write_ahead_log = enabled;
         self

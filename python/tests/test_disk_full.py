@@ -1,10 +1,11 @@
 """A full disk (items 2 and 4): a failed commit is all or nothing and says which, the same handle
 works again once space is freed, reads keep working meanwhile.
 
-Both commit paths are tried: direct durable commits of the store file
-(``write_ahead_log=False``) and the write-ahead log (the default), whose file is allocated
-ahead in 1 MiB steps, so batches that fit in what it already holds succeed on a full disk: the
-log mode uses bodies large enough that a batch outgrows that allocation.
+Both kinds of store are tried: without the write-ahead log (``write_ahead_log=False``) and
+with it (the default). The log's file is allocated ahead in 1 MiB steps, so logged batches that
+fit in what it holds succeed on a full disk (the last test counts them); the sweep's log mode
+uses batches of 2 MB, which a store with the log commits to the store file directly (a
+checkpoint, like any batch over 256 KiB), with the log beside it.
 
 Runs only as root where a small tmpfs can be mounted (`mount -t tmpfs -o size=8m`, 32m for
 the log mode); skipped elsewhere. POSTBOX_DISKFULL_STEPS sets how many free-space amounts are
@@ -98,8 +99,8 @@ def outcome(call: object) -> str:
 
 
 # (tmpfs size, write_ahead_log, body size, largest free amount): without the log a batch of
-# 5 x 50 KB needs about 250 KB of new pages; with it, a batch of 5 x 400 KB outgrows the
-# log's 1 MiB allocation, and the largest amount leaves room for the log and the store file.
+# 5 x 50 KB needs about 250 KB of new pages; with it, a batch of 5 x 400 KB is a checkpoint,
+# and the largest amount leaves room for the log and the store file.
 MODES = [("8m", False, BODY, 1 << 20), ("32m", True, 400_000, 8 << 20)]
 
 
@@ -191,7 +192,8 @@ def test_full_disk_errors_are_storage_full_and_close_works(small_fs: Path, log: 
     q.send(b"first")
     filler.fill(0)
     failures: list[BaseException] = []
-    # With the log, batches that fit in the log's allocated space succeed, durably.
+    # With the log, batches (250 KB: logged) that fit in the log's allocated space succeed,
+    # durably.
     stored = 0
     try:
         for _ in range(20):
