@@ -22,15 +22,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io;
-use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use postbox::storage::{LogFile, OsLogFile, StorageLayer};
 use postbox::{ErrorKind, Message, Store};
 use postbox_testkit::{Rng, env_u64, stress};
+
+#[path = "common/layer.rs"]
+mod layer;
+use layer::{Io, Tap, Which};
 
 const SECTOR: usize = 512;
 
@@ -160,8 +162,8 @@ impl Sim {
         }
     }
 
-    /// A power loss now: checks each image, then the sync of `which` completes.
-    fn sync_point(&mut self, which: usize) {
+    /// A power loss now, as the sync of `which` starts: checks each image.
+    fn power_loss_now(&mut self, which: usize) {
         for variant in 0..self.variants {
             let mut images = Vec::new();
             for f in &self.files {
@@ -177,9 +179,6 @@ impl Sim {
                     if which == STORE { "store file" } else { "log" }
                 ));
             }
-        }
-        if let Some(f) = &mut self.files[which] {
-            f.synced();
         }
     }
 
@@ -302,35 +301,9 @@ impl Sim {
     }
 }
 
+/// The recording tap: every write is noted, every sync is a possible power loss.
 #[derive(Debug)]
-struct Layer(Shared);
-
-impl StorageLayer for Layer {
-    fn store_file(&self, file: File) -> io::Result<Box<dyn redb::StorageBackend>> {
-        self.0.lock().track(STORE, &file)?;
-        let inner = redb::backends::FileBackend::new(file).map_err(io::Error::other)?;
-        Ok(Box::new(StoreBackend {
-            inner,
-            sim: self.0.clone(),
-        }))
-    }
-
-    fn log_file(&self, file: File) -> Box<dyn LogFile> {
-        if let Err(e) = self.0.lock().track(LOG, &file) {
-            self.0.lock().failures.push(format!("reading the log: {e}"));
-        }
-        Box::new(RecordedLog {
-            inner: OsLogFile(file),
-            sim: self.0.clone(),
-        })
-    }
-}
-
-#[derive(Debug)]
-struct StoreBackend {
-    inner: redb::backends::FileBackend,
-    sim: Shared,
-}
+struct Recorder(Shared);
 
 impl std::fmt::Debug for Sim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -338,82 +311,43 @@ impl std::fmt::Debug for Sim {
     }
 }
 
-type BackendResult<T> = Result<T, redb::BackendError>;
-
-impl redb::StorageBackend for StoreBackend {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        self.inner.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        let mut sim = self.sim.lock();
-        self.inner.set_len(len)?;
-        sim.record(STORE, Op::SetLen(len));
-        Ok(())
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        let mut sim = self.sim.lock();
-        sim.sync_point(STORE);
-        self.inner.sync_data()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut sim = self.sim.lock();
-        self.inner.write(offset, data)?;
-        sim.record(STORE, Op::Write(offset, data.to_vec()));
-        Ok(())
-    }
-    fn close(&self) -> io::Result<()> {
-        self.inner.close()
-    }
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<bool> {
-        self.inner.try_lock_range(start, end)
-    }
-    fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<bool> {
-        self.inner.try_lock_shared_range(start, end)
-    }
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<()> {
-        self.inner.lock_range(start, end)
-    }
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<()> {
-        self.inner.lock_shared_range(start, end)
-    }
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<()> {
-        self.inner.unlock_range(start, end)
-    }
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> BackendResult<bool> {
-        self.inner.query_lock_range(start, end)
+fn index(which: Which) -> usize {
+    match which {
+        Which::Store => STORE,
+        Which::Log => LOG,
     }
 }
 
-#[derive(Debug)]
-struct RecordedLog {
-    inner: OsLogFile,
-    sim: Shared,
-}
+impl Tap for Recorder {
+    fn opened(&self, which: Which, file: &File) -> io::Result<()> {
+        self.0.lock().track(index(which), file)
+    }
 
-impl LogFile for RecordedLog {
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut sim = self.sim.lock();
-        self.inner.write_at(buf, offset)?;
-        sim.record(LOG, Op::Write(offset, buf.to_vec()));
-        Ok(())
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn size(&self) -> io::Result<u64> {
-        self.inner.size()
-    }
-    fn sync(&self) -> io::Result<()> {
-        let mut sim = self.sim.lock();
-        if std::mem::take(&mut sim.fail_next_log_sync) {
-            // EIO, what a failing disk gives fsync.
-            return Err(io::Error::from_raw_os_error(5));
+    fn before(&self, which: Which, io: &Io<'_>) -> io::Result<()> {
+        if let Io::Sync = io {
+            let mut sim = self.0.lock();
+            if which == Which::Log && std::mem::take(&mut sim.fail_next_log_sync) {
+                // EIO, what a failing disk gives fsync.
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            sim.power_loss_now(index(which));
         }
-        sim.sync_point(LOG);
-        self.inner.sync()
+        Ok(())
+    }
+
+    fn after(&self, which: Which, io: &Io<'_>) {
+        let op = match io {
+            Io::Write(at, data) => Op::Write(*at, data.to_vec()),
+            Io::SetLen(len) => Op::SetLen(*len),
+            Io::Sync => {
+                if let Some(f) = &mut self.0.lock().files[index(which)] {
+                    f.synced();
+                }
+                return;
+            }
+            Io::Read => return,
+        };
+        self.0.lock().record(index(which), op);
     }
 }
 
@@ -422,7 +356,7 @@ fn run(ops: u64, checkpoint_bytes: Option<u64>, rng: &mut Rng, variants: u64) ->
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.postbox");
     let sim = Sim::new(rng, variants);
-    let mut b = Store::builder().storage_layer(Arc::new(Layer(sim.clone())));
+    let mut b = Store::builder().storage_layer(layer::layer(Arc::new(Recorder(sim.clone()))));
     if let Some(bytes) = checkpoint_bytes {
         b = b.log_checkpoints(bytes, Duration::from_secs(1));
     }
@@ -503,7 +437,7 @@ fn a_failed_log_sync_reports_outcome_unknown_and_the_store_goes_on() {
     let mut rng = Rng::new(7);
     let sim = Sim::new(&mut rng, 0);
     let store = Store::builder()
-        .storage_layer(Arc::new(Layer(sim.clone())))
+        .storage_layer(layer::layer(Arc::new(Recorder(sim.clone()))))
         .open(&path)
         .unwrap();
     let q = store.queue("q").unwrap();
