@@ -166,3 +166,44 @@ fn sigkill_while_writing_through_the_log() {
     );
     assert!(replayed > 0, "no kill left anything to replay");
 }
+
+/// A store opened through a symbolic link keeps its log beside the file the link points to:
+/// killed while writing through one link, the store replays through the real path and through
+/// another link alike.
+#[test]
+fn the_log_follows_the_file_not_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.postbox");
+    Store::open(&real).unwrap().close().unwrap();
+    let (link, other) = (dir.path().join("link-a"), dir.path().join("link-b"));
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    std::os::unix::fs::symlink(&real, &other).unwrap();
+
+    let mut acked = Acked::default();
+    let mut child = Proc::spawn(
+        CHILD,
+        "logged-via-link",
+        &[
+            "logged",
+            arg(&link),
+            "logged",
+            "link",
+            &(32u64 << 20).to_string(),
+        ],
+    );
+    child.expect("READY");
+    for _ in 0..50 {
+        let line = child.next_line().expect("the child stopped");
+        acked.take(&line);
+    }
+    for line in child.kill9() {
+        acked.take(&line);
+    }
+    assert!(log_file(&real).exists(), "the log is beside the real file");
+    assert!(!log_file(&link).exists(), "no log beside the link");
+
+    // Through another link: the replay finds the log and every acknowledged send.
+    let replayed = check(&other, &acked, 0);
+    assert!(replayed > 0, "nothing was replayed");
+    assert!(!log_file(&real).exists());
+}

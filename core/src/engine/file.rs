@@ -57,7 +57,10 @@ pub fn open(path: &Path, b: &EngineConfig) -> Result<Opened> {
 
 fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened> {
     let db = open_file(path, b)?;
-    let log = wal::log_path(path);
+    // The log sits beside the file itself, not beside a symbolic link to it: opened through
+    // another link (or the real path) after a crash, the store must find the same log.
+    let real = fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let log = wal::log_path(&real);
     let existing = match fs::metadata(&log) {
         Ok(_) => Some(wal::file::open_log(&log, b.storage_layer.as_ref())?),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
