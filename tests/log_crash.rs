@@ -56,10 +56,22 @@ fn log_file(path: &Path) -> std::path::PathBuf {
     name.into()
 }
 
-/// Opens the store and checks it against what was acknowledged; returns the records the open
-/// replayed.
-fn check(path: &Path, acked: &Acked, it: u64) -> u64 {
-    let store = Store::open(path).unwrap_or_else(|e| panic!("iteration {it}: reopen failed: {e}"));
+/// How the checker opens a store after a crash: each must replay the log.
+#[derive(Debug, Clone, Copy)]
+enum Reopen {
+    Default,
+    MultiProcess,
+    WithoutLog,
+}
+
+/// Opens the store (as `how` says) and checks it against what was acknowledged; returns the
+/// records the open replayed.
+fn check(path: &Path, acked: &Acked, it: u64, how: Reopen) -> u64 {
+    let store = Store::builder()
+        .multi_process(matches!(how, Reopen::MultiProcess))
+        .write_ahead_log(!matches!(how, Reopen::WithoutLog))
+        .open(path)
+        .unwrap_or_else(|e| panic!("iteration {it}: reopen ({how:?}) failed: {e}"));
     let replayed = store.stats().replayed_records;
     let q = store.queue("logged").unwrap();
     let mut present = BTreeMap::new();
@@ -154,7 +166,9 @@ fn sigkill_while_writing_through_the_log() {
         );
         // Every third kill goes unchecked: the next child replays and works on.
         if rng.below(3) != 0 || it + 1 == iterations {
-            replayed += check(&path, &acked, it);
+            let how =
+                [Reopen::Default, Reopen::MultiProcess, Reopen::WithoutLog][rng.below(3) as usize];
+            replayed += check(&path, &acked, it, how);
             checks += 1;
         }
     }
@@ -203,7 +217,7 @@ fn the_log_follows_the_file_not_the_link() {
     assert!(!log_file(&link).exists(), "no log beside the link");
 
     // Through another link: the replay finds the log and every acknowledged send.
-    let replayed = check(&other, &acked, 0);
+    let replayed = check(&other, &acked, 0, Reopen::Default);
     assert!(replayed > 0, "nothing was replayed");
     assert!(!log_file(&real).exists());
 }
