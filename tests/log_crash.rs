@@ -3,7 +3,8 @@
 //! (`POSTBOX_LOG_CRASH_ITERATIONS`, default 12 × `POSTBOX_STRESS`). Half the children
 //! checkpoint every 64 KiB of log, so kills land in checkpoints too; after some kills the next
 //! child opens the store straight away, so a replay is followed by more work and another kill
-//! before anyone checks. Whenever this process checks:
+//! before anyone checks; and after some kills, the next open is killed too, at a random moment
+//! (often inside its replay). Whenever this process checks:
 //!
 //! - the store opens without error;
 //! - every send that returned (the child printed `SENT`) is there with its body, unless a
@@ -126,7 +127,7 @@ fn sigkill_while_writing_through_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("logged.postbox");
     let mut acked = Acked::default();
-    let (mut replayed, mut checks) = (0, 0);
+    let (mut replayed, mut checks, mut opens_killed) = (0, 0, 0);
     for it in 0..iterations {
         let checkpoint_bytes = if rng.below(2) == 0 {
             64 << 10
@@ -164,6 +165,21 @@ fn sigkill_while_writing_through_the_log() {
             log_file(&path).exists(),
             "iteration {it}: no log after a crash"
         );
+        // Sometimes the next open is killed too, at a random moment (often inside the replay
+        // of what the first kill left).
+        for k in 0..rng.below(3) {
+            let mut opener = Proc::spawn(
+                CHILD,
+                &format!("open-{it}-{k}"),
+                &["open-only", arg(&path), "logged"],
+            );
+            std::thread::sleep(Duration::from_micros(rng.below(4000)));
+            let lines = opener.kill9();
+            for line in &lines {
+                acked.take(line);
+            }
+            opens_killed += u64::from(!lines.iter().any(|l| l == "OPENED"));
+        }
         // Every third kill goes unchecked: the next child replays and works on.
         if rng.below(3) != 0 || it + 1 == iterations {
             let how =
@@ -173,8 +189,8 @@ fn sigkill_while_writing_through_the_log() {
         }
     }
     println!(
-        "{iterations} kills, {checks} checks, {} sends and {} completions acknowledged, \
-         {replayed} log records replayed",
+        "{iterations} kills, {checks} checks, {opens_killed} opens killed before they returned, \
+         {} sends and {} completions acknowledged, {replayed} log records replayed",
         acked.sent.len(),
         acked.done.len()
     );

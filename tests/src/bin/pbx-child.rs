@@ -15,8 +15,9 @@
 //! ```
 //!
 //! Usage: `pbx-child <mode> <store> <queue> [args…]`; the modes are documented on their
-//! functions. Every mode opens the store with `multi_process(true)` except `hold-single` and
-//! `logged` (single-process, through the write-ahead log).
+//! functions. Every mode opens the store with `multi_process(true)` except `hold-single`,
+//! `logged` (single-process, through the write-ahead log) and `open-only` (a single-process
+//! open, to be killed during it).
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -325,6 +326,14 @@ fn main() {
     let (mode, path, name, rest) = (&args[0], &args[1], &args[2], &args[3..]);
     if mode == "logged" {
         logged(path, name, rest);
+        return;
+    }
+    if mode == "open-only" {
+        // Opens the store (replaying what a crash left in its log) and waits to be killed: the
+        // parent kills it at a random moment, often inside the open.
+        let _store = Store::open(path).or_die();
+        say!("OPENED");
+        wait_for_stdin_eof();
         return;
     }
     let store = open(path, mode != "hold-single");
