@@ -388,8 +388,9 @@ pub extern "C" fn postbox_log_stats_init(stats: *mut postbox_log_stats) -> c_int
 /// Reads the write-ahead log's counters of this handle into `stats_out`, whose `struct_size`
 /// the caller sets first (`sizeof(postbox_log_stats)`, or `postbox_log_stats_init`).
 /// `replayed_records` says how much a crash had left to recover when this handle opened the
-/// store. A store without the log (multi-process, `POSTBOX_DURABILITY_NONE`,
-/// `skip_write_ahead_log`) reports zeros.
+/// store; every open replays what a crash left, so it can be non-zero in any mode. A store
+/// without the log (multi-process, `POSTBOX_DURABILITY_NONE`, `skip_write_ahead_log`) reports
+/// zero for every other counter.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`); `POSTBOX_FORKED`.

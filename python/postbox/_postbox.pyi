@@ -261,7 +261,8 @@ class Store:
         carried), ``replayed_records`` (write-ahead log records the open replayed; 0 after a
         clean close), ``log_records``, ``log_bytes`` (appended by this handle),
         ``checkpoints``, and the float totals ``log_run_seconds``, ``log_apply_seconds``,
-        ``log_write_seconds``, ``log_sync_seconds``. Raises ``ClosedError`` on a closed store.
+        ``log_write_seconds``, ``log_sync_seconds``. A closed store keeps answering with its
+        final counters; raises ``ForkedError`` in a forked child.
         """
     def close(self) -> None:
         """Closes the store; in a forked child only lets go of the handle (returns at once)."""

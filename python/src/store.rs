@@ -475,7 +475,8 @@ impl PyStore {
     /// `log_records` and `log_bytes` (records this handle appended to the log), `checkpoints`
     /// (durable store-file commits that made the log redundant), and `log_run_seconds`,
     /// `log_apply_seconds`, `log_write_seconds`, `log_sync_seconds` (floats: total time of
-    /// logged commits in each step). Raises `ClosedError` on a closed store.
+    /// logged commits in each step). A closed store keeps answering with its final counters;
+    /// raises `ForkedError` in a forked child.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.check_process()?;
         let s = self.store.stats();

@@ -58,6 +58,8 @@ def test_the_log_is_on_by_default_and_gone_after_close(store_path: Path) -> None
         assert stats["replayed_records"] == 0 and stats["log_sync_seconds"] > 0
     # A clean close leaves the store file alone, complete: copying it is a backup.
     assert not log_of(store_path).exists()
+    # The closed handle keeps its final counters.
+    assert store.stats()["log_records"] == stats["log_records"]
     with postbox.Store(store_path) as store:
         assert [m.body for m in store.queue("jobs").browse()] == [b"x"]
 
