@@ -182,6 +182,16 @@ impl Sim {
         }))
     }
 
+    /// Fails the test with the first images that did not recover.
+    fn assert_no_failures(&self, what: &str) {
+        assert!(
+            self.failures.is_empty(),
+            "{what}, {} images: {:#?}",
+            self.images,
+            self.failures
+        );
+    }
+
     fn track(&mut self, which: usize, file: &File) -> io::Result<()> {
         use std::io::Read;
         let mut durable = Vec::new();
@@ -453,12 +463,7 @@ fn run(ops: u64, checkpoint_bytes: Option<u64>, rng: &mut Rng, variants: u64) ->
     drop(q);
     store.close().unwrap();
     let sim = sim.lock();
-    assert!(
-        sim.failures.is_empty(),
-        "after {n} operations, {} images: {:#?}",
-        sim.images,
-        sim.failures
-    );
+    sim.assert_no_failures(&format!("after {n} operations"));
     (sim.images, sim.replayed)
 }
 
@@ -515,12 +520,7 @@ fn power_loss_during_a_format_upgrade_keeps_every_message() {
             .unwrap();
         store.close().unwrap();
         let sim = sim.lock();
-        assert!(
-            sim.failures.is_empty(),
-            "v{version}, {} images: {:#?}",
-            sim.images,
-            sim.failures
-        );
+        sim.assert_no_failures(&format!("v{version}"));
         images += sim.images;
     }
     println!("{images} crash images of format upgrades checked");
