@@ -100,13 +100,15 @@ def test_a_killed_worker_leaves_its_checkpoints(store_path: Path) -> None:
 
 
 def test_mark_done_renews_the_lock(tmp_store: postbox.Store) -> None:
-    q = tmp_store.queue("q", lock_duration=0.3)
+    # A lock of 1 s renewed every 0.25 s: a slow CI machine may stall a step by a few hundred
+    # milliseconds without the lock running out, and the whole loop outlives the first lock.
+    q = tmp_store.queue("q", lock_duration=1.0)
     q.send(b"slow")
     m = q.receive(timeout=1)
     first = m.locked_until
     assert first is not None
-    for i in range(6):  # 0.6 s in all: twice the lock duration
-        time.sleep(0.1)
+    for i in range(8):  # 2 s in all: twice the lock duration
+        time.sleep(0.25)
         until = m.mark_done(f"step {i}")
         assert until == m.locked_until and until > first
     m.complete()
