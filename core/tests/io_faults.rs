@@ -8,7 +8,9 @@
 //!   and as a kill -9 before the close would have left it, and holds every
 //!   send that returned `Ok`, and nothing whose completion returned `Ok` (a message may be
 //!   missing only when the call taking it failed, whose outcome is unknown to its caller);
-//! - a batch is all there or not at all.
+//! - a batch is all there or not at all;
+//! - a fault while the store is being created (the scenario starts on a new path) leaves no
+//!   store or a complete one, and no temporary file.
 //!
 //! Knobs: `POSTBOX_IOFAULT_STEP` (test every Nth fault point, default 3; 1 for the long tier),
 //! `POSTBOX_IOFAULT_OPS` (operations of the scenario, default 24).
@@ -245,8 +247,18 @@ fn sweep(log: bool) {
                 "log {log}, fault at operation {at} of {total}{}",
                 if persist { " and after" } else { "" }
             );
+            // A creation that failed leaves nothing behind: no store, no temporary file.
+            let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(".creating-"))
+                .collect();
+            assert!(leftovers.is_empty(), "{what}: left {leftovers:?}");
             if path.exists() {
                 check(&path, &told, &what);
+            } else {
+                assert!(told.errors > 0, "{what}: no store and no error");
             }
             let crashed = path.with_extension("crashed");
             if crashed.exists() {

@@ -14,6 +14,10 @@
 //!   message it consumed;
 //! - the counts match, and a second open finds the same messages.
 //!
+//! The store is created under the same layer: until it is linked under its name, an image is
+//! a half-built temporary file of a dead process beside no store, and opening must create a
+//! working store and remove that file.
+//!
 //! The workload runs once with the default checkpoints and once with a checkpoint every
 //! 16 KiB of log, so crashes land inside checkpoints too. Opening the committed fixtures of
 //! formats 1–4 (an upgrade) runs under the same layer; there every image must hold exactly the
@@ -130,6 +134,24 @@ struct Sim {
     /// maintenance (expired messages move) when it closes, so an image reads as the untouched
     /// store (`.0`) or as after one open (`.1`), and opened a second time, as after one open.
     expect: Option<(Contents, Contents)>,
+    /// Where the store file is in its creation (the scenario opens a path with no store).
+    creation: Creation,
+    /// Images taken while the store was being created.
+    creation_images: u64,
+}
+
+/// A new store is built under a temporary name, synced, then linked to its name: until the
+/// link, a crash leaves no store at the path and a temporary file beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Creation {
+    /// The store existed before the scenario opened it.
+    None,
+    /// The next store file opened is the temporary one.
+    Expected,
+    /// The writes and syncs seen are the temporary file's.
+    Building,
+    /// The store is linked under its name.
+    Done,
 }
 
 /// Every queue's messages (and its dead letters), by queue name: id and body.
@@ -179,6 +201,8 @@ impl Sim {
             failures: Vec::new(),
             fail_next_log_sync: false,
             expect: None,
+            creation: Creation::None,
+            creation_images: 0,
         }))
     }
 
@@ -194,6 +218,13 @@ impl Sim {
 
     fn track(&mut self, which: usize, file: &File) -> io::Result<()> {
         use std::io::Read;
+        if which == STORE {
+            self.creation = match self.creation {
+                Creation::Expected => Creation::Building,
+                Creation::Building => Creation::Done,
+                other => other,
+            };
+        }
         let mut durable = Vec::new();
         (&*file).read_to_end(&mut durable)?;
         self.files[which] = Some(FileModel {
@@ -233,6 +264,10 @@ impl Sim {
         let dir = self.scratch.path().join(format!("image-{}", self.images));
         std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
         let path = dir.join("s.postbox");
+        if self.creation == Creation::Building {
+            self.creation_images += 1;
+            return check_creation_image(&dir, images[STORE].as_deref().unwrap_or_default());
+        }
         let Some(store) = &images[STORE] else {
             return Ok(());
         };
@@ -408,11 +443,43 @@ impl Tap for Recorder {
     }
 }
 
+/// A power loss while a store is being created: the directory holds the half-built temporary
+/// file of a process that is gone and no store. Opening creates an empty store that works, and
+/// removes the temporary file.
+fn check_creation_image(dir: &Path, image: &[u8]) -> Result<(), String> {
+    // No process has the largest pid: the kernel hands out pids below it.
+    let dead_pid = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(u64::from(u32::MAX));
+    let temp = dir.join(format!(".s.postbox.creating-{dead_pid}-12345"));
+    std::fs::write(&temp, image).map_err(|e| e.to_string())?;
+    let path = dir.join("s.postbox");
+    let store = Store::open(&path).map_err(|e| format!("creating anew: {e}"))?;
+    let q = store.queue("q").map_err(|e| e.to_string())?;
+    if q.len().map_err(|e| e.to_string())? != 0 {
+        return Err("a new store holds messages".into());
+    }
+    let id = q.send("first").map_err(|e| e.to_string())?;
+    let m = q.try_receive().map_err(|e| e.to_string())?;
+    if m.as_ref().map(|m| m.id()) != Some(id) {
+        return Err("a new store lost its first message".into());
+    }
+    drop((m, q));
+    store.close().map_err(|e| format!("close: {e}"))?;
+    if temp.exists() {
+        return Err("the interrupted creation's temporary file is still there".into());
+    }
+    std::fs::remove_dir_all(dir).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// Runs the workload through the recording layer; returns (images checked, records replayed).
 fn run(ops: u64, checkpoint_bytes: Option<u64>, rng: &mut Rng, variants: u64) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.postbox");
     let sim = Sim::new(rng, variants);
+    sim.lock().creation = Creation::Expected;
     let mut b = Store::builder().storage_layer(layer::layer(Arc::new(Recorder(sim.clone()))));
     if let Some(bytes) = checkpoint_bytes {
         b = b.log_checkpoints(bytes, Duration::from_secs(1));
@@ -464,6 +531,9 @@ fn run(ops: u64, checkpoint_bytes: Option<u64>, rng: &mut Rng, variants: u64) ->
     store.close().unwrap();
     let sim = sim.lock();
     sim.assert_no_failures(&format!("after {n} operations"));
+    assert_eq!(sim.creation, Creation::Done, "the creation was not seen");
+    assert!(sim.creation_images > 0, "no image inside the creation");
+    println!("{} of the images inside the store's creation", sim.creation_images);
     (sim.images, sim.replayed)
 }
 

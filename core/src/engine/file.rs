@@ -2,7 +2,8 @@
 //!
 //! Creation is atomic: the store is built under a temporary name, made durable, then linked to
 //! its final name and the directory is synced, so a crash at any point leaves either no store or
-//! a complete one — never a file that cannot be opened.
+//! a complete one — never a file that cannot be opened. The temporary file of a creation that
+//! a crash interrupted is removed by the next creation of the same store.
 //!
 //! A writable open of a store in an older format upgrades it to the current one in a single
 //! write transaction (see [`upgrade`]), so the rest of the engine only ever sees the current
@@ -396,22 +397,75 @@ fn check_header(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn temp_path(path: &Path) -> PathBuf {
+/// The prefix of the temporary names a store is built under: `.<name>.creating-`, then the
+/// builder's process id, `-` and a nonce.
+fn temp_prefix(path: &Path) -> String {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    format!(".{name}.creating-")
+}
+
+fn temp_path(path: &Path) -> PathBuf {
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    path.with_file_name(format!(".{name}.creating-{}-{nonce}", std::process::id()))
+    path.with_file_name(format!(
+        "{}{}-{nonce}",
+        temp_prefix(path),
+        std::process::id()
+    ))
 }
 
 fn create(path: &Path, b: &EngineConfig) -> Result<()> {
+    remove_abandoned_builds(path);
     let tmp = temp_path(path);
     let result = build_new(&tmp, b).and_then(|()| publish(&tmp, path));
     let _ = fs::remove_file(&tmp);
     result
+}
+
+/// Removes the temporary files of creations that a crash interrupted (their builder's
+/// process is gone), so that a store killed while being created leaves nothing behind once
+/// it is created again. Best effort: a file that cannot be listed or removed stays, and only
+/// where the system tells which processes are alive (Linux's /proc) is anything removed.
+fn remove_abandoned_builds(path: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let prefix = temp_prefix(path);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        // A live builder (this process included) still needs its file.
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match fs::remove_file(entry.path()) {
+            Ok(()) => tracing::info!(
+                file = %entry.path().display(),
+                "removed the temporary file of an interrupted store creation"
+            ),
+            Err(e) => tracing::debug!(
+                file = %entry.path().display(),
+                error = %e,
+                "could not remove the temporary file of an interrupted store creation"
+            ),
+        }
+    }
 }
 
 fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
@@ -426,7 +480,13 @@ fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     let mut rb = redb_builder(b);
     rb.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
     rb.set_check_integrity_on_open(false);
-    let db = rb.create_with_backend(redb::backends::FileBackend::new(file)?)?;
+    // Through the test layer too, so that power-loss and fault tests cover creation.
+    let db = match &b.storage_layer {
+        Some(layer) => rb.create_with_backend(Layered(
+            layer.store_file(file).map_err(io_to_error)?,
+        ))?,
+        None => rb.create_with_backend(redb::backends::FileBackend::new(file)?)?,
+    };
     let txn = db.begin_write()?;
     {
         for_each_table!(create_table(&txn));
