@@ -533,7 +533,10 @@ fn run(ops: u64, checkpoint_bytes: Option<u64>, rng: &mut Rng, variants: u64) ->
     sim.assert_no_failures(&format!("after {n} operations"));
     assert_eq!(sim.creation, Creation::Done, "the creation was not seen");
     assert!(sim.creation_images > 0, "no image inside the creation");
-    println!("{} of the images inside the store's creation", sim.creation_images);
+    println!(
+        "{} of the images inside the store's creation",
+        sim.creation_images
+    );
     (sim.images, sim.replayed)
 }
 

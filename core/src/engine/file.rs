@@ -482,9 +482,9 @@ fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     rb.set_check_integrity_on_open(false);
     // Through the test layer too, so that power-loss and fault tests cover creation.
     let db = match &b.storage_layer {
-        Some(layer) => rb.create_with_backend(Layered(
-            layer.store_file(file).map_err(io_to_error)?,
-        ))?,
+        Some(layer) => {
+            rb.create_with_backend(Layered(layer.store_file(file).map_err(io_to_error)?))?
+        }
         None => rb.create_with_backend(redb::backends::FileBackend::new(file)?)?,
     };
     let txn = db.begin_write()?;
