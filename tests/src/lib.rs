@@ -6,6 +6,8 @@
 //! are failure guards (so a broken engine fails the test instead of hanging CI), never a way to
 //! wait for something to happen.
 
+pub mod history;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
