@@ -303,11 +303,16 @@ pub fn parse_record(line: &str) -> Option<Record> {
     })
 }
 
-/// Reads a log; a last line without its newline (cut by a kill) is dropped. Any other line
-/// that does not parse is a bug of the worker and fails loudly.
+/// Reads a log; a last line without its newline (cut by a kill) is dropped, and a missing log
+/// is empty (its process was killed before it created it). Any other line that does not parse
+/// is a bug of the worker and fails loudly.
 pub fn read_log(path: &Path) -> Vec<Record> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => panic!("read {}: {e}", path.display()),
+    };
+    let text = String::from_utf8_lossy(&bytes);
     let mut lines: Vec<&str> = text.split('\n').collect();
     lines.pop(); // "" after a final newline, or the line a kill cut short
     lines
@@ -430,6 +435,7 @@ struct Attempt {
     op: Op,
     dc: u32,
     follow: Option<(String, u64)>,
+    started_at: u64,
     ok_at: Option<u64>,
     /// A result (Ok or an error) was logged; without one the outcome is unknown.
     answered: bool,
@@ -466,7 +472,6 @@ pub fn check(logs: &[Vec<Record>], found: &[Found], expected_errors: &[&str]) ->
     // (consumed id, its delivery, follow-up token), for every follow-up a transaction tried.
     let mut follows: Vec<(u64, u32, String, usize)> = Vec::new();
     let found_ids: BTreeMap<u64, &Found> = found.iter().map(|f| (f.id, f)).collect();
-
 
     for (p, log) in logs.iter().enumerate() {
         for rec in log {
@@ -505,6 +510,7 @@ pub fn check(logs: &[Vec<Record>], found: &[Found], expected_errors: &[&str]) ->
                         op: *op,
                         dc: *dc,
                         follow: follow.clone(),
+                        started_at: rec.t,
                         ok_at: None,
                         answered: false,
                         proc: p,
@@ -633,8 +639,16 @@ pub fn check(logs: &[Vec<Record>], found: &[Found], expected_errors: &[&str]) ->
             ));
         }
         for a in &oks {
-            let at = a.ok_at.unwrap_or_default();
-            if recv.iter().any(|(t, dc, _)| *dc > a.dc && *t < at) {
+            // Once a completion commits nobody can receive the message, so a later delivery
+            // logged before its answer means it completed a lock it had lost. An abandon gives
+            // the message back before its caller logs the answer: only a later delivery seen
+            // before the abandon began proves the lock was gone.
+            let before = if a.op.removes() {
+                a.ok_at.unwrap_or_default()
+            } else {
+                a.started_at
+            };
+            if recv.iter().any(|(t, dc, _)| *dc > a.dc && *t < before) {
                 r.stale_settle += 1;
                 r.note(format!(
                     "message {id}: {} of delivery {} returned Ok after a later delivery",
@@ -718,7 +732,13 @@ mod tests {
 
     fn only(r: &Report, class: usize, name: &str) {
         assert_eq!(class, 1, "{name}: {}", r.summary());
-        assert_eq!(r.violations(), 1, "{name} only: {}\n{:?}", r.summary(), r.details);
+        assert_eq!(
+            r.violations(),
+            1,
+            "{name} only: {}\n{:?}",
+            r.summary(),
+            r.details
+        );
     }
 
     #[test]
@@ -807,16 +827,28 @@ mod tests {
         let r = check(&logs, &[], &[]);
         only(&r, r.stale_settle, "stale settle");
         assert_eq!(r.lock_lost, 1);
+        // The next delivery may be logged before an abandon's answer is, not before it began.
+        let abandon = |t: u64| {
+            vec![
+                vec![rec(0, "TRY one a0"), rec(1, "SENT a0=1")],
+                vec![
+                    rec(2, "RECV 1 1 a0"),
+                    rec(20, "SETTLING abandon 1 1 -"),
+                    rec(60, "SETTLED abandon 1 1 -"),
+                ],
+                vec![rec(t, "RECV 1 2 a0")],
+            ]
+        };
+        let r = check(&abandon(30), &[found(1, "a0", 2)], &[]);
+        assert_eq!(r.violations(), 0, "{:?}", r.details);
+        let r = check(&abandon(10), &[found(1, "a0", 2)], &[]);
+        only(&r, r.stale_settle, "abandon after a later delivery");
     }
 
     #[test]
     fn follow_up_without_its_consumption() {
         let tx = |committed: &str| {
-            let mut l = vec![
-                "TXRECV 2 1 a1",
-                "TRYFOL 2 1 f0",
-                "SETTLING commit 2 1 f0=3",
-            ];
+            let mut l = vec!["TXRECV 2 1 a1", "TRYFOL 2 1 f0", "SETTLING commit 2 1 f0=3"];
             l.push(committed);
             log(&l)
         };
@@ -831,7 +863,11 @@ mod tests {
         only(&r, r.follow_up, "follow-up without consumption");
         // The consumed message is gone (the commit's outcome unknown) but no follow-up.
         let mut logs = clean();
-        logs.push(log(&["TXRECV 2 1 a1", "TRYFOL 2 1 f0", "SETTLING commit 2 1 f0=3"]));
+        logs.push(log(&[
+            "TXRECV 2 1 a1",
+            "TRYFOL 2 1 f0",
+            "SETTLING commit 2 1 f0=3",
+        ]));
         let r = check(&logs, &[], &[]);
         only(&r, r.follow_up, "consumption without follow-up");
         // Recovered: the commit landed though its answer was cut off.
@@ -842,18 +878,12 @@ mod tests {
 
     #[test]
     fn one_token_stored_twice() {
-        let logs = vec![
-            log(&["TRY key k0"]),
-            log(&["TRY key k0", "SENT k0=2"]),
-        ];
+        let logs = vec![log(&["TRY key k0"]), log(&["TRY key k0", "SENT k0=2"])];
         let r = check(&logs, &[found(1, "k0", 0), found(2, "k0", 0)], &[]);
         only(&r, r.dup_send, "dup send");
         assert_eq!(r.recovered, 0);
         // Deduplicated: the retry returned the first id.
-        let logs = vec![
-            log(&["TRY key k0"]),
-            log(&["TRY key k0", "SENT k0=1"]),
-        ];
+        let logs = vec![log(&["TRY key k0"]), log(&["TRY key k0", "SENT k0=1"])];
         let r = check(&logs, &[found(1, "k0", 0)], &[]);
         assert_eq!(r.violations(), 0);
     }

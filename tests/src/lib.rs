@@ -163,6 +163,45 @@ impl Proc {
         self.rest()
     }
 
+    /// As [`Proc::kill9`], but fails the test (with the child's stderr) if the child had
+    /// already exited on its own: a crash loop must not mistake a worker's failure for its
+    /// kill.
+    pub fn kill9_alive(&mut self) -> Vec<String> {
+        use std::os::unix::process::ExitStatusExt;
+        let _ = self.child.kill();
+        let status = self.child.wait().expect("wait");
+        if status.signal() != Some(libc::SIGKILL) {
+            self.fail(&format!("exited on its own: {status:?}"));
+        }
+        self.rest()
+    }
+
+    /// Sends `signal` (e.g. SIGSTOP, SIGCONT); after SIGSTOP, returns once the child is
+    /// stopped.
+    pub fn signal(&mut self, signal: i32) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: plain syscalls on our own, unreaped child.
+        unsafe {
+            assert_eq!(libc::kill(pid, signal), 0, "kill({pid}, {signal})");
+            if signal == libc::SIGSTOP {
+                let mut status = 0;
+                assert_eq!(libc::waitpid(pid, &mut status, libc::WUNTRACED), pid);
+                assert!(libc::WIFSTOPPED(status), "{}: not stopped", self.name);
+            }
+        }
+    }
+
+    /// Like [`Proc::next_line`], but a child that exits fails the test with its stderr.
+    pub fn line(&mut self) -> String {
+        match self.next_line() {
+            Some(l) => l,
+            None => {
+                let status = self.child.wait().ok();
+                self.fail(&format!("exited ({status:?})"))
+            }
+        }
+    }
+
     /// Every line not read yet, until the child closes stdout.
     pub fn rest(&mut self) -> Vec<String> {
         let mut out = Vec::new();
