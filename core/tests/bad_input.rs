@@ -709,3 +709,20 @@ fn damaged_headers_give_typed_errors() {
     }
     assert_fresh_store_works(dir.path());
 }
+
+/// A damaged length prefix in a large typed body (bincode, which Rust's typed queues write)
+/// claims far more than the body holds: decoding fails with `Codec` instead of allocating what
+/// it claims, which would abort the process. Bodies past 16 MiB used to be decoded without a
+/// limit.
+#[test]
+fn a_huge_claimed_length_in_a_large_body_is_a_codec_error() {
+    for size in [100, 17 << 20, 70 << 20] {
+        let mut body = vec![0u8; size];
+        // bincode's varint: 253 announces a little-endian u64, here the string's length.
+        body[0] = 253;
+        body[1..9].copy_from_slice(&(1u64 << 50).to_le_bytes());
+        let e = postbox::decode_typed_body::<String>(&body).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Codec, "{size}: {e}");
+        assert_clear(&e);
+    }
+}
