@@ -787,14 +787,14 @@ static void test_lock_lost(const char *dir) {
     if (store == NULL) return;
     postbox_queue_options qo;
     postbox_queue_options_init(&qo);
-    qo.lock_duration_ms = 400; /* long enough for valgrind's slowness */
+    qo.lock_duration_ms = 1000; /* long enough for valgrind's slowness on a loaded machine */
     postbox_queue *q = open_queue(store, "short", &qo);
     if (q == NULL) return;
     send_text(q, "x");
     postbox_message *first = NULL, *second = NULL;
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
     CHECK(postbox_message_is_held(first));
-    sleep_ms(900);
+    sleep_ms(1500);
     /* The lock expired: the handle says so before any call, and another receiver takes the
      * message over. */
     CHECK(!postbox_message_is_held(first));
@@ -813,7 +813,7 @@ static void test_lock_lost(const char *dir) {
 
     send_text(q, "y");
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &first));
-    sleep_ms(900);
+    sleep_ms(1500);
     CHECK(!postbox_message_is_held(first));
     CHECK_RC(postbox_message_complete(first), POSTBOX_LOCK_LOST);
     CHECK(postbox_message_locked_until_ms(first) == 0);
@@ -1751,7 +1751,7 @@ static void test_tx_renew_lock(const char *dir) {
     if (store == NULL) return;
     postbox_queue_options qo;
     postbox_queue_options_init(&qo);
-    qo.lock_duration_ms = 400;
+    qo.lock_duration_ms = 1500; /* a loaded machine under valgrind takes its time */
     postbox_queue *q = open_queue(store, "renewed", &qo);
     if (q == NULL) return;
     send_text(q, "long job");
@@ -1768,10 +1768,10 @@ static void test_tx_renew_lock(const char *dir) {
     CHECK_RC(postbox_tx_renew_lock(NULL, id, &until), POSTBOX_INVALID_ARGUMENT);
     CHECK_RC(postbox_tx_renew_lock(tx, id + 1000, &until), POSTBOX_NOT_FOUND);
     /* Renew twice across the first expiry; the commit still owns the message. */
-    sleep_ms(250);
+    sleep_ms(900);
     CHECK_OK(postbox_tx_renew_lock(tx, id, &until));
     CHECK(until > first && postbox_tx_locked_until_ms(tx, id) == until);
-    sleep_ms(250);
+    sleep_ms(900);
     CHECK(now_ms() > first);
     CHECK_OK(postbox_tx_renew_lock(tx, id, NULL));
     CHECK_OK(postbox_tx_commit(tx));
@@ -1788,7 +1788,8 @@ static void test_browse_is_fresh(const char *dir) {
     if (store == NULL) return;
     postbox_queue_options qo;
     postbox_queue_options_init(&qo);
-    qo.lock_duration_ms = 200;
+    /* Long enough that a loaded machine under valgrind peeks before it runs out. */
+    qo.lock_duration_ms = 1500;
     postbox_queue *q = open_queue(store, "fresh", &qo);
     if (q == NULL) return;
     for (int i = 0; i < 100; i++) send_text(q, "m");
@@ -1808,8 +1809,12 @@ static void test_browse_is_fresh(const char *dir) {
     send_text(q, "held");
     postbox_message *held = NULL;
     REQUIRE_OK(postbox_receive(q, NULL, 1000, &held));
+    m = NULL;
     CHECK_RC(postbox_peek(q, &m), POSTBOX_NOT_FOUND);
-    sleep_ms(300); /* past the lock; nothing writes meanwhile */
+    postbox_message_free(m);
+    /* Past the lock (nothing writes meanwhile); the 10 s bound is a failure guard. */
+    for (int waited = 0; postbox_message_is_held(held) && waited < 10000; waited += 20)
+        sleep_ms(20);
     CHECK(!postbox_message_is_held(held));
     REQUIRE_OK(postbox_peek(q, &m));
     CHECK(postbox_message_id(m) == postbox_message_id(held));
