@@ -1487,6 +1487,15 @@ const char *postbox_strerror(int status);
 const char *postbox_last_error_message(void);
 
 /**
+ * The operating system's error number (`errno`: `EACCES`, `EROFS`, `EIO`, …) behind the most
+ * recent failed postbox call on the calling thread when that call returned `POSTBOX_IO`, or 0
+ * (for any other status, or when no call has failed on this thread yet). Like SQLite's
+ * `sqlite3_system_errno`: the status says what kind of failure, this says which. A full disk
+ * is `POSTBOX_STORAGE_FULL`, whatever its number. Thread-safe; each thread has its own.
+ */
+int postbox_last_os_error(void);
+
+/**
  * The library's version as a static string, e.g. `"0.1.0"`. Compare it with
  * `POSTBOX_VERSION_MAJOR` / `_MINOR` / `_PATCH` to check that the header and the library agree.
  *

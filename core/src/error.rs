@@ -214,6 +214,20 @@ impl Error {
         matches!(self, Error::Io(_) | Error::StorageFull(_))
     }
 
+    /// The operating system's error number (`errno`: `EACCES`, `EROFS`, `EIO`, …) behind an
+    /// [`Error::Io`], also when postbox added which file it was working on; `None` for every
+    /// other error and for I/O errors that did not come from the system.
+    pub fn os_error(&self) -> Option<i32> {
+        let Error::Io(e) = self else {
+            return None;
+        };
+        e.raw_os_error().or_else(|| {
+            e.get_ref()
+                .and_then(|inner| inner.downcast_ref::<AtPath>())
+                .and_then(|at| at.source.raw_os_error())
+        })
+    }
+
     /// True when the failed operation may nevertheless have been applied.
     pub fn is_outcome_unknown(&self) -> bool {
         matches!(self, Error::OutcomeUnknown(_))
@@ -272,6 +286,52 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 fn is_disk_full(e: &std::io::Error) -> bool {
     // 28 is ENOSPC on Linux and macOS.
     e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+}
+
+/// An I/O error with what postbox was doing and on which file: "permission denied" alone does
+/// not tell a user whether the store, its directory or its log refused. The system's error
+/// stays inside ([`Error::os_error`]).
+#[derive(Debug)]
+struct AtPath {
+    doing: String,
+    path: std::path::PathBuf,
+    source: std::io::Error,
+}
+
+impl fmt::Display for AtPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.doing, self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for AtPath {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// [`io_to_error`], saying what postbox was doing (`"opening the store"`) on `path`.
+pub(crate) fn io_at(e: std::io::Error, doing: impl Into<String>, path: &std::path::Path) -> Error {
+    let at = AtPath {
+        doing: doing.into(),
+        path: path.to_owned(),
+        source: e,
+    };
+    if is_disk_full(&at.source) {
+        Error::StorageFull(at.to_string())
+    } else {
+        Error::Io(std::io::Error::new(at.source.kind(), at))
+    }
+}
+
+impl Error {
+    /// Adds what postbox was doing and on which file to an [`Error::Io`] that does not say yet.
+    pub(crate) fn at_path(self, doing: &str, path: &std::path::Path) -> Error {
+        match self {
+            Error::Io(e) if e.get_ref().is_none_or(|i| !i.is::<AtPath>()) => io_at(e, doing, path),
+            other => other,
+        }
+    }
 }
 
 pub(crate) fn io_to_error(e: std::io::Error) -> Error {

@@ -19,6 +19,8 @@ use crate::status::*;
 pub struct Failure {
     pub code: c_int,
     pub message: String,
+    /// The operating system's error number behind an I/O failure, else 0.
+    pub os_error: c_int,
 }
 
 impl Failure {
@@ -26,6 +28,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            os_error: 0,
         }
     }
 
@@ -40,7 +43,10 @@ impl Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
-        Failure::new(status_of(e.kind()), e.to_string())
+        Failure {
+            os_error: e.os_error().unwrap_or(0),
+            ..Failure::new(status_of(e.kind()), e.to_string())
+        }
     }
 }
 
@@ -77,12 +83,19 @@ pub type Outcome<T> = Result<T, Failure>;
 
 thread_local! {
     static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+    static LAST_OS_ERROR: std::cell::Cell<c_int> = const { std::cell::Cell::new(0) };
 }
 
-fn set_last_error(message: String) {
+fn set_last_error(message: String, os_error: c_int) {
     // An interior NUL would truncate the C string; replace it rather than lose the message.
     let text = CString::new(message.replace('\0', "\u{FFFD}")).unwrap_or_default();
     LAST_ERROR.with(|slot| *slot.borrow_mut() = Some(text));
+    LAST_OS_ERROR.with(|slot| slot.set(os_error));
+}
+
+/// The value behind `postbox_last_os_error`.
+pub fn last_os_error() -> c_int {
+    LAST_OS_ERROR.with(std::cell::Cell::get)
 }
 
 /// The pointer behind `postbox_last_error_message`: valid until this thread's next failing call.
@@ -150,7 +163,7 @@ pub fn guard<T: FfiReturn>(body: impl FnOnce() -> Outcome<T>) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
         Ok(Err(failure)) => {
-            set_last_error(failure.message);
+            set_last_error(failure.message, failure.os_error);
             T::on_failure(failure.code)
         }
         Err(payload) => {
@@ -162,7 +175,7 @@ pub fn guard<T: FfiReturn>(body: impl FnOnce() -> Outcome<T>) -> T {
             // Dropping the payload could itself panic (a payload with a panicking Drop); forget
             // it instead, a tiny leak on a path that is already a bug.
             std::mem::forget(payload);
-            set_last_error(format!("internal error (caught panic): {text}"));
+            set_last_error(format!("internal error (caught panic): {text}"), 0);
             T::on_failure(POSTBOX_PANIC)
         }
     }

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use crate::guard::{guard, last_error_ptr};
+use crate::guard::{guard, last_error_ptr, last_os_error};
 
 /// Success.
 pub const POSTBOX_OK: c_int = 0;
@@ -109,6 +109,16 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_last_error_message() -> *const c_char {
     guard(|| Ok(last_error_ptr()))
+}
+
+/// The operating system's error number (`errno`: `EACCES`, `EROFS`, `EIO`, …) behind the most
+/// recent failed postbox call on the calling thread when that call returned `POSTBOX_IO`, or 0
+/// (for any other status, or when no call has failed on this thread yet). Like SQLite's
+/// `sqlite3_system_errno`: the status says what kind of failure, this says which. A full disk
+/// is `POSTBOX_STORAGE_FULL`, whatever its number. Thread-safe; each thread has its own.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_last_os_error() -> c_int {
+    guard(|| Ok(last_os_error()))
 }
 
 /// The library's version as a static string, e.g. `"0.1.0"`. Compare it with

@@ -163,7 +163,10 @@ class ForkedError(ClosedError):
 
 
 class IoError(StoreError, OSError):
-    """The operating system refused an operation (permissions, missing directory, ...)."""
+    """The operating system refused an operation (permissions, a read-only file system, a
+    missing directory, a failing disk, ...). ``errno`` is the system's error number
+    (``errno.EACCES``, ``errno.EROFS``, ...) and the message names the file postbox was working
+    on."""
 
     code = 8
 

@@ -74,7 +74,7 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
     let text = e.to_string();
     let exc = match e {
         // IoError is also an OSError: pass (errno, strerror) so `errno` is set.
-        Error::Io(io) if io.raw_os_error().is_some() => cls.call1((io.raw_os_error(), text))?,
+        Error::Io(_) if e.os_error().is_some() => cls.call1((e.os_error(), text))?,
         _ => cls.call1((text,))?,
     };
     exc.setattr("code", e.kind() as i32)?;

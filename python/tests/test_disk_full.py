@@ -30,27 +30,6 @@ BODY = 50_000
 BATCH = 5
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
-    size = getattr(request, "param", "8m")
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
 class Filler:
     """A file that takes up all the free space of its file system but `free` bytes."""
 

@@ -209,13 +209,59 @@ static void test_store_bad_files(const char *dir) {
     }
 }
 
-static void test_read_only_directory(const char *dir) {
-    if (geteuid() == 0) return; /* root ignores permissions; the IO case is covered above */
-    const char *ro = path_in(dir, "ro");
-    mkdir(ro, 0500);
+static void child_exit(int code);
+
+/* The refused opens of test_read_only_directory, as whoever runs them. */
+static void refused_opens(const char *ro, const char *secret) {
     postbox_store *store = NULL;
+    /* A new store in a directory the opener may not write. */
     CHECK_RC(postbox_store_open(path_in(ro, "s"), NULL, &store), POSTBOX_IO);
+    CHECK(postbox_last_os_error() == EACCES);
+    CHECK(strstr(postbox_last_error_message(), "Permission denied") != NULL);
+    /* A store file the opener may not read: the message names it. */
+    CHECK_RC(postbox_store_open(secret, NULL, &store), POSTBOX_IO);
+    CHECK(postbox_last_os_error() == EACCES);
+    CHECK(strstr(postbox_last_error_message(), secret) != NULL);
+    CHECK(store == NULL);
+    /* Another kind of failure resets it. */
+    CHECK_RC(postbox_store_open(NULL, NULL, &store), POSTBOX_INVALID_ARGUMENT);
+    CHECK(postbox_last_os_error() == 0);
+}
+
+/* Permission denied is POSTBOX_IO with postbox_last_os_error() == EACCES. Permissions do not
+ * bind root, so as root a forked child that becomes user nobody opens. */
+static void test_read_only_directory(const char *dir) {
+    const char *ro = path_in(dir, "ro");
+    char secret[1024];
+    snprintf(secret, sizeof secret, "%s", path_in(dir, "secret.postbox"));
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(secret, NULL, &store));
+    CHECK_OK(postbox_store_close(store));
+    mkdir(ro, 0555);
+    if (geteuid() != 0) {
+        chmod(secret, 0);
+        refused_opens(ro, secret);
+    } else {
+        chmod(dir, 0755); /* nobody may enter the test's directory, not write it */
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            harness_failed_checks = 0;
+            if (setgid(65534) != 0 || setuid(65534) != 0) child_exit(100);
+            refused_opens(ro, secret);
+            child_exit(harness_failed_checks == 0 ? 0 : 1);
+        }
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        chmod(dir, 0700);
+    }
     chmod(ro, 0700);
+    chmod(secret, 0600);
+    /* The refusals changed nothing: the store opens. */
+    CHECK_OK(postbox_store_open(secret, NULL, &store));
+    if (store != NULL) CHECK_OK(postbox_store_close(store));
 }
 
 static void test_queue_open_list_delete(const char *dir) {

@@ -53,7 +53,7 @@ pub struct Opened {
 /// As [`open_file`]; `Corrupted` for a damaged log (see `wal::scan`); the file system's
 /// errors on the log file.
 pub fn open(path: &Path, b: &EngineConfig) -> Result<Opened> {
-    open_and_recover(path, b, false)
+    open_and_recover(path, b, false).map_err(|e| e.at_path("opening the store", path))
 }
 
 fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened> {

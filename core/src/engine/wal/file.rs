@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
-use crate::error::{Result, io_to_error};
+use crate::error::{Result, io_at};
 use crate::storage::{LogFile, OsLogFile, SharedLayer};
 
 /// Opens (or creates) the log at `path`, through `layer` when tests put one in between.
@@ -13,7 +13,16 @@ use crate::storage::{LogFile, OsLogFile, SharedLayer};
 ///
 /// The file system's error.
 pub fn open_log(path: &Path, layer: Option<&SharedLayer>) -> Result<Box<dyn LogFile>> {
-    let (file, _) = open_os(path).map_err(io_to_error)?;
+    let (file, _) = open_os(path).map_err(|e| {
+        let doing = match e.kind() {
+            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+                "opening the write-ahead log (it is created beside the store, so the \
+                 directory must be writable; or open the store without the log):"
+            }
+            _ => "opening the write-ahead log",
+        };
+        io_at(e, doing, path)
+    })?;
     Ok(match layer {
         Some(l) => l.log_file(file),
         None => Box::new(OsLogFile(file)),
