@@ -129,6 +129,7 @@ static void test_status_strings(const char *dir) {
     /* The message of this thread's last failure is never NULL, failed calls or not. */
     MISUSE_THAT(postbox_last_error_message() != NULL);
     MISUSE_THAT(postbox_version() != NULL);
+    MISUSE_THAT(postbox_version_number() == POSTBOX_VERSION_NUMBER);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -574,6 +575,10 @@ static void test_send(const char *dir) {
     MISUSE(postbox_send_checked(NULL, NULL, BODY, sizeof BODY, NULL, &id, NULL), INVALID);
     MISUSE(postbox_send_checked(q, NULL, NULL, 9, NULL, &id, NULL), INVALID);
     MISUSE(postbox_send_checked(q, NULL, BODY, sizeof BODY, &o, &id, NULL), INVALID);
+    /* Every out-parameter of the checked sends may be NULL. */
+    MISUSE(postbox_send_checked(q, NULL, BODY, sizeof BODY, NULL, NULL, NULL), POSTBOX_OK);
+    items[1].options = NULL;
+    MISUSE(postbox_send_batch_checked(q, NULL, items, 2, NULL, NULL), POSTBOX_OK);
 
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
@@ -870,6 +875,21 @@ static void test_mark_done_and_reply(const char *dir) {
         CHECK_OK(postbox_message_complete(m));
         postbox_message_free(m);
     }
+    /* A message with a reply_to: reply_id_out may be NULL, body NULL with length 0. */
+    {
+        postbox_send_options o;
+        CHECK_OK(postbox_send_options_init(&o));
+        o.reply_to = "replies";
+        postbox_queue *replies = open_queue(store, "replies");
+        CHECK_OK(postbox_send(q, NULL, BODY, 1, &o, NULL));
+        m = receive_one(q);
+        if (m != NULL) {
+            MISUSE(postbox_message_reply(m, NULL, 0, NULL, NULL), POSTBOX_OK);
+            MISUSE(postbox_message_reply(m, NULL, 0, NULL, NULL), INVALID); /* settled */
+            postbox_message_free(m);
+        }
+        postbox_queue_free(replies);
+    }
 
     postbox_message *reply = NULL;
     MISUSE(postbox_request(NULL, BODY, 1, NULL, 0, &reply), INVALID);
@@ -1022,6 +1042,7 @@ static void test_processors(const char *dir) {
     MISUSE(postbox_processor_join(p, INT64_MIN, NULL), POSTBOX_OK);
     MISUSE(postbox_processor_shutdown(p, 0, &report), POSTBOX_OK);
     CHECK(report.finished);
+    MISUSE(postbox_processor_shutdown(p, 0, NULL), POSTBOX_OK);
     postbox_processor_free(p);
 
     postbox_queue_free(q);
@@ -1141,6 +1162,7 @@ static void test_topics(const char *dir) {
     CHECK(reached == 9);
     MISUSE(postbox_publish(t, NULL, NULL, 0, NULL, &reached), POSTBOX_OK);
     CHECK(reached == 0);
+    MISUSE(postbox_publish(t, NULL, NULL, 0, NULL, NULL), POSTBOX_OK);
 
     postbox_topic_stats ts;
     MISUSE(postbox_topic_stats_init(NULL), INVALID);
@@ -1553,6 +1575,9 @@ static void test_tables(const char *dir) {
                                &calls),
            POSTBOX_OK);
     CHECK(rows == 0 && calls == 0);
+    /* user_data is the caller's business: NULL is passed through untouched. */
+    MISUSE(postbox_table_range(store, NULL, "t", NULL, 0, NULL, 0, 0, count_row, NULL, NULL),
+           POSTBOX_OK);
     CHECK_OK(postbox_store_close(store));
 }
 
