@@ -7,10 +7,13 @@
 //! through this writer; multi-process waiters poll the file instead (see `Engine::receive`).
 //!
 //! A request and its caller agree through one atomic state: the writer may serve a request only
-//! after taking it (`WAITING`/`FRESH` → `TAKEN`), the caller may give up only by cancelling a
-//! request that is `WAITING`. A fresh request is always tried once, so `try_receive` works, and
-//! the writer answers every request whose deadline has passed, so a caller that lost the race
-//! to cancel always gets an answer.
+//! after taking it (`WAITING`/`FRESH` → `TAKEN`), the caller may withdraw only a request that is
+//! `WAITING`. A fresh request is always tried once, so `try_receive` works. A caller that gives
+//! up while its request is fresh or taken marks it `GIVEN_UP` and waits for the answer: the
+//! writer then answers it after its try instead of keeping it. (Without the mark, a processor
+//! worker cancelled by `stop` while the writer tried its request on an empty queue waited for
+//! the next message or its idle deadline, up to half a second: the concurrency checks found
+//! it.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -25,6 +28,8 @@ const FRESH: u8 = 0;
 const WAITING: u8 = 1;
 const TAKEN: u8 = 2;
 const CANCELLED: u8 = 3;
+/// Added to `FRESH` or `TAKEN`: the caller gave up and waits for the answer.
+const GIVEN_UP: u8 = 0x10;
 
 /// The state shared between a parked request and its caller.
 #[derive(Debug)]
@@ -35,28 +40,51 @@ impl ParkState {
         Arc::new(ParkState(AtomicU8::new(FRESH)))
     }
 
-    /// The caller gives up; false if the writer has the request (an answer is coming).
+    /// The caller gives up: true if the request is withdrawn, false if an answer is coming.
     pub fn cancel(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        let mut s = self.0.load(Ordering::Acquire);
+        loop {
+            let next = match s {
+                WAITING => CANCELLED,
+                FRESH | TAKEN => s | GIVEN_UP,
+                _ => return false,
+            };
+            match self
+                .0
+                .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return s == WAITING,
+                Err(now) => s = now,
+            }
+        }
     }
 
+    /// The writer takes the request; false if its caller withdrew it.
     fn take(&self) -> bool {
-        let s = self.0.load(Ordering::Acquire);
-        (s == FRESH || s == WAITING)
-            && self
+        let mut s = self.0.load(Ordering::Acquire);
+        // Retried: the caller may have marked the request given up meanwhile.
+        while matches!(s & !GIVEN_UP, FRESH | WAITING) {
+            let taken = TAKEN | (s & GIVEN_UP);
+            match self
                 .0
-                .compare_exchange(s, TAKEN, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+                .compare_exchange(s, taken, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+        false
     }
 
     fn is_fresh(&self) -> bool {
-        self.0.load(Ordering::Acquire) == FRESH
+        self.0.load(Ordering::Acquire) & !GIVEN_UP == FRESH
     }
 
-    fn release(&self) {
-        self.0.store(WAITING, Ordering::Release);
+    /// Puts a tried request back to wait; false if its caller gave up, which wants an answer.
+    fn release(&self) -> bool {
+        self.0
+            .compare_exchange(TAKEN, WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 }
 
@@ -133,8 +161,8 @@ pub fn serve(
                 *parked = keep;
                 return Err(fatal);
             }
-            Ok(Ok(v)) if v.is_empty() && !p.expired(Instant::now()) => {
-                p.state.release();
+            // Released only if its caller still waits; otherwise answered (empty) below.
+            Ok(Ok(v)) if v.is_empty() && !p.expired(Instant::now()) && p.state.release() => {
                 keep.push(p);
             }
             Ok(result) => served.push(Served { request: p, result }),
