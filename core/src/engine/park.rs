@@ -16,10 +16,10 @@
 //! it.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use crossbeam_channel::Sender;
+use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::channel::Sender;
 
 use super::batch::{Batch, Locked};
 use crate::error::{Error, Result};
@@ -130,12 +130,31 @@ pub fn serve(
     parked: &mut Vec<ParkedReceive>,
     all: bool,
 ) -> std::result::Result<Vec<Served>, Error> {
+    serve_with(
+        batch,
+        parked,
+        all,
+        |b, q| b.woken.contains(&q),
+        |b, p| b.attempt(|b| b.receive(p.q, &p.name, p.owner, p.max)),
+    )
+}
+
+/// [`serve`] on `batch` of any kind: `woken` tells whether a queue gained messages in it,
+/// `receive` tries a request (the outer `Err` is a failure after writing). The concurrency
+/// checks serve from a stand-in for the store.
+pub fn serve_with<B>(
+    batch: &mut B,
+    parked: &mut Vec<ParkedReceive>,
+    all: bool,
+    woken: impl Fn(&B, u32) -> bool,
+    mut receive: impl FnMut(&mut B, &ParkedReceive) -> Result<Result<Vec<Locked>>>,
+) -> std::result::Result<Vec<Served>, Error> {
     let now = Instant::now();
     let mut served = Vec::new();
     let mut keep = Vec::with_capacity(parked.len());
     let mut pending = std::mem::take(parked).into_iter();
     for p in pending.by_ref() {
-        let worth_trying = all || p.state.is_fresh() || batch.woken.contains(&p.q);
+        let worth_trying = all || p.state.is_fresh() || woken(batch, p.q);
         if !worth_trying && !p.expired(now) {
             keep.push(p);
             continue;
@@ -150,7 +169,7 @@ pub fn serve(
             });
             continue;
         }
-        match batch.attempt(|b| b.receive(p.q, &p.name, p.owner, p.max)) {
+        match receive(batch, &p) {
             Err(e) => {
                 let fatal = e.duplicate();
                 served.push(Served {

@@ -14,11 +14,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::sync::channel::{self, Sender};
+use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex};
-use crossbeam_channel::Sender;
+
+#[cfg(all(test, shuttle))]
+mod concurrency_checking;
 
 use super::batch::{Batch, DueHints};
 use super::db::{DbSlot, Resolved};
@@ -90,12 +93,12 @@ where
     }
 }
 
-enum Msg {
-    Job(Box<dyn Job>),
+enum Msg<J> {
+    Job(J),
     /// A receive that waits in the writer until a batch makes a message receivable.
     Park(ParkedReceive),
     /// Finish what is queued, run the closing job durably, exit.
-    Stop(Box<dyn Job>),
+    Stop(J),
 }
 
 /// Counters of the pipeline, for `Store::stats`, tests and benchmarks.
@@ -117,9 +120,8 @@ pub struct PipelineStats {
 }
 
 /// What waits to be written, and who is writing.
-#[derive(Default)]
-struct Inbox {
-    msgs: VecDeque<Msg>,
+struct Inbox<J> {
+    msgs: VecDeque<Msg<J>>,
     /// Someone leads: only the leader takes messages and runs batches.
     leading: bool,
     /// A leader passed leadership to the writer thread.
@@ -148,9 +150,9 @@ struct Carried {
     last_checkpoint: Instant,
 }
 
-struct Shared {
-    ctx: WriterContext,
-    inbox: Mutex<Inbox>,
+struct Shared<W: Writer> {
+    ctx: W,
+    inbox: Mutex<Inbox<W::Job>>,
     /// Wakes the writer thread: a handoff, an earlier timer, the exit.
     writer_cv: Condvar,
     /// Wakes a leader that gathers a batch.
@@ -166,8 +168,8 @@ struct Shared {
 /// thread hand-off (two context switches, a third of the CPU of a small commit). Whatever
 /// arrives while a batch runs is left to the writer thread, which leads until the inbox is
 /// empty; the writer thread also runs the time-driven batches parked receives need.
-pub struct Pipeline {
-    shared: Arc<Shared>,
+pub struct Pipeline<W: Writer = WriterContext> {
+    shared: Arc<Shared<W>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by [`Pipeline::leak`]: `Drop` must not touch the shared state.
     leaked: bool,
@@ -199,7 +201,59 @@ pub struct WriterContext {
 }
 
 /// A batch taken from the inbox: its jobs, and the closing job if a stop was queued.
-type Taken = (Vec<Box<dyn Job>>, Option<Box<dyn Job>>);
+type Taken<J> = (Vec<J>, Option<J>);
+
+/// What the pipeline's batches run on: the store ([`WriterContext`]) — or, in the concurrency
+/// checks, a stand-in that answers its jobs without a file, so that the checks drive this
+/// pipeline's own hand-off.
+pub trait Writer: Send + Sync + 'static {
+    type Job: Send;
+    fn durability(&self) -> Durability;
+    /// See [`WriterContext::reap_as`].
+    fn reap_as(&self) -> Option<(u64, u64)>;
+    /// Milliseconds until time-driven work (a scheduled message, a lock expiry) may serve a
+    /// parked receive.
+    fn due_in_ms(&self) -> u64;
+    /// Runs one batch and answers its callers.
+    fn run(
+        &self,
+        jobs: Vec<Self::Job>,
+        parked: &mut Vec<ParkedReceive>,
+        timer: bool,
+        durability: Durability,
+        reap: Option<(u64, u64)>,
+        batch_no: u64,
+    );
+}
+
+impl Writer for WriterContext {
+    type Job = Box<dyn Job>;
+
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn reap_as(&self) -> Option<(u64, u64)> {
+        self.reap_as
+    }
+
+    fn due_in_ms(&self) -> u64 {
+        let due = self.hints.lock().next_receivable();
+        due.saturating_sub(self.clock.now_ms())
+    }
+
+    fn run(
+        &self,
+        jobs: Vec<Box<dyn Job>>,
+        parked: &mut Vec<ParkedReceive>,
+        timer: bool,
+        durability: Durability,
+        reap: Option<(u64, u64)>,
+        batch_no: u64,
+    ) {
+        run_guarded(self, jobs, parked, timer, durability, reap, batch_no);
+    }
+}
 
 /// Who leads: a caller runs one batch, the writer thread runs until nothing is left.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -208,12 +262,20 @@ enum Leader {
     Writer,
 }
 
-impl Pipeline {
-    pub fn start(ctx: WriterContext) -> Result<Pipeline> {
+impl<W: Writer> Pipeline<W> {
+    pub fn start(ctx: W) -> Result<Pipeline<W>> {
         let now = Instant::now();
         let shared = Arc::new(Shared {
             ctx,
-            inbox: Mutex::new(Inbox::default()),
+            inbox: Mutex::new(Inbox {
+                msgs: VecDeque::new(),
+                leading: false,
+                handoff: false,
+                timer_at: None,
+                timer_blocked: false,
+                closed: false,
+                exit: false,
+            }),
             writer_cv: Condvar::new(),
             arrived: Condvar::new(),
             carried: Mutex::new(Carried {
@@ -226,7 +288,7 @@ impl Pipeline {
             }),
         });
         let writer = shared.clone();
-        let thread = std::thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("postbox-writer".into())
             .spawn(move || writer.writer_loop())?;
         Ok(Pipeline {
@@ -236,24 +298,13 @@ impl Pipeline {
         })
     }
 
-    /// Runs `f` in the next batch and waits for its durable result.
-    pub fn call<T, F>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(&mut Batch<'_>) -> Result<T> + Send + 'static,
-        T: Send + 'static,
-    {
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        if self
-            .shared
-            .submit(Msg::Job(Box::new(Call { f, reply })), true)?
-        {
+    /// Queues `job` for the next batch, and runs that batch on this thread if nobody else is
+    /// writing.
+    fn enqueue(&self, job: W::Job) -> Result<()> {
+        if self.shared.submit(Msg::Job(job), true)? {
             self.shared.lead(Leader::Caller, false);
         }
-        rx.recv().unwrap_or_else(|_| {
-            Err(Error::Panic(
-                "the commit pipeline stopped before answering (see the log for a panic)".into(),
-            ))
-        })
+        Ok(())
     }
 
     /// Leaves a receive with the writer (see `park`); it is tried at once, on this thread if
@@ -269,17 +320,6 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Queues `f` without waiting for it (used by `Drop` implementations).
-    pub fn detach<F>(&self, f: F)
-    where
-        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
-    {
-        let (reply, _rx) = crossbeam_channel::bounded(1);
-        let _ = self
-            .shared
-            .submit(Msg::Job(Box::new(Call { f, reply })), false);
-    }
-
     /// In a forked child: keeps the shared state alive forever, so that dropping this handle
     /// neither locks the inbox (another thread of the parent may have held it at fork time)
     /// nor drops the database the parent's writer thread owned.
@@ -291,25 +331,11 @@ impl Pipeline {
         self.leaked = true;
     }
 
-    /// Runs `last` durably after everything queued, then stops the writer thread.
-    pub fn stop<F>(&self, last: F) -> Result<()>
-    where
-        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
-    {
-        let (reply, rx) = crossbeam_channel::bounded(1);
-        let sent = self
-            .shared
-            .submit(Msg::Stop(Box::new(Call { f: last, reply })), false);
-        let result = match sent {
-            // A reply dropped unanswered means the writer caught a panic in the closing batch:
-            // redb failing on a damaged page, which invariant 9 reports as `Corrupted` (the
-            // corruption sweep found this answered `Closed`, which says nothing of the file).
-            Ok(_) => rx.recv().unwrap_or_else(|_| {
-                Err(Error::Corrupted(
-                    "storage failure: the commit pipeline stopped before answering the close"
-                        .into(),
-                ))
-            }),
+    /// Queues `last` to run after everything queued, then waits for the writer thread to
+    /// stop; `answer` waits for `last`'s result once it is queued.
+    fn close<R>(&self, last: W::Job, answer: impl FnOnce() -> Result<R>) -> Result<R> {
+        let result = match self.shared.submit(Msg::Stop(last), false) {
+            Ok(_) => answer(),
             Err(e) => Err(e),
         };
         if let Some(t) = self.thread.lock().take() {
@@ -319,7 +345,54 @@ impl Pipeline {
     }
 }
 
-impl Drop for Pipeline {
+impl Pipeline {
+    /// Runs `f` in the next batch and waits for its durable result.
+    pub fn call<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reply, rx) = channel::bounded(1);
+        self.enqueue(Box::new(Call { f, reply }))?;
+        rx.recv().unwrap_or_else(|_| {
+            Err(Error::Panic(
+                "the commit pipeline stopped before answering (see the log for a panic)".into(),
+            ))
+        })
+    }
+
+    /// Queues `f` without waiting for it (used by `Drop` implementations).
+    pub fn detach<F>(&self, f: F)
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
+    {
+        let (reply, _rx) = channel::bounded(1);
+        let _ = self
+            .shared
+            .submit(Msg::Job(Box::new(Call { f, reply })), false);
+    }
+
+    /// Runs `last` durably after everything queued, then stops the writer thread.
+    pub fn stop<F>(&self, last: F) -> Result<()>
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
+    {
+        let (reply, rx) = channel::bounded(1);
+        self.close(Box::new(Call { f: last, reply }), || {
+            // A reply dropped unanswered means the writer caught a panic in the closing batch:
+            // redb failing on a damaged page, which invariant 9 reports as `Corrupted` (the
+            // corruption sweep found this answered `Closed`, which says nothing of the file).
+            rx.recv().unwrap_or_else(|_| {
+                Err(Error::Corrupted(
+                    "storage failure: the commit pipeline stopped before answering the close"
+                        .into(),
+                ))
+            })
+        })
+    }
+}
+
+impl<W: Writer> Drop for Pipeline<W> {
     fn drop(&mut self) {
         if self.leaked {
             return;
@@ -340,10 +413,10 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// The longest a durable batch waits for the callers of the previous batch to come back.
 const MAX_GATHER: Duration = Duration::from_micros(500);
 
-impl Shared {
+impl<W: Writer> Shared<W> {
     /// Queues `msg`. `Ok(true)`: nobody was writing and the caller must now lead. A caller
     /// that may not block (`may_lead == false`) hands the lead to the writer thread instead.
-    fn submit(&self, msg: Msg, may_lead: bool) -> Result<bool> {
+    fn submit(&self, msg: Msg<W::Job>, may_lead: bool) -> Result<bool> {
         let mut inbox = self.inbox.lock();
         if inbox.closed {
             return Err(Error::Closed);
@@ -418,7 +491,7 @@ impl Shared {
             // callers from settling into alternate commits of half the size.
             let answered = jobs.len();
             let parked_before = c.parked.len();
-            let reap = match self.ctx.reap_as {
+            let reap = match self.ctx.reap_as() {
                 Some(owner) if c.last_reap.elapsed() >= Duration::from_millis(100) => {
                     c.last_reap = Instant::now();
                     Some(owner)
@@ -426,7 +499,7 @@ impl Shared {
                 _ => None,
             };
             if !jobs.is_empty() || !c.parked.is_empty() {
-                let durability = match self.ctx.durability {
+                let durability = match self.ctx.durability() {
                     Durability::None if c.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL => {
                         c.last_checkpoint = Instant::now();
                         Durability::Immediate
@@ -435,15 +508,8 @@ impl Shared {
                 };
                 let started = Instant::now();
                 c.batch_no += 1;
-                run_guarded(
-                    &self.ctx,
-                    jobs,
-                    &mut c.parked,
-                    timer,
-                    durability,
-                    reap,
-                    c.batch_no,
-                );
+                self.ctx
+                    .run(jobs, &mut c.parked, timer, durability, reap, c.batch_no);
                 c.last_cost = started.elapsed();
             }
             timer = false;
@@ -451,8 +517,7 @@ impl Shared {
                 // Parked receives are dropped unanswered: their callers see the store closed.
                 c.parked.clear();
                 // Batch 0 writes no commit mark: the closing batch unregisters this owner.
-                run_guarded(
-                    &self.ctx,
+                self.ctx.run(
                     vec![last],
                     &mut c.parked,
                     false,
@@ -485,14 +550,14 @@ impl Shared {
     /// Takes the next batch from the inbox: its jobs, and the stop if one is queued (parked
     /// receives go straight to `c.parked`). `None` (and leadership given up) when there is
     /// nothing to do.
-    fn take(&self, c: &mut Carried, timer: bool) -> Option<Taken> {
+    fn take(&self, c: &mut Carried, timer: bool) -> Option<Taken<W::Job>> {
         let mut inbox = self.inbox.lock();
         // Callers of a batch are answered together and come back together, but a woken
         // thread takes a while to run: without waiting, the first one back would get a commit
         // of its own and the rest would queue behind its fsync. So a durable batch waits
         // briefly (a quarter of the last commit's cost, at most MAX_GATHER) for as many
         // callers as the last batch had. A lone caller (expect == 1) never waits.
-        if matches!(self.ctx.durability, Durability::Immediate) && c.expect > 1 {
+        if matches!(self.ctx.durability(), Durability::Immediate) && c.expect > 1 {
             let deadline = Instant::now() + (c.last_cost / 4).min(MAX_GATHER);
             while inbox.msgs.len() < c.expect && !inbox.closed {
                 if self.arrived.wait_until(&mut inbox, deadline).timed_out() {
@@ -521,13 +586,12 @@ impl Shared {
     }
 
     /// Gives up the lead, leaving the writer thread a timer if parked receives need one.
-    fn step_down(&self, inbox: &mut Inbox, c: &Carried) {
+    fn step_down(&self, inbox: &mut Inbox<W::Job>, c: &Carried) {
         inbox.leading = false;
         let at = if c.parked.is_empty() {
             None
         } else {
-            let due = self.ctx.hints.lock().next_receivable();
-            let due_in = due.saturating_sub(self.ctx.clock.now_ms());
+            let due_in = self.ctx.due_in_ms();
             let due_at = Instant::now().checked_add(Duration::from_millis(due_in.max(1)));
             [park::next_deadline(&c.parked), due_at]
                 .into_iter()
@@ -650,12 +714,15 @@ fn commit_logged(
 
 /// Commits logged batches' redb transactions (without a sync) on a thread of its own, so that
 /// the leader can sync the log meanwhile.
+///
+/// It runs only with a write-ahead log, which the concurrency checks do not drive, so it keeps
+/// std's threads and crossbeam's channels under `--cfg shuttle` too.
 pub struct Applier {
-    jobs: Option<Sender<redb::WriteTransaction>>,
+    jobs: Option<crossbeam_channel::Sender<redb::WriteTransaction>>,
     done: crossbeam_channel::Receiver<(Result<()>, u64)>,
     /// Set when the thread could not be started: commits run on the leader's thread.
     inline: Option<redb::WriteTransaction>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Applier {

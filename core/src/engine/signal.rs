@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex};
 
 /// One queue's wake-up: a sequence number bumped on every wake, so a waiter that read it before

@@ -7,11 +7,11 @@
 //! local commit or the file watch. A [`Cancel`] token ends a wait at once (a processor's stop).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::sync::Mutex;
-use crossbeam_channel::{Receiver, Sender};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::channel::{self, Receiver, Sender};
 
 use super::batch::{Locked, Select};
 use super::{Engine, earliest, park, read};
@@ -28,7 +28,7 @@ pub struct Cancel {
 
 impl Default for Cancel {
     fn default() -> Self {
-        let (tx, rx) = crossbeam_channel::bounded(0);
+        let (tx, rx) = channel::bounded(0);
         Cancel {
             flag: Arc::new(AtomicBool::new(false)),
             sender: Arc::new(Mutex::new(Some(tx))),
@@ -47,6 +47,25 @@ impl Cancel {
 
     pub fn is_cancelled(&self) -> bool {
         self.flag.load(Ordering::Acquire)
+    }
+}
+
+/// The caller's side of a parked receive: waits for the writer's answer until `deadline` or
+/// `cancel`; `gone` is the error when the writer dropped the request unanswered.
+pub(super) fn await_answer(
+    state: &park::ParkState,
+    answer: &Receiver<Result<Vec<Locked>>>,
+    deadline: Option<Instant>,
+    cancel: Option<&Cancel>,
+    gone: impl Fn() -> Error,
+) -> Result<Vec<Locked>> {
+    match channel::recv_until(answer, cancel.map(|c| &c.rx), deadline) {
+        Some(Ok(r)) => r,
+        Some(Err(_)) => Err(gone()),
+        // Timed out or cancelled: withdraw the request, unless the writer has it already,
+        // in which case its answer is on the way.
+        None if state.cancel() => Ok(Vec::new()),
+        None => answer.recv().unwrap_or_else(|_| Err(gone())),
     }
 }
 
@@ -93,7 +112,7 @@ impl Engine {
         cancel: Option<&Cancel>,
     ) -> Result<Vec<Locked>> {
         let state = park::ParkState::new();
-        let (reply, answer) = crossbeam_channel::bounded(1);
+        let (reply, answer) = channel::bounded(1);
         self.pipeline.park(park::ParkedReceive {
             q,
             name: name.to_owned(),
@@ -114,24 +133,7 @@ impl Engine {
                 )
             }
         };
-        // A cancel token's channel never delivers: it disconnects when cancelled.
-        let never = crossbeam_channel::never();
-        let cancelled = cancel.map_or(&never, |c| &c.rx);
-        // No deadline: a timer that never fires.
-        let timer = deadline.map_or_else(crossbeam_channel::never, crossbeam_channel::at);
-        let first = crossbeam_channel::select! {
-            recv(answer) -> r => Some(r),
-            recv(cancelled) -> _ => None,
-            recv(timer) -> _ => None,
-        };
-        match first {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(gone()),
-            // Timed out or cancelled: withdraw the request, unless the writer has it already,
-            // in which case its answer is on the way.
-            None if state.cancel() => Ok(Vec::new()),
-            None => answer.recv().unwrap_or_else(|_| Err(gone())),
-        }
+        await_answer(&state, &answer, deadline, cancel, gone)
     }
 
     /// Multi-process receive: other processes' sends do not pass through this writer, so a

@@ -8,15 +8,18 @@ mod renewal;
 mod scaling;
 mod worker;
 
+#[cfg(all(test, shuttle))]
+mod concurrency_checking;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex};
 use serde::de::DeserializeOwned;
 
@@ -665,12 +668,7 @@ impl ProcessorBuilder {
             queue: self.queue,
             config: self.config,
             handler,
-            stopping: AtomicBool::new(false),
-            state: Mutex::new(State {
-                target: initial,
-                ..State::default()
-            }),
-            cv: Condvar::new(),
+            gate: Gate::new(initial),
             counters: Counters::default(),
         });
         let processor = Processor {
@@ -725,6 +723,150 @@ struct State {
     watched: HashMap<u64, Watched>,
 }
 
+/// The part of a processor that starts threads, admits handler runs and waits for them: its
+/// state and the condition variable every change of it is announced on. It knows nothing of
+/// the store, so that the concurrency checks drive it as the workers and `join` do.
+struct Gate {
+    /// Mirrors `State::stopping` for lock-free checks; set under the state lock.
+    stopping: crate::sync::atomic::AtomicBool,
+    state: Mutex<State>,
+    /// Notified on every change of `State`: join, the watchdog and the autoscaler wait on it.
+    cv: Condvar,
+}
+
+impl Gate {
+    fn new(target: usize) -> Gate {
+        Gate {
+            stopping: crate::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(State {
+                target,
+                ..State::default()
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// No handler is admitted and no worker started from now on.
+    fn stop(&self) {
+        {
+            let mut st = self.state.lock();
+            st.stopping = true;
+            self.stopping.store(true, Ordering::Release);
+        }
+        self.cv.notify_all();
+    }
+
+    /// Starts a worker with `spawn` unless stopping; returns the live workers then.
+    fn add_worker(
+        &self,
+        spawn: impl FnOnce() -> std::io::Result<JoinHandle<()>>,
+    ) -> Result<Option<usize>> {
+        let mut st = self.state.lock();
+        if st.stopping {
+            return Ok(None);
+        }
+        st.threads.push(spawn()?);
+        st.live += 1;
+        Ok(Some(st.live))
+    }
+
+    /// Starts a thread counted in `State::background` with `spawn`; the thread calls
+    /// [`Gate::background_exited`] last.
+    fn add_background(
+        &self,
+        spawn: impl FnOnce() -> std::io::Result<JoinHandle<()>>,
+    ) -> Result<()> {
+        // Holding the lock while spawning keeps the thread's exit from being counted before its
+        // start.
+        let mut st = self.state.lock();
+        st.threads.push(spawn()?);
+        st.background += 1;
+        Ok(())
+    }
+
+    fn background_exited(&self) {
+        self.state.lock().background -= 1;
+        self.cv.notify_all();
+    }
+
+    /// A worker leaves (a retired one has left `live` already); returns the live workers.
+    fn worker_exited(&self, retired: bool) -> usize {
+        let live = {
+            let mut st = self.state.lock();
+            if !retired {
+                st.live -= 1;
+            }
+            st.live
+        };
+        self.cv.notify_all();
+        live
+    }
+
+    /// Admits one handler run of the lock `token`, unless stopping, starting its time limit.
+    /// Stop and admission take the same lock, so no handler starts after `stop` returned.
+    fn begin(&self, token: u64, limit: Option<Duration>) -> bool {
+        let mut st = self.state.lock();
+        if st.stopping {
+            return false;
+        }
+        st.in_flight += 1;
+        if let Some(limit) = limit
+            && let Some(w) = st.watched.get_mut(&token)
+        {
+            w.deadline = Instant::now().checked_add(limit);
+            drop(st);
+            self.cv.notify_all();
+        }
+        true
+    }
+
+    /// Ends a handler run: its lock is no longer watched and `join` may see zero in flight.
+    fn end(&self, token: u64) {
+        {
+            let mut st = self.state.lock();
+            st.watched.remove(&token);
+            st.in_flight -= 1;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Waits until every worker and background thread has exited, or until `deadline`, and
+    /// reaps the threads once all have. `own_thread`: called from a worker, which cannot wait
+    /// for itself. Returns whether all had exited, and the handlers running then.
+    fn wait_idle(&self, deadline: Option<Instant>, own_thread: bool) -> (bool, usize) {
+        let mut st = self.state.lock();
+        if !own_thread {
+            while st.live > 0 || st.background > 0 {
+                match deadline {
+                    Some(d) => {
+                        if self.cv.wait_until(&mut st, d).timed_out() {
+                            break;
+                        }
+                    }
+                    None => self.cv.wait(&mut st),
+                }
+            }
+        }
+        let finished = st.live == 0 && st.background == 0;
+        let still_running = st.in_flight;
+        let threads = if finished {
+            std::mem::take(&mut st.threads)
+        } else {
+            Vec::new()
+        };
+        drop(st);
+        for t in threads {
+            // Every thread has announced its exit; this only reaps it.
+            let _ = t.join();
+        }
+        (finished, still_running)
+    }
+}
+
 struct Shared {
     id: u64,
     queue: Queue,
@@ -734,19 +876,19 @@ struct Shared {
     /// Cancelled by `stop`: ends the workers' waits for messages at once.
     cancel: Cancel,
     clock: Arc<dyn Clock>,
-    /// Mirrors `State::stopping` for lock-free checks; set under the state lock.
-    stopping: AtomicBool,
-    state: Mutex<State>,
-    /// Notified on every change of `State`: join, the watchdog and the autoscaler wait on it.
-    cv: Condvar,
+    /// Reached through `Deref`, as `sh.state` and `sh.cv`, by the workers and watchers.
+    gate: Gate,
     counters: Counters,
 }
 
-impl Shared {
-    fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
+impl Deref for Shared {
+    type Target = Gate;
+    fn deref(&self) -> &Gate {
+        &self.gate
     }
+}
 
+impl Shared {
     /// Whether this process is a forked child of the one that started the processor: its
     /// threads do not exist here, and its locks (`state`, the queue's signal) may have been
     /// held by one of them at the fork, so they must not be taken.
@@ -755,12 +897,7 @@ impl Shared {
     }
 
     fn stop(&self) {
-        {
-            let mut st = self.state.lock();
-            st.stopping = true;
-            self.stopping.store(true, Ordering::Release);
-        }
-        self.cv.notify_all();
+        self.gate.stop();
         // Idle workers wait in the engine: the token ends parked waits, and bumping the
         // queue's signal wakes polling ones (other receivers on the queue merely retry).
         self.cancel.cancel();
@@ -930,31 +1067,7 @@ impl Processor {
         }
         let own_thread = WORKER_OF.with(|w| w.get()) == sh.id;
         let deadline = Instant::now().checked_add(timeout);
-        let mut st = sh.state.lock();
-        if !own_thread {
-            while st.live > 0 || st.background > 0 {
-                match deadline {
-                    Some(d) => {
-                        if sh.cv.wait_until(&mut st, d).timed_out() {
-                            break;
-                        }
-                    }
-                    None => sh.cv.wait(&mut st),
-                }
-            }
-        }
-        let finished = st.live == 0 && st.background == 0;
-        let still_running = st.in_flight;
-        let threads = if finished {
-            std::mem::take(&mut st.threads)
-        } else {
-            Vec::new()
-        };
-        drop(st);
-        for t in threads {
-            // Every thread has announced its exit; this only reaps it.
-            let _ = t.join();
-        }
+        let (finished, still_running) = sh.wait_idle(deadline, own_thread);
         ShutdownReport {
             still_running,
             finished,
@@ -1001,18 +1114,11 @@ impl Drop for Processor {
 
 /// Starts a background thread counted in `State::background`, so `join` waits for it.
 fn spawn_background(sh: &Arc<Shared>, name: &str, body: fn(&Arc<Shared>)) -> Result<()> {
-    // Holding the lock while spawning keeps the thread's exit from being counted before its
-    // start.
-    let mut st = sh.state.lock();
     let s = sh.clone();
-    let handle = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
+    sh.add_background(|| {
+        thread::Builder::new().name(name.to_owned()).spawn(move || {
             body(&s);
-            s.state.lock().background -= 1;
-            s.cv.notify_all();
-        })?;
-    st.background += 1;
-    st.threads.push(handle);
-    Ok(())
+            s.background_exited();
+        })
+    })
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::sync::Mutex;
+use crate::sync::thread;
 
 use super::{
     Delivery, Failure, Handler, ProcessorEvent, REASON_DECODE_FAILED, Shared, Track, WORKER_OF,
@@ -37,23 +38,18 @@ pub(super) fn spawn_workers(sh: &Arc<Shared>, n: usize) -> Result<()> {
 
 /// Starts one worker unless the processor is stopping.
 pub(super) fn spawn_one(sh: &Arc<Shared>) -> Result<()> {
-    let live = {
-        let mut st = sh.state.lock();
-        if st.stopping {
-            return Ok(());
-        }
+    let added = sh.add_worker(|| {
         let s = sh.clone();
         let mut builder =
-            std::thread::Builder::new().name(format!("postbox-worker-{}", sh.queue.name()));
+            thread::Builder::new().name(format!("postbox-worker-{}", sh.queue.name()));
         if let Some(bytes) = sh.config.stack_size {
             builder = builder.stack_size(bytes);
         }
-        let handle = builder.spawn(move || run(&s))?;
-        st.threads.push(handle);
-        st.live += 1;
-        st.live
-    };
-    sh.report_scale(live);
+        builder.spawn(move || run(&s))
+    })?;
+    if let Some(live) = added {
+        sh.report_scale(live);
+    }
     Ok(())
 }
 
@@ -83,14 +79,7 @@ fn run(sh: &Arc<Shared>) {
     }
     w.release_buffer();
     w.release_session();
-    let live = {
-        let mut st = sh.state.lock();
-        if !retired {
-            st.live -= 1;
-        }
-        st.live
-    };
-    sh.cv.notify_all();
+    let live = sh.worker_exited(retired);
     sh.report_scale(live);
 }
 
@@ -138,37 +127,20 @@ impl Worker<'_> {
         }
     }
 
-    /// Admits one handler run, unless the processor is stopping. Stop and admission take the
-    /// same lock, so no handler starts after `stop` returned.
+    /// Admits one handler run, unless the processor is stopping (see `Gate::begin`).
     fn begin(&self, track: &Track) -> bool {
-        let sh = self.sh;
-        let mut st = sh.state.lock();
-        if st.stopping {
-            return false;
-        }
-        st.in_flight += 1;
-        if let Some(limit) = sh.config.handler_timeout
-            && let Some(w) = st.watched.get_mut(&track.token)
-        {
-            w.deadline = Instant::now().checked_add(limit);
-            drop(st);
-            sh.cv.notify_all();
-        }
-        true
+        self.sh
+            .gate
+            .begin(track.token, self.sh.config.handler_timeout)
     }
 
-    /// Ends a handler run: its lock is no longer watched and `join` may see zero in flight.
+    /// Ends a handler run (see `Gate::end`).
     fn end(&self, token: u64) {
         if self.sh.is_forked() {
             // See `run`: the state is the parent's.
             return;
         }
-        {
-            let mut st = self.sh.state.lock();
-            st.watched.remove(&token);
-            st.in_flight -= 1;
-        }
-        self.sh.cv.notify_all();
+        self.sh.gate.end(token);
     }
 
     fn handle(&mut self, (locked, track): (Locked, Arc<Track>)) {
