@@ -121,22 +121,22 @@ impl Cluster {
             Duration::from_secs(60),
             "every message of the queue to be receivable",
         );
-        // Completed as they come (the contents are recorded already): held together they
-        // would outlive their lock duration on a slow machine and come round again.
+        // Completed as they come, a batch per commit (the contents are recorded already):
+        // held together they would outlive their lock on a slow machine and come round again.
         let mut taken = BTreeSet::new();
         while taken.len() < live.len() {
             guard.check();
-            let m = q
-                .receive(guard.left())
-                .unwrap()
-                .expect("a message still locked by a dead holder");
-            let id = m.id().get();
-            assert!(
-                live.contains(&id),
-                "received {id}, which browse did not list"
-            );
-            assert!(taken.insert(id), "received {id} twice");
-            m.complete().unwrap();
+            let batch = q.receive_batch(256, guard.left()).unwrap();
+            assert!(!batch.is_empty(), "a message still locked by a dead holder");
+            for m in &batch {
+                let id = m.id().get();
+                assert!(
+                    live.contains(&id),
+                    "received {id}, which browse did not list"
+                );
+                assert!(taken.insert(id), "received {id} twice");
+            }
+            q.complete_batch(batch).unwrap();
         }
         assert!(q.try_receive().unwrap().is_none());
         drop(q);
@@ -192,15 +192,64 @@ struct Aim {
     kills: u64,
     in_open: u64,
     in_big: u64,
+    /// Kills of a process caught holding the store file's write lock.
+    writer: u64,
 }
 
 impl Aim {
     fn summary(&self) -> String {
         format!(
-            "{} kills ({} aimed at an open, {} at a big batch's commit)",
-            self.kills, self.in_open, self.in_big
+            "{} kills ({} aimed at an open, {} at a big batch's commit, {} of the write lock's \
+             holder)",
+            self.kills, self.in_open, self.in_big, self.writer
         )
     }
+}
+
+/// Whether process `pid` holds a write lock on the file with inode `ino`: Linux lists the
+/// granted locks of each descriptor in `/proc/<pid>/fdinfo` (redb's writer lock is an OFD
+/// lock, whose owner `/proc/locks` does not name). Waiting requests are shown with `->`.
+fn holds_write_lock(pid: u32, ino: u64) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return false;
+    };
+    let needle = format!(":{ino} ");
+    fds.flatten().any(|fd| {
+        std::fs::read_to_string(fd.path()).is_ok_and(|info| {
+            info.lines().any(|l| {
+                l.starts_with("lock:")
+                    && l.contains("OFDLCK")
+                    && l.contains(" WRITE ")
+                    && !l.contains("->")
+                    && l.contains(&needle)
+            })
+        })
+    })
+}
+
+/// Waits for the worker's next big batch, then stops it at random moments until it is caught
+/// holding the store file's write lock, and kills it there (after 20 misses, wherever it is).
+/// Returns whether it was caught holding the lock.
+fn kill_writer(p: &mut Proc, ino: u64, rng: &mut Rng) -> bool {
+    for _ in 0..2000 {
+        if let Event::Try {
+            kind: TryKind::Big, ..
+        } = next_event(p)
+        {
+            break;
+        }
+    }
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_micros(rng.below(1500)));
+        p.signal(libc::SIGSTOP);
+        if holds_write_lock(p.pid(), ino) {
+            p.kill9_alive();
+            return true;
+        }
+        p.signal(libc::SIGCONT);
+    }
+    p.kill9_alive();
+    false
 }
 
 /// Waits until the worker reaches the aimed moment, then a random few ms more, and kills it.
@@ -290,8 +339,8 @@ fn single_process_killed_and_restarted() {
 }
 
 /// Several producer and consumer processes share a multi-process store; random ones are
-/// killed and restarted, some inside their open, some inside a big batch's commit (holding
-/// the store's write lock, which the others then wait for).
+/// killed and restarted, some inside their open, some caught (stopped, then killed) holding
+/// the store's write lock, mostly inside a big batch's commit.
 #[test]
 fn multi_process_random_kills() {
     let mut rng = Rng::from_env("jepsen multi");
@@ -309,6 +358,7 @@ fn multi_process_random_kills() {
         ("c1", &["--consumers", "2"]),
         ("t0", &["--tx", "1"]),
     ];
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&c.store).unwrap());
     let mut procs: Vec<(Proc, PathBuf)> = slots
         .iter()
         .map(|(slot, flags)| c.spawn(slot, flags, None))
@@ -326,7 +376,7 @@ fn multi_process_random_kills() {
         let (slot, flags) = slots[v];
         let p = &mut procs[v].0;
         if big {
-            kill_after(p, None, &mut rng, 2000);
+            aim.writer += u64::from(kill_writer(p, ino, &mut rng));
             aim.in_big += 1;
         } else {
             kill_after(p, Some(1 + rng.below(30)), &mut rng, 2000);
