@@ -1,0 +1,371 @@
+//! Commands that change queues: send, receive, purge, redrive, move.
+
+use std::collections::BTreeSet;
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use postbox::{Message, Queue, Store};
+use serde_json::json;
+
+use crate::fail::{Failure, Outcome};
+use crate::inspect::{show, to_json};
+use crate::record::{Record, parse_time};
+use crate::{SendProps, stopping};
+
+/// A progress bar on standard error when it is a terminal, hidden otherwise (scripts, tests).
+pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = match len {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:40}] {human_pos}/{human_len} ({per_sec}, {eta} left)",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {msg} {human_pos} ({per_sec})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// Opens queue `name`, creating it only when asked: a typo should not make a queue.
+pub fn target_queue(store: &Store, name: &str, create: bool) -> Outcome<Queue> {
+    if create {
+        Ok(store.queue(name)?)
+    } else {
+        store.open_queue(name).map_err(|e| match e.kind() {
+            postbox::ErrorKind::QueueNotFound => {
+                Failure::not_found(format!("queue {name:?} does not exist (--create makes it)"))
+            }
+            _ => e.into(),
+        })
+    }
+}
+
+fn build_message(body: Vec<u8>, p: &SendProps) -> Outcome<Message> {
+    let mut m = Message::new(body);
+    if let Some(v) = &p.label {
+        m = m.label(v.clone());
+    }
+    if let Some(v) = &p.content_type {
+        m = m.content_type(v.clone());
+    }
+    if let Some(v) = &p.correlation_id {
+        m = m.correlation_id(v.clone());
+    }
+    if let Some(v) = &p.reply_to {
+        m = m.reply_to(v.clone());
+    }
+    if let Some(v) = &p.message_key {
+        m = m.message_key(v.clone());
+    }
+    if let Some(v) = &p.group {
+        m = m.group(v.clone());
+    }
+    if let Some(v) = p.sequence {
+        m = m.sequence(v);
+    }
+    if let Some(v) = p.priority {
+        m = m.priority(v);
+    }
+    if let Some(v) = p.ttl {
+        m = m.ttl(v);
+    }
+    if let Some(v) = &p.expires_at {
+        m = m.expires_at(parse_time("--expires-at", v)?);
+    }
+    if let Some(v) = p.delay {
+        m = m.delay(v);
+    }
+    if let Some(v) = &p.at {
+        m = m.visible_at(parse_time("--at", v)?);
+    }
+    for kv in &p.properties {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(Failure::usage(format!(
+                "--property {kv:?}: expected KEY=VALUE"
+            )));
+        };
+        m = m.property(k, v);
+    }
+    Ok(m)
+}
+
+pub fn send(
+    store: &Store,
+    queue: &str,
+    body: Option<String>,
+    file: Option<PathBuf>,
+    create: bool,
+    props: &SendProps,
+    as_json: bool,
+) -> Outcome {
+    let q = target_queue(store, queue, create)?;
+    let body = match (body, file) {
+        (Some(b), _) => b.into_bytes(),
+        (None, Some(path)) => std::fs::read(&path)
+            .map_err(|e| Failure::not_found(format!("cannot read {}: {e}", path.display())))?,
+        (None, None) => {
+            let mut b = Vec::new();
+            std::io::stdin().read_to_end(&mut b)?;
+            b
+        }
+    };
+    let sent = q.send_checked(build_message(body, props)?)?;
+    if as_json {
+        println!(
+            "{}",
+            json!({ "queue": q.name(), "id": sent.id.get(), "duplicate": sent.duplicate })
+        );
+    } else if sent.duplicate {
+        println!(
+            "duplicate of message {} in {} (its key is in the dedup window): nothing sent",
+            sent.id,
+            q.name()
+        );
+    } else {
+        println!("sent message {} to {}", sent.id, q.name());
+    }
+    Ok(())
+}
+
+/// What `receive` does with the message it took.
+pub enum Settle {
+    Complete,
+    Abandon,
+    DeadLetter(String, String),
+}
+
+pub fn receive(q: &Queue, timeout: Duration, settle: Settle, as_json: bool) -> Outcome {
+    // Wait in short slices so that Ctrl-C ends the wait.
+    let deadline = Instant::now() + timeout;
+    let msg = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Some(m) = q.receive(left.min(Duration::from_millis(200)))? {
+            break m;
+        }
+        if stopping() {
+            return Err(Failure::interrupted("waiting; nothing was received"));
+        }
+        if left.is_zero() {
+            return Err(Failure::not_found(format!(
+                "nothing to receive in {}",
+                q.name()
+            )));
+        }
+    };
+    let record = Record::from_envelope(msg.envelope());
+    let text = show(msg.envelope());
+    let outcome = match settle {
+        Settle::Complete => {
+            msg.complete()?;
+            "completed"
+        }
+        Settle::Abandon => {
+            msg.abandon()?;
+            "abandoned"
+        }
+        Settle::DeadLetter(reason, description) => {
+            msg.dead_letter(&reason, &description)?;
+            "dead-lettered"
+        }
+    };
+    if as_json {
+        let mut doc = serde_json::to_value(&record)
+            .map_err(|e| Failure::store(format!("cannot write JSON: {e}")))?;
+        doc["outcome"] = json!(outcome);
+        println!("{doc}");
+    } else {
+        print!("{text}");
+        let note = match outcome {
+            "abandoned" => "abandoned: back in the queue (--complete removes it)",
+            "completed" => "completed: removed from the queue",
+            _ => "dead-lettered",
+        };
+        println!("-- {note}");
+    }
+    Ok(())
+}
+
+pub fn purge(q: &Queue, as_json: bool) -> Outcome {
+    // One commit removes them all, so there is nothing to stop half-way: a spinner shows that
+    // the command is alive.
+    let n = q.stats()?;
+    let bar = if n.active + n.locked + n.scheduled + n.deferred > 10_000 {
+        progress(None, &format!("purging {}", q.name()))
+    } else {
+        ProgressBar::hidden()
+    };
+    let removed = q.purge()?;
+    bar.finish_and_clear();
+    if as_json {
+        println!("{}", json!({ "queue": q.name(), "purged": removed }));
+    } else {
+        println!("purged {removed} messages from {}", q.name());
+    }
+    Ok(())
+}
+
+/// Which dead letters `redrive` moves: those matching every filter given.
+pub struct RedriveFilter {
+    pub reason: Option<String>,
+    pub older_than: Option<Duration>,
+    pub ids: Vec<u64>,
+    pub limit: Option<usize>,
+}
+
+pub fn redrive(
+    q: &Queue,
+    filter: &RedriveFilter,
+    rate: Option<f64>,
+    dry_run: bool,
+    as_json: bool,
+) -> Outcome {
+    let dlq = q.dead_letters()?;
+    let now = SystemTime::now();
+    let ids: BTreeSet<u64> = filter.ids.iter().copied().collect();
+    let mut chosen = Vec::new();
+    for env in dlq.browse() {
+        if stopping() {
+            return Err(Failure::interrupted("choosing dead letters; none moved"));
+        }
+        let env = env?;
+        if !ids.is_empty() && !ids.contains(&env.id().get()) {
+            continue;
+        }
+        let info = env.dead_letter_info();
+        if let Some(r) = &filter.reason
+            && info.is_none_or(|d| &d.reason != r)
+        {
+            continue;
+        }
+        if let Some(age) = filter.older_than
+            && info.is_none_or(|d| now.duration_since(d.at).unwrap_or(Duration::ZERO) < age)
+        {
+            continue;
+        }
+        chosen.push(env);
+        if filter.limit.is_some_and(|n| chosen.len() >= n) {
+            break;
+        }
+    }
+    if dry_run {
+        for env in &chosen {
+            if as_json {
+                println!("{}", to_json(&Record::from_envelope(env))?);
+            } else {
+                let reason = env.dead_letter_info().map_or("", |d| d.reason.as_str());
+                println!("would resubmit {} ({reason})", env.id());
+            }
+        }
+        if !as_json {
+            println!("{} dead letters match", chosen.len());
+        }
+        return Ok(());
+    }
+    let bar = progress(Some(chosen.len() as u64), "resubmitting");
+    let started = Instant::now();
+    let (mut moved, mut gone) = (0u64, 0u64);
+    for env in &chosen {
+        if stopping() {
+            bar.abandon();
+            return Err(Failure::interrupted(format!(
+                "resubmitting {moved} of {} dead letters",
+                chosen.len()
+            )));
+        }
+        if let Some(r) = rate {
+            // Paced from the start, so a slow commit does not lower the rate.
+            let due = started + Duration::from_secs_f64((moved + gone) as f64 / r);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        match dlq.receive_by_id(env.id(), Duration::ZERO)? {
+            Some(m) => {
+                m.resubmit()?;
+                moved += 1;
+            }
+            // Taken, resubmitted or purged by someone else meanwhile.
+            None => gone += 1,
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if as_json {
+        println!(
+            "{}",
+            json!({ "queue": q.name(), "resubmitted": moved, "skipped": gone })
+        );
+    } else {
+        println!("resubmitted {moved} dead letters to {}", q.name());
+        if gone > 0 {
+            println!("{gone} were gone before their turn (taken or removed by another process)");
+        }
+    }
+    Ok(())
+}
+
+/// Messages per transaction in `move`: few enough that a commit stays small, enough that the
+/// fsync is shared.
+const MOVE_BATCH: usize = 100;
+
+pub fn move_messages(
+    store: &Store,
+    src: &str,
+    dst: &str,
+    limit: Option<usize>,
+    create: bool,
+    as_json: bool,
+) -> Outcome {
+    if src == dst {
+        return Err(Failure::usage("source and destination are the same queue"));
+    }
+    let from = store.open_queue(src)?;
+    let to = target_queue(store, dst, create)?;
+    let total = from.stats()?.active;
+    let want = limit.map_or(total, |n| total.min(n as u64));
+    let bar = progress(Some(want), &format!("moving to {dst}"));
+    let mut moved = 0usize;
+    loop {
+        if stopping() {
+            bar.abandon();
+            return Err(Failure::interrupted(format!("moving {moved} messages")));
+        }
+        let room = limit.map_or(MOVE_BATCH, |n| n.saturating_sub(moved).min(MOVE_BATCH));
+        if room == 0 {
+            break;
+        }
+        let mut tx = store.try_begin()?;
+        let mut n = 0;
+        while n < room {
+            let Some(env) = tx.try_receive(&from)? else {
+                break;
+            };
+            tx.send(&to, env.to_message())?;
+            n += 1;
+        }
+        if n == 0 {
+            break;
+        }
+        tx.commit()?;
+        moved += n;
+        bar.inc(n as u64);
+    }
+    bar.finish_and_clear();
+    if as_json {
+        println!("{}", json!({ "from": src, "to": dst, "moved": moved }));
+    } else {
+        println!("moved {moved} messages from {src} to {dst}");
+    }
+    Ok(())
+}
