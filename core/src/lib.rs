@@ -113,6 +113,10 @@ mod collator;
 mod engine;
 mod error;
 mod filter;
+// The record decoders, for the fuzz targets under fuzz/ only (docs/design.md § Fuzzing).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use engine::fuzzing;
 mod job;
 mod message;
 mod options;

@@ -6,6 +6,8 @@ mod codec;
 mod compound;
 mod db;
 mod file;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod guarded;
 mod janitor;
 mod logged;

@@ -560,6 +560,29 @@ pub fn mark_applied(txn: &redb::WriteTransaction, seq: u64) -> Result<()> {
     Ok(())
 }
 
+/// The header page of a log file as `Wal::start` writes it, for the fuzz targets.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_header() -> Vec<u8> {
+    let mut page = vec![0u8; HEADER as usize];
+    page[..20].copy_from_slice(&header_bytes());
+    page
+}
+
+/// One record framed as `Wal::append` frames it, padded to the next slot, for the fuzz targets.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_record(seq: u64, body: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(RECORD_HEAD + body.len() + 8);
+    buf.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&seq.to_le_bytes());
+    buf.extend_from_slice(&[0u8; 8]);
+    buf.extend_from_slice(body);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&buf[4..16]), body);
+    buf[16..20].copy_from_slice(&crc.to_le_bytes());
+    buf.resize(buf.len().next_multiple_of(8), 0);
+    buf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
