@@ -445,6 +445,12 @@
 #define POSTBOX_MAX_DESCRIPTION_LEN 4096
 
 /**
+ * The most workers a processor runs: `workers`, `autoscale_max_workers` and `autoscale_reserve`
+ * above it make `postbox_processor_start` return `POSTBOX_INVALID_ARGUMENT`.
+ */
+#define POSTBOX_MAX_PROCESSOR_WORKERS 1024
+
+/**
  * The typed-body format version this library writes and the only one it reads.
  */
 #define POSTBOX_TYPED_BODY_VERSION 1

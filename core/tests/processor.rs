@@ -848,3 +848,28 @@ fn the_event_hook_sees_retries_dead_letters_and_scaling() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn worker_counts_past_the_bound_are_refused_before_any_thread_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = postbox::Store::open(dir.path().join("s.postbox")).unwrap();
+    let q = store.queue("q").unwrap();
+    let too_many = postbox::MAX_PROCESSOR_WORKERS + 1;
+    let refused = |b: postbox::ProcessorBuilder| match b.start(|_m| Ok::<(), String>(())) {
+        Err(e) => e.kind() == postbox::ErrorKind::InvalidArgument,
+        Ok(_) => false,
+    };
+    assert!(refused(postbox::Processor::builder(&q).workers(too_many)));
+    assert!(refused(
+        postbox::Processor::builder(&q).autoscale(postbox::Autoscale::new(0, too_many))
+    ));
+    assert!(refused(
+        postbox::Processor::builder(&q).autoscale(postbox::Autoscale::new(0, 4).reserve(too_many))
+    ));
+    // The bound itself is allowed (and autoscaling from zero starts no thread).
+    let p = postbox::Processor::builder(&q)
+        .autoscale(postbox::Autoscale::new(0, postbox::MAX_PROCESSOR_WORKERS))
+        .start(|_m| Ok::<(), String>(()))
+        .unwrap();
+    p.stop();
+}

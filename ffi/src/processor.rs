@@ -42,6 +42,12 @@ pub type postbox_tx_handler = Option<
     ) -> c_int,
 >;
 
+/// The most workers a processor runs: `workers`, `autoscale_max_workers` and `autoscale_reserve`
+/// above it make `postbox_processor_start` return `POSTBOX_INVALID_ARGUMENT`.
+pub const POSTBOX_MAX_PROCESSOR_WORKERS: u32 = 1024;
+// The header spells it as a literal; the build fails if it ever differs from the engine's.
+const _: () = assert!(POSTBOX_MAX_PROCESSOR_WORKERS as usize == postbox::MAX_PROCESSOR_WORKERS);
+
 /// Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
 /// defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
 /// Versioned: fields are only appended, and the smaller struct of an older header (without

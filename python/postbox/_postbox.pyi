@@ -1024,7 +1024,8 @@ class Processor:
         ``sessions=True`` is session mode, for a queue that requires sessions: each worker
         holds one session at a time and handles its messages in order, so ``workers`` groups
         run in parallel and never one group on two workers. The mode must match the queue
-        (``InvalidArgumentError`` otherwise).
+        (``InvalidArgumentError`` otherwise). ``workers`` and the autoscaler's bounds are at
+        most 1024 (``InvalidArgumentError`` above).
         """
     @property
     def queue(self) -> Queue: ...

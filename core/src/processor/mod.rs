@@ -96,6 +96,11 @@ impl RetryPolicy {
     }
 }
 
+/// The most workers a processor runs (its `workers`, and an autoscaler's `max_workers` and
+/// `reserve`): each is a thread, and a count from a mistaken setting would otherwise start
+/// threads until the system refuses. More is [`Error::InvalidArgument`] at start.
+pub const MAX_PROCESSOR_WORKERS: usize = 1024;
+
 /// Autoscaling by backlog: every `check_interval` the processor wants
 /// `ceil(backlog / messages_per_worker) + reserve` workers, clamped to
 /// `min_workers..=max_workers`, where the backlog is the queue's receivable messages plus those
@@ -159,6 +164,11 @@ impl Autoscale {
             return Err(Error::invalid(
                 "autoscale needs 0 <= min_workers <= max_workers and max_workers >= 1",
             ));
+        }
+        if self.max_workers > MAX_PROCESSOR_WORKERS || self.reserve > MAX_PROCESSOR_WORKERS {
+            return Err(Error::invalid(format!(
+                "autoscale's max_workers and reserve are at most {MAX_PROCESSOR_WORKERS}"
+            )));
         }
         if self.messages_per_worker == 0 || self.check_interval.is_zero() {
             return Err(Error::invalid(
@@ -645,6 +655,12 @@ impl ProcessorBuilder {
             }
             None if c.workers == 0 => {
                 return Err(Error::invalid("a processor needs at least one worker"));
+            }
+            None if c.workers > MAX_PROCESSOR_WORKERS => {
+                return Err(Error::invalid(format!(
+                    "a processor has at most {MAX_PROCESSOR_WORKERS} workers, got {}",
+                    c.workers
+                )));
             }
             None => c.workers,
         };
