@@ -188,3 +188,9 @@ def test_bad_arguments(queue: postbox.Queue) -> None:
         postbox.Processor(queue, lambda m: None, retry_delay=-1)
     with pytest.raises(TypeError):
         postbox.Processor("queue", lambda m: None)  # type: ignore[arg-type]
+
+
+def test_worker_counts_past_1024_are_refused(queue: postbox.Queue) -> None:
+    for kwargs in ({"workers": 1025}, {"autoscale": (0, 1025)}):
+        with pytest.raises(postbox.InvalidArgumentError):
+            postbox.Processor(queue, lambda m: None, **kwargs)  # type: ignore[arg-type]

@@ -1003,6 +1003,18 @@ static void test_processors(const char *dir) {
     big.o.autoscale_max_workers = 2;
     big.o.autoscale_min_workers = 3;
     MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
+    /* Worker counts past POSTBOX_MAX_PROCESSOR_WORKERS: refused before a thread starts. */
+    CHECK_OK(postbox_processor_options_init(&big.o));
+    big.o.workers = UINT32_MAX;
+    MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
+    big.o.workers = POSTBOX_MAX_PROCESSOR_WORKERS + 1;
+    MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
+    CHECK_OK(postbox_processor_options_init(&big.o));
+    big.o.autoscale_max_workers = POSTBOX_MAX_PROCESSOR_WORKERS + 1;
+    MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
+    big.o.autoscale_max_workers = 4;
+    big.o.autoscale_reserve = UINT32_MAX;
+    MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
     CHECK_OK(postbox_processor_options_init(&big.o));
     big.o.sessions = 1; /* a plain queue */
     MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
