@@ -159,7 +159,7 @@ enum Command {
         #[arg(long)]
         create: bool,
         #[command(flatten)]
-        props: SendProps,
+        props: Box<SendProps>,
     },
     /// Receive the next message under a lock, show it, then settle it (default: abandon).
     Receive {
