@@ -726,3 +726,29 @@ fn a_huge_claimed_length_in_a_large_body_is_a_codec_error() {
         assert_clear(&e);
     }
 }
+
+/// A `-log` file far larger than postbox ever writes (here a 4 GiB sparse file) is refused as
+/// `Corrupted` before its length sizes an allocation, and the store file is left alone.
+#[test]
+fn a_huge_log_file_is_corrupted_not_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    {
+        let store = postbox::Store::open(&path).unwrap();
+        store.queue("q").unwrap().send("kept").unwrap();
+        store.close().unwrap();
+    }
+    let log = dir.path().join("s.postbox-log");
+    std::fs::File::create(&log)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let err = postbox::Store::open(&path)
+        .err()
+        .expect("the open must fail");
+    assert_eq!(err.kind(), postbox::ErrorKind::Corrupted, "{err}");
+    std::fs::remove_file(&log).unwrap();
+    let store = postbox::Store::open(&path).unwrap();
+    assert_eq!(store.queue("q").unwrap().len().unwrap(), 1);
+    store.close().unwrap();
+}

@@ -48,6 +48,8 @@ const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"PBXR");
 const RECORD_HEAD: usize = 24;
 /// The log grows in steps of at least this much, written as zeros ahead of use.
 const GROW_STEP: u64 = 1 << 20;
+/// The longest log an open reads (see [`recover`]).
+const MAX_LOG_LEN: u64 = 1 << 30;
 
 /// The log file of the store at `store`: its name with `-log` appended.
 pub fn log_path(store: &Path) -> PathBuf {
@@ -515,6 +517,13 @@ pub fn recover(db: &Database, file: &dyn LogFile, durable: bool) -> Result<Recov
     let len = file
         .size()
         .map_err(|e| log_error("reading its length", e))?;
+    // The log is read whole; postbox never lets it grow past about twice the checkpoint bound
+    // (32 MiB), so a far larger file is not one of its logs and must not size an allocation.
+    if len > MAX_LOG_LEN {
+        return Err(Error::corrupted(format!(
+            "the write-ahead log is {len} bytes, more than postbox writes ({MAX_LOG_LEN})"
+        )));
+    }
     let mut data = vec![0u8; usize::try_from(len).map_err(|_| Error::corrupted("log too large"))?];
     let got = file
         .read_at(&mut data, 0)
