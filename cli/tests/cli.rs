@@ -646,3 +646,46 @@ fn help_lists_the_exit_codes() {
         .stdout(predicate::str::contains("Exit codes").and(predicate::str::contains("130")));
     pb().assert().code(1);
 }
+
+/// Ctrl-C stops a redrive between two commits: every dead letter is either back in its queue
+/// or still a dead letter, and the command says how far it got.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_between_commits() {
+    let (_d, path) = store_path();
+    {
+        let q = open(&path).queue("jobs").expect("queue");
+        q.send_batch((0..20).map(|i| format!("job {i}")))
+            .expect("send");
+        for _ in 0..20 {
+            let m = q.try_receive().expect("receive").expect("message");
+            m.dead_letter("Later", "").expect("dead-letter");
+        }
+    }
+    let child = std::process::Command::new(BIN)
+        .args(["redrive", "--rate", "10"])
+        .arg(&path)
+        .arg("jobs")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Interrupt once the first dead letter is back: the rest are paced over two seconds.
+    let watch = open(&path).open_queue("jobs").expect("queue");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while watch.stats().expect("stats").active == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interrupted by Ctrl-C"), "{err}");
+    let q = open(&path).open_queue("jobs").expect("queue");
+    let s = q.stats().expect("stats");
+    assert_eq!(s.active + s.dead_lettered, 20);
+    assert!(s.active > 0 && s.active < 20, "{s:?}");
+}
