@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::fail::{Failure, Outcome};
 use crate::inspect::{show, to_json};
-use crate::record::{Record, parse_time};
+use crate::record::{Record, count, parse_time};
 use crate::{SendProps, stopping};
 
 /// A progress bar on standard error when it is a terminal, hidden otherwise (scripts, tests).
@@ -210,7 +210,7 @@ pub fn purge(q: &Queue, as_json: bool) -> Outcome {
     if as_json {
         println!("{}", json!({ "queue": q.name(), "purged": removed }));
     } else {
-        println!("purged {removed} messages from {}", q.name());
+        println!("purged {} from {}", count(removed, "message"), q.name());
     }
     Ok(())
 }
@@ -307,7 +307,11 @@ pub fn redrive(
             json!({ "queue": q.name(), "resubmitted": moved, "skipped": gone })
         );
     } else {
-        println!("resubmitted {moved} dead letters to {}", q.name());
+        println!(
+            "resubmitted {} to {}",
+            count(moved, "dead letter"),
+            q.name()
+        );
         if gone > 0 {
             println!("{gone} were gone before their turn (taken or removed by another process)");
         }
@@ -365,7 +369,10 @@ pub fn move_messages(
     if as_json {
         println!("{}", json!({ "from": src, "to": dst, "moved": moved }));
     } else {
-        println!("moved {moved} messages from {src} to {dst}");
+        println!(
+            "moved {} from {src} to {dst}",
+            count(moved as u64, "message")
+        );
     }
     Ok(())
 }

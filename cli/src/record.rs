@@ -235,3 +235,12 @@ pub fn preview(body: &[u8], width: usize) -> String {
         _ => format!("<{} bytes>", body.len()),
     }
 }
+
+/// "1 message", "2 messages".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}

@@ -11,11 +11,12 @@ use serde_json::json;
 use crate::act::{progress, target_queue};
 use crate::fail::{self, Failure, Outcome};
 use crate::inspect::to_json;
-use crate::record::Record;
+use crate::record::{Record, count};
 use crate::{open_store, open_with, stopping};
 
 pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: bool) -> Outcome {
-    let total = q.stats()?.active;
+    let counts = q.stats()?;
+    let total = counts.active;
     let want = limit.map_or(total, |n| total.min(n as u64));
     let sink: Box<dyn Write> = match file {
         Some(path) => Box::new(
@@ -44,10 +45,29 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
     bar.finish_and_clear();
     let to = file.map_or("standard output".into(), |p| p.display().to_string());
     // The summary goes to standard error: standard output may be the export itself.
+    // Only receivable messages can be read without taking them; say what stayed behind.
+    let skipped = counts.locked + counts.scheduled + counts.deferred;
     if as_json {
-        eprintln!("{}", json!({ "queue": q.name(), "exported": n }));
+        eprintln!(
+            "{}",
+            json!({
+                "queue": q.name(),
+                "exported": n,
+                "not_exported": {
+                    "locked": counts.locked,
+                    "scheduled": counts.scheduled,
+                    "deferred": counts.deferred,
+                },
+            })
+        );
     } else {
-        eprintln!("exported {n} messages from {} to {to}", q.name());
+        eprintln!("exported {} from {} to {to}", count(n, "message"), q.name());
+        if skipped > 0 {
+            eprintln!(
+                "not exported: {} locked, {} scheduled, {} deferred (only receivable messages are)",
+                counts.locked, counts.scheduled, counts.deferred
+            );
+        }
     }
     Ok(())
 }
@@ -145,7 +165,7 @@ pub fn import(
             json!({ "queue": queue, "imported": sent, "duplicates": duplicates })
         );
     } else {
-        println!("imported {sent} messages into {queue}");
+        println!("imported {} into {queue}", count(sent, "message"));
         if duplicates > 0 {
             println!("{duplicates} were duplicates (their key is in the dedup window): skipped");
         }
