@@ -100,6 +100,7 @@ fn build_message(body: Vec<u8>, p: &SendProps) -> Outcome<Message> {
     Ok(m)
 }
 
+/// `postbox send`: one message with the properties given as flags.
 pub fn send(
     store: &Store,
     queue: &str,
@@ -145,6 +146,7 @@ pub enum Settle {
     DeadLetter(String, String),
 }
 
+/// `postbox receive`: locks the next message, shows it, then settles it as asked.
 pub fn receive(q: &Queue, timeout: Duration, settle: Settle, as_json: bool) -> Outcome {
     // Wait in short slices so that Ctrl-C ends the wait.
     let deadline = Instant::now() + timeout;
@@ -196,6 +198,7 @@ pub fn receive(q: &Queue, timeout: Duration, settle: Settle, as_json: bool) -> O
     Ok(())
 }
 
+/// `postbox purge`: removes every message of the queue in one commit.
 pub fn purge(q: &Queue, as_json: bool) -> Outcome {
     // One commit removes them all, so there is nothing to stop half-way: a spinner shows that
     // the command is alive.
@@ -223,6 +226,8 @@ pub struct RedriveFilter {
     pub limit: Option<usize>,
 }
 
+/// `postbox redrive`: resubmits the dead letters that match, one commit each, paced by
+/// `rate` (messages per second).
 pub fn redrive(
     q: &Queue,
     filter: &RedriveFilter,
@@ -323,6 +328,8 @@ pub fn redrive(
 /// fsync is shared.
 const MOVE_BATCH: usize = 100;
 
+/// `postbox move`: receives from `src` and sends to `dst` in transactions of up to
+/// [`MOVE_BATCH`] messages.
 pub fn move_messages(
     store: &Store,
     src: &str,

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::fail::{Failure, Outcome};
 
+/// `postbox demo`: creates a store with queues, messages and dead letters to try.
 pub fn demo(path: &Path, as_json: bool) -> Outcome {
     if path.exists() {
         return Err(Failure::usage(format!(

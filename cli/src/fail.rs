@@ -38,6 +38,7 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure with exit code `code`.
     pub fn new(code: i32, message: impl Into<String>) -> Failure {
         Failure {
             code,
@@ -45,18 +46,22 @@ impl Failure {
         }
     }
 
+    /// Exit code [`USAGE`].
     pub fn usage(message: impl Into<String>) -> Failure {
         Failure::new(USAGE, message)
     }
 
+    /// Exit code [`NOT_FOUND`].
     pub fn not_found(message: impl Into<String>) -> Failure {
         Failure::new(NOT_FOUND, message)
     }
 
+    /// Exit code [`STORE`].
     pub fn store(message: impl Into<String>) -> Failure {
         Failure::new(STORE, message)
     }
 
+    /// Exit code [`INTERRUPTED`], saying how far the command got (`done`).
     pub fn interrupted(done: impl fmt::Display) -> Failure {
         Failure::new(
             INTERRUPTED,
@@ -96,8 +101,14 @@ impl From<postbox::SettleError> for Failure {
 
 impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Failure {
+        // The reader of our output went away (`postbox browse … | head`): nothing left to do,
+        // and nothing wrong with the store.
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return Failure::new(OK, String::new());
+        }
         Failure::store(format!("i/o error: {e}"))
     }
 }
 
+/// What every command returns.
 pub type Outcome<T = ()> = Result<T, Failure>;

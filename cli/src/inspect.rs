@@ -106,6 +106,7 @@ fn stats_json(s: &QueueStats) -> serde_json::Value {
     })
 }
 
+/// `postbox queues`: every queue with options, counts, oldest message and last activity.
 pub fn queues(store: &Store, as_json: bool) -> Outcome {
     let now = SystemTime::now();
     let mut docs = Vec::new();
@@ -202,6 +203,7 @@ fn held(s: &QueueStats) -> u64 {
     s.active + s.locked + s.scheduled + s.deferred
 }
 
+/// `postbox stats`: counts per queue, once or every `interval` until Ctrl-C.
 pub fn stats(
     store: &Store,
     only: &[String],
@@ -305,6 +307,7 @@ fn message_row(table: &mut Table, env: &Envelope, now: SystemTime) {
     ]);
 }
 
+/// `postbox browse`: the receivable messages in delivery order.
 pub fn browse(q: &Queue, limit: Option<usize>, as_json: bool) -> Outcome {
     let now = SystemTime::now();
     let mut table = Table::new(&["ID", ">PRI", ">AGE", ">DELIV", "LABEL", ">SIZE", "BODY"]);
@@ -330,6 +333,7 @@ pub fn browse(q: &Queue, limit: Option<usize>, as_json: bool) -> Outcome {
     Ok(())
 }
 
+/// One message record as one line of JSON.
 pub fn to_json(r: &Record) -> Outcome<String> {
     serde_json::to_string(r).map_err(|e| Failure::store(format!("cannot write JSON: {e}")))
 }
@@ -413,6 +417,7 @@ fn print_message(env: &Envelope, as_json: bool) -> Outcome {
     Ok(())
 }
 
+/// `postbox peek`: the message a receive would take next.
 pub fn peek(q: &Queue, as_json: bool) -> Outcome {
     match q.peek()? {
         Some(env) => print_message(&env, as_json),
@@ -423,6 +428,7 @@ pub fn peek(q: &Queue, as_json: bool) -> Outcome {
     }
 }
 
+/// `postbox get`: a message by id, whatever its state.
 pub fn get(q: &Queue, id: u64, as_json: bool) -> Outcome {
     match q.get(postbox::MessageId(id))? {
         Some(env) => print_message(&env, as_json),
@@ -433,6 +439,7 @@ pub fn get(q: &Queue, id: u64, as_json: bool) -> Outcome {
     }
 }
 
+/// `postbox dead-letters`: the dead letters with their reasons and descriptions.
 pub fn dead_letters(q: &Queue, limit: Option<usize>, as_json: bool) -> Outcome {
     let dlq = q.dead_letters()?;
     let now = SystemTime::now();

@@ -293,6 +293,7 @@ pub fn open_store(path: &Path) -> Outcome<Store> {
     open_with(path, Store::builder().multi_process(true))
 }
 
+/// Opens an existing store with `builder`, reporting a single-process holder as busy.
 pub fn open_with(path: &Path, builder: postbox::StoreBuilder) -> Outcome<Store> {
     if !path.exists() {
         return Err(Failure::not_found(format!(
@@ -497,6 +498,7 @@ fn main() -> ExitCode {
     }
     match run(cli) {
         Ok(()) => exit(fail::OK),
+        Err(f) if f.code == fail::OK => exit(fail::OK),
         Err(f) => {
             if json {
                 let doc = serde_json::json!({ "error": f.message, "exit_code": f.code });

@@ -74,16 +74,19 @@ pub struct Record {
     pub dead_letter: Option<JsonDeadLetter>,
 }
 
+/// RFC 3339 in UTC with milliseconds.
 pub fn time(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// Reads an RFC 3339 time given for `field`.
 pub fn parse_time(field: &str, s: &str) -> Outcome<SystemTime> {
     humantime::parse_rfc3339_weak(s)
         .map_err(|e| Failure::usage(format!("{field}: {s:?} is not an RFC 3339 time: {e}")))
 }
 
 impl Record {
+    /// The record of a stored message.
     pub fn from_envelope(env: &Envelope) -> Record {
         let (body, body_base64) = match std::str::from_utf8(env.body()) {
             Ok(text) => (Some(text.to_owned()), None),
@@ -128,6 +131,7 @@ impl Record {
         }
     }
 
+    /// The body: `body` as UTF-8, or `body_base64` decoded.
     pub fn body_bytes(&self) -> Outcome<Vec<u8>> {
         match (&self.body, &self.body_base64) {
             (Some(_), Some(_)) => Err(Failure::usage("give body or body_base64, not both")),
@@ -198,6 +202,7 @@ pub fn age(now: SystemTime, then: SystemTime) -> String {
     short_duration(d)
 }
 
+/// A duration in one unit, rounded down: "250ms", "42s", "7m", "3h", "2d".
 pub fn short_duration(d: Duration) -> String {
     let s = d.as_secs();
     if s < 1 {

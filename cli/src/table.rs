@@ -22,14 +22,17 @@ impl Table {
         }
     }
 
+    /// Adds a row (one cell per column).
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
+    /// Whether no row was added.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
+    /// The table as text, header first, one line per row.
     pub fn render(&self) -> String {
         let n = self.header.len();
         let mut width: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();

@@ -14,6 +14,7 @@ use crate::inspect::to_json;
 use crate::record::{Record, count};
 use crate::{open_store, open_with, stopping};
 
+/// `postbox export`: the receivable messages as JSON Lines, to `file` or standard output.
 pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: bool) -> Outcome {
     let counts = q.stats()?;
     let total = counts.active;
@@ -75,6 +76,8 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
 /// Messages per commit in `import`.
 const IMPORT_BATCH: usize = 256;
 
+/// `postbox import`: sends the records of a JSON Lines file (or standard input), in
+/// batches of [`IMPORT_BATCH`] per commit.
 pub fn import(
     store: &Store,
     queue: &str,
@@ -217,6 +220,7 @@ fn walk(store: &Store) -> Outcome<Walk> {
     Ok(w)
 }
 
+/// `postbox check`: opens the store with every page verified, then reads it through.
 pub fn check(path: &Path, as_json: bool) -> Outcome {
     let store = open_with(
         path,
