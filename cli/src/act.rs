@@ -238,7 +238,8 @@ pub fn redrive(
     let dlq = q.dead_letters()?;
     let now = SystemTime::now();
     let ids: BTreeSet<u64> = filter.ids.iter().copied().collect();
-    let mut chosen = Vec::new();
+    // Only ids are kept: a large dead-letter queue's bodies need not fit in memory.
+    let mut chosen: Vec<postbox::MessageId> = Vec::new();
     for env in dlq.browse() {
         if stopping() {
             return Err(Failure::interrupted("choosing dead letters; none moved"));
@@ -258,29 +259,40 @@ pub fn redrive(
         {
             continue;
         }
-        chosen.push(env);
+        if dry_run {
+            if as_json {
+                println!("{}", to_json(&Record::from_envelope(&env))?);
+            } else {
+                let reason = info.map_or("", |d| d.reason.as_str());
+                println!("would resubmit {} ({reason})", env.id());
+            }
+        }
+        chosen.push(env.id());
         if filter.limit.is_some_and(|n| chosen.len() >= n) {
             break;
         }
     }
     if dry_run {
-        for env in &chosen {
-            if as_json {
-                println!("{}", to_json(&Record::from_envelope(env))?);
-            } else {
-                let reason = env.dead_letter_info().map_or("", |d| d.reason.as_str());
-                println!("would resubmit {} ({reason})", env.id());
-            }
-        }
         if !as_json {
-            println!("{} dead letters match", chosen.len());
+            println!("{} match", count(chosen.len() as u64, "dead letter"));
         }
         return Ok(());
     }
     let bar = progress(Some(chosen.len() as u64), "resubmitting");
     let started = Instant::now();
     let (mut moved, mut gone) = (0u64, 0u64);
-    for env in &chosen {
+    for &id in &chosen {
+        if let Some(r) = rate {
+            // Paced from the start, so a slow commit does not lower the rate; waited in
+            // slices so that Ctrl-C is heard during a long pause.
+            let due = started + Duration::from_secs_f64((moved + gone) as f64 / r);
+            while let Some(wait) = due.checked_duration_since(Instant::now()) {
+                if stopping() {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+        }
         if stopping() {
             bar.abandon();
             return Err(Failure::interrupted(format!(
@@ -288,14 +300,7 @@ pub fn redrive(
                 chosen.len()
             )));
         }
-        if let Some(r) = rate {
-            // Paced from the start, so a slow commit does not lower the rate.
-            let due = started + Duration::from_secs_f64((moved + gone) as f64 / r);
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-        }
-        match dlq.receive_by_id(env.id(), Duration::ZERO)? {
+        match dlq.receive_by_id(id, Duration::ZERO)? {
             Some(m) => {
                 m.resubmit()?;
                 moved += 1;

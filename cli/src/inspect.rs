@@ -169,12 +169,19 @@ pub fn queues(store: &Store, as_json: bool) -> Outcome {
             ]);
         }
     }
+    // A topic's subscriptions are queues, listed above; the topics themselves hold nothing.
+    let topics = store.topics()?;
     if as_json {
-        println!("{}", json!({ "queues": docs }));
-    } else if table.is_empty() {
-        println!("no queues");
+        println!("{}", json!({ "queues": docs, "topics": topics }));
     } else {
-        print!("{}", table.render());
+        if table.is_empty() {
+            println!("no queues");
+        } else {
+            print!("{}", table.render());
+        }
+        if !topics.is_empty() {
+            println!("topics: {}", topics.join(", "));
+        }
     }
     Ok(())
 }
