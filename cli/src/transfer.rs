@@ -318,7 +318,7 @@ pub fn backup(path: &Path, dest: &Path, force: bool, as_json: bool) -> Outcome {
     }
     let _ = std::fs::remove_file(&partial);
     Err(Failure::store(format!(
-        "no consistent copy after {BACKUP_TRIES} tries (writers kept changing the store): {last}"
+        "no copy verified in {BACKUP_TRIES} tries (torn by concurrent commits, or damage in the store): {last}"
     )))
 }
 

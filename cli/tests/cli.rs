@@ -693,3 +693,26 @@ fn ctrl_c_stops_between_commits() {
     assert_eq!(s.active + s.dead_lettered, 20);
     assert!(s.active > 0 && s.active < 20, "{s:?}");
 }
+
+#[test]
+fn check_finds_a_damaged_message() {
+    let (_d, path) = store_path();
+    {
+        let q = open(&path).queue("jobs").expect("queue");
+        q.send_batch((0..200).map(|i| format!("body number {i:05}")))
+            .expect("send");
+    }
+    pb().arg("check").arg(&path).assert().success();
+    let mut bytes = std::fs::read(&path).expect("read");
+    let at = bytes
+        .windows(17)
+        .position(|w| w == b"body number 00100")
+        .expect("the body is in the file");
+    bytes[at + 3] ^= 0xff;
+    std::fs::write(&path, bytes).expect("write");
+    pb().arg("check")
+        .arg(&path)
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("corrupted"));
+}
