@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -280,35 +281,77 @@ pub fn redrive(
     }
     let bar = progress(Some(chosen.len() as u64), "resubmitting");
     let started = Instant::now();
-    let (mut moved, mut gone) = (0u64, 0u64);
-    for &id in &chosen {
-        if let Some(r) = rate {
-            // Paced from the start, so a slow commit does not lower the rate; waited in
-            // slices so that Ctrl-C is heard during a long pause.
-            let due = started + Duration::from_secs_f64((moved + gone) as f64 / r);
-            while let Some(wait) = due.checked_duration_since(Instant::now()) {
-                if stopping() {
-                    break;
+    let next = AtomicUsize::new(0);
+    let (moved, gone) = (AtomicU64::new(0), AtomicU64::new(0));
+    let failed = AtomicBool::new(false);
+    // Each resubmit is its own commit; without a rate, several threads let the store share
+    // those commits (group commit). Order is kept either way: a resubmitted message keeps its
+    // id, and the queue delivers by id.
+    let workers = if rate.is_some() { 1 } else { REDRIVE_WORKERS };
+    let work = || -> Outcome {
+        loop {
+            let i = next.fetch_add(1, Ordering::SeqCst);
+            let Some(&id) = chosen.get(i) else {
+                return Ok(());
+            };
+            if let Some(r) = rate {
+                // Paced from the start, so a slow commit does not lower the rate; waited in
+                // slices so that Ctrl-C is heard during a long pause.
+                let due = started + Duration::from_secs_f64(i as f64 / r);
+                while let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    if stopping() {
+                        break;
+                    }
+                    std::thread::sleep(wait.min(Duration::from_millis(100)));
                 }
-                std::thread::sleep(wait.min(Duration::from_millis(100)));
             }
-        }
-        if stopping() {
-            bar.abandon();
-            return Err(Failure::interrupted(format!(
-                "resubmitting {moved} of {} dead letters",
-                chosen.len()
-            )));
-        }
-        match dlq.receive_by_id(id, Duration::ZERO)? {
-            Some(m) => {
-                m.resubmit()?;
-                moved += 1;
+            if stopping() || failed.load(Ordering::SeqCst) {
+                return Ok(());
             }
-            // Taken, resubmitted or purged by someone else meanwhile.
-            None => gone += 1,
+            let step = || -> Outcome {
+                match dlq.receive_by_id(id, Duration::ZERO)? {
+                    Some(m) => {
+                        m.resubmit()?;
+                        moved.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // Taken, resubmitted or purged by someone else meanwhile.
+                    None => {
+                        gone.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Ok(())
+            };
+            if let Err(f) = step() {
+                failed.store(true, Ordering::SeqCst);
+                return Err(f);
+            }
+            bar.inc(1);
         }
-        bar.inc(1);
+    };
+    let results: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Failure::store("a redrive thread failed")))
+            })
+            .collect()
+    });
+    let (moved, gone) = (moved.into_inner(), gone.into_inner());
+    if let Some(Err(f)) = results.into_iter().find(Result::is_err) {
+        bar.abandon();
+        return Err(Failure::new(
+            f.code,
+            format!("{f} (after resubmitting {moved} dead letters)"),
+        ));
+    }
+    if stopping() {
+        bar.abandon();
+        return Err(Failure::interrupted(format!(
+            "resubmitting {moved} of {} dead letters",
+            chosen.len()
+        )));
     }
     bar.finish_and_clear();
     if as_json {
@@ -329,12 +372,15 @@ pub fn redrive(
     Ok(())
 }
 
+/// Threads resubmitting at once in a redrive without a rate limit.
+const REDRIVE_WORKERS: usize = 8;
+
 /// Messages per transaction in `move`: few enough that a commit stays small, enough that the
 /// fsync is shared.
 const MOVE_BATCH: usize = 100;
 
-/// `postbox move`: receives from `src` and sends to `dst` in transactions of up to
-/// [`MOVE_BATCH`] messages.
+/// `postbox move`: moves the receivable messages of `src` to `dst`, [`MOVE_BATCH`] at a time,
+/// each batch atomically.
 pub fn move_messages(
     store: &Store,
     src: &str,
@@ -361,17 +407,19 @@ pub fn move_messages(
         if room == 0 {
             break;
         }
-        let mut tx = store.try_begin()?;
-        let mut n = 0;
-        while n < room {
-            let Some(env) = tx.try_receive(&from)? else {
-                break;
-            };
-            tx.send(&to, env.to_message())?;
-            n += 1;
-        }
+        // Two commits per batch: one locks the batch, the transaction then sends the copies
+        // and completes the originals together. A transaction's own receives and sends would
+        // each commit apart in a multi-process store (locks and id reservations are written at
+        // once). If this process dies in between, its locks are released and nothing moved.
+        let got = from.receive_batch(room, Duration::ZERO)?;
+        let n = got.len();
         if n == 0 {
             break;
+        }
+        let mut tx = store.try_begin()?;
+        tx.send_batch_checked(&to, got.iter().map(|m| m.envelope().to_message()))?;
+        for m in got {
+            tx.complete(m)?;
         }
         tx.commit()?;
         moved += n;

@@ -446,6 +446,12 @@ fn redrive_with_filters_and_a_rate() {
     }
     let redriven = q.peek().expect("peek").expect("head");
     assert!(redriven.dead_letter_info().is_none());
+
+    // The rest, all at once (several threads), still in id order.
+    let doc = json_out(pb().args(["--json", "redrive"]).arg(&path).arg("jobs"));
+    assert_eq!(doc["resubmitted"], 3);
+    let back: Vec<u64> = q.browse().map(|e| e.expect("browse").id().get()).collect();
+    assert_eq!(back, ids);
 }
 
 /// 10,000 messages with every property and text and binary bodies go out and come back
