@@ -117,6 +117,9 @@ pub fn send(
         (None, Some(path)) => std::fs::read(&path)
             .map_err(|e| Failure::not_found(format!("cannot read {}: {e}", path.display())))?,
         (None, None) => {
+            if std::io::stdin().is_terminal() {
+                eprintln!("reading the body from standard input; end it with Ctrl-D");
+            }
             let mut b = Vec::new();
             std::io::stdin().read_to_end(&mut b)?;
             b
