@@ -743,9 +743,9 @@ fn a_huge_log_file_is_corrupted_not_an_allocation() {
         .unwrap()
         .set_len(4 << 30)
         .unwrap();
-    let err = postbox::Store::open(&path)
-        .err()
-        .expect("the open must fail");
+    let Err(err) = postbox::Store::open(&path) else {
+        panic!("the open must fail");
+    };
     assert_eq!(err.kind(), postbox::ErrorKind::Corrupted, "{err}");
     std::fs::remove_file(&log).unwrap();
     let store = postbox::Store::open(&path).unwrap();
