@@ -502,6 +502,9 @@ impl Queue {
             if b.queue(q)?.is_none() {
                 return Err(Error::QueueNotFound(name));
             }
+            // A batch sweeps a bounded number of due entries; counts must not lag behind a
+            // large backlog of expiries.
+            b.sweep_all()?;
             let c = b.counters(q)?;
             let dead_lettered = match kind {
                 QueueKind::Normal => b.counters(peer)?.total(),

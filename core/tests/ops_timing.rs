@@ -125,6 +125,32 @@ fn ttl_expiry_moves_to_the_dead_letter_queue() {
     assert_eq!(counts(&dlq), (0, 0, 0, 0, 0));
 }
 
+/// A batch sweeps a bounded number of due entries, but `stats` is exact however many expired
+/// at once: messages, locks and scheduled messages alike.
+#[test]
+fn stats_are_exact_after_a_large_backlog_comes_due() {
+    let t = TestStore::new();
+    let q = t.store().queue("q").unwrap();
+    let n = 2_000;
+    q.send_batch((0..n).map(|i| Message::new(format!("e{i}")).ttl(SEC)))
+        .unwrap();
+    q.send_batch((0..n).map(|i| Message::new(format!("s{i}")).delay(SEC)))
+        .unwrap();
+    assert_eq!(q.stats().unwrap().active, n);
+    assert_eq!(q.stats().unwrap().scheduled, n);
+    t.clock.advance(SEC);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.scheduled, s.dead_lettered), (n, 0, n), "{s:?}");
+    let held = q
+        .receive_batch(n as usize, std::time::Duration::ZERO)
+        .unwrap();
+    assert_eq!(held.len() as u64, n);
+    t.clock.advance(120 * SEC);
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked), (n, 0), "{s:?}");
+    drop(held);
+}
+
 #[test]
 fn expired_message_is_never_delivered_and_queue_default_ttl_applies() {
     let t = TestStore::new();

@@ -42,6 +42,18 @@ impl<'t> Batch<'t> {
         Ok(())
     }
 
+    /// [`Batch::sweep`] until nothing is due: every expired lock, due scheduled message and
+    /// expired message is where it belongs, however large the backlog (for exact counts).
+    pub fn sweep_all(&mut self) -> Result<()> {
+        loop {
+            self.sweep()?;
+            let now = self.now;
+            if self.hints.lock > now && self.hints.scheduled > now && self.hints.expiring > now {
+                return Ok(());
+            }
+        }
+    }
+
     /// The one sweep over a time index `(at, id)`: for each entry due at `now` (at most
     /// `SWEEP_LIMIT`), `act` on the message when its state still matches the entry (`owns`),
     /// else drop the stale entry.
