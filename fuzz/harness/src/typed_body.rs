@@ -18,6 +18,14 @@ enum Kind {
     Text(String),
 }
 
+/// Recursive: bincode decodes a level per byte, so a long body nests deep.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+enum Tree {
+    Leaf,
+    Node(Box<Tree>),
+    Pair(Box<Tree>, Option<Box<Tree>>),
+}
+
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Order {
     id: u64,
@@ -62,4 +70,6 @@ pub fn run(data: &[u8]) {
     let _ = postbox::fuzzing::typed_queue_body::<Vec<Vec<u64>>>(data);
     let _ = postbox::fuzzing::typed_queue_body::<BTreeMap<String, Vec<u8>>>(data);
     let _ = postbox::fuzzing::typed_queue_body::<Order>(data);
+    let _ = postbox::fuzzing::typed_queue_body::<Tree>(data);
+    let _ = postbox::decode_typed_body::<Tree>(data);
 }
