@@ -160,7 +160,17 @@ impl<'t> Batch<'t> {
                 self.pass_reserved(id)?;
                 id
             }
-            None => self.next_seq(Seq::Message)?,
+            None => {
+                let id = self.next_seq(Seq::Message)?;
+                // The sequence row carries no checksum: damage to it must not make a send
+                // overwrite a stored message (docs/design.md § Checksums).
+                if self.t_state()?.get(id)?.is_some() {
+                    return Err(Error::corrupted(format!(
+                        "message id {id} is already in use: the id sequence is damaged"
+                    )));
+                }
+                id
+            }
         };
         let visible_at = match m.visibility {
             Visibility::Now => 0,
