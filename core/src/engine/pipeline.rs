@@ -621,6 +621,16 @@ fn run_guarded(
     let outcome =
         guarded::catch(|| run_batch(ctx, jobs, parked, timer, durability, reap, batch_no));
     if outcome.is_err() {
+        // The parked receives this batch did not reach are still parked. A caller whose
+        // deadline passed (a `try_receive`) waits for its answer, and the time-driven batch
+        // that would answer it may panic on the same damaged page every time: answer those
+        // callers now, as a failed batch does.
+        park::expire(
+            parked,
+            Some(&Error::Corrupted(
+                "storage failure: the commit pipeline caught a panic before answering".into(),
+            )),
+        );
         ctx.signals.notify_all();
     }
 }
