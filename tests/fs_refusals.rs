@@ -37,14 +37,31 @@ fn chmod(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// Runs the probe on `path` (as nobody when root) and returns its one line.
-fn probe(path: &Path, log: bool, read: bool) -> String {
-    probe_as(path, log, read, is_root())
+/// A copy of the probe that user nobody may run, removed on drop: the build's own copy may
+/// sit under a directory only its owner can enter (a checkout in a `mktemp -d` directory).
+struct Runnable {
+    dir: tempfile::TempDir,
 }
 
-/// Runs the probe on `path`, as nobody if `nobody`, and returns its one line.
-fn probe_as(path: &Path, log: bool, read: bool, nobody: bool) -> String {
-    let mut cmd = Command::new(PROBE);
+impl Runnable {
+    fn new() -> Runnable {
+        let dir = tempfile::tempdir().unwrap();
+        chmod(dir.path(), 0o755);
+        fs::copy(PROBE, dir.path().join("pbx-probe")).unwrap();
+        chmod(&dir.path().join("pbx-probe"), 0o755);
+        Runnable { dir }
+    }
+
+    /// Runs the probe on `path` as nobody when root, and returns its one line.
+    fn probe(&self, path: &Path, log: bool, read: bool) -> String {
+        let exe = self.dir.path().join("pbx-probe");
+        run_probe(&exe, path, log, read, is_root())
+    }
+}
+
+/// Runs `exe` (the probe) on `path`, as nobody if `nobody`, and returns its one line.
+fn run_probe(exe: &Path, path: &Path, log: bool, read: bool, nobody: bool) -> String {
+    let mut cmd = Command::new(exe);
     cmd.arg(path).arg(if log { "1" } else { "0" });
     if read {
         cmd.arg("read");
@@ -100,6 +117,7 @@ fn locked_dir(log: bool) -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn a_store_file_the_opener_may_not_read_or_write_is_eacces() {
+    let runnable = Runnable::new();
     for log in [true, false] {
         let (dir, path) = locked_dir(log);
         let original = fs::metadata(&path).unwrap();
@@ -107,13 +125,13 @@ fn a_store_file_the_opener_may_not_read_or_write_is_eacces() {
         if !is_root() {
             chmod(&path, 0o000);
         }
-        assert_eq!(probe(&path, log, true), format!("ERR Io {EACCES}"));
+        assert_eq!(runnable.probe(&path, log, true), format!("ERR Io {EACCES}"));
         // Readable but not writable: the opener's own file, mode 0400.
         if is_root() {
             std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
         }
         chmod(&path, 0o400);
-        assert_eq!(probe(&path, log, true), format!("ERR Io {EACCES}"));
+        assert_eq!(runnable.probe(&path, log, true), format!("ERR Io {EACCES}"));
         // Lift the refusal: everything is there, and the refused opens wrote nothing.
         if is_root() {
             std::os::unix::fs::chown(&path, Some(original.uid()), Some(original.gid())).unwrap();
@@ -127,10 +145,14 @@ fn a_store_file_the_opener_may_not_read_or_write_is_eacces() {
 
 #[test]
 fn a_directory_the_opener_may_not_write_is_eacces_for_a_new_store_and_the_log() {
+    let runnable = Runnable::new();
     let (dir, path) = locked_dir(true);
     // A new store cannot be created there, and nothing is left behind.
     let new = dir.path().join("new.postbox");
-    assert_eq!(probe(&new, true, false), format!("ERR Io {EACCES}"));
+    assert_eq!(
+        runnable.probe(&new, true, false),
+        format!("ERR Io {EACCES}")
+    );
     assert!(!new.exists());
     // An existing store the opener may write, in a directory it may not: the log cannot be
     // created beside it, so an open with the log is refused and one without it works.
@@ -139,8 +161,11 @@ fn a_directory_the_opener_may_not_write_is_eacces_for_a_new_store_and_the_log() 
     } else {
         chmod(&path, 0o600);
     }
-    assert_eq!(probe(&path, true, false), format!("ERR Io {EACCES}"));
-    assert_eq!(probe(&path, false, false), "OK 8");
+    assert_eq!(
+        runnable.probe(&path, true, false),
+        format!("ERR Io {EACCES}")
+    );
+    assert_eq!(runnable.probe(&path, false, false), "OK 8");
     chmod(dir.path(), 0o700);
     let mut expected = seeded_bodies();
     expected.push("from the probe".into());
@@ -189,7 +214,7 @@ fn a_read_only_file_system_is_erofs_and_keeps_everything() {
     for path in [&clean, &crashed] {
         for log in [true, false] {
             for read in [true, false] {
-                let got = probe_as(path, log, read, false);
+                let got = run_probe(Path::new(PROBE), path, log, read, false);
                 assert_eq!(got, format!("ERR Io {EROFS}"), "{}", path.display());
             }
         }
