@@ -9,6 +9,12 @@ scripts=(rust header c python stress fuzz concurrency bench-smoke)
 # The stress concern runs a CI-sized pass (40 SIGKILLs, one round) unless asked for more, e.g.
 # POSTBOX_STRESS=10 POSTBOX_STRESS_ROUNDS=2 ./test.sh; the other concerns run their defaults.
 stress_env=(POSTBOX_STRESS="${POSTBOX_STRESS:-2}" POSTBOX_STRESS_ROUNDS="${POSTBOX_STRESS_ROUNDS:-1}")
+# CI builds once from a clean clone, so incremental state (2 GB) would only fill the disk.
+if [ -n "${CI:-}" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+disk() { df -h . | awk 'NR == 2 { print "=== disk: " $4 " free of " $2 }'; }
+disk
 failed=()
 for s in "${scripts[@]}"; do
   f=".ci/$s.sh"
@@ -27,6 +33,7 @@ for s in "${scripts[@]}"; do
     echo "=== $f FAILED after $((SECONDS - start)) s"
     failed+=("$s")
   fi
+  disk
 done
 
 if [ ${#failed[@]} -ne 0 ]; then
