@@ -130,6 +130,7 @@ mod store;
 #[doc(hidden)]
 pub mod sync;
 mod topic;
+mod traffic;
 mod tx;
 mod typed;
 
@@ -157,6 +158,7 @@ pub use received::{Received, SettleError};
 pub use session::Session;
 pub use store::{LogTiming, QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX};
 pub use topic::{Topic, TopicStats};
+pub use traffic::QueueTraffic;
 pub use tx::Transaction;
 pub use typed::{TypedQueue, TypedReceived};
 mod typed_body;

@@ -270,6 +270,12 @@ impl Engine {
         }
     }
 
+    /// Messages this process sent to and completed from queue `q` since the store opened.
+    pub fn traffic(&self, q: u32) -> (u64, u64) {
+        let t = self.stats.traffic.lock();
+        t.get(&q).map_or((0, 0), |t| (t.sent, t.completed))
+    }
+
     pub fn check_open(&self) -> Result<()> {
         self.check_process()?;
         if self.is_closed() {

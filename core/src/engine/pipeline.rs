@@ -11,7 +11,7 @@
 //! caller that finds nobody writing runs the batch itself (on its own thread, with no hand-off),
 //! and whatever queues up behind it is handed to the writer thread. See [`Pipeline`].
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -117,6 +117,16 @@ pub struct PipelineStats {
     pub apply_ns: AtomicU64,
     pub log_write_ns: AtomicU64,
     pub log_sync_ns: AtomicU64,
+    /// Messages this process's committed batches sent to and completed from each queue (by
+    /// queue id): the traffic behind the admin endpoint's rates.
+    pub traffic: Mutex<HashMap<u32, Traffic>>,
+}
+
+/// Sends and completions of one queue, counted per batch and added once the batch commits.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Traffic {
+    pub sent: u64,
+    pub completed: u64,
 }
 
 /// What waits to be written, and who is writing.
@@ -838,6 +848,7 @@ fn run_batch(
     let mut served = Vec::new();
     let mut fatal: Option<Error> = None;
     let woken;
+    let traffic;
     let dirty;
     let final_hints;
     {
@@ -904,6 +915,7 @@ fn run_batch(
             fatal = Some(e);
         }
         woken = std::mem::take(&mut batch.woken);
+        traffic = std::mem::take(&mut batch.traffic);
         final_hints = batch.hints;
     }
     let mut body = changes.take();
@@ -982,6 +994,14 @@ fn run_batch(
         s.answer(outcome.as_ref());
     }
     if outcome.is_none() {
+        if !traffic.is_empty() {
+            let mut total = ctx.stats.traffic.lock();
+            for (q, t) in traffic {
+                let e = total.entry(q).or_default();
+                e.sent += t.sent;
+                e.completed += t.completed;
+            }
+        }
         ctx.signals.notify(woken);
     }
 }

@@ -126,6 +126,8 @@ pub struct Batch<'t> {
     pub mutations: u64,
     /// Queues that gained receivable messages; their waiters are woken after the commit.
     pub woken: HashSet<u32>,
+    /// Sends and completions per queue, added to the store's counters if the batch commits.
+    pub traffic: HashMap<u32, crate::engine::pipeline::Traffic>,
     queues: Option<Logged<'t, &'static str, &'static [u8]>>,
     queue_ids: Option<Logged<'t, u32, &'static str>>,
     counters: Option<Logged<'t, u32, [u8; COUNTERS_LEN]>>,
@@ -199,6 +201,7 @@ impl<'t> Batch<'t> {
             now,
             mutations: 0,
             woken: HashSet::new(),
+            traffic: HashMap::new(),
             queues: None,
             queue_ids: None,
             counters: None,

@@ -215,6 +215,7 @@ impl<'t> Batch<'t> {
         };
         self.attach(id, &mut st, status)?;
         self.counters_mut(q)?.bytes += u64::from(size);
+        self.traffic.entry(q).or_default().sent += 1;
         if let Some(job) = m.tags.job {
             self.add_piece(job, id)?;
         }

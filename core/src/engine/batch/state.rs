@@ -83,6 +83,7 @@ impl<'t> Batch<'t> {
     /// Completes message `id`: removes it, or keeps it in its queue's journal when the queue
     /// has one (dropping the journal's oldest beyond its quota).
     pub(super) fn complete_message(&mut self, id: u64, mut st: State) -> Result<()> {
+        self.traffic.entry(st.queue).or_default().completed += 1;
         let rec = self.require_queue(st.queue, "")?;
         self.end_piece(id, &mut st, PieceEnd::Completed)?;
         self.post_receipt(&rec, id, Outcome::Completed)?;
