@@ -1,7 +1,7 @@
 //! Commands that change queues: send, receive, purge, redrive, move.
 
 use std::collections::BTreeSet;
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,7 +17,7 @@ use crate::{SendProps, stopping};
 
 /// A progress bar on standard error when it is a terminal, hidden otherwise (scripts, tests).
 pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
+    if !crate::io::stderr_is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = match len {
@@ -117,28 +117,28 @@ pub fn send(
         (None, Some(path)) => std::fs::read(&path)
             .map_err(|e| Failure::not_found(format!("cannot read {}: {e}", path.display())))?,
         (None, None) => {
-            if std::io::stdin().is_terminal() {
-                eprintln!("reading the body from standard input; end it with Ctrl-D");
+            if crate::io::stdin_is_terminal() {
+                tell!("reading the body from standard input; end it with Ctrl-D");
             }
             let mut b = Vec::new();
-            std::io::stdin().read_to_end(&mut b)?;
+            crate::io::stdin().read_to_end(&mut b)?;
             b
         }
     };
     let sent = q.send_checked(build_message(body, props)?)?;
     if as_json {
-        println!(
+        say!(
             "{}",
             json!({ "queue": q.name(), "id": sent.id.get(), "duplicate": sent.duplicate })
         );
     } else if sent.duplicate {
-        println!(
+        say!(
             "duplicate of message {} in {} (its key is in the dedup window): nothing sent",
             sent.id,
             q.name()
         );
     } else {
-        println!("sent message {} to {}", sent.id, q.name());
+        say!("sent message {} to {}", sent.id, q.name());
     }
     Ok(())
 }
@@ -189,15 +189,15 @@ pub fn receive(q: &Queue, timeout: Duration, settle: Settle, as_json: bool) -> O
         let mut doc = serde_json::to_value(&record)
             .map_err(|e| Failure::store(format!("cannot write JSON: {e}")))?;
         doc["outcome"] = json!(outcome);
-        println!("{doc}");
+        say!("{doc}");
     } else {
-        print!("{text}");
+        say_raw!("{text}");
         let note = match outcome {
             "abandoned" => "abandoned: back in the queue (--complete removes it)",
             "completed" => "completed: removed from the queue",
             _ => "dead-lettered",
         };
-        println!("-- {note}");
+        say!("-- {note}");
     }
     Ok(())
 }
@@ -215,9 +215,9 @@ pub fn purge(q: &Queue, as_json: bool) -> Outcome {
     let removed = q.purge()?;
     bar.finish_and_clear();
     if as_json {
-        println!("{}", json!({ "queue": q.name(), "purged": removed }));
+        say!("{}", json!({ "queue": q.name(), "purged": removed }));
     } else {
-        println!("purged {} from {}", count(removed, "message"), q.name());
+        say!("purged {} from {}", count(removed, "message"), q.name());
     }
     Ok(())
 }
@@ -265,10 +265,10 @@ pub fn redrive(
         }
         if dry_run {
             if as_json {
-                println!("{}", to_json(&Record::from_envelope(&env))?);
+                say!("{}", to_json(&Record::from_envelope(&env))?);
             } else {
                 let reason = info.map_or("", |d| d.reason.as_str());
-                println!("would resubmit {} ({reason})", env.id());
+                say!("would resubmit {} ({reason})", env.id());
             }
         }
         chosen.push(env.id());
@@ -278,7 +278,7 @@ pub fn redrive(
     }
     if dry_run {
         if !as_json {
-            println!("{} match", count(chosen.len() as u64, "dead letter"));
+            say!("{} match", count(chosen.len() as u64, "dead letter"));
         }
         return Ok(());
     }
@@ -332,7 +332,17 @@ pub fn redrive(
         }
     };
     let results: Vec<Outcome> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
+        let console = crate::io::current();
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let console = console.clone();
+                scope.spawn(move || {
+                    // A remote caller's stream and stop flag follow the command's threads.
+                    crate::io::enter(console);
+                    work()
+                })
+            })
+            .collect();
         handles
             .into_iter()
             .map(|h| {
@@ -358,18 +368,18 @@ pub fn redrive(
     }
     bar.finish_and_clear();
     if as_json {
-        println!(
+        say!(
             "{}",
             json!({ "queue": q.name(), "resubmitted": moved, "skipped": gone })
         );
     } else {
-        println!(
+        say!(
             "resubmitted {} to {}",
             count(moved, "dead letter"),
             q.name()
         );
         if gone > 0 {
-            println!("{gone} were gone before their turn (taken or removed by another process)");
+            say!("{gone} were gone before their turn (taken or removed by another process)");
         }
     }
     Ok(())
@@ -430,9 +440,9 @@ pub fn move_messages(
     }
     bar.finish_and_clear();
     if as_json {
-        println!("{}", json!({ "from": src, "to": dst, "moved": moved }));
+        say!("{}", json!({ "from": src, "to": dst, "moved": moved }));
     } else {
-        println!(
+        say!(
             "moved {} from {src} to {dst}",
             count(moved as u64, "message")
         );

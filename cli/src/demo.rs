@@ -72,13 +72,13 @@ pub fn demo(path: &Path, as_json: bool) -> Outcome {
 
     let p = path.display();
     if as_json {
-        println!(
+        say!(
             "{}",
             json!({ "store": p.to_string(), "queues": ["audit", "emails", "orders"] })
         );
         return Ok(());
     }
-    println!("created {p} with queues orders, emails (2 dead letters) and audit. Try:");
+    say!("created {p} with queues orders, emails (2 dead letters) and audit. Try:");
     for cmd in [
         format!("postbox queues {p}"),
         format!("postbox browse {p} orders"),
@@ -90,7 +90,7 @@ pub fn demo(path: &Path, as_json: bool) -> Outcome {
         format!("postbox export {p} orders orders.jsonl"),
         format!("postbox stats {p} --watch"),
     ] {
-        println!("  {cmd}");
+        say!("  {cmd}");
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Commands that only read: queues, stats, browse, peek, get, dead-letters.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 use postbox::{Envelope, PropertyValue, Queue, QueueOptions, QueueStats, Store};
@@ -172,15 +172,15 @@ pub fn queues(store: &Store, as_json: bool) -> Outcome {
     // A topic's subscriptions are queues, listed above; the topics themselves hold nothing.
     let topics = store.topics()?;
     if as_json {
-        println!("{}", json!({ "queues": docs, "topics": topics }));
+        say!("{}", json!({ "queues": docs, "topics": topics }));
     } else {
         if table.is_empty() {
-            println!("no queues");
+            say!("no queues");
         } else {
-            print!("{}", table.render());
+            say_raw!("{}", table.render());
         }
         if !topics.is_empty() {
-            println!("topics: {}", topics.join(", "));
+            say!("topics: {}", topics.join(", "));
         }
     }
     Ok(())
@@ -219,7 +219,7 @@ pub fn stats(
     as_json: bool,
 ) -> Outcome {
     let mut prev: Option<(Instant, BTreeMap<String, QueueStats>)> = None;
-    let tty = std::io::stdout().is_terminal();
+    let tty = crate::io::stdout_is_terminal();
     loop {
         let now = Instant::now();
         let snap = snapshot(store, only)?;
@@ -241,7 +241,7 @@ pub fn stats(
                     json!({ "name": name, "counts": doc })
                 })
                 .collect();
-            println!(
+            say!(
                 "{}",
                 json!({ "at": time(SystemTime::now()), "queues": queues })
             );
@@ -272,19 +272,19 @@ pub fn stats(
             }
             if watch && tty {
                 // Redraw in place: clear the screen, cursor home.
-                print!("\x1b[2J\x1b[H");
-                println!(
+                say_raw!("\x1b[2J\x1b[H");
+                say!(
                     "postbox stats {} — every {}, Ctrl-C to stop",
                     store.path().display(),
                     short_duration(interval)
                 );
             }
-            print!("{}", table.render());
+            say_raw!("{}", table.render());
             if watch && !tty {
-                println!();
+                say!();
             }
         }
-        let _ = std::io::stdout().flush();
+        let _ = crate::io::stdout().flush();
         if !watch {
             return Ok(());
         }
@@ -318,7 +318,7 @@ fn message_row(table: &mut Table, env: &Envelope, now: SystemTime) {
 pub fn browse(q: &Queue, limit: Option<usize>, as_json: bool) -> Outcome {
     let now = SystemTime::now();
     let mut table = Table::new(&["ID", ">PRI", ">AGE", ">DELIV", "LABEL", ">SIZE", "BODY"]);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::io::stdout();
     for env in q.browse().take(limit.unwrap_or(usize::MAX)) {
         if stopping() {
             break;
@@ -417,9 +417,9 @@ pub fn show(env: &Envelope) -> String {
 
 fn print_message(env: &Envelope, as_json: bool) -> Outcome {
     if as_json {
-        println!("{}", to_json(&Record::from_envelope(env))?);
+        say!("{}", to_json(&Record::from_envelope(env))?);
     } else {
-        print!("{}", show(env));
+        say_raw!("{}", show(env));
     }
     Ok(())
 }
@@ -459,7 +459,7 @@ pub fn dead_letters(q: &Queue, limit: Option<usize>, as_json: bool) -> Outcome {
         "LABEL",
         "BODY",
     ]);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::io::stdout();
     for env in dlq.browse().take(limit.unwrap_or(usize::MAX)) {
         if stopping() {
             break;

@@ -24,7 +24,7 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
             File::create(path)
                 .map_err(|e| Failure::store(format!("cannot create {}: {e}", path.display())))?,
         ),
-        None => Box::new(std::io::stdout().lock()),
+        None => Box::new(crate::io::stdout()),
     };
     let mut out = BufWriter::new(sink);
     let bar = progress(Some(want), &format!("exporting {}", q.name()));
@@ -49,7 +49,7 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
     // Only receivable messages can be read without taking them; say what stayed behind.
     let skipped = counts.locked + counts.scheduled + counts.deferred;
     if as_json {
-        eprintln!(
+        tell!(
             "{}",
             json!({
                 "queue": q.name(),
@@ -62,11 +62,13 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
             })
         );
     } else {
-        eprintln!("exported {} from {} to {to}", count(n, "message"), q.name());
+        tell!("exported {} from {} to {to}", count(n, "message"), q.name());
         if skipped > 0 {
-            eprintln!(
+            tell!(
                 "not exported: {} locked, {} scheduled, {} deferred (only receivable messages are)",
-                counts.locked, counts.scheduled, counts.deferred
+                counts.locked,
+                counts.scheduled,
+                counts.deferred
             );
         }
     }
@@ -93,7 +95,7 @@ pub fn import(
             let len = f.metadata().ok().map(|m| m.len());
             (Box::new(BufReader::new(f)), len)
         }
-        None => (Box::new(BufReader::new(std::io::stdin().lock())), None),
+        None => (Box::new(BufReader::new(crate::io::stdin())), None),
     };
     let bar = progress(len, &format!("importing into {queue}"));
     let now = SystemTime::now();
@@ -163,14 +165,14 @@ pub fn import(
     flush(&mut batch, &mut sent, &mut duplicates)?;
     bar.finish_and_clear();
     if as_json {
-        println!(
+        say!(
             "{}",
             json!({ "queue": queue, "imported": sent, "duplicates": duplicates })
         );
     } else {
-        println!("imported {} into {queue}", count(sent, "message"));
+        say!("imported {} into {queue}", count(sent, "message"));
         if duplicates > 0 {
-            println!("{duplicates} were duplicates (their key is in the dedup window): skipped");
+            say!("{duplicates} were duplicates (their key is in the dedup window): skipped");
         }
     }
     Ok(())
@@ -235,14 +237,16 @@ pub fn check(path: &Path, as_json: bool) -> Outcome {
         _ => f,
     })?;
     if as_json {
-        println!(
+        say!(
             "{}",
             json!({ "ok": true, "queues": w.queues, "messages": w.messages, "dead_letters": w.dead_letters })
         );
     } else {
-        println!(
+        say!(
             "ok: every page verified; {} queues, {} receivable messages and {} dead letters read",
-            w.queues, w.messages, w.dead_letters
+            w.queues,
+            w.messages,
+            w.dead_letters
         );
     }
     Ok(())
@@ -294,12 +298,12 @@ pub fn backup(path: &Path, dest: &Path, force: bool, as_json: bool) -> Outcome {
                     Failure::store(format!("cannot move the copy to {}: {e}", dest.display()))
                 })?;
                 if as_json {
-                    println!(
+                    say!(
                         "{}",
                         json!({ "backup": dest.display().to_string(), "bytes": bytes, "queues": w.queues, "messages": w.messages, "attempts": attempt })
                     );
                 } else {
-                    println!(
+                    say!(
                         "backed up {} to {} ({bytes} bytes, {} queues, {} receivable messages; verified)",
                         path.display(),
                         dest.display(),

@@ -1,0 +1,68 @@
+//! The admin endpoint: a small HTTP server inside the process that holds a store, serving the
+//! live dashboard, `/metrics` in Prometheus text format, the JSON the dashboard reads, and the
+//! commands of `postbox --admin`.
+//!
+//! An application that holds its store in single-process mode (the default) keeps every other
+//! process out, the `postbox` command included; [`serve_admin`] lets it expose the store to
+//! the command and to a browser without giving that up. `postbox dashboard STORE` serves the
+//! same endpoint from the command line for a closed or multi-process store.
+//!
+//! - `sampler` reads every queue's counts and traffic once a second and keeps two minutes of
+//!   them for rates and charts;
+//! - `server` accepts connections and routes them; `wire` is the framed stream a remote
+//!   command's output travels in; `remote` is the command's side of it;
+//! - `metrics` writes the Prometheus text; `page` is the dashboard itself (one HTML file with
+//!   its script and style, no build step).
+
+mod metrics;
+mod page;
+pub mod remote;
+mod sampler;
+mod server;
+mod wire;
+
+pub use server::{AdminOptions, AdminServer, ServeAdmin, serve_admin};
+pub(crate) use wire::{ERR as STDERR_FRAME, OUT as STDOUT_FRAME, write_frame as wire_write};
+
+use std::time::Duration;
+
+use postbox::Store;
+
+use crate::fail::Outcome;
+use crate::stopping;
+
+/// `postbox dashboard`: serves the endpoint for `store` until Ctrl-C.
+pub(crate) fn dashboard(store: &Store, bind: &str, allow_actions: bool, json: bool) -> Outcome {
+    let server = serve_admin(
+        store,
+        bind,
+        AdminOptions {
+            allow_actions,
+            ..AdminOptions::default()
+        },
+    )?;
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({
+                "url": server.url(),
+                "metrics": format!("{}metrics", server.url()),
+                "token": server.token(),
+            })
+        );
+    } else {
+        say!("postbox dashboard for {}", store.path().display());
+        say!("  page:     {}", server.url());
+        say!("  metrics:  {}metrics", server.url());
+        match server.token() {
+            Some(t) => say!("  actions:  allowed with token {t}"),
+            None => say!("  actions:  off (--allow-actions turns them on)"),
+        }
+        say!("Ctrl-C to stop.");
+    }
+    while !stopping() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.stop();
+    Ok(())
+}

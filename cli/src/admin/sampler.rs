@@ -1,0 +1,173 @@
+//! Once a second, every queue's counts and traffic: the rates and charts of the dashboard and
+//! `/metrics` come from the difference of two samples.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use postbox::{ErrorKind, QueueStats, QueueTraffic, Store, StoreStats};
+
+/// How often a sample is taken.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// Samples kept: two minutes of history for the charts.
+const KEPT: usize = 120;
+
+/// One queue at one moment.
+#[derive(Debug, Clone)]
+pub struct QueueSample {
+    pub name: String,
+    pub stats: QueueStats,
+    pub traffic: QueueTraffic,
+    /// Age of the message a receive would take next (the oldest of the highest priority).
+    pub head_age: Option<Duration>,
+}
+
+/// Every queue at one moment.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    pub queues: Vec<QueueSample>,
+    pub store: StoreStats,
+    /// Size of the write-ahead log file now (0 without one).
+    pub log_file_bytes: u64,
+}
+
+/// Per-second rates of one queue between two samples.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rates {
+    pub sends: f64,
+    pub completions: f64,
+}
+
+/// Reads every queue now.
+pub fn take(store: &Store) -> postbox::Result<Sample> {
+    let now = SystemTime::now();
+    let mut queues = Vec::new();
+    for name in store.queues()? {
+        // A queue deleted between the listing and its read is simply gone.
+        let q = match store.open_queue(&name) {
+            Ok(q) => q,
+            Err(e) if e.kind() == ErrorKind::QueueNotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let stats = match q.stats() {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::QueueNotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let head_age = if stats.active > 0 {
+            q.peek()?
+                .map(|m| now.duration_since(m.enqueued_at()).unwrap_or_default())
+        } else {
+            None
+        };
+        queues.push(QueueSample {
+            name,
+            stats,
+            traffic: q.traffic(),
+            head_age,
+        });
+    }
+    let mut log = store.path().as_os_str().to_owned();
+    log.push("-log");
+    Ok(Sample {
+        at_ms: millis(now),
+        queues,
+        store: store.stats(),
+        log_file_bytes: std::fs::metadata(&log).map_or(0, |m| m.len()),
+    })
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Rates of queue `name` from `before` to `after` (zero when it is in only one of them).
+pub fn rates(before: &Sample, after: &Sample, name: &str) -> Rates {
+    let secs = (after.at_ms.saturating_sub(before.at_ms) as f64 / 1000.0).max(1e-3);
+    let find = |s: &Sample| s.queues.iter().find(|q| q.name == name).map(|q| q.traffic);
+    match (find(before), find(after)) {
+        (Some(b), Some(a)) => Rates {
+            // A reopened store counts from zero again: no negative rates.
+            sends: a.sent.saturating_sub(b.sent) as f64 / secs,
+            completions: a.completed.saturating_sub(b.completed) as f64 / secs,
+        },
+        _ => Rates::default(),
+    }
+}
+
+/// The samples of the last two minutes, taken by a thread of their own.
+pub struct Sampler {
+    history: Mutex<VecDeque<Arc<Sample>>>,
+    stop: AtomicBool,
+}
+
+impl Sampler {
+    /// Starts sampling `store` every [`INTERVAL`] until [`Sampler::stop`].
+    pub fn start(store: Store) -> (Arc<Sampler>, std::thread::JoinHandle<()>) {
+        let sampler = Arc::new(Sampler {
+            history: Mutex::new(VecDeque::with_capacity(KEPT)),
+            stop: AtomicBool::new(false),
+        });
+        let s = sampler.clone();
+        let thread = std::thread::Builder::new()
+            .name("postbox-admin-sampler".into())
+            .spawn(move || {
+                while !s.stop.load(Ordering::SeqCst) {
+                    match take(&store) {
+                        Ok(sample) => s.push(Arc::new(sample)),
+                        // A closed store ends the sampling; anything else is tried again.
+                        Err(e) if e.kind() == ErrorKind::Closed => break,
+                        Err(e) => tracing::warn!(error = %e, "admin sample failed"),
+                    }
+                    let until = std::time::Instant::now() + INTERVAL;
+                    while !s.stop.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            });
+        match thread {
+            Ok(t) => (sampler, t),
+            // Without a thread there is no history; rates stay at zero.
+            Err(e) => {
+                tracing::warn!(error = %e, "admin sampler thread could not start");
+                (sampler, std::thread::spawn(|| {}))
+            }
+        }
+    }
+
+    fn push(&self, sample: Arc<Sample>) {
+        let mut h = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        if h.len() == KEPT {
+            h.pop_front();
+        }
+        h.push_back(sample);
+    }
+
+    /// The samples kept, oldest first.
+    pub fn history(&self) -> Vec<Arc<Sample>> {
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The most recent sample, if one was taken.
+    pub fn last(&self) -> Option<Arc<Sample>> {
+        self.history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .back()
+            .cloned()
+    }
+
+    /// Asks the thread to stop (it ends within 50 ms).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
