@@ -59,7 +59,8 @@ error_kinds! {
     NotAStore = 11,
     /// The store was written by a newer, incompatible version of postbox.
     IncompatibleVersion = 12,
-    /// Another process holds the store open in single-process mode.
+    /// Another process holds the store open in single-process mode, or
+    /// [`Store::compact`](crate::Store::compact) could not have the store to itself.
     AlreadyOpen = 13,
     /// The commit failed after it may have reached the disk: the operation may or may not have
     /// taken effect. Retrying a send is safe with `message_key` and a `dedup_window`.
@@ -138,7 +139,8 @@ pub enum Error {
         supported: u32,
     },
     /// The store is open in single-process mode elsewhere: in another process, or through
-    /// another `Store` in this one. The text says which.
+    /// another `Store` in this one; or [`Store::compact`](crate::Store::compact) found it busy.
+    /// The text says which.
     #[error("{0}")]
     AlreadyOpen(String),
     /// The commit failed at a point where the change may already be durable.

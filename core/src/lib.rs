@@ -156,7 +156,9 @@ pub use processor::{
 pub use queue::{Browse, Queue, QueueStats};
 pub use received::{Received, SettleError};
 pub use session::Session;
-pub use store::{LogTiming, QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX};
+pub use store::{
+    CompactStats, LogTiming, QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX,
+};
 pub use topic::{Topic, TopicStats};
 pub use traffic::QueueTraffic;
 pub use tx::Transaction;

@@ -179,6 +179,17 @@ pub struct LogTiming {
     pub sync: Duration,
 }
 
+/// What [`Store::compact`] did: the store file's size before and after, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactStats {
+    /// The file's size when the compaction started.
+    pub bytes_before: u64,
+    /// The file's size when it ended: smaller when deleted queues, purged or completed
+    /// messages had left free space, the same or a little larger when there was none.
+    pub bytes_after: u64,
+}
+
 /// The prefix of every temporary queue's name ([`Store::temporary_queue`]); reserved: no other
 /// queue's name starts with it.
 pub const TEMPORARY_QUEUE_PREFIX: &str = crate::engine::TEMPORARY_PREFIX;
@@ -547,6 +558,48 @@ impl Store {
                 sync: Duration::from_nanos(load(&s.log_sync_ns)),
             },
         }
+    }
+
+    /// Gives the space of deleted queues and purged, completed or expired messages back to
+    /// the file system: the store file is rewritten in place with its live data at the front
+    /// and truncated. Nothing the store holds changes: messages, their locks (a message
+    /// received before can be completed after), counts, dead letters and options stay as they
+    /// were, and so does every handle. The file never shrinks on its own: freed space is only
+    /// reused by later writes.
+    ///
+    /// While it runs, every other operation on this store waits (sends, receives, reads, from
+    /// every thread); operations already in progress finish first. With the write-ahead log
+    /// the log is checkpointed first, so the compacted file is complete on its own. In a
+    /// store shared with other processes ([`StoreBuilder::multi_process`]) their operations on
+    /// the file wait too; a compaction that finds another process reading the file tries again
+    /// until it gives up. The time it takes grows with the size of the live data.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// let q = store.queue("scratch")?;
+    /// q.send_batch(vec![vec![0u8; 64 * 1024]; 64])?;
+    /// store.delete_queue("scratch")?;
+    /// let stats = store.compact()?;
+    /// assert!(stats.bytes_after < stats.bytes_before);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] after [`Store::close`]; [`Error::Forked`] in a forked child;
+    /// [`Error::AlreadyOpen`] when the store could not be had alone within a few seconds
+    /// (operations of this process still running, or another process of a shared store
+    /// reading the file all along; nothing changed, try again, or compact with the other
+    /// processes closed); [`Error::StorageFull`] and [`Error::Io`] for the file system's
+    /// failures (the store reopens its file on the next call, as after any failed write),
+    /// [`Error::Corrupted`] for a damaged file.
+    pub fn compact(&self) -> Result<CompactStats> {
+        let (bytes_before, bytes_after) = self.engine.compact()?;
+        Ok(CompactStats {
+            bytes_before,
+            bytes_after,
+        })
     }
 
     /// Closes the store: waits for pending commits, releases this process's locks, syncs.

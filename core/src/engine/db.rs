@@ -13,12 +13,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::sync::RwLock;
 use redb::{Database, ReadableDatabase};
 
 use super::tables::{COUNTERS, COUNTERS_LEN};
 use super::wal::Wal;
+use super::{guarded, panic_to_error};
 
 use crate::error::{Error, Result};
 use crate::options::EngineConfig;
@@ -114,6 +116,11 @@ impl DbSlot {
 
     fn reopen(&self) -> Result<(Arc<Database>, Option<Arc<Wal>>)> {
         let mut state = self.state.write();
+        self.reopen_locked(&mut state)
+    }
+
+    /// [`DbSlot::reopen`] under the write lock the caller holds.
+    fn reopen_locked(&self, state: &mut State) -> Result<(Arc<Database>, Option<Arc<Wal>>)> {
         match &*state {
             State::Open(db, wal) => return Ok((db.clone(), wal.clone())),
             State::Closed => return Err(Error::Closed),
@@ -138,6 +145,64 @@ impl DbSlot {
         let wal = opened.wal.map(Arc::new);
         *state = State::Open(db.clone(), wal.clone());
         Ok((db, wal))
+    }
+
+    /// Runs `f` with the database to itself (`docs/design.md` § Compaction): no operation of
+    /// this process starts while it runs (they wait on the slot's lock, which `f` holds), and
+    /// the ones in progress when it was called finish first, since each holds a clone of the
+    /// database until it ends. `wait` bounds how long they may take; the log is passed along
+    /// for a checkpoint.
+    ///
+    /// A failed write leaves redb refusing the database, and a panic leaves it in doubt: either
+    /// way it is dropped, and the next use opens the file again (as after any failed write).
+    ///
+    /// # Errors
+    ///
+    /// `Closed`; the reopen's error when the last write had failed and the file cannot be
+    /// opened again; `AlreadyOpen` when operations in progress still hold the database after
+    /// `wait`; `f`'s error (a panic in it as `Corrupted`).
+    pub fn exclusive<T>(
+        &self,
+        wait: Duration,
+        f: impl FnOnce(&mut Database, Option<&Wal>) -> Result<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now().checked_add(wait);
+        let mut state = self.state.write();
+        self.reopen_locked(&mut state)?;
+        let State::Open(db, wal) = &mut *state else {
+            return Err(Error::Closed);
+        };
+        // Operations in progress hold clones of the database and drop them when they end; new
+        // ones wait for the lock held here. An operation whose failure marks the slot broken
+        // waits for this lock while it still holds its clone: the deadline ends that wait.
+        let mut pause = Duration::from_micros(20);
+        while Arc::get_mut(db).is_none() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::AlreadyOpen(format!(
+                    "{} is busy: operations of this process were still running after {} ms, and compaction needs the store to itself; try again",
+                    self.path.display(),
+                    wait.as_millis()
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        let Some(db) = Arc::get_mut(db) else {
+            return Err(Error::Panic(
+                "the database was shared again under the slot's lock".into(),
+            ));
+        };
+        let wal = wal.as_deref();
+        let result = guarded::catch(|| f(db, wal)).unwrap_or_else(|p| Err(panic_to_error(p)));
+        if let Err(e) = &result
+            && (e.is_io_failure() || matches!(e, Error::Corrupted(_)))
+        {
+            let old = std::mem::replace(&mut *state, State::Broken);
+            // redb's drop can panic on a store damaged under it.
+            let _ = guarded::catch(move || drop(old));
+            tracing::warn!(path = %self.path.display(), error = %e, "compaction failed; the store file will be opened again");
+        }
+        result
     }
 
     /// Takes the database out for closing; later uses fail with `Closed`.

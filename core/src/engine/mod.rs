@@ -3,6 +3,7 @@
 
 mod batch;
 mod codec;
+mod compact;
 mod compound;
 mod db;
 mod file;
