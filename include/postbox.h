@@ -278,7 +278,7 @@
 /**
  * The store is already open in single-process mode: by another process, or by another
  * `postbox_store_open` of this process (the detailed message says which; share the first handle
- * instead).
+ * instead). Also returned by `postbox_store_compact` when it could not have the store alone.
  */
 #define POSTBOX_ALREADY_OPEN 13
 
@@ -1639,6 +1639,35 @@ int postbox_log_stats_init(struct postbox_log_stats *stats);
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`); `POSTBOX_FORKED`.
  */
 int postbox_store_log_stats(const struct postbox_store *store, struct postbox_log_stats *stats_out);
+
+/**
+ * Compacts the store file: its live data is moved to the front and the file is truncated, so
+ * that the space of deleted queues and of purged, completed or expired messages goes back to
+ * the file system (the file never shrinks on its own; freed space is only reused by later
+ * writes). Nothing the store holds changes: messages, their locks (a message received before
+ * can be completed after), counts, dead letters and options stay as they were, and every
+ * handle stays valid.
+ *
+ * While it runs, every other call on this store waits, from every thread; calls already in
+ * progress finish first. With the write-ahead log, the log is checkpointed first. In a store
+ * shared with other processes (`multi_process`), their calls on the file wait too; the
+ * compaction tries again while another process is reading the file, and gives up after a few
+ * seconds. It takes longer the more live data the store holds.
+ *
+ * `bytes_before` and `bytes_after` may be NULL; on success they receive the size of the store
+ * file before and after, in bytes.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;
+ * `POSTBOX_ALREADY_OPEN` when the store could not be had alone within a few seconds (calls of
+ * this process still running, or another process reading the file all along): nothing
+ * changed, try again, or compact with every other process closed; storage errors
+ * (`POSTBOX_IO`, `POSTBOX_STORAGE_FULL`, `POSTBOX_CORRUPTED`; after a failure the store opens
+ * its file again on the next call).
+ */
+int postbox_store_compact(struct postbox_store *store,
+                          uint64_t *bytes_before,
+                          uint64_t *bytes_after);
 
 /**
  * Fills `options` with the defaults and sets its `struct_size`.

@@ -11,7 +11,7 @@
 //! - `status.rs`: status codes (the numbers of `postbox::ErrorKind`), `postbox_strerror`,
 //!   `postbox_version`.
 //! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`, `topic.rs`, `collator.rs`,
-//!   `session.rs`: one file per handle.
+//!   `session.rs`: one file per handle; `compact.rs` holds `postbox_store_compact`.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,6 +23,8 @@ mod guard;
 mod status;
 
 mod store;
+
+mod compact;
 
 mod queue;
 
@@ -48,6 +50,7 @@ mod app_table;
 
 pub use app_table::*;
 pub use collator::*;
+pub use compact::*;
 pub use job::*;
 pub use message::*;
 pub use processor::*;

@@ -37,7 +37,7 @@ pub const POSTBOX_NOT_A_STORE: c_int = 11;
 pub const POSTBOX_INCOMPATIBLE_VERSION: c_int = 12;
 /// The store is already open in single-process mode: by another process, or by another
 /// `postbox_store_open` of this process (the detailed message says which; share the first handle
-/// instead).
+/// instead). Also returned by `postbox_store_compact` when it could not have the store alone.
 pub const POSTBOX_ALREADY_OPEN: c_int = 13;
 /// The commit failed after it may have reached the disk: the operation may or may not have taken
 /// effect (retrying a send is safe with a `message_key` and a `dedup_window`).
@@ -86,7 +86,7 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
             POSTBOX_PANIC => c"internal error (caught panic)",
             POSTBOX_NOT_A_STORE => c"not a postbox store",
             POSTBOX_INCOMPATIBLE_VERSION => c"the store was written by a newer version",
-            POSTBOX_ALREADY_OPEN => c"the store is already open",
+            POSTBOX_ALREADY_OPEN => c"the store is already open (or busy)",
             POSTBOX_OUTCOME_UNKNOWN => c"the outcome of the operation is unknown",
             POSTBOX_CONFIG => c"invalid configuration",
             POSTBOX_STORAGE_FULL => c"the disk is full",

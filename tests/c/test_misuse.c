@@ -225,6 +225,11 @@ static void test_store_calls(const char *dir) {
     }
     MISUSE(postbox_queue_delete(store, "never-made", NULL), POSTBOX_OK);
 
+    uint64_t before = 7, after = 7;
+    MISUSE(postbox_store_compact(NULL, &before, &after), INVALID);
+    CHECK(before == 7 && after == 7); /* out-parameters are written only on success */
+    MISUSE(postbox_store_compact(store, NULL, NULL), POSTBOX_OK); /* both outputs optional */
+
     postbox_commit_stats cs;
     MISUSE(postbox_store_stats(NULL, &cs), INVALID);
     MISUSE(postbox_store_stats(store, NULL), INVALID);
