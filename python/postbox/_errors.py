@@ -136,7 +136,8 @@ class IncompatibleVersionError(StoreError):
 
 
 class AlreadyOpenError(StoreError):
-    """Another process holds the store open in single-process mode."""
+    """Another process holds the store open in single-process mode; also raised by
+    ``Store.compact()`` when it could not have the store to itself."""
 
     code = 13
 

@@ -264,6 +264,25 @@ class Store:
         ``log_write_seconds``, ``log_sync_seconds``. A closed store keeps answering with its
         final counters; raises ``ForkedError`` in a forked child.
         """
+    def compact(self) -> tuple[int, int]:
+        """Returns the space of deleted queues and purged messages to the file system.
+
+        The store file is rewritten in place with its live data at the front and truncated;
+        returns its size ``(bytes_before, bytes_after)``. Nothing the store holds changes:
+        messages, locks (a message received before can be completed after), counts, dead
+        letters and options stay as they were, and every handle stays valid. The file never
+        shrinks on its own: freed space is only reused by later writes.
+
+        Every other operation on the store waits while it runs (operations in progress finish
+        first); the GIL is released meanwhile. In a store shared with other processes their
+        operations on the file wait too, and a compaction that finds another process reading
+        the file tries again for a few seconds.
+
+        Raises ``AlreadyOpenError`` when the store could not be had alone in time (nothing
+        changed: try again, or compact with the other processes closed), ``ClosedError``,
+        ``ForkedError`` in a forked child, ``IoError``, ``StorageFullError`` and
+        ``StoreCorruptedError``.
+        """
     def close(self) -> None:
         """Closes the store; in a forked child only lets go of the handle (returns at once)."""
     def __enter__(self) -> Self: ...

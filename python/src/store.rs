@@ -495,6 +495,20 @@ impl PyStore {
         Ok(d)
     }
 
+    /// Gives the space of deleted queues and purged, completed or expired messages back to the
+    /// file system and returns the file's size before and after, in bytes. Nothing the store
+    /// holds changes (messages, locks, counts, dead letters), and every handle stays valid.
+    /// Every other operation on the store waits while it runs; the GIL is released meanwhile.
+    /// Raises `AlreadyOpenError` when the store could not be had alone within a few seconds
+    /// (try again, or compact with the other processes of a shared store closed),
+    /// `ClosedError`, `ForkedError` in a forked child, and storage errors.
+    fn compact(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        self.check_process()?;
+        let store = &self.store;
+        let stats = py.detach(|| store.compact()).py_err()?;
+        Ok((stats.bytes_before, stats.bytes_after))
+    }
+
     /// Closes the store: waits for pending commits and releases this process's locks. Every
     /// handle of the store raises `ClosedError` afterwards. Closing twice is harmless.
     ///
