@@ -143,9 +143,9 @@ pub use job::{Job, JobOptions, JobProgress, PieceState};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
-    PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, RECEIPT_AT, RECEIPT_COMPLETED,
-    RECEIPT_DEAD_LETTERED, RECEIPT_LABEL, RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME, RECEIPT_QUEUE,
-    RECEIPT_REASON, SERIES_LAST_PROPERTY, SERIES_LENGTH_PROPERTY, Sent,
+    MessageState, PropertyValue, REASON_MAX_DELIVERIES, REASON_TTL_EXPIRED, RECEIPT_AT,
+    RECEIPT_COMPLETED, RECEIPT_DEAD_LETTERED, RECEIPT_LABEL, RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME,
+    RECEIPT_QUEUE, RECEIPT_REASON, SERIES_LAST_PROPERTY, SERIES_LENGTH_PROPERTY, Sent,
 };
 pub use options::{Durability, QueueOptions};
 pub use processor::{
@@ -153,7 +153,7 @@ pub use processor::{
     ProcessorEvent, ProcessorStats, REASON_DECODE_FAILED, RetryPolicy, ScaleCallback,
     ShutdownReport,
 };
-pub use queue::{Browse, Queue, QueueStats};
+pub use queue::{Browse, BrowseAll, Queue, QueueStats};
 pub use received::{Received, SettleError};
 pub use session::Session;
 pub use store::{

@@ -429,6 +429,33 @@ pub const RECEIPT_COMPLETED: &str = "completed";
 /// Receipt outcome of a dead-lettered message.
 pub const RECEIPT_DEAD_LETTERED: &str = "dead-lettered";
 
+/// Where a message is in its queue, as [`Queue::browse_all`](crate::Queue::browse_all)
+/// reports it: the count of [`QueueStats`](crate::QueueStats) it is in (each state is one of
+/// its fields). Time-driven changes count as done, as they do for `stats` and `browse`: a
+/// message whose lock expired is `Active` again (`Deferred` if it was deferred), a scheduled
+/// message whose time came is `Active`, before any write has moved them. A message whose
+/// deliveries or time to live are used up is listed with the state it has until the next
+/// write moves it to the dead-letter queue (where `stats`, itself a write, counts it).
+///
+/// A dead-letter queue's messages report their state in that queue (`Active`, or `Locked`
+/// while a receiver holds one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MessageState {
+    /// Receivable: a receive may take it ([`QueueStats::active`](crate::QueueStats::active)).
+    Active,
+    /// Held by a receiver or a transaction until it is settled or its lock expires
+    /// ([`QueueStats::locked`](crate::QueueStats::locked)). A deferred message received by id
+    /// is `Locked` while held.
+    Locked,
+    /// Waiting for its [`Envelope::visible_at`]: sent with a delay or abandoned with one
+    /// ([`QueueStats::scheduled`](crate::QueueStats::scheduled)).
+    Scheduled,
+    /// Set aside with [`Received::defer`](crate::Received::defer): receivable by id only
+    /// ([`QueueStats::deferred`](crate::QueueStats::deferred)).
+    Deferred,
+}
+
 /// A stored message as read back by `peek`, `browse`, `get` or `receive`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {

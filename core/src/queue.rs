@@ -8,7 +8,7 @@ use crate::engine::{DEAD_LETTER_SUFFIX, Locked, Select, dead_letter_name, journa
 use crate::engine::{Engine, HeldLock};
 use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, Message, MessageId, Sent};
+use crate::message::{Envelope, Message, MessageId, MessageState, Sent};
 use crate::options::QueueOptions;
 use crate::received::Received;
 
@@ -236,6 +236,55 @@ impl Queue {
     /// [`Error::QueueNotFound`].
     pub fn browse(&self) -> Browse {
         Browse {
+            engine: self.engine.clone(),
+            q: self.id,
+            name: self.name.clone(),
+            after: None,
+            done: false,
+        }
+    }
+
+    /// Iterates over every message of the queue, whatever its state, in id order (send order;
+    /// a dead letter keeps the id it had in its source queue), each with its
+    /// [`MessageState`]: receivable, locked, scheduled and deferred ones alike, for an export
+    /// or an inspection that must see everything. Nothing is locked or changed. Like
+    /// [`Queue::browse`], each step reads a fresh snapshot and resumes after the last id
+    /// returned, so the iteration reflects concurrent changes and never blocks writers: a
+    /// message settled before the iteration reaches it is not returned, one sent meanwhile is
+    /// (ids grow). Each state is the one [`Queue::stats`] counts the message in (see
+    /// [`MessageState`]); a message whose deliveries or time to live ran out is still listed
+    /// until a write moves it to the dead-letter queue. A dead-letter queue
+    /// ([`Queue::dead_letters`]) lists its dead letters with their state there.
+    ///
+    /// Each step costs a read of the ids after the last one up to the next message of this
+    /// queue: the messages of other queues in between are skipped, so a whole iteration reads
+    /// every message id of the store once.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::MessageState;
+    /// let q = store.queue("jobs")?;
+    /// q.send("a")?;
+    /// q.send("b")?;
+    /// let held = q.try_receive()?.expect("a message");
+    /// let states: Vec<_> = q
+    ///     .browse_all()
+    ///     .map(|m| m.map(|(env, state)| (env.body().to_vec(), state)))
+    ///     .collect::<postbox::Result<_>>()?;
+    /// assert_eq!(
+    ///     states,
+    ///     [(b"a".to_vec(), MessageState::Locked), (b"b".to_vec(), MessageState::Active)]
+    /// );
+    /// # drop(held);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// A step yields [`Error::QueueNotFound`] once the queue was deleted, [`Error::Closed`]
+    /// once the store was closed, and storage errors (`Corrupted` for a damaged record); the
+    /// iteration ends after an error.
+    pub fn browse_all(&self) -> BrowseAll {
+        BrowseAll {
             engine: self.engine.clone(),
             q: self.id,
             name: self.name.clone(),
@@ -654,6 +703,47 @@ impl Iterator for Browse {
             Ok(Some((env, pos))) => {
                 self.after = Some(pos);
                 Some(Ok(env))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Iterator over every message of a queue with its state, in id order; see
+/// [`Queue::browse_all`].
+#[derive(Debug)]
+pub struct BrowseAll {
+    engine: Arc<Engine>,
+    q: u32,
+    name: Arc<str>,
+    /// The id of the last message returned.
+    after: Option<u64>,
+    done: bool,
+}
+
+impl Iterator for BrowseAll {
+    type Item = Result<(Envelope, MessageState)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let (q, after, name) = (self.q, self.after, self.name.clone());
+        let now = self.engine.clock.now_ms();
+        match self
+            .engine
+            .read(|t| read::browse_all_next(t, q, &name, after, now))
+        {
+            Ok(Some((env, state))) => {
+                self.after = Some(env.id().get());
+                Some(Ok((env, state)))
             }
             Ok(None) => {
                 self.done = true;

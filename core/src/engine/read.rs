@@ -8,7 +8,7 @@ use super::rules;
 use super::tables::*;
 use crate::clock::to_system_time;
 use crate::error::{Error, Result};
-use crate::message::{DeadLetterInfo, Envelope, MAX_PRIORITY, MessageId};
+use crate::message::{DeadLetterInfo, Envelope, MAX_PRIORITY, MessageId, MessageState};
 
 pub fn build_envelope(
     id: u64,
@@ -209,6 +209,86 @@ pub fn browse_next(
         build_envelope(pos.1, &st, name.to_owned(), env, source),
         pos,
     )))
+}
+
+/// The message of queue `q` with the lowest id above `after` (from the first when `None`),
+/// whatever its state, with its state at `now` (see [`current_state`]) — or `None` at the end.
+///
+/// No index orders a queue's messages by id across their states (`READY` is by priority, the
+/// time indexes by time and hold every queue), so this walks `STATE`, which is keyed by id,
+/// from `after` and skips other queues' messages: a whole browse reads each id once.
+///
+/// # Errors
+///
+/// `QueueNotFound` (named `name`) when the queue does not exist; `Corrupted` for a damaged
+/// state row, envelope, or a state row without its data.
+pub fn browse_all_next(
+    txn: &ReadTransaction,
+    q: u32,
+    name: &str,
+    after: Option<u64>,
+    now: u64,
+) -> Result<Option<(Envelope, MessageState)>> {
+    let Some(rec) = queue_by_id(txn, q)? else {
+        return Err(Error::QueueNotFound(name.to_owned()));
+    };
+    let start = match after {
+        None => 0,
+        Some(id) => match id.checked_add(1) {
+            Some(next) => next,
+            None => return Ok(None),
+        },
+    };
+    let states = txn.open_table(STATE)?;
+    for e in states.range(start..)? {
+        let (k, v) = e?;
+        let id = k.value();
+        let st = State::decode(id, &v.value()).map_err(|e| corrupted("message state", e))?;
+        if st.queue != q {
+            continue;
+        }
+        let data = txn.open_table(DATA)?;
+        let raw = data
+            .get(id)?
+            .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?;
+        let env = codec::decode_envelope(id, raw.value()).map_err(|e| corrupted("envelope", e))?;
+        let source = match &env.dead_letter {
+            Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
+            None => None,
+        };
+        let state = current_state(&st, rec.options.max_deliveries, now);
+        return Ok(Some((
+            build_envelope(id, &st, name.to_owned(), env, source),
+            state,
+        )));
+    }
+    Ok(None)
+}
+
+/// The state message `st` is in at `now`: the one the next write leaves it in (an expired
+/// lock or a due scheduled message goes back to its queue, as `Batch::requeue` does, deferred
+/// if it was), which is what `Queue::stats` counts. A message that write moves to the
+/// dead-letter queue instead (deliveries or time to live used up, `rules::spent`) keeps its
+/// stored state: it is still in this queue until then.
+fn current_state(st: &State, max_deliveries: u32, now: u64) -> MessageState {
+    let stored = match st.status {
+        Status::Ready => MessageState::Active,
+        Status::Locked => MessageState::Locked,
+        Status::Scheduled => MessageState::Scheduled,
+        Status::Deferred => MessageState::Deferred,
+    };
+    let due = match st.status {
+        Status::Locked => st.locked_until <= now,
+        Status::Scheduled => st.visible_at <= now,
+        Status::Ready | Status::Deferred => false,
+    };
+    if !due || rules::spent(st, max_deliveries, now).is_some() {
+        stored
+    } else if st.deferred {
+        MessageState::Deferred
+    } else {
+        MessageState::Active
+    }
 }
 
 /// Whether a receive on queue `q` could find something now: a ready message, or due time-driven
