@@ -40,9 +40,11 @@ def test_sigint_interrupts_receive(store_path: Path, mode: str) -> None:
     time.sleep(0.3)  # well inside the receive
     t0 = time.monotonic()
     child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=10)
+    out, err = child.communicate(timeout=20)
     elapsed = time.monotonic() - t0
     assert "interrupted" in out
     assert "KeyboardInterrupt" in err
     assert child.returncode != 0
-    assert elapsed < 1.0, f"took {elapsed:.2f}s to react to SIGINT"
+    # The wait is 60 s or forever and is sliced at about 100 ms; a bound far above that but far
+    # below the wait proves the signal cut it short, even on a loaded machine (3.5 s was seen).
+    assert elapsed < 15.0, f"took {elapsed:.2f}s to react to SIGINT"
