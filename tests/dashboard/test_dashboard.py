@@ -1,0 +1,387 @@
+"""The dashboard of `postbox dashboard` in headless Chromium (run by .ci/dashboard.sh).
+
+Each test serves a fresh demo store (queues orders, emails with 2 dead letters, audit) with
+`postbox --json dashboard STORE --bind 127.0.0.1:0 --allow-actions` and drives the page with
+Selenium. The page rebuilds its tables every second, so tables are read in one piece with a
+script and every wait is on a condition, polled.
+
+Environment: POSTBOX_BIN (the postbox binary; default target/debug/postbox), POSTBOX_SCREENSHOT
+(where the screenshot test writes its PNG; default: the test's tmp_path), POSTBOX_CHROMIUM and
+POSTBOX_CHROMEDRIVER (default: Debian's /usr/bin/chromium and /usr/bin/chromedriver).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+ROOT = Path(__file__).resolve().parents[2]
+POSTBOX = os.environ.get("POSTBOX_BIN") or str(ROOT / "target" / "debug" / "postbox")
+CHROMIUM = os.environ.get("POSTBOX_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("POSTBOX_CHROMEDRIVER", "/usr/bin/chromedriver")
+WAIT = 10.0  # seconds any condition may take (the page polls once a second)
+
+# The queue table's columns and the `postbox --json queues` count each one shows.
+COLUMNS = {
+    "active": "active",
+    "locked": "locked",
+    "scheduled": "scheduled",
+    "deferred": "deferred",
+    "dead": "dead_lettered",
+}
+
+# Reads the whole queue table at once: {queue: {cell class: text}}.
+QUEUE_TABLE_JS = """
+const out = {};
+for (const tr of document.querySelectorAll('#queues tbody tr[data-queue]')) {
+  const row = {};
+  for (const td of tr.cells) row[td.classList[0]] = td.textContent;
+  out[tr.dataset.queue] = row;
+}
+return out;
+"""
+
+# The store's figures: {name: value shown}.
+STORE_STATS_JS = """
+const out = {};
+for (const d of document.querySelectorAll('#store-stats [data-stat]')) {
+  out[d.dataset.stat] = d.querySelector('b').textContent;
+}
+return out;
+"""
+
+# The dead-letter table's rows: [{id, enabled}] (enabled: its resubmit button can be clicked).
+DEAD_LETTERS_JS = """
+return [...document.querySelectorAll('#dead-letters tbody tr[data-id]')].map((tr) => {
+  const b = tr.querySelector('button.resubmit');
+  return { id: tr.dataset.id, enabled: !!b && !b.disabled };
+});
+"""
+
+
+def postbox(*args: str) -> str:
+    done = subprocess.run(
+        [POSTBOX, *args], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, f"postbox {' '.join(args)}: {done.returncode}\n{done.stderr}"
+    return done.stdout
+
+
+def counts(store: Path) -> dict[str, dict[str, int]]:
+    doc = json.loads(postbox("--json", "queues", str(store)))
+    return {q["name"]: q["counts"] for q in doc["queues"]}
+
+
+@dataclass
+class Dashboard:
+    store: Path
+    url: str
+    metrics: str
+    token: str
+
+    def admin(self, *args: str) -> str:
+        """Runs a command in the dashboard's own process (its sends count in its rates)."""
+        return postbox("--admin", self.url, "--token", self.token, *args)
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path):
+    store = tmp_path / "shop.postbox"
+    postbox("demo", str(store))
+    out, err = tmp_path / "dashboard.out", tmp_path / "dashboard.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(
+            [POSTBOX, "--json", "dashboard", store.name, "--bind", "127.0.0.1:0", "--allow-actions"],
+            stdout=o,
+            stderr=e,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,  # STORE relative: the page's header shows just its name
+        )
+    try:
+        deadline = time.monotonic() + WAIT
+        while not out.read_text().endswith("\n"):
+            assert proc.poll() is None, f"dashboard exited with {proc.returncode}: {err.read_text()}"
+            assert time.monotonic() < deadline, "dashboard printed no address in 10 s"
+            time.sleep(0.05)
+        first = json.loads(out.read_text().splitlines()[0])
+        assert first["url"].startswith("http://127.0.0.1:") and first["url"].endswith("/")
+        assert first["metrics"] == first["url"] + "metrics"
+        assert re.fullmatch(r"[0-9a-f]{32}", first["token"])
+        yield Dashboard(store, first["url"], first["metrics"], first["token"])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail("the dashboard did not stop within 10 s of SIGINT")
+    assert code == 0, f"the dashboard exited with {code} after SIGINT: {err.read_text()}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--lang=en-US",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def wait(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str) -> Any:
+    """Polls `condition` until it returns something truthy (which it returns); fails after WAIT."""
+    return WebDriverWait(
+        driver,
+        WAIT,
+        poll_frequency=0.1,
+        ignored_exceptions=(StaleElementReferenceException, NoSuchElementException),
+    ).until(condition, f"waited {WAIT:.0f} s for {what}")
+
+
+def status(driver: WebDriver) -> str:
+    return driver.find_element(By.ID, "status").text
+
+
+def queue_table(driver: WebDriver) -> dict[str, dict[str, str]]:
+    return driver.execute_script(QUEUE_TABLE_JS)
+
+
+def open_page(driver: WebDriver, d: Dashboard, fragment: str = "") -> None:
+    driver.get(d.url + fragment)
+    wait(driver, lambda dr: status(dr).startswith("updated "), "the first poll")
+    assert re.fullmatch(r"updated \d{1,2}:\d{2}:\d{2}( [AP]M)?", status(driver)), status(driver)
+
+
+def choose_dead_letter_queue(driver: WebDriver, queue: str) -> list[dict[str, Any]]:
+    """Selects `queue` in the dead-letter browser; returns its rows once they are listed."""
+    Select(driver.find_element(By.ID, "dlq-queue")).select_by_value(queue)
+    return wait(driver, lambda dr: driver.execute_script(DEAD_LETTERS_JS), f"{queue}'s dead letters")
+
+
+def click_resubmit(driver: WebDriver, message_id: str) -> None:
+    def click(dr: WebDriver) -> bool:
+        button = dr.find_element(
+            By.CSS_SELECTOR, f'#dead-letters tbody tr[data-id="{message_id}"] button.resubmit'
+        )
+        if not button.is_enabled():
+            return False
+        button.click()  # a table rebuilt meanwhile raises StaleElement before clicking: retried
+        return True
+
+    wait(driver, click, f"the resubmit button of dead letter {message_id}")
+
+
+def test_page_loads_with_the_counts_of_every_queue(browser: WebDriver, dashboard: Dashboard):
+    open_page(browser, dashboard)
+    assert browser.title == "postbox dashboard"
+    want = counts(dashboard.store)
+    assert sorted(want) == ["audit", "emails", "orders"]
+    table = queue_table(browser)
+    assert sorted(table) == sorted(want)
+    for name, c in want.items():
+        for cls, key in COLUMNS.items():
+            assert table[name][cls] == str(c[key]), (name, cls, table[name], c)
+    assert want["emails"]["dead_lettered"] == 2 and want["orders"]["active"] == 4
+    # Only emails has dead letters: its dead cell is highlighted, the others are not.
+    assert browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="emails"] td.dead.nonzero')
+    assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-queue="orders"] td.dead.nonzero')
+    path = browser.find_element(By.ID, "store-path").text
+    assert path == f"{dashboard.store.name} (multi-process)"
+    stats = browser.execute_script(STORE_STATS_JS)
+    assert set(stats) >= {"commits", "operations", "operations per commit", "queues"}, stats
+    assert stats["queues"] == "3" and int(stats["commits"]) >= 0
+    for chart in ("chart-counts", "chart-rates"):
+        assert browser.find_element(By.ID, chart).size["height"] > 100
+    # The dead-letter browser starts on the queue that has some, and lists them.
+    assert Select(browser.find_element(By.ID, "dlq-queue")).first_selected_option.text == "emails"
+    assert len(wait(browser, lambda dr: dr.execute_script(DEAD_LETTERS_JS), "dead letters")) == 2
+
+
+def test_counts_follow_a_send_from_another_process(browser: WebDriver, dashboard: Dashboard):
+    open_page(browser, dashboard)
+    before = int(queue_table(browser)["orders"]["active"])
+    assert before == counts(dashboard.store)["orders"]["active"]
+    postbox("send", str(dashboard.store), "orders", "hello")
+    wait(
+        browser,
+        lambda dr: queue_table(dr)["orders"]["active"] == str(before + 1),
+        f"orders' active count to show {before + 1}",
+    )
+
+
+def test_resubmit_moves_a_dead_letter_back(browser: WebDriver, dashboard: Dashboard):
+    before = counts(dashboard.store)["emails"]
+    open_page(browser, dashboard, f"#token={dashboard.token}")
+    assert browser.find_element(By.ID, "token").get_attribute("value") == dashboard.token
+    rows = choose_dead_letter_queue(browser, "emails")
+    assert len(rows) == before["dead_lettered"] == 2
+    first = rows[0]["id"]
+    click_resubmit(browser, first)
+    wait(
+        browser,
+        lambda dr: status(dr) == f"resubmitted {first}"
+        and first not in [r["id"] for r in dr.execute_script(DEAD_LETTERS_JS)]
+        and queue_table(dr)["emails"]["dead"] == str(before["dead_lettered"] - 1),
+        f"dead letter {first} to leave the table and emails' dead count to drop",
+    )
+    after = counts(dashboard.store)["emails"]
+    assert after["dead_lettered"] == before["dead_lettered"] - 1
+    assert after["active"] == before["active"] + 1
+    assert len(browser.execute_script(DEAD_LETTERS_JS)) == 1
+
+
+def test_resubmit_without_the_token_fails_visibly(browser: WebDriver, dashboard: Dashboard):
+    before = counts(dashboard.store)
+    open_page(browser, dashboard)
+    token = browser.find_element(By.ID, "token")
+    token.clear()
+    assert token.get_attribute("value") == ""
+    rows = choose_dead_letter_queue(browser, "emails")
+    assert len(rows) == 2
+    click_resubmit(browser, rows[0]["id"])
+    wait(
+        browser,
+        lambda dr: status(dr).startswith("resubmit failed"),
+        "#status to say the resubmit failed",
+    )
+    assert "token" in status(browser).lower(), status(browser)
+    assert counts(dashboard.store) == before
+    # The page still lists both dead letters once it has polled again.
+    wait(
+        browser,
+        lambda dr: len(dr.execute_script(DEAD_LETTERS_JS)) == 2
+        and queue_table(dr)["emails"]["dead"] == "2",
+        "the dead letters to stay where they were",
+    )
+
+
+def test_metrics_parse_as_prometheus_text(dashboard: Dashboard):
+    # Traffic through the dashboard's own process, which is what its counters count.
+    dashboard.admin("send", "orders", "one")
+    dashboard.admin("send", "orders", "two")
+    dashboard.admin("receive", "orders", "--complete")
+    with urllib.request.urlopen(dashboard.metrics, timeout=WAIT) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    want = counts(dashboard.store)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def family(name: str, kind: str):
+        # prometheus_client names a counter's family without its _total suffix.
+        f = families.get(name.removesuffix("_total")) or families.get(name)
+        assert f is not None, f"no {name} in /metrics: {sorted(families)}"
+        assert f.type == kind, (name, f.type)
+        return f
+
+    messages = family("postbox_queue_messages", "gauge")
+    got = {(s.labels["queue"], s.labels["state"]): s.value for s in messages.samples}
+    assert got == {
+        (q, state): float(c[state]) for q, c in want.items() for state in COLUMNS.values()
+    }
+    def by_queue(f: Any) -> dict[str, float]:
+        return {s.labels["queue"]: s.value for s in f.samples}
+
+    assert by_queue(family("postbox_queue_bytes", "gauge")) == {
+        q: float(c["bytes"]) for q, c in want.items()
+    }
+    assert by_queue(family("postbox_queue_sent_total", "counter")) == {
+        "audit": 0.0,
+        "emails": 0.0,
+        "orders": 2.0,
+    }
+    assert by_queue(family("postbox_queue_completed_total", "counter"))["orders"] == 1.0
+    ages = by_queue(family("postbox_queue_oldest_message_age_seconds", "gauge"))
+    assert ages["audit"] == 0.0 and ages["orders"] > 0.0
+    for name in ("postbox_queue_sends_per_second", "postbox_queue_completions_per_second"):
+        assert set(by_queue(family(name, "gauge"))) == set(want)
+    commits = family("postbox_store_commits_total", "counter").samples
+    assert len(commits) == 1 and commits[0].value >= 3  # the two sends and the completion
+    for name, kind in (
+        ("postbox_store_operations_total", "counter"),
+        ("postbox_store_operations_per_commit", "gauge"),
+        ("postbox_store_log_bytes", "gauge"),
+        ("postbox_store_log_records_total", "counter"),
+        ("postbox_store_checkpoints_total", "counter"),
+    ):
+        assert len(family(name, kind).samples) == 1
+
+
+def test_screenshot(browser: WebDriver, dashboard: Dashboard, tmp_path: Path):
+    """The README's picture: the page after a few seconds of traffic through the dashboard."""
+    browser.set_window_size(1280, 900)
+    open_page(browser, dashboard)
+    # About 4 s of traffic through the dashboard's process (so that its throughput chart has
+    # lines): sends to orders and emails, and orders completed from the second second on.
+    start = time.monotonic()
+    for i in range(32):
+        dashboard.admin("send", "orders" if i % 4 else "emails", json.dumps({"order": 300 + i}))
+        if i >= 8 and i % 2:
+            dashboard.admin("receive", "orders", "--complete")
+        # Pacing the load generator (not waiting for the page): 8 rounds a second.
+        time.sleep(max(0.0, start + (i + 1) / 8 - time.monotonic()))
+
+    def overview() -> dict[str, Any]:
+        with urllib.request.urlopen(dashboard.url + "api/overview", timeout=WAIT) as r:
+            return json.load(r)
+
+    # Wait until the sampler has seen the traffic, then until the page has drawn that poll.
+    def traffic_sampled(_: WebDriver) -> int | None:
+        doc = overview()
+        busy = [any(q["sends_per_second"] > 0 for q in p["queues"].values()) for p in doc["history"]]
+        return doc["at_ms"] if sum(busy) >= 3 else None
+
+    at_ms = wait(browser, traffic_sampled, "three samples with sends")
+    wait(
+        browser,
+        lambda dr: int(dr.find_element(By.ID, "status").get_attribute("data-at") or 0) >= at_ms,
+        "the page to draw the sampled traffic",
+    )
+    want = counts(dashboard.store)
+    wait(
+        browser,
+        lambda dr: queue_table(dr)["orders"]["active"] == str(want["orders"]["active"]),
+        "the queue table to show the traffic",
+    )
+    # The whole page, dead-letter browser included: a window tall enough to need no scrolling.
+    page, view = browser.execute_script(
+        "return [document.documentElement.scrollHeight, window.innerHeight]"
+    )
+    if page > view:
+        browser.set_window_size(1280, 900 + page - view)
+        wait(
+            browser,
+            lambda dr: dr.execute_script("return window.innerHeight") >= page,
+            "the window to grow to the page's height",
+        )
+    target = Path(os.environ.get("POSTBOX_SCREENSHOT") or tmp_path / "dashboard.png")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(target))
+    png = target.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    print(f"screenshot: {target}")
