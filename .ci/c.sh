@@ -73,6 +73,14 @@ LD_LIBRARY_PATH=$LIB valgrind -q --leak-check=full \
     --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
     --suppressions=tests/c/valgrind.supp "$OUT/test_misuse" | tee "$OUT/misuse_shared.log"
 
+# The admin endpoint served from C, reached by the real `postbox` command and by plain HTTP;
+# under ASan + UBSan for the C side.
+cargo build -p postbox-cli
+cc -std=c99 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
+    "${WARN[@]}" -Iinclude tests/c/test_admin.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_admin"
+LD_LIBRARY_PATH=$LIB ASAN_OPTIONS=detect_leaks=1 POSTBOX_BIN=$LIB/postbox "$OUT/test_admin" \
+    | tee "$OUT/admin_asan.log"
+
 # The same suite linked against the static library.
 cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_api.c "$LIB/libpostbox.a" -lpthread -ldl -lm -o "$OUT/test_api_static"
 POSTBOX_PEER=$PEER "$OUT/test_api_static" | tee "$OUT/static.log"

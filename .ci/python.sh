@@ -23,6 +23,8 @@ python -m pip install -q --disable-pip-version-check --no-build-isolation --forc
 
 # The Rust producer that test_typed_bodies.py reads from (it skips that test without it).
 cargo build -q -p postbox --example typed_json_producer
+# The postbox command, which test_admin.py drives with --admin.
+cargo build -q -p postbox-cli
 
 # Run from outside python/ so that `import postbox` is the installed package, not the sources.
 python -m mypy.stubtest postbox

@@ -513,6 +513,12 @@
 #define POSTBOX_MAX_TABLE_VALUE_LEN (1 << 20)
 
 /**
+ * A running admin endpoint, from `postbox_store_serve_admin`. Stop and free it with
+ * `postbox_admin_stop` (before closing its store). Its accessors are thread-safe.
+ */
+typedef struct postbox_admin postbox_admin;
+
+/**
  * An iterator over a queue's receivable messages in delivery order, without locking them.
  * Created by `postbox_browse_open`, advanced by `postbox_browse_next`, freed with
  * `postbox_browse_free`. Each step reads a fresh snapshot, so it sees concurrent changes and
@@ -3498,6 +3504,60 @@ int postbox_table_range(const struct postbox_store *store,
                         postbox_row_fn callback,
                         void *user_data,
                         size_t *count_out);
+
+/**
+ * Starts the admin endpoint of `store` on `addr` (`"host:port"`, e.g. `"127.0.0.1:9090"`;
+ * port 0 picks a free one, see `postbox_admin_url`): the live dashboard page, `/metrics` in
+ * Prometheus text format, and the commands of `postbox --admin URL`, so that the `postbox`
+ * command reaches a store this process holds in single-process mode. It serves from threads
+ * of its own until `postbox_admin_stop`.
+ *
+ * Reading (the page, `/metrics`, commands that only look) needs nothing: bind to 127.0.0.1
+ * unless the network may read the store. With `allow_actions` non-zero, the page's resubmit
+ * button and `postbox --admin` commands that change the store are allowed for callers that
+ * present the token: `token` (a NUL-terminated string), or a random one when `token` is NULL
+ * (read it with `postbox_admin_token`). With `allow_actions` zero, `token` is ignored.
+ *
+ * On success `*admin_out` receives a handle the caller owns and frees with
+ * `postbox_admin_stop`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `addr` or `admin_out`; an address
+ * that does not parse; an empty token; invalid UTF-8); `POSTBOX_IO` when it cannot listen
+ * there (address in use, no permission); `POSTBOX_CLOSED`; `POSTBOX_FORKED`.
+ */
+int postbox_store_serve_admin(const struct postbox_store *store,
+                              const char *addr,
+                              int allow_actions,
+                              const char *token,
+                              struct postbox_admin **admin_out);
+
+/**
+ * The dashboard's URL, `"http://ADDR:PORT/"` (with the real port when 0 was asked for). The
+ * string belongs to `admin` and lives until `postbox_admin_stop`; NULL if `admin` is NULL.
+ */
+const char *postbox_admin_url(const struct postbox_admin *admin);
+
+/**
+ * The port the endpoint listens on; 0 if `admin` is NULL.
+ */
+uint16_t postbox_admin_port(const struct postbox_admin *admin);
+
+/**
+ * The token actions need, or NULL when actions are off (or `admin` is NULL). The string
+ * belongs to `admin` and lives until `postbox_admin_stop`.
+ */
+const char *postbox_admin_token(const struct postbox_admin *admin);
+
+/**
+ * Stops the endpoint (no new connections; the sampler ends; commands already running for a
+ * remote caller finish on their threads) and frees `admin`. The store stays open. `admin`
+ * may be NULL (no-op).
+ *
+ * # Returns
+ * `POSTBOX_OK`.
+ */
+int postbox_admin_stop(struct postbox_admin *admin);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -133,6 +133,12 @@ impl FfiReturn for u32 {
     }
 }
 
+impl FfiReturn for u16 {
+    fn on_failure(_: c_int) -> u16 {
+        0
+    }
+}
+
 impl FfiReturn for u8 {
     fn on_failure(_: c_int) -> u8 {
         0

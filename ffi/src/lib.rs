@@ -48,6 +48,9 @@ mod tracking;
 
 mod app_table;
 
+mod admin;
+
+pub use admin::*;
 pub use app_table::*;
 pub use collator::*;
 pub use compact::*;

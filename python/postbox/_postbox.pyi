@@ -49,6 +49,7 @@ class _QueueOptions(TypedDict, total=False):
     receipts_to: str | Queue | None
 
 __all__ = [
+    "AdminServer",
     "Browse",
     "Collated",
     "Collator",
@@ -283,6 +284,28 @@ class Store:
         ``ForkedError`` in a forked child, ``IoError``, ``StorageFullError`` and
         ``StoreCorruptedError``.
         """
+    def serve_admin(
+        self,
+        addr: str = "127.0.0.1:0",
+        *,
+        allow_actions: bool = False,
+        token: str | None = None,
+    ) -> AdminServer:
+        """Serves the admin endpoint of this store on ``addr`` (``"host:port"``; port 0 picks
+        a free one) from threads of its own: the live dashboard page, ``/metrics`` in
+        Prometheus text format, and the commands of ``postbox --admin URL``, so that the
+        ``postbox`` command reaches a store this process holds in single-process mode.
+
+        Reading needs nothing: bind to 127.0.0.1 (the default) unless the network may read the
+        store. With ``allow_actions=True`` the page's resubmit button and ``postbox --admin``
+        commands that change the store are allowed for callers presenting ``token`` (a random
+        one when ``None``: read ``AdminServer.token``). The store stays open when the server
+        stops; stop the server before closing the store.
+
+        Raises ``InvalidArgumentError`` for an address that does not parse or an empty token,
+        ``IoError`` when it cannot listen there (address in use), ``ClosedError`` and
+        ``ForkedError``.
+        """
     def close(self) -> None:
         """Closes the store; in a forked child only lets go of the handle (returns at once)."""
     def __enter__(self) -> Self: ...
@@ -292,6 +315,29 @@ class Store:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool: ...
+
+@final
+class AdminServer:
+    """A running admin endpoint (from ``Store.serve_admin``); a context manager that stops it."""
+
+    @property
+    def url(self) -> str:
+        """The dashboard's URL, ``"http://127.0.0.1:PORT/"``."""
+    @property
+    def port(self) -> int:
+        """The port it listens on (the real one when 0 was asked for)."""
+    @property
+    def token(self) -> str | None:
+        """The token actions need, or ``None`` when actions are off."""
+    def stop(self) -> None:
+        """Stops serving; the store stays open. Calling it again does nothing."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 @final
 class Queue:

@@ -5,6 +5,7 @@
 //! raises `KeyboardInterrupt` promptly. Errors become the exception classes of
 //! `postbox._errors`, one per `postbox::ErrorKind`.
 
+mod admin;
 mod collator;
 mod convert;
 mod errors;
@@ -22,6 +23,8 @@ use pyo3::prelude::*;
 
 #[pymodule]
 mod _postbox {
+    #[pymodule_export]
+    use crate::admin::PyAdminServer;
     #[pymodule_export]
     use crate::collator::{PyCollated, PyCollator, PySeriesGap};
     #[pymodule_export]

@@ -69,7 +69,8 @@ impl AdminOptions {
 pub struct AdminServer {
     addr: SocketAddr,
     token: Option<String>,
-    http: Arc<tiny_http::Server>,
+    /// Taken at stop, so that the listening socket closes with the last clone.
+    http: Mutex<Option<Arc<tiny_http::Server>>>,
     stopped: Arc<AtomicBool>,
     sampler: Arc<Sampler>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -107,12 +108,21 @@ impl AdminServer {
             return;
         }
         self.sampler.stop();
-        self.http.unblock();
+        let http = self
+            .http
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(http) = &http {
+            http.unblock();
+        }
         let threads =
             std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
         for t in threads {
             let _ = t.join();
         }
+        // The accept thread's clone went with it; this drop closes the listening socket.
+        drop(http);
     }
 }
 
@@ -207,7 +217,7 @@ pub fn serve_admin(
     Ok(AdminServer {
         addr,
         token,
-        http,
+        http: Mutex::new(Some(http)),
         stopped,
         sampler,
         threads: Mutex::new(vec![accept, sampling]),

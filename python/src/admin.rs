@@ -1,0 +1,81 @@
+//! `Store.serve_admin`: the admin endpoint (dashboard, `/metrics`, `postbox --admin`) served
+//! from a Python application, over the same server the Rust API starts.
+
+use postbox::Store;
+use postbox_cli::admin::{AdminOptions, AdminServer};
+use pyo3::prelude::*;
+
+use crate::errors::IntoPy;
+
+/// A running admin endpoint (from ``Store.serve_admin``). ``stop()`` it, or use it as a
+/// context manager; the store stays open either way.
+#[pyclass(frozen, module = "postbox._postbox", name = "AdminServer")]
+pub struct PyAdminServer {
+    server: AdminServer,
+}
+
+/// Starts the endpoint of `store` (called by `PyStore::serve_admin` with the GIL released).
+pub fn serve(
+    py: Python<'_>,
+    store: &Store,
+    addr: &str,
+    allow_actions: bool,
+    token: Option<String>,
+) -> PyResult<PyAdminServer> {
+    let options = if allow_actions {
+        AdminOptions::with_actions(token)
+    } else {
+        AdminOptions::read_only()
+    };
+    let server = py
+        .detach(|| postbox_cli::admin::serve_admin(store, addr, options))
+        .py_err()?;
+    Ok(PyAdminServer { server })
+}
+
+#[pymethods]
+impl PyAdminServer {
+    /// The dashboard's URL, ``"http://127.0.0.1:PORT/"``.
+    #[getter]
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// The port it listens on (the real one when 0 was asked for).
+    #[getter]
+    fn port(&self) -> u16 {
+        self.server.addr().port()
+    }
+
+    /// The token actions need, or ``None`` when actions are off.
+    #[getter]
+    fn token(&self) -> Option<String> {
+        self.server.token().map(str::to_owned)
+    }
+
+    /// Stops serving (no new connections). Calling it again does nothing.
+    fn stop(&self, py: Python<'_>) {
+        py.detach(|| self.server.stop());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) {
+        self.stop(py);
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "AdminServer(url={:?}, actions={})",
+            self.server.url(),
+            if self.server.token().is_some() {
+                "True"
+            } else {
+                "False"
+            }
+        )
+    }
+}
