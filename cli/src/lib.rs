@@ -251,7 +251,8 @@ pub enum Command {
         #[arg(long)]
         create: bool,
     },
-    /// Write the receivable messages of a queue as JSON Lines (to FILE or standard output).
+    /// Write every message of a queue, whatever its state, as JSON Lines (to FILE or standard
+    /// output).
     Export {
         store: PathBuf,
         #[command(flatten)]
@@ -272,6 +273,8 @@ pub enum Command {
     },
     /// Check the store's integrity: verify every page, then read every queue and message.
     Check { store: PathBuf },
+    /// Give the space of deleted queues and purged messages back to the file system.
+    Compact { store: PathBuf },
     /// Write a consistent copy of the store (open or not) to DEST.
     Backup {
         store: PathBuf,
@@ -535,6 +538,7 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
             create,
             json,
         ),
+        Command::Compact { store } => transfer::compact(&open_store(&store)?, json),
         Command::Check { store } => {
             local_only("check")?;
             transfer::check(&store, json)

@@ -72,6 +72,10 @@ pub struct Record {
     pub delivery_count: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<JsonDeadLetter>,
+    /// The state the message was in when exported (`active`, `locked`, `scheduled`,
+    /// `deferred`); import sends every message anew, so it is information only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// RFC 3339 in UTC with milliseconds.
@@ -128,6 +132,7 @@ impl Record {
                 source_queue: d.source_queue.clone(),
                 at: time(d.at),
             }),
+            state: None,
         }
     }
 

@@ -1,11 +1,12 @@
 //! Commands that move whole queues or stores: export, import, check, backup.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use postbox::{ErrorKind, Queue, Store};
+use postbox::{ErrorKind, MessageState, Queue, Store};
 use serde_json::json;
 
 use crate::act::{progress, target_queue};
@@ -14,22 +15,35 @@ use crate::inspect::to_json;
 use crate::record::{Record, count};
 use crate::{open_store, open_with, stopping};
 
-/// `postbox export`: the receivable messages as JSON Lines, to `file` or standard output.
+/// The name `export` writes for a state.
+fn state_name(state: MessageState) -> &'static str {
+    match state {
+        MessageState::Active => "active",
+        MessageState::Locked => "locked",
+        MessageState::Scheduled => "scheduled",
+        MessageState::Deferred => "deferred",
+        _ => "other",
+    }
+}
+
+/// `postbox export`: every message of the queue, whatever its state, in id order, as JSON
+/// Lines to `file` or standard output.
 pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: bool) -> Outcome {
     let counts = q.stats()?;
-    let total = counts.active;
+    let total = counts.active + counts.locked + counts.scheduled + counts.deferred;
     let want = limit.map_or(total, |n| total.min(n as u64));
     let sink: Box<dyn Write> = match file {
         Some(path) => Box::new(
             File::create(path)
                 .map_err(|e| Failure::store(format!("cannot create {}: {e}", path.display())))?,
         ),
-        None => Box::new(crate::io::stdout()),
+        None => crate::io::stdout(),
     };
     let mut out = BufWriter::new(sink);
     let bar = progress(Some(want), &format!("exporting {}", q.name()));
     let mut n = 0u64;
-    for env in q.browse().take(limit.unwrap_or(usize::MAX)) {
+    let mut by_state: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for item in q.browse_all().take(limit.unwrap_or(usize::MAX)) {
         if stopping() {
             out.flush()?;
             bar.abandon();
@@ -37,7 +51,11 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
                 "exporting {n} messages (the output holds them, each line whole)"
             )));
         }
-        writeln!(out, "{}", to_json(&Record::from_envelope(&env?))?)?;
+        let (env, state) = item?;
+        let mut record = Record::from_envelope(&env);
+        record.state = Some(state_name(state).to_owned());
+        writeln!(out, "{}", to_json(&record)?)?;
+        *by_state.entry(state_name(state)).or_default() += 1;
         n += 1;
         bar.inc(1);
     }
@@ -46,31 +64,23 @@ pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: boo
     bar.finish_and_clear();
     let to = file.map_or("standard output".into(), |p| p.display().to_string());
     // The summary goes to standard error: standard output may be the export itself.
-    // Only receivable messages can be read without taking them; say what stayed behind.
-    let skipped = counts.locked + counts.scheduled + counts.deferred;
     if as_json {
         tell!(
             "{}",
-            json!({
-                "queue": q.name(),
-                "exported": n,
-                "not_exported": {
-                    "locked": counts.locked,
-                    "scheduled": counts.scheduled,
-                    "deferred": counts.deferred,
-                },
-            })
+            json!({ "queue": q.name(), "exported": n, "by_state": by_state })
         );
     } else {
-        tell!("exported {} from {} to {to}", count(n, "message"), q.name());
-        if skipped > 0 {
-            tell!(
-                "not exported: {} locked, {} scheduled, {} deferred (only receivable messages are)",
-                counts.locked,
-                counts.scheduled,
-                counts.deferred
-            );
-        }
+        let states: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        tell!(
+            "exported {} from {} to {to} ({})",
+            count(n, "message"),
+            q.name(),
+            if states.is_empty() {
+                "none".to_owned()
+            } else {
+                states.join(", ")
+            }
+        );
     }
     Ok(())
 }
@@ -331,4 +341,29 @@ fn copy_synced(from: &Path, to: &Path) -> Outcome<u64> {
         .map_err(|e| Failure::store(format!("cannot copy to {}: {e}", to.display())))?;
     File::open(to)?.sync_all()?;
     Ok(n)
+}
+
+/// `postbox compact`: gives the space of deleted queues and purged messages back to the file
+/// system (`Store::compact`).
+pub fn compact(store: &Store, as_json: bool) -> Outcome {
+    let s = store.compact()?;
+    if as_json {
+        say!(
+            "{}",
+            json!({
+                "store": store.path().display().to_string(),
+                "bytes_before": s.bytes_before,
+                "bytes_after": s.bytes_after,
+            })
+        );
+    } else {
+        say!(
+            "compacted {}: {} → {} bytes ({} freed)",
+            store.path().display(),
+            s.bytes_before,
+            s.bytes_after,
+            s.bytes_before.saturating_sub(s.bytes_after)
+        );
+    }
+    Ok(())
 }

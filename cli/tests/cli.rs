@@ -722,3 +722,67 @@ fn check_finds_a_damaged_message() {
         .code(4)
         .stderr(predicate::str::contains("corrupted"));
 }
+
+#[test]
+fn export_writes_every_state_and_compact_gives_space_back() {
+    let (_dir, path) = store_path();
+    let store = open(&path);
+    let q = store.queue("q").unwrap();
+    for body in ["locked", "deferred", "active"] {
+        q.send(body).unwrap();
+    }
+    q.send(Message::new("scheduled").delay(Duration::from_secs(3600)))
+        .unwrap();
+    let held = q.receive(Duration::ZERO).unwrap().unwrap();
+    assert_eq!(held.body(), b"locked");
+    q.receive(Duration::ZERO).unwrap().unwrap().defer().unwrap();
+
+    let out = pb()
+        .arg("export")
+        .arg(&path)
+        .arg("q")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("1 active"))
+        .get_output()
+        .stdout
+        .clone();
+    let states: Vec<(String, String)> = json_lines(&out)
+        .iter()
+        .map(|r| {
+            (
+                r["body"].as_str().unwrap().to_owned(),
+                r["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("locked", "locked"),
+        ("deferred", "deferred"),
+        ("active", "active"),
+        ("scheduled", "scheduled"),
+    ];
+    assert_eq!(
+        states,
+        want.map(|(b, s)| (b.to_owned(), s.to_owned())).to_vec()
+    );
+    held.complete().unwrap();
+
+    // A deleted queue's space goes back to the file system.
+    let big = store.queue("big").unwrap();
+    big.send_batch((0..40).map(|_| Message::new(vec![7u8; 256 * 1024])))
+        .unwrap();
+    store.delete_queue("big").unwrap();
+    store.close().unwrap();
+    let doc = json_out(pb().arg("--json").arg("compact").arg(&path));
+    let (before, after) = (
+        doc["bytes_before"].as_u64().unwrap(),
+        doc["bytes_after"].as_u64().unwrap(),
+    );
+    assert!(after < before / 2, "{before} -> {after}");
+    assert!(std::fs::metadata(&path).unwrap().len() < before / 2);
+    // Nothing else changed.
+    let store = open(&path);
+    let s = store.open_queue("q").unwrap().stats().unwrap();
+    assert_eq!((s.active, s.scheduled, s.deferred), (1, 1, 1));
+}
