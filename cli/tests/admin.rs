@@ -281,3 +281,64 @@ fn serve_admin_refuses_a_bad_address_and_a_closed_store() {
         postbox::ErrorKind::Closed
     );
 }
+
+#[test]
+fn a_remote_command_stops_when_its_caller_goes_away() {
+    let (_dir, store) = app_store();
+    let jobs = store.open_queue("jobs").unwrap();
+    for _ in 0..3 {
+        jobs.receive(Duration::ZERO)
+            .unwrap()
+            .unwrap()
+            .dead_letter("Bad", "")
+            .unwrap();
+    }
+    jobs.send_batch((0..17).map(|i| Message::new(format!("more {i}"))))
+        .unwrap();
+    while let Some(m) = jobs.receive(Duration::ZERO).unwrap() {
+        m.dead_letter("Bad", "").unwrap();
+    }
+    let dead = || jobs.stats().unwrap().dead_lettered;
+    assert_eq!(dead(), 21);
+    let server = store
+        .serve_admin_with("127.0.0.1:0", AdminOptions::with_actions(Some("t".into())))
+        .expect("serve");
+    // Four a second: all 21 would take five seconds.
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "--admin",
+            &server.url(),
+            "--token",
+            "t",
+            "redrive",
+            "jobs",
+            "--rate",
+            "4",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    while dead() == 21 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "redrive never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Like Ctrl-C: the connection closes, the heartbeat's write fails, the command stops
+    // between two commits.
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    // Long enough for the whole redrive to have finished had it kept going.
+    std::thread::sleep(Duration::from_secs(7));
+    let left = dead();
+    assert!(left > 0, "the redrive went on without its caller");
+    let s = jobs.stats().unwrap();
+    assert_eq!(
+        s.active + s.dead_lettered,
+        21,
+        "every message is in one place"
+    );
+}

@@ -160,6 +160,7 @@ pub fn run(url: &str, args: &[OsString], cli: Cli) -> Outcome {
                 out.write_all(&bytes)?;
                 out.flush()?;
             }
+            Some((wire::HEARTBEAT, _)) => {}
             Some((wire::ERR, bytes)) => {
                 let mut err = std::io::stderr();
                 err.write_all(&bytes)?;

@@ -35,6 +35,8 @@ use crate::{Cli, fail, io};
 
 /// Largest request body accepted (a command's uploaded standard input, base64).
 const MAX_REQUEST: u64 = 512 << 20;
+/// How often a running command's stream carries a heartbeat.
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
 /// Dead letters the page lists at most.
 const MAX_DEAD_LETTERS: usize = 1000;
 
@@ -555,6 +557,22 @@ fn command(shared: &Shared, mut request: Request) {
     }
     let console = io::Console::new(raw, stdin);
     io::enter(Some(console.clone()));
+    // A command that writes nothing for a while (a paced redrive) would not notice its caller
+    // leave; a heartbeat a few times a second does (see `wire`).
+    let (done, beat) = std::sync::mpsc::channel::<()>();
+    let heartbeat = {
+        let console = console.clone();
+        std::thread::Builder::new()
+            .name("postbox-admin-heartbeat".into())
+            .spawn(move || {
+                // Ends as soon as `done` is dropped (the command finished).
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    beat.recv_timeout(HEARTBEAT_EVERY)
+                {
+                    console.send(wire::HEARTBEAT, &[]);
+                }
+            })
+    };
     let code = match Cli::try_parse_from(&req.args) {
         Err(e) => {
             let code = if e.use_stderr() {
@@ -600,6 +618,10 @@ fn command(shared: &Shared, mut request: Request) {
             }
         }
     };
+    drop(done);
+    if let Ok(h) = heartbeat {
+        let _ = h.join();
+    }
     console.send(wire::EXIT, &code.to_le_bytes());
     io::enter(None);
 }

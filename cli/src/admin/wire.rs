@@ -1,5 +1,7 @@
 //! The stream a remote command's output travels in: frames of `tag, length (u32 LE), bytes`.
-//! `O` is standard output, `E` standard error, `X` the exit code (i32 LE), always last.
+//! `O` is standard output, `E` standard error, `H` an empty heartbeat, `X` the exit code
+//! (i32 LE), always last. Heartbeats make a quiet command notice a caller gone: a write to a
+//! closed connection fails, and the command stops between two commits.
 //! Frames let standard output and standard error stay apart and arrive as they are written
 //! (`stats --watch`), with the exit code after them.
 
@@ -18,6 +20,7 @@ pub struct CommandRequest {
 pub const OUT: u8 = b'O';
 pub const ERR: u8 = b'E';
 pub const EXIT: u8 = b'X';
+pub const HEARTBEAT: u8 = b'H';
 
 /// Longest frame accepted: output is written in pieces far smaller than this.
 const MAX_FRAME: u32 = 64 << 20;
@@ -48,7 +51,7 @@ pub fn read_frame(r: &mut dyn Read) -> io::Result<Option<(u8, Vec<u8>)>> {
     let mut len = [0u8; 4];
     len.copy_from_slice(&head[1..]);
     let len = u32::from_le_bytes(len);
-    if len > MAX_FRAME || !matches!(head[0], OUT | ERR | EXIT) {
+    if len > MAX_FRAME || !matches!(head[0], OUT | ERR | EXIT | HEARTBEAT) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "not a postbox admin response (is the URL an admin endpoint?)",
