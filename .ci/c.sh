@@ -3,7 +3,8 @@
 # -Werror, builds the examples and the workload-A benchmark, runs the C test suite under valgrind
 # (shared library) and again against the static library, runs the misuse suite under
 # AddressSanitizer + UBSan and valgrind, runs the examples end to end (with a
-# SIGINT shutdown of the worker), and the C + Rust shared-store test.
+# SIGINT shutdown of the worker), and the C + Rust shared-store test. The C++ wrapper
+# include/postbox.hpp: compiled alone with -pedantic, and its test program run under ASan + UBSan.
 #
 # Knobs: POSTBOX_C_CROSS_COUNT (messages of the shared-store test), POSTBOX_C_FORK_ROUNDS (forks
 # during commits), POSTBOX_C_DISKFULL_STEPS and POSTBOX_C_DISKFULL_MB (the full-disk test's
@@ -37,6 +38,13 @@ cc -std=c99 -pedantic "${WARN[@]}" -Iinclude tests/c/header_check.c -L"$LIB" -lp
 c++ -std=c++11 -pedantic "${WARN[@]}" -x c++ -Iinclude tests/c/header_check.c -L"$LIB" -lpostbox -o "$OUT/header_cpp"
 LD_LIBRARY_PATH=$LIB "$OUT/header_c"
 LD_LIBRARY_PATH=$LIB "$OUT/header_cpp"
+extra_passed=$((extra_passed + 2))
+# The C++ wrapper alone (its templates instantiated), as C++17 and as C++20 (std::span bodies).
+for std in c++17 c++20; do
+    c++ -std=$std -pedantic "${WARN[@]}" -Iinclude tests/cpp/header_check.cpp -L"$LIB" -lpostbox \
+        -o "$OUT/header_hpp_$std"
+    LD_LIBRARY_PATH=$LIB "$OUT/header_hpp_$std"
+done
 extra_passed=$((extra_passed + 2))
 
 # Examples, the peers and the benchmark compile cleanly.
@@ -80,6 +88,15 @@ cc -std=c99 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
     "${WARN[@]}" -Iinclude tests/c/test_admin.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_admin"
 LD_LIBRARY_PATH=$LIB ASAN_OPTIONS=detect_leaks=1 POSTBOX_BIN=$LIB/postbox "$OUT/test_admin" \
     | tee "$OUT/admin_asan.log"
+
+# The C++ wrapper's test program (tests/cpp/test_postbox.cpp) under ASan + UBSan with
+# LeakSanitizer: a double free after a move, a leaked handle or an exception escaping a
+# processor trampoline fails it.
+c++ -std=c++17 -g "${WARN[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer \
+    -fno-sanitize-recover=all -Iinclude tests/cpp/test_postbox.cpp -L"$LIB" -lpostbox -lpthread \
+    -o "$OUT/test_cpp_asan"
+LD_LIBRARY_PATH=$LIB ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$OUT/test_cpp_asan" | tee "$OUT/cpp_asan.log"
 
 # The same suite linked against the static library.
 cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_api.c "$LIB/libpostbox.a" -lpthread -ldl -lm -o "$OUT/test_api_static"
