@@ -78,6 +78,28 @@ pub struct JobProgress {
     pub done: bool,
 }
 
+/// One job of a [`Store::jobs`](crate::Store::jobs) listing.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job's id ([`Job::id`]; [`Store::job`](crate::Store::job) opens it).
+    pub id: u64,
+    /// Its counts, as [`Job::progress`] would read them from the same snapshot.
+    pub progress: JobProgress,
+}
+
+/// Every job in the store of `engine`, in id order, from one read snapshot.
+pub(crate) fn list(engine: &Engine) -> Result<Vec<JobInfo>> {
+    let jobs = engine.read(read::jobs)?;
+    Ok(jobs
+        .iter()
+        .map(|(id, r)| JobInfo {
+            id: *id,
+            progress: progress(r),
+        })
+        .collect())
+}
+
 /// How a piece of a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PieceState {

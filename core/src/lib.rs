@@ -139,7 +139,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use collator::{Collated, Collator, SeriesGap};
 pub use error::{Error, ErrorKind, Result};
 pub use filter::{CorrelationFilter, Filter};
-pub use job::{Job, JobOptions, JobProgress, PieceState};
+pub use job::{Job, JobInfo, JobOptions, JobProgress, PieceState};
 pub use message::{
     DEFAULT_PRIORITY, DeadLetterInfo, Envelope, MAX_DESCRIPTION_LEN, MAX_PRIORITY,
     MAX_PROPERTY_KEY_LEN, MAX_REASON_LEN, MAX_TEXT_PROPERTY_LEN, MIN_PRIORITY, Message, MessageId,
@@ -155,7 +155,7 @@ pub use processor::{
 };
 pub use queue::{Browse, BrowseAll, Queue, QueueStats};
 pub use received::{Received, SettleError};
-pub use session::Session;
+pub use session::{Session, SessionInfo};
 pub use store::{
     CompactStats, LogTiming, QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX,
 };

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
+use crate::engine::queries as read;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::received::Received;
@@ -49,7 +50,71 @@ pub struct Session {
     released: bool,
 }
 
+/// One group of a [`Queue::sessions`] listing.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SessionInfo {
+    /// The group (a message's [`group`](crate::Message::group)).
+    pub group: String,
+    /// The group's messages still in the queue, whatever their state (receivable, locked,
+    /// scheduled or deferred).
+    pub messages: u64,
+    /// When the session lock expires, while a receiver holds it and it has not expired;
+    /// `None` when the session is free.
+    pub locked_until: Option<SystemTime>,
+    /// Whether the session has a state ([`Session::set_state`] stored one, not cleared).
+    pub has_state: bool,
+}
+
 impl Queue {
+    /// The groups of this queue that have messages or a session record (a lock or a state), in
+    /// name order, with how each stands: what a dashboard shows of session progress. A queue
+    /// that does not require sessions
+    /// ([`QueueOptions::requires_session`](crate::QueueOptions::requires_session)) has none:
+    /// the list is empty.
+    ///
+    /// The list is read from one snapshot and never blocks writers; it costs a walk of the
+    /// queue's session index (one entry per message of the queue) and of its session records.
+    /// A lock counts as held until its expiry on the store's clock, even before a write
+    /// notices it expired; a message whose deliveries or time to live ran out still counts
+    /// until a write moves it to the dead-letter queue (as in [`Queue::browse_all`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::{Message, QueueOptions};
+    /// use std::time::Duration;
+    /// let q = store.queue_with("orders", QueueOptions::default().requires_session(true))?;
+    /// q.send(Message::new("created").group("order-7"))?;
+    /// q.send(Message::new("paid").group("order-7"))?;
+    /// let session = q.accept_session(Duration::ZERO)?.expect("a session");
+    /// let groups = q.sessions()?;
+    /// assert_eq!(groups.len(), 1);
+    /// assert_eq!((groups[0].group.as_str(), groups[0].messages), ("order-7", 2));
+    /// assert!(groups[0].locked_until.is_some());
+    /// # drop(session);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueNotFound`] if the queue was deleted; [`Error::Closed`] once the store was
+    /// closed; storage errors (`Corrupted` for a damaged session record).
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        let (q, name) = (self.id, self.name.clone());
+        let now = self.engine.clock.now_ms();
+        let rows = self.engine.read(|t| read::sessions(t, q, &name, now))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| SessionInfo {
+                group: r.group,
+                messages: r.messages,
+                locked_until: r.locked_until.map(to_system_time),
+                has_state: r.has_state,
+            })
+            .collect())
+    }
+
     /// Accepts the next available session: a group whose next message is receivable and that
     /// no other receiver holds, waiting up to `timeout` for one.
     ///

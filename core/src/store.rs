@@ -12,7 +12,7 @@ use crate::engine::Engine;
 use crate::engine::queries as read;
 use crate::engine::{QueueKind, QueueRecord};
 use crate::error::{Error, Result};
-use crate::job::{Job, JobOptions};
+use crate::job::{Job, JobInfo, JobOptions};
 use crate::options::{Durability, EngineConfig, QueueOptions, QueueSettings};
 use crate::queue::Queue;
 use crate::topic::Topic;
@@ -412,6 +412,36 @@ impl Store {
     /// [`Error::InvalidArgument`]; storage errors.
     pub fn create_job(&self, options: JobOptions) -> Result<Job> {
         Job::create(&self.engine, options)
+    }
+
+    /// Every job in the store (created by [`Store::create_job`] in any process and not yet
+    /// [deleted](Job::delete)), in id order, each with its progress: what a dashboard shows of
+    /// batch progress. Done jobs are listed until deleted.
+    ///
+    /// The list is read from one snapshot, so the counts of all jobs belong to the same moment
+    /// and the read never blocks writers. It costs a walk of the whole job table (one record
+    /// per job; pieces are not read).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::JobOptions;
+    /// let q = store.queue("tiles")?;
+    /// let job = store.create_job(JobOptions::default())?;
+    /// job.send(&q, "tile 0")?;
+    /// let jobs = store.jobs()?;
+    /// assert_eq!(jobs.len(), 1);
+    /// assert_eq!(jobs[0].id, job.id());
+    /// assert_eq!(jobs[0].progress.pending, 1);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] once the store was closed; storage errors (`Corrupted` for a damaged
+    /// job record).
+    pub fn jobs(&self) -> Result<Vec<JobInfo>> {
+        crate::job::list(&self.engine)
     }
 
     /// Opens job `id`, created by [`Store::create_job`] in this or another process.

@@ -43,8 +43,8 @@ pub(crate) use wait::Cancel;
 pub(crate) mod queries {
     pub(crate) use super::read::{
         BrowsePosition, app_get, app_range, browse_all_next, browse_next, checkpoints, counts,
-        dedup_lookup, get, has_candidate, idle_due, job, job_pieces, list_queues, list_topics,
-        next_due, queue_by_id, queue_by_name, queue_records,
+        dedup_lookup, get, has_candidate, idle_due, job, job_pieces, jobs, list_queues,
+        list_topics, next_due, queue_by_id, queue_by_name, queue_records, sessions,
     };
 }
 

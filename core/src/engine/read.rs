@@ -429,6 +429,82 @@ pub fn job(txn: &ReadTransaction, job: u64) -> Result<Option<super::batch::JobRe
     }
 }
 
+/// Every job's id and record, in id order: one walk of `JOBS`.
+pub fn jobs(txn: &ReadTransaction) -> Result<Vec<(u64, super::batch::JobRecord)>> {
+    let t = txn.open_table(JOBS)?;
+    let mut out = Vec::new();
+    for e in t.iter()? {
+        let (k, v) = e?;
+        let id = k.value();
+        let rec = super::batch::JobRecord::decode(id, v.value())
+            .map_err(|e| corrupted("job record", e))?;
+        out.push((id, rec));
+    }
+    Ok(out)
+}
+
+/// One group of a queue that requires sessions, as [`sessions`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    pub group: String,
+    /// The group's messages in the queue (`SESSION_MSGS`), whatever their state.
+    pub messages: u64,
+    /// The session lock's expiry (ms) while a receiver holds it at `now`.
+    pub locked_until: Option<u64>,
+    /// Whether the session record holds a state.
+    pub has_state: bool,
+}
+
+/// The groups of queue `q` that have messages or a session record, in name order, with their
+/// message counts (a walk of the queue's range of `SESSION_MSGS`) and how their session stands
+/// at `now` (its range of `SESSIONS`; a lock counts while `SessionRecord::is_held`). Empty for
+/// a queue that does not require sessions.
+///
+/// # Errors
+///
+/// `QueueNotFound` (named `name`) when the queue does not exist; `Corrupted` for a damaged
+/// session row.
+pub fn sessions(txn: &ReadTransaction, q: u32, name: &str, now: u64) -> Result<Vec<SessionRow>> {
+    let Some(rec) = queue_by_id(txn, q)? else {
+        return Err(Error::QueueNotFound(name.to_owned()));
+    };
+    if !rec.options.requires_session {
+        return Ok(Vec::new());
+    }
+    let row = |group: &str| SessionRow {
+        group: group.to_owned(),
+        messages: 0,
+        locked_until: None,
+        has_state: false,
+    };
+    // Keys come in group order (the group is the key's second part): count each run.
+    let mut counted: Vec<SessionRow> = Vec::new();
+    let msgs = txn.open_table(SESSION_MSGS)?;
+    for e in msgs.range((q, "", 0)..(q.saturating_add(1), "", 0))? {
+        let (k, _) = e?;
+        let group = k.value().1;
+        match counted.last_mut() {
+            Some(last) if last.group == group => last.messages += 1,
+            _ => counted.push(SessionRow {
+                messages: 1,
+                ..row(group)
+            }),
+        }
+    }
+    let mut groups: std::collections::BTreeMap<String, SessionRow> =
+        counted.into_iter().map(|r| (r.group.clone(), r)).collect();
+    let sessions = txn.open_table(SESSIONS)?;
+    for e in sessions.range((q, "")..(q.saturating_add(1), ""))? {
+        let (k, v) = e?;
+        let group = k.value().1;
+        let s = SessionRecord::decode(q, group, v.value()).map_err(|e| corrupted("session", e))?;
+        let r = groups.entry(group.to_owned()).or_insert_with(|| row(group));
+        r.locked_until = s.is_held(now).then_some(s.locked_until);
+        r.has_state = s.state.is_some();
+    }
+    Ok(groups.into_values().collect())
+}
+
 /// A job's pieces in id order: (message id, outcome (0 pending, 1 completed, 2 dead-lettered),
 /// when it ended (ms)). With `pending_only`, the pending ones.
 pub fn job_pieces(
