@@ -8,11 +8,12 @@
  *
  * Handles. store, queue, message, transaction and processor each own one C handle and release
  * it in their destructor. They move (noexcept; the moved-from object is empty: operator bool
- * is false, and any call on it throws postbox::invalid_argument_error, as the C API does for a
- * NULL handle) and never copy. As in C, no handle borrows from the one that made it: a queue
- * may outlive its store (its calls then throw closed_error), a message its queue. get()
- * returns the C handle for calls this wrapper does not cover; release() gives up ownership of
- * it.
+ * is false; a call on it that can fail throws postbox::invalid_argument_error, as the C API
+ * returns POSTBOX_INVALID_ARGUMENT for a NULL handle, and the accessors read empty values:
+ * id 0, an empty body) and never copy. As in C, no handle borrows from the one that made it:
+ * a queue may outlive its store (its calls then throw closed_error), a message its queue.
+ * get() returns the C handle for calls this wrapper does not cover; release() gives up
+ * ownership of it.
  *
  * Errors. Every failure throws a postbox::error (a std::runtime_error) whose status() is the
  * POSTBOX_* code and whose what() is postbox_last_error_message() of the failed call; each
@@ -25,10 +26,10 @@
  * Bodies and strings. Bodies are taken as postbox::bytes_view, built implicitly from a
  * std::string_view, std::string, a string literal, a std::vector<uint8_t> / std::vector<char>,
  * (pointer, size), and with C++20 a std::span<const std::byte>; the bytes are copied during the
- * call. What a message returns (body(), label(), properties, ...) are views into the message
- * handle: valid until the message object is destroyed or moved from. Copy them (std::string)
- * to keep them longer. Text arguments (queue names, reasons) are std::string_view and are
- * copied to add the terminating NUL.
+ * call. What a message returns (body(), label(), properties, ...) are views into the C
+ * message handle: valid until it is freed (the message object holding it, after any moves, is
+ * destroyed or reset). Copy them (std::string) to keep them longer. Text arguments (queue
+ * names, reasons) are std::string_view, copied to add the terminating NUL.
  *
  * Durations are std::chrono::milliseconds (std::chrono::seconds and coarser convert
  * implicitly); postbox::forever waits without limit.
@@ -921,7 +922,8 @@ struct processor_state {
         try {
             return call() == handler_result::complete ? POSTBOX_OK : handler_failed_status;
         } catch (const error &e) {
-            return failed(m, e.what(), e.status());
+            return failed(m, e.what(), e.status() == POSTBOX_OK ? handler_failed_status
+                                                                : e.status());
         } catch (const std::exception &e) {
             return failed(m, e.what(), handler_failed_status);
         } catch (...) {

@@ -540,8 +540,10 @@ static void test_processor_exceptions(const std::string &dir) {
     }
     std::set<std::string> reasons;
     while (auto d = dlq.try_receive()) {
-        reasons.insert(std::string(d->body()) + ":" + std::string(d->dead_letter_reason().value_or("")));
-        if (d->body() == "int") CHECK(d->dead_letter_description().value_or("") == "unknown exception");
+        const std::string_view reason = d->dead_letter_reason().value_or("");
+        reasons.insert(std::string(d->body()) + ":" + std::string(reason));
+        if (d->body() == "int")
+            CHECK(d->dead_letter_description().value_or("") == "unknown exception");
         d->complete();
     }
     CHECK(reasons == (std::set<std::string>{"own:Mine", "int:HandlerException"}));
