@@ -342,3 +342,94 @@ fn a_remote_command_stops_when_its_caller_goes_away() {
         "every message is in one place"
     );
 }
+
+#[test]
+fn batches_and_sessions_show_on_the_page_and_in_metrics() {
+    let (_dir, store) = app_store();
+    let orders = store
+        .queue_with(
+            "orders",
+            postbox::QueueOptions::default().requires_session(true),
+        )
+        .unwrap();
+    orders.send(Message::new("a1").group("alice")).unwrap();
+    orders.send(Message::new("b1").group("bob")).unwrap();
+    let session = orders
+        .accept_named_session("bob", Duration::ZERO)
+        .unwrap()
+        .expect("bob's session");
+    let tiles = store.queue("tiles").unwrap();
+    let job = store.create_job(postbox::JobOptions::default()).unwrap();
+    job.send_batch(&tiles, (0..3).map(|i| Message::new(format!("tile {i}"))))
+        .unwrap();
+    job.seal().unwrap();
+    tiles
+        .receive(Duration::ZERO)
+        .unwrap()
+        .unwrap()
+        .complete()
+        .unwrap();
+
+    let server = store.serve_admin("127.0.0.1:0").expect("serve");
+    let (_, text) = get(&format!("{}api/overview", server.url()));
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let jobs = doc["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["id"], job.id());
+    assert_eq!(
+        (
+            &jobs[0]["total"],
+            &jobs[0]["completed"],
+            &jobs[0]["pending"]
+        ),
+        (&Value::from(3), &Value::from(1), &Value::from(2))
+    );
+    assert_eq!(jobs[0]["sealed"], true);
+    let q = doc["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "orders")
+        .unwrap();
+    let groups: Vec<(String, bool)> = q["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["group"].as_str().unwrap().to_owned(),
+                g["held"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [("alice".to_owned(), false), ("bob".to_owned(), true)]
+    );
+
+    let (_, metrics) = get(&format!("{}metrics", server.url()));
+    let s = samples(&metrics);
+    let value = |series: String| s.iter().find(|(k, _)| *k == series).map(|(_, v)| *v);
+    let id = job.id();
+    assert_eq!(
+        value(format!(
+            r#"postbox_job_pieces{{job="{id}",state="pending"}}"#
+        )),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(format!(
+            r#"postbox_job_pieces{{job="{id}",state="completed"}}"#
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(r#"postbox_queue_sessions{queue="orders",held="true"}"#.into()),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(r#"postbox_queue_sessions{queue="orders",held="false"}"#.into()),
+        Some(1.0)
+    );
+    drop(session);
+}

@@ -115,6 +115,51 @@ pub fn render(now: &Sample, before: Option<&Sample>) -> String {
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v:.3}", label(&q.name));
         }
     }
+    family(
+        &mut out,
+        "postbox_queue_sessions",
+        "gauge",
+        "Session groups of a queue that requires sessions, by whether a session holds them.",
+    );
+    for q in now.queues.iter().filter(|q| !q.sessions.is_empty()) {
+        let locked = q
+            .sessions
+            .iter()
+            .filter(|s| s.locked_until.is_some())
+            .count();
+        let n = label(&q.name);
+        let _ = writeln!(
+            out,
+            "postbox_queue_sessions{{queue=\"{n}\",held=\"true\"}} {locked}"
+        );
+        let _ = writeln!(
+            out,
+            "postbox_queue_sessions{{queue=\"{n}\",held=\"false\"}} {}",
+            q.sessions.len() - locked
+        );
+    }
+    // Jobs that ended stay in the store until deleted; only unfinished ones are exported, so
+    // that the series come and go with the work instead of growing forever.
+    family(
+        &mut out,
+        "postbox_job_pieces",
+        "gauge",
+        "Pieces of each unfinished job (batch), by state.",
+    );
+    for j in now.jobs.iter().filter(|j| !j.progress.done) {
+        let p = &j.progress;
+        for (state, v) in [
+            ("pending", p.pending),
+            ("completed", p.completed),
+            ("dead_lettered", p.dead_lettered),
+        ] {
+            let _ = writeln!(
+                out,
+                "postbox_job_pieces{{job=\"{}\",state=\"{state}\"}} {v}",
+                j.id
+            );
+        }
+    }
     let s = &now.store;
     let per_commit = if s.commits == 0 {
         0.0

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use postbox::{ErrorKind, QueueStats, QueueTraffic, Store, StoreStats};
+use postbox::{ErrorKind, JobInfo, QueueStats, QueueTraffic, SessionInfo, Store, StoreStats};
 
 /// How often a sample is taken.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -21,6 +21,8 @@ pub struct QueueSample {
     pub traffic: QueueTraffic,
     /// Age of the message a receive would take next (the oldest of the highest priority).
     pub head_age: Option<Duration>,
+    /// Its session groups (empty unless the queue requires sessions).
+    pub sessions: Vec<SessionInfo>,
 }
 
 /// Every queue at one moment.
@@ -32,6 +34,8 @@ pub struct Sample {
     pub store: StoreStats,
     /// Size of the write-ahead log file now (0 without one).
     pub log_file_bytes: u64,
+    /// Every job (batch) with its progress, in id order.
+    pub jobs: Vec<JobInfo>,
 }
 
 /// Per-second rates of one queue between two samples.
@@ -63,11 +67,17 @@ pub fn take(store: &Store) -> postbox::Result<Sample> {
         } else {
             None
         };
+        let sessions = match q.sessions() {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::QueueNotFound => continue,
+            Err(e) => return Err(e),
+        };
         queues.push(QueueSample {
             name,
             stats,
             traffic: q.traffic(),
             head_age,
+            sessions,
         });
     }
     let mut log = store.path().as_os_str().to_owned();
@@ -77,6 +87,7 @@ pub fn take(store: &Store) -> postbox::Result<Sample> {
         queues,
         store: store.stats(),
         log_file_bytes: std::fs::metadata(&log).map_or(0, |m| m.len()),
+        jobs: store.jobs()?,
     })
 }
 

@@ -37,6 +37,8 @@ use crate::{Cli, fail, io};
 const MAX_REQUEST: u64 = 512 << 20;
 /// How often a running command's stream carries a heartbeat.
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
+/// Jobs the page shows at most (the most recent).
+const MAX_JOBS_SHOWN: usize = 20;
 /// Dead letters the page lists at most.
 const MAX_DEAD_LETTERS: usize = 1000;
 
@@ -401,6 +403,31 @@ fn overview(shared: &Shared, request: Request) {
                 "completed_total": q.traffic.completed,
                 "sends_per_second": r.sends,
                 "completions_per_second": r.completions,
+                "sessions": q.sessions.iter().map(|g| json!({
+                    "group": g.group,
+                    "messages": g.messages,
+                    "held": g.locked_until.is_some(),
+                    "has_state": g.has_state,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    // The most recent jobs, newest first: the page shows their progress.
+    let jobs: Vec<Value> = now
+        .jobs
+        .iter()
+        .rev()
+        .take(MAX_JOBS_SHOWN)
+        .map(|j| {
+            let p = &j.progress;
+            json!({
+                "id": j.id,
+                "total": p.total,
+                "completed": p.completed,
+                "dead_lettered": p.dead_lettered,
+                "pending": p.pending,
+                "sealed": p.sealed,
+                "done": p.done,
             })
         })
         .collect();
@@ -445,6 +472,8 @@ fn overview(shared: &Shared, request: Request) {
         },
         "topics": shared.store.topics().unwrap_or_default(),
         "queues": queues,
+        "jobs": jobs,
+        "jobs_total": now.jobs.len(),
         "history": points,
     });
     send_json(request, 200, &doc);
