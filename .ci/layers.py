@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "core" / "src"
-API = {"queue", "store", "tx", "received", "processor", "typed", "binding", "topic", "collator", "session", "job", "app_table", "traffic"}
+API = {"queue", "store", "tx", "received", "processor", "typed", "binding", "topic", "collator", "session", "job", "app_table", "traffic", "stream"}
 
 
 def module_of(path: Path) -> str:

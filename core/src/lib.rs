@@ -35,6 +35,14 @@
 //! A waiting receiver is woken by a send in the same process within microseconds; with
 //! [`StoreBuilder::multi_process`] it also polls the file with truncated exponential backoff.
 //!
+//! ## Async receive
+//!
+//! [`Queue::receive_async`] is the receive as a future and [`Queue::stream`] an endless
+//! [`Stream`](futures_core::Stream) of messages, for tokio or any other executor: postbox
+//! depends on no runtime, and the task is woken by the store's own wake-ups. Dropping a
+//! waiting future loses nothing and leaves nothing locked. [`Queue::iter`] and
+//! [`Queue::try_iter`] are the blocking forms, as in crossbeam-channel.
+//!
 //! ## Processors and shutdown
 //!
 //! A [`Processor`] runs a handler on many receiver threads so nobody writes the receive loop by
@@ -127,6 +135,7 @@ mod session;
 #[doc(hidden)]
 pub mod storage;
 mod store;
+mod stream;
 #[doc(hidden)]
 pub mod sync;
 mod topic;
@@ -159,6 +168,7 @@ pub use session::{Session, SessionInfo};
 pub use store::{
     CompactStats, LogTiming, QueueInfo, Store, StoreBuilder, StoreStats, TEMPORARY_QUEUE_PREFIX,
 };
+pub use stream::{Iter, ReceiveFuture, ReceiveStream, TryIter};
 pub use topic::{Topic, TopicStats};
 pub use traffic::QueueTraffic;
 pub use tx::Transaction;

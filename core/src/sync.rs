@@ -237,10 +237,10 @@ pub mod channel {
     use std::time::Instant;
 
     #[cfg(not(shuttle))]
-    pub use crossbeam_channel::{Receiver, RecvError, Sender, bounded};
+    pub use crossbeam_channel::{Receiver, RecvError, Sender, TryRecvError, bounded};
 
     #[cfg(shuttle)]
-    pub use checked::{Receiver, RecvError, Sender, bounded};
+    pub use checked::{Receiver, RecvError, Sender, TryRecvError, bounded};
 
     /// Waits for `answer` until `cancel` disconnects or `deadline` (if any) passes, which both
     /// give `None`.
@@ -318,6 +318,13 @@ pub mod channel {
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub struct RecvError;
 
+        /// Nothing to take now: `Empty`, or `Disconnected` when every sender is gone too.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum TryRecvError {
+            Empty,
+            Disconnected,
+        }
+
         /// Every receiver is gone; the value comes back.
         #[derive(Debug)]
         pub struct SendError<T>(pub T);
@@ -372,6 +379,15 @@ pub mod channel {
                         return Err(RecvError);
                     }
                     self.chan.cv.wait(&mut st);
+                }
+            }
+
+            pub fn try_recv(&self) -> Result<T, TryRecvError> {
+                let mut st = self.chan.state.lock();
+                match st.items.pop_front() {
+                    Some(v) => Ok(v),
+                    None if st.senders == 0 => Err(TryRecvError::Disconnected),
+                    None => Err(TryRecvError::Empty),
                 }
             }
         }

@@ -20,8 +20,10 @@ mod read;
 mod rules;
 mod signal;
 mod tables;
+mod timer;
 mod tracking;
 mod wait;
+mod wait_async;
 mod wal;
 mod watch;
 
@@ -38,6 +40,7 @@ pub(crate) use batch::{
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
 pub(crate) use wait::Cancel;
+pub(crate) use wait_async::AsyncReceive;
 
 /// Read-only queries on one snapshot, run through [`Engine::read`].
 pub(crate) mod queries {

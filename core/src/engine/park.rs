@@ -97,6 +97,10 @@ pub struct ParkedReceive {
     pub deadline: Option<Instant>,
     pub state: Arc<ParkState>,
     pub reply: Sender<Result<Vec<Locked>>>,
+    /// An async caller's: dropped with the request, after `reply` (the answer sent, or the
+    /// request dropped unanswered), it wakes the caller's task (see `wait_async`).
+    #[allow(dead_code, reason = "held for its Drop, which wakes the caller")]
+    pub hook: Option<super::wait_async::AnswerHook>,
 }
 
 impl ParkedReceive {

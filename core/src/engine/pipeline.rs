@@ -330,6 +330,16 @@ impl<W: Writer> Pipeline<W> {
         Ok(())
     }
 
+    /// [`Pipeline::park`] for a caller that must not block (an async receive): the request is
+    /// always left to the writer thread, which tries it at once.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` when the pipeline has stopped.
+    pub fn park_detached(&self, request: ParkedReceive) -> Result<()> {
+        self.shared.submit(Msg::Park(request), false).map(drop)
+    }
+
     /// In a forked child: keeps the shared state alive forever, so that dropping this handle
     /// neither locks the inbox (another thread of the parent may have held it at fork time)
     /// nor drops the database the parent's writer thread owned.
@@ -382,6 +392,13 @@ impl Pipeline {
             .submit(Msg::Job(Box::new(Call { f, reply })), false);
     }
 
+    /// A handle that queues jobs like [`Pipeline::detach`] without keeping the pipeline alive:
+    /// usable from the writer thread itself (an async receive's answer hook), where the last
+    /// handle to the store must not be dropped.
+    pub fn detacher(&self) -> Detacher {
+        Detacher(Arc::downgrade(&self.shared))
+    }
+
     /// Runs `last` durably after everything queued, then stops the writer thread.
     pub fn stop<F>(&self, last: F) -> Result<()>
     where
@@ -399,6 +416,28 @@ impl Pipeline {
                 ))
             })
         })
+    }
+}
+
+/// See [`Pipeline::detacher`].
+pub struct Detacher(std::sync::Weak<Shared<WriterContext>>);
+
+impl Detacher {
+    /// Queues `f` for a later batch, if the pipeline still runs.
+    pub fn detach<F>(&self, f: F)
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
+    {
+        if let Some(shared) = self.0.upgrade() {
+            let (reply, _rx) = channel::bounded(1);
+            let _ = shared.submit(Msg::Job(Box::new(Call { f, reply })), false);
+        }
+    }
+}
+
+impl std::fmt::Debug for Detacher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Detacher")
     }
 }
 

@@ -1,8 +1,10 @@
 //! In-process wake-ups: a waiter on an empty queue sleeps on its queue's condition variable and
-//! is woken by the commit that made a message receivable there.
+//! is woken by the commit that made a message receivable there. An async waiter leaves its
+//! `Waker` instead, woken by the same notification.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Instant;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +18,8 @@ pub struct Signal {
     cv: Condvar,
     /// Threads in `wait` now: a file watch checks only the queues somebody waits on.
     waiters: AtomicUsize,
+    /// Async waiters, woken (and forgotten) by the next notification.
+    wakers: Mutex<Vec<Waker>>,
 }
 
 impl Signal {
@@ -26,6 +30,28 @@ impl Signal {
     pub fn notify(&self) {
         *self.seq.lock() += 1;
         self.cv.notify_all();
+        let wakers = std::mem::take(&mut *self.wakers.lock());
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Leaves `waker` to be woken when the sequence moves past `seen`; false (and nothing left)
+    /// if it has moved already.
+    pub fn register(&self, seen: u64, waker: &Waker) -> bool {
+        // Under the sequence's lock: a notification either came before (the check sees it) or
+        // takes the waker after.
+        let seq = self.seq.lock();
+        if *seq != seen {
+            return false;
+        }
+        let mut wakers = self.wakers.lock();
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+        true
+    }
+
+    fn has_waiters(&self) -> bool {
+        self.waiters.load(Ordering::Acquire) > 0 || !self.wakers.lock().is_empty()
     }
 
     /// Waits until the sequence moves past `seen` or until `until`. Returns whether it moved.
@@ -53,6 +79,8 @@ impl Signal {
 #[derive(Debug, Default)]
 pub struct Signals {
     map: Mutex<HashMap<u32, Arc<Signal>>>,
+    /// Wakes async waiters of a shared store at their next poll or deadline.
+    pub timer: super::timer::Timer,
 }
 
 impl Signals {
@@ -74,7 +102,7 @@ impl Signals {
         self.map
             .lock()
             .iter()
-            .filter(|(_, s)| s.waiters.load(Ordering::Acquire) > 0)
+            .filter(|(_, s)| s.has_waiters())
             .map(|(q, s)| (*q, s.clone()))
             .collect()
     }

@@ -121,6 +121,7 @@ impl Engine {
             deadline,
             state: state.clone(),
             reply,
+            hook: None,
         })?;
         let gone = || {
             if self.is_closed() {

@@ -223,6 +223,29 @@ impl<'t> Batch<'t> {
         Ok(st.locked_until)
     }
 
+    /// Takes back locks that were never handed to a receiver (an async receive dropped while
+    /// its answer was on the way): each message returns to the head of its queue with the
+    /// delivery that was counted for it uncounted, since nobody saw it. Locks already lost
+    /// are skipped.
+    pub fn unreceive(&mut self, locks: &[(u64, u64)]) -> Result<()> {
+        for &(id, token) in locks {
+            let mut st = match self.check_lock(id, token) {
+                Ok(st) => st,
+                Err(Error::LockLost(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            self.detach(id, &st)?;
+            st.delivery_count = st.delivery_count.saturating_sub(1);
+            let status = if st.deferred {
+                Status::Deferred
+            } else {
+                Status::Ready
+            };
+            self.attach(id, &mut st, status)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn envelope(&mut self, id: u64, st: &State) -> Result<Envelope> {
         let env = self.load_envelope(id)?;
         let queue_name = self

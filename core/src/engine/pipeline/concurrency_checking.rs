@@ -213,6 +213,7 @@ fn a_parked_receive_that_times_out_loses_no_message() {
                         deadline,
                         state: state.clone(),
                         reply,
+                        hook: None,
                     })
                     .expect("open");
                     let cancel = deadline.is_none().then_some(&cancel);

@@ -1,0 +1,341 @@
+//! The one wait for a message (see `wait`), for async callers: a future's poll never blocks on
+//! the writer, and its task is woken by the engine's own wake-ups, never by a polling timer.
+//!
+//! Single-process stores park the request in the writer as a blocking receive does
+//! (`park_detached`: the writer thread tries it, so the poll does no I/O); dropping the parked
+//! request, answered or not, wakes the task (`AnswerHook`). The writer answers a request with
+//! a deadline at that deadline, so no timer is needed. Multi-process stores attempt on the
+//! polling thread (one commit, as a blocking receive's attempt), then leave the waker with
+//! the queue's signal (woken by a local commit or the file watch) and with the store's
+//! `timer` for the next poll of the file, time-driven work or the deadline.
+//!
+//! Cancellation: a future dropped while its request is parked withdraws it, and nothing was
+//! locked. If the writer has the request already, its answer is on the way; the locks it
+//! brings are taken back without counting the delivery (`Batch::unreceive`), by the dropped
+//! future if the answer is there, else by the hook when it arrives.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::sync::Mutex;
+use crate::sync::channel::{self, Receiver, TryRecvError};
+
+use super::batch::Locked;
+use super::pipeline::Detacher;
+use super::signal::Signal;
+use super::{Engine, earliest, park, read};
+use crate::error::{Error, Result};
+
+type Answer = Result<Vec<Locked>>;
+
+/// Where a parked async request's answer is taken from, and whom to wake.
+#[derive(Debug)]
+struct Slot {
+    inner: Mutex<SlotInner>,
+}
+
+#[derive(Debug)]
+struct SlotInner {
+    answer: Receiver<Answer>,
+    waker: Option<Waker>,
+    /// Set when the future was dropped with the answer still on the way: whoever brings it
+    /// takes its locks back.
+    orphaned: Option<Detacher>,
+}
+
+/// Dropped with its parked request, after the answer was sent (or the request dropped
+/// unanswered, which disconnects the answer): wakes the task, or takes back what an orphaned
+/// answer locked.
+#[derive(Debug)]
+pub struct AnswerHook(Arc<Slot>);
+
+impl Drop for AnswerHook {
+    fn drop(&mut self) {
+        let mut g = self.0.inner.lock();
+        if let Some(detacher) = g.orphaned.take() {
+            if let Ok(Ok(locks)) = g.answer.try_recv() {
+                drop(g);
+                take_back(|f| detacher.detach(f), locks);
+            }
+            return;
+        }
+        let waker = g.waker.take();
+        drop(g);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// Queues the return of `locks` (never handed out) through `detach`.
+fn take_back(
+    detach: impl FnOnce(Box<dyn FnOnce(&mut super::Batch<'_>) -> Result<()> + Send>),
+    locks: Vec<Locked>,
+) {
+    if locks.is_empty() {
+        return;
+    }
+    let held: Vec<(u64, u64)> = locks
+        .iter()
+        .map(|l| (l.envelope.id().get(), l.token))
+        .collect();
+    detach(Box::new(move |b| b.unreceive(&held)));
+}
+
+/// One async receive's progress; driven by [`Engine::poll_receive`], ended early by
+/// [`Engine::drop_receive`].
+#[derive(Debug)]
+pub struct AsyncReceive {
+    q: u32,
+    name: String,
+    deadline: Option<Instant>,
+    phase: Phase,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Start,
+    /// Single-process: the request waits in the writer.
+    Parked {
+        state: Arc<park::ParkState>,
+        slot: Arc<Slot>,
+    },
+    /// Multi-process: waiting for the signal or the timer.
+    Polling(Polling),
+    Done,
+}
+
+#[derive(Debug)]
+struct Polling {
+    signal: Arc<Signal>,
+    seen: u64,
+    /// Not tried yet: the first poll always tries once.
+    first: bool,
+    backoff: Duration,
+    /// When the timer wakes this wait: the next poll of the file.
+    wake_at: Instant,
+    /// When time-driven work (a scheduled message, a lock expiry) falls due.
+    due: Option<Instant>,
+}
+
+impl AsyncReceive {
+    /// A receive of one message of queue `q` until `deadline` (forever if `None`).
+    pub fn new(q: u32, name: &str, deadline: Option<Instant>) -> AsyncReceive {
+        AsyncReceive {
+            q,
+            name: name.to_owned(),
+            deadline,
+            phase: Phase::Start,
+        }
+    }
+
+    /// Whether the receive has ended (it answered, or failed).
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+}
+
+impl Engine {
+    /// Polls an async receive: `Ready(Ok(None))` at its deadline, `Ready(Ok(Some))` with the
+    /// lock taken, `Pending` with `cx`'s waker left where the engine wakes it. Once ready, later
+    /// polls give `Ready(Ok(None))`.
+    pub fn poll_receive(
+        &self,
+        r: &mut AsyncReceive,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Locked>>> {
+        if r.is_done() {
+            return Poll::Ready(Ok(None));
+        }
+        let out = if self.multi_process {
+            self.poll_shared(r, cx)
+        } else {
+            self.poll_parked(r, cx)
+        };
+        if out.is_ready() {
+            r.phase = Phase::Done;
+        }
+        out
+    }
+
+    fn poll_parked(
+        &self,
+        r: &mut AsyncReceive,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Locked>>> {
+        loop {
+            let slot = match &r.phase {
+                Phase::Parked { slot, .. } => slot.clone(),
+                _ => {
+                    self.check_open()?;
+                    let state = park::ParkState::new();
+                    let (reply, answer) = channel::bounded(1);
+                    let slot = Arc::new(Slot {
+                        inner: Mutex::new(SlotInner {
+                            answer,
+                            waker: Some(cx.waker().clone()),
+                            orphaned: None,
+                        }),
+                    });
+                    self.pipeline.park_detached(park::ParkedReceive {
+                        q: r.q,
+                        name: r.name.clone(),
+                        owner: self.owner,
+                        max: 1,
+                        deadline: r.deadline,
+                        state: state.clone(),
+                        reply,
+                        hook: Some(AnswerHook(slot.clone())),
+                    })?;
+                    r.phase = Phase::Parked {
+                        state,
+                        slot: slot.clone(),
+                    };
+                    slot
+                }
+            };
+            let mut g = slot.inner.lock();
+            match g.answer.try_recv() {
+                Ok(Ok(mut got)) => {
+                    drop(g);
+                    if let Some(l) = got.pop() {
+                        return Poll::Ready(Ok(Some(l)));
+                    }
+                    if r.deadline.is_some() {
+                        // The writer answers empty only at the deadline.
+                        return Poll::Ready(Ok(None));
+                    }
+                    // Not expected without a deadline; wait again rather than end early.
+                    r.phase = Phase::Start;
+                }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(TryRecvError::Empty) => {
+                    if !g.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        g.waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                Err(TryRecvError::Disconnected) => return Poll::Ready(Err(self.unanswered())),
+            }
+        }
+    }
+
+    /// The error when the writer dropped a parked request unanswered.
+    fn unanswered(&self) -> Error {
+        if self.is_closed() {
+            Error::Closed
+        } else {
+            // The writer caught a panic in this batch; as in `call`, that is redb failing on
+            // a damaged page.
+            Error::Corrupted("storage failure: the commit pipeline stopped before answering".into())
+        }
+    }
+
+    /// Multi-process: the polling wait of `wait_for`, with the waker left with the queue's
+    /// signal and the timer instead of a sleep.
+    fn poll_shared(
+        &self,
+        r: &mut AsyncReceive,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Locked>>> {
+        loop {
+            self.check_open()?;
+            if !matches!(r.phase, Phase::Polling(_)) {
+                let signal = self.signals.get(r.q);
+                r.phase = Phase::Polling(Polling {
+                    seen: signal.seq(),
+                    signal,
+                    first: true,
+                    backoff: self.poll_floor,
+                    wake_at: Instant::now(),
+                    due: None,
+                });
+            }
+            let Phase::Polling(p) = &mut r.phase else {
+                return Poll::Ready(Ok(None));
+            };
+            let now = Instant::now();
+            let try_now = if std::mem::take(&mut p.first) {
+                true
+            } else if p.signal.seq() != p.seen {
+                p.backoff = self.poll_floor;
+                true
+            } else if now >= p.wake_at || r.deadline.is_some_and(|d| now >= d) {
+                if p.due.is_some_and(|d| now >= d) {
+                    true
+                } else if self.worth_a_try(r.q)? {
+                    p.backoff = self.poll_floor;
+                    true
+                } else {
+                    p.backoff = (p.backoff * 2).min(self.poll_ceiling);
+                    false
+                }
+            } else if p.signal.register(p.seen, cx.waker()) {
+                // Polled early (by the executor, or a waker left before): keep waiting, with
+                // this poll's waker at the timer too in case the task changed.
+                self.signals.timer.wake_at(p.wake_at, cx.waker().clone())?;
+                return Poll::Pending;
+            } else {
+                true
+            };
+            if try_now {
+                p.seen = p.signal.seq();
+                let (q, name, owner) = (r.q, r.name.clone(), self.owner);
+                let mut got = self.call(move |b| b.receive(q, &name, owner, 1))?;
+                if let Some(l) = got.pop() {
+                    return Poll::Ready(Ok(Some(l)));
+                }
+            }
+            let now = Instant::now();
+            if r.deadline.is_some_and(|d| now >= d) {
+                return Poll::Ready(Ok(None));
+            }
+            p.due = self.read(read::next_due)?.map(|at| {
+                let wait_ms = at.saturating_sub(self.clock.now_ms()).max(1);
+                now + Duration::from_millis(wait_ms)
+            });
+            let poll_at = now + p.backoff;
+            p.wake_at = earliest(earliest(r.deadline, p.due), Some(poll_at)).unwrap_or(poll_at);
+            if !p.signal.register(p.seen, cx.waker()) {
+                continue;
+            }
+            self.signals.timer.wake_at(p.wake_at, cx.waker().clone())?;
+            return Poll::Pending;
+        }
+    }
+
+    /// Multi-process, at a poll of the file: whether a receive may find something now (a
+    /// candidate in queue `q`, or a dead process's locks, released here).
+    fn worth_a_try(&self, q: u32) -> Result<bool> {
+        let (me, scope) = (self.owner, self.scope);
+        if self.read(|t| read::has_dead_owner(t, me, scope))? {
+            self.call(move |b| b.reap_dead_owners(me, scope))?;
+            return Ok(true);
+        }
+        let now_ms = self.clock.now_ms();
+        self.read(|t| read::has_candidate(t, q, now_ms))
+    }
+
+    /// Ends an async receive that will not be polled again (its future was dropped). A parked
+    /// request is withdrawn; if the writer has it already, what its answer locks is taken back
+    /// without counting the delivery, now or when the answer arrives.
+    pub fn drop_receive(&self, r: &mut AsyncReceive) {
+        let Phase::Parked { state, slot } = std::mem::replace(&mut r.phase, Phase::Done) else {
+            return;
+        };
+        if state.cancel() {
+            return; // withdrawn before the writer took it: nothing was locked
+        }
+        let mut g = slot.inner.lock();
+        g.waker = None;
+        match g.answer.try_recv() {
+            Ok(Ok(locks)) => {
+                drop(g);
+                take_back(|f| self.call_detached(f), locks);
+            }
+            Ok(Err(_)) | Err(TryRecvError::Disconnected) => {}
+            Err(TryRecvError::Empty) => g.orphaned = Some(self.pipeline.detacher()),
+        }
+    }
+}
