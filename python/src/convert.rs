@@ -26,7 +26,7 @@ pub fn body(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         return Ok(b.as_bytes().to_vec());
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(s.to_str()?.as_bytes().to_vec());
+        return Ok(s.to_cow()?.into_owned().into_bytes());
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
         return Ok(b.to_vec());
@@ -182,7 +182,7 @@ pub fn properties(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, PropertyV
             PyTypeError::new_err(format!("property names must be str, not {}", type_name(&k)))
         })?;
         let value = if let Ok(s) = v.cast::<PyString>() {
-            PropertyValue::String(s.to_str()?.to_owned())
+            PropertyValue::String(s.to_cow()?.into_owned())
         } else if let Some(b) = bytes_like(&v) {
             PropertyValue::Bytes(b?)
         } else {

@@ -21,7 +21,11 @@ mod tx;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+// Free-threaded CPython (3.13t and later) is not declared supported: the suite has not run
+// on it. `gil_used = true` (pyo3 0.28+ defaults to false) makes such an interpreter re-enable
+// the GIL when it imports the module. The abi3 wheel cannot load there anyway (free-threaded
+// builds have no limited API); supporting one needs a version-specific cp3xt wheel.
+#[pymodule(gil_used = true)]
 mod _postbox {
     #[pymodule_export]
     use crate::admin::PyAdminServer;

@@ -306,7 +306,7 @@ impl PyMessage {
     ) -> PyResult<Bound<'py, PyDateTime>> {
         self.check_process()?;
         let keys: Vec<String> = if let Ok(k) = keys.cast::<PyString>() {
-            vec![k.to_str()?.to_owned()]
+            vec![k.to_cow()?.into_owned()]
         } else {
             let mut v = Vec::new();
             for k in keys.try_iter()? {
