@@ -2,7 +2,7 @@
 //! binary, or a remote caller's stream when an application runs the command for
 //! `postbox --admin` (see `admin::remote`).
 //!
-//! Commands write through [`say!`], [`say_raw!`] and [`tell!`] (standard output, standard
+//! Commands write through `say!`, `say_raw!` and `tell!` (standard output, standard
 //! output without a newline, standard error) and read standard input through [`stdin`]. A
 //! thread that runs a command for a remote caller first [`enter`]s its [`Console`]; every
 //! other thread uses the process's own streams.
