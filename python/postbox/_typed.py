@@ -271,45 +271,57 @@ class TypedMessage(Generic[T]):
 
     @property
     def message(self) -> Message:
+        """The underlying ``postbox.Message`` (every property, the raw body)."""
         return self._message
 
     @property
     def id(self) -> int:
+        """The message's store-wide id."""
         return self._message.id
 
     @property
     def label(self) -> str | None:
+        """The message's label, if set."""
         return self._message.label
 
     @property
     def correlation_id(self) -> str | None:
+        """The message's correlation id, if set."""
         return self._message.correlation_id
 
     @property
     def reply_to(self) -> str | None:
+        """The queue replies go to, if set."""
         return self._message.reply_to
 
     @property
     def delivery_count(self) -> int:
+        """How many times the message has been delivered (1 on its first receive)."""
         return self._message.delivery_count
 
     @property
     def properties(self) -> dict[str, str | bytes]:
+        """The message's user properties (a new dict each time)."""
         return self._message.properties
 
     def complete(self) -> None:
+        """Completes the message (``Message.complete``)."""
         self._message.complete()
 
     def abandon(self, delay: _Seconds | None = None) -> None:
+        """Gives the message back for another delivery, after ``delay`` if given."""
         self._message.abandon(delay)
 
     def dead_letter(self, reason: str, description: str = "") -> None:
+        """Moves the message to the dead-letter queue with ``reason``."""
         self._message.dead_letter(reason, description)
 
     def defer(self) -> None:
+        """Defers the message: only ``receive_by_id`` takes it again (``Message.defer``)."""
         self._message.defer()
 
     def renew_lock(self) -> datetime:
+        """Extends the lock by the queue's ``lock_duration``; returns the new expiry."""
         return self._message.renew_lock()
 
     def __enter__(self) -> TypedMessage[T]:
@@ -356,6 +368,7 @@ class TypedQueue(Generic[T]):
 
     @property
     def codec(self) -> Codec[T]:
+        """The codec that encodes sends and decodes receives."""
         return self._codec
 
     def encode(self, obj: T) -> bytes:

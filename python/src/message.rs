@@ -105,50 +105,62 @@ impl PyMessage {
             )),
         }
     }
+    /// The label (a short name of what the message is), if set.
     #[getter]
     fn label(&self) -> Option<&str> {
         self.env().label()
     }
+    /// The MIME-style content type of the body, if set.
     #[getter]
     fn content_type(&self) -> Option<&str> {
         self.env().content_type()
     }
+    /// The correlation id (links a reply to its request), if set.
     #[getter]
     fn correlation_id(&self) -> Option<&str> {
         self.env().correlation_id()
     }
+    /// The name of the queue replies go to, if set (`reply()` sends there).
     #[getter]
     fn reply_to(&self) -> Option<&str> {
         self.env().reply_to()
     }
+    /// The deduplication key, if set (see the queue's `dedup_window`).
     #[getter]
     fn message_key(&self) -> Option<&str> {
         self.env().message_key()
     }
+    /// The group (the session of a session queue, the series of a collator), if set.
     #[getter]
     fn group(&self) -> Option<&str> {
         self.env().group()
     }
+    /// The sequence number within its group (collators), if set.
     #[getter]
     fn sequence(&self) -> Option<u64> {
         self.env().sequence()
     }
+    /// The priority, `MIN_PRIORITY` to `MAX_PRIORITY`; higher is received first.
     #[getter]
     fn priority(&self) -> u8 {
         self.env().priority()
     }
+    /// How many times the message has been delivered (1 on its first receive).
     #[getter]
     fn delivery_count(&self) -> u32 {
         self.env().delivery_count()
     }
+    /// When the message was sent (an aware UTC `datetime`).
     #[getter]
     fn enqueued_at<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
         convert::datetime(py, self.env().enqueued_at())
     }
+    /// When a scheduled (delayed) message becomes receivable, if scheduled.
     #[getter]
     fn visible_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         convert::opt_datetime(py, self.env().visible_at())
     }
+    /// When the message expires (from its `ttl` or the queue's `default_ttl`), if ever.
     #[getter]
     fn expires_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         convert::opt_datetime(py, self.env().expires_at())
@@ -158,22 +170,26 @@ impl PyMessage {
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         convert::properties_to_py(py, self.env().properties())
     }
+    /// Why the message was dead-lettered (`None` unless it is a dead letter).
     #[getter]
     fn dead_letter_reason(&self) -> Option<&str> {
         self.env().dead_letter_info().map(|d| d.reason.as_str())
     }
+    /// The dead-lettering's description (`None` unless it is a dead letter).
     #[getter]
     fn dead_letter_description(&self) -> Option<&str> {
         self.env()
             .dead_letter_info()
             .map(|d| d.description.as_str())
     }
+    /// The queue the dead letter came from (`None` unless it is a dead letter).
     #[getter]
     fn dead_letter_source(&self) -> Option<&str> {
         self.env()
             .dead_letter_info()
             .map(|d| d.source_queue.as_str())
     }
+    /// When the message was dead-lettered (`None` unless it is a dead letter).
     #[getter]
     fn dead_lettered_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         convert::opt_datetime(py, self.env().dead_letter_info().map(|d| d.at))
@@ -377,8 +393,12 @@ impl PyMessage {
     fn __repr__(&self) -> String {
         let body = self.env().body();
         let shown = String::from_utf8_lossy(&body[..body.len().min(40)]).into_owned();
+        let label = self
+            .env()
+            .label()
+            .map_or_else(String::new, |l| format!(" label={l:?}"));
         format!(
-            "<postbox.Message id={} queue={:?} state={} delivery_count={} body={:?}{}>",
+            "<postbox.Message id={} queue={:?}{label} state={} delivery_count={} body={:?}{}>",
             self.env().id(),
             self.env().queue(),
             self.held.state(),

@@ -101,6 +101,7 @@ impl PyQueue {
         options_to_py(py, &o)
     }
 
+    /// Whether this is a dead-letter queue (`dead_letters` of another queue).
     #[getter]
     fn is_dead_letter_queue(&self) -> bool {
         self.q.is_dead_letter_queue()
@@ -302,6 +303,7 @@ impl PyQueue {
         check_process(self.opened_by)?;
         Ok(PyBrowse {
             it: Mutex::new(self.q.browse()),
+            queue: self.q.name().to_owned(),
             opened_by: self.opened_by,
         })
     }
@@ -627,6 +629,8 @@ impl PySent {
 #[pyclass(frozen, module = "postbox._postbox", name = "Browse")]
 pub struct PyBrowse {
     it: Mutex<postbox::Browse>,
+    /// The browsed queue's name, for `repr()`.
+    queue: String,
     opened_by: u32,
 }
 
@@ -643,6 +647,10 @@ impl PyBrowse {
             None => Ok(None),
             Some(env) => Ok(Some(PyMessage::unlocked(env.py_err()?))),
         }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<postbox.Browse of queue {:?}>", self.queue)
     }
 }
 
@@ -664,5 +672,15 @@ impl PyConsumer {
         check_process(self.opened_by)?;
         let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
         Ok(receive_one(py, &self.q, deadline)?.map(PyMessage::received))
+    }
+
+    fn __repr__(&self) -> String {
+        let timeout = self
+            .timeout
+            .map_or_else(|| "None".to_owned(), |t| format!("{}", t.as_secs_f64()));
+        format!(
+            "<postbox.Consumer of queue {:?} timeout={timeout}>",
+            self.q.name()
+        )
     }
 }

@@ -275,6 +275,7 @@ impl PyStore {
         }
     }
 
+    /// Whether the store was opened with `multi_process=True` (shared with other processes).
     #[getter]
     fn multi_process(&self) -> bool {
         self.store.is_multi_process()
