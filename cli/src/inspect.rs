@@ -95,7 +95,8 @@ fn options_short(o: &QueueOptions) -> String {
     parts.join(" ")
 }
 
-fn stats_json(s: &QueueStats) -> serde_json::Value {
+/// A queue's counts as JSON (`stats --json`, `queues --json`, the admin overview).
+pub(crate) fn stats_json(s: &QueueStats) -> serde_json::Value {
     json!({
         "active": s.active,
         "locked": s.locked,

@@ -389,15 +389,10 @@ fn overview(shared: &Shared, request: Request) {
                 .as_deref()
                 .map(|b| sampler::rates(b, &now, &q.name))
                 .unwrap_or_default();
-            let s = &q.stats;
-            json!({
+            // The counts as `postbox --json stats` writes them, and what the page adds.
+            let mut doc = crate::inspect::stats_json(&q.stats);
+            let extra = json!({
                 "name": q.name,
-                "active": s.active,
-                "locked": s.locked,
-                "scheduled": s.scheduled,
-                "deferred": s.deferred,
-                "dead_lettered": s.dead_lettered,
-                "bytes": s.bytes,
                 "oldest_age_seconds": q.head_age.map(|d| d.as_secs_f64()),
                 "sent_total": q.traffic.sent,
                 "completed_total": q.traffic.completed,
@@ -409,7 +404,11 @@ fn overview(shared: &Shared, request: Request) {
                     "held": g.locked_until.is_some(),
                     "has_state": g.has_state,
                 })).collect::<Vec<_>>(),
-            })
+            });
+            if let (Some(d), Value::Object(e)) = (doc.as_object_mut(), extra) {
+                d.extend(e);
+            }
+            doc
         })
         .collect();
     // The most recent jobs, newest first: the page shows their progress.
