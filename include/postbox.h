@@ -1110,10 +1110,22 @@ typedef struct postbox_send_item {
 } postbox_send_item;
 
 /**
+ * A callback told each change of a processor's live worker count: `old_workers` is the count
+ * it last reported (0 before the first call), `new_workers` the count now. Called when workers
+ * start (at `postbox_processor_start` too), when the autoscaler adds or retires workers, and as
+ * they stop. Calls are never concurrent (a processor serialises them), but they run on the
+ * processor's threads (the autoscaler, a worker, or the thread calling
+ * `postbox_processor_start`): keep it short, and never stop, join, shut down or free the
+ * processor from it.
+ */
+typedef void (*postbox_scale_callback)(uint32_t old_workers, uint32_t new_workers, void *user_data);
+
+/**
  * Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
  * defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
- * Versioned: fields are only appended, and the smaller struct of an older header (without
- * `sessions`) is still accepted.
+ * Versioned: fields are only appended, and the smaller structs of older headers (without
+ * `sessions`, or without `on_scale` and the fields after it) are still accepted, their missing
+ * fields taking the default.
  */
 typedef struct postbox_processor_options {
   /**
@@ -1188,6 +1200,24 @@ typedef struct postbox_processor_options {
    * (session mode on a plain queue, or 0 on a session queue).
    */
   int sessions;
+  /**
+   * Called with the old and new worker count each time the number of live workers changes
+   * (see `postbox_scale_callback`); NULL for none. Works with and without autoscaling.
+   */
+  postbox_scale_callback on_scale;
+  /**
+   * Passed to `on_scale` untouched (not the handler's `user_data`); must stay valid until
+   * the processor is shut down. May be NULL.
+   */
+  void *on_scale_user_data;
+  /**
+   * Autoscaling: non-zero starts the processor at `autoscale_min_workers` workers instead of
+   * `workers`. With `autoscale_min_workers` 0 the processor starts with no worker thread at
+   * all, and the autoscaler adds workers (within one `autoscale_check_interval_ms`) once
+   * messages are waiting. Needs `autoscale_max_workers` > 0, else
+   * `POSTBOX_INVALID_ARGUMENT`.
+   */
+  int autoscale_start_at_min;
 } postbox_processor_options;
 
 /**
@@ -2477,6 +2507,31 @@ int postbox_processor_start_transactional(const struct postbox_queue *queue,
 int postbox_processor_dead_letter(const struct postbox_message *message,
                                   const char *reason,
                                   const char *description);
+
+/**
+ * Whether the lock of the message a processor callback is handling was lost: a renewal was
+ * refused (the message was taken over, purged, or deleted), or the lock expired (auto-renewal
+ * disabled, or past `max_auto_renew_ms`). The processor will then not complete the message
+ * whatever the callback returns (it is delivered again), so a long callback should poll this
+ * and give up early. Only for the `message` passed to a processor
+ * callback, during the call; `lost_out` receives 1 or 0 (untouched on error).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `lost_out`, a message that did
+ * not come from a running processor callback); `POSTBOX_FORKED`.
+ */
+int postbox_processor_lock_lost(const struct postbox_message *message, int *lost_out);
+
+/**
+ * Whether the processor callback handling `message` should give up: its lock was lost (as
+ * `postbox_processor_lock_lost`) or its `handler_timeout_ms` passed. Either way the message
+ * will not be completed, whatever the callback returns. Same rules and errors as
+ * `postbox_processor_lock_lost`; `cancelled_out` receives 1 or 0.
+ *
+ * # Returns
+ * As `postbox_processor_lock_lost`.
+ */
+int postbox_processor_cancelled(const struct postbox_message *message, int *cancelled_out);
 
 /**
  * Makes every worker stop taking messages, without waiting; running callbacks finish normally.

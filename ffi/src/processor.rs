@@ -48,12 +48,23 @@ pub const POSTBOX_MAX_PROCESSOR_WORKERS: u32 = 1024;
 // The header spells it as a literal; the build fails if it ever differs from the engine's.
 const _: () = assert!(POSTBOX_MAX_PROCESSOR_WORKERS as usize == postbox::MAX_PROCESSOR_WORKERS);
 
+/// A callback told each change of a processor's live worker count: `old_workers` is the count
+/// it last reported (0 before the first call), `new_workers` the count now. Called when workers
+/// start (at `postbox_processor_start` too), when the autoscaler adds or retires workers, and as
+/// they stop. Calls are never concurrent (a processor serialises them), but they run on the
+/// processor's threads (the autoscaler, a worker, or the thread calling
+/// `postbox_processor_start`): keep it short, and never stop, join, shut down or free the
+/// processor from it.
+pub type postbox_scale_callback =
+    Option<unsafe extern "C" fn(old_workers: u32, new_workers: u32, user_data: *mut c_void)>;
+
 /// Options for `postbox_processor_start`. A zeroed struct with `struct_size` set means "all
 /// defaults"; `postbox_processor_options_init` does exactly that. Each 0 below means the default.
-/// Versioned: fields are only appended, and the smaller struct of an older header (without
-/// `sessions`) is still accepted.
+/// Versioned: fields are only appended, and the smaller structs of older headers (without
+/// `sessions`, or without `on_scale` and the fields after it) are still accepted, their missing
+/// fields taking the default.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct postbox_processor_options {
     /// `sizeof(postbox_processor_options)`.
     pub struct_size: u32,
@@ -95,10 +106,50 @@ pub struct postbox_processor_options {
     /// Starting fails with `POSTBOX_INVALID_ARGUMENT` when the mode does not match the queue
     /// (session mode on a plain queue, or 0 on a session queue).
     pub sessions: c_int,
+    /// Called with the old and new worker count each time the number of live workers changes
+    /// (see `postbox_scale_callback`); NULL for none. Works with and without autoscaling.
+    pub on_scale: postbox_scale_callback,
+    /// Passed to `on_scale` untouched (not the handler's `user_data`); must stay valid until
+    /// the processor is shut down. May be NULL.
+    pub on_scale_user_data: *mut c_void,
+    /// Autoscaling: non-zero starts the processor at `autoscale_min_workers` workers instead of
+    /// `workers`. With `autoscale_min_workers` 0 the processor starts with no worker thread at
+    /// all, and the autoscaler adds workers (within one `autoscale_check_interval_ms`) once
+    /// messages are waiting. Needs `autoscale_max_workers` > 0, else
+    /// `POSTBOX_INVALID_ARGUMENT`.
+    pub autoscale_start_at_min: c_int,
+}
+
+impl Default for postbox_processor_options {
+    fn default() -> Self {
+        postbox_processor_options {
+            struct_size: 0,
+            workers: 0,
+            retry_initial_ms: 0,
+            retry_multiplier: 0,
+            retry_immediately: 0,
+            retry_max_ms: 0,
+            handler_timeout_ms: 0,
+            max_auto_renew_ms: 0,
+            disable_auto_renew: 0,
+            prefetch: 0,
+            autoscale_max_workers: 0,
+            autoscale_min_workers: 0,
+            autoscale_reserve: 0,
+            autoscale_messages_per_worker: 0,
+            autoscale_check_interval_ms: 0,
+            sessions: 0,
+            on_scale: None,
+            on_scale_user_data: std::ptr::null_mut(),
+            autoscale_start_at_min: 0,
+        }
+    }
 }
 
 /// The first version of the struct (before `sessions`): callers built against that header pass
-/// its size, and get the default (no session mode).
+/// its size, and get the default (no session mode). The second version ends before `on_scale`;
+/// the fields it lacks read as zero (no callback, start at `workers`), which `read_versioned`
+/// gives every missing field.
 const PROCESSOR_OPTIONS_V1: usize = std::mem::offset_of!(postbox_processor_options, sessions);
 const PROCESSOR_OPTIONS_FULL: usize = size_of::<postbox_processor_options>();
 
@@ -158,6 +209,18 @@ pub struct postbox_processor {
     processor: Processor,
     tag: StoreTag,
 }
+
+/// The delivery behind a message handle lent to a processor callback; valid as long as that
+/// handle (see `lend`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LentDelivery(*const Delivery);
+
+// SAFETY: `Delivery` is `Sync` (the engine shares it with its lock watchdog); the pointer is
+// only dereferenced while the handle that holds it is alive, during the callback, and the
+// delivery outlives that handle.
+unsafe impl Send for LentDelivery {}
+// SAFETY: as above.
+unsafe impl Sync for LentDelivery {}
 
 /// The caller's `user_data`, shared by the worker threads.
 #[derive(Clone, Copy)]
@@ -231,18 +294,52 @@ fn builder(
         }
         b = b.autoscale(a);
     }
+    if o.autoscale_start_at_min != 0 {
+        if o.autoscale_max_workers == 0 {
+            return Err(Failure::invalid(
+                "options.autoscale_start_at_min needs autoscaling (autoscale_max_workers > 0)",
+            ));
+        }
+        // The engine clamps the starting count to the autoscale bounds: 0 starts at the minimum.
+        b = b.workers(0);
+    }
     if o.sessions != 0 {
         b = b.sessions(true);
+    }
+    if let Some(f) = o.on_scale {
+        b = b.on_scale(scale_reporter(f, UserData(o.on_scale_user_data)));
     }
     Ok(b)
 }
 
-/// The message handle lent to one callback call.
+/// The engine tells the new count only; C gets the previous one too. The mutex serialises the
+/// calls (the engine reports from several threads), so each `old` is the `new` of the call
+/// before.
+fn scale_reporter(
+    f: unsafe extern "C" fn(u32, u32, *mut c_void),
+    user: UserData,
+) -> impl Fn(usize) + Send + Sync + 'static {
+    let last = Mutex::new(0u32);
+    move |live: usize| {
+        let user = user;
+        let new = u32::try_from(live).unwrap_or(u32::MAX);
+        let mut last = last.lock();
+        // SAFETY: `f` is a non-NULL function pointer of the documented type, which the header
+        // requires to stay callable while the processor runs; `user.0` is passed back untouched.
+        unsafe { f(*last, new, user.0) };
+        *last = new;
+    }
+}
+
+/// The message handle lent to one callback call. It points at `d`, which outlives it: the
+/// handle is dropped (by `finish`) before the callback closure returns.
 fn lend(d: &Delivery, tag: StoreTag) -> postbox_message {
-    postbox_message::new(
+    let mut m = postbox_message::new(
         HeldMessage::lent(d.envelope().clone(), d.locked_until()),
         tag,
-    )
+    );
+    m.delivery = Some(LentDelivery(std::ptr::from_ref(d)));
+    m
 }
 
 /// After the callback: forwards a dead-letter request, turns a status into the handler result.
@@ -401,6 +498,64 @@ pub extern "C" fn postbox_processor_dead_letter(
         let description = arg_opt_str(description, "description")?.unwrap_or("");
         m.tag.check_process()?;
         m.held.request_dead_letter(reason, description)?;
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// The delivery behind a message lent to a running processor callback.
+fn lent_delivery<'a>(message: *const postbox_message) -> Outcome<&'a Delivery> {
+    let m = arg_ref(message, "message")?;
+    m.tag.check_process()?;
+    match m.delivery {
+        // SAFETY: `delivery` is only set by `lend`, on a handle that is dropped before the
+        // delivery it points at; the caller may use the handle only during the callback, so the
+        // delivery is alive whenever the handle is. The reference is not kept past this call.
+        Some(LentDelivery(d)) if m.held.is_lent() => Ok(unsafe { &*d }),
+        _ => Err(Failure::invalid(
+            "message was not lent to a running processor callback",
+        )),
+    }
+}
+
+/// Whether the lock of the message a processor callback is handling was lost: a renewal was
+/// refused (the message was taken over, purged, or deleted), or the lock expired (auto-renewal
+/// disabled, or past `max_auto_renew_ms`). The processor will then not complete the message
+/// whatever the callback returns (it is delivered again), so a long callback should poll this
+/// and give up early. Only for the `message` passed to a processor
+/// callback, during the call; `lost_out` receives 1 or 0 (untouched on error).
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `message` or `lost_out`, a message that did
+/// not come from a running processor callback); `POSTBOX_FORKED`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_lock_lost(
+    message: *const postbox_message,
+    lost_out: *mut c_int,
+) -> c_int {
+    guard(|| {
+        let out = Out::required(lost_out, "lost_out")?;
+        let d = lent_delivery(message)?;
+        out.write(c_int::from(d.lock_lost()));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Whether the processor callback handling `message` should give up: its lock was lost (as
+/// `postbox_processor_lock_lost`) or its `handler_timeout_ms` passed. Either way the message
+/// will not be completed, whatever the callback returns. Same rules and errors as
+/// `postbox_processor_lock_lost`; `cancelled_out` receives 1 or 0.
+///
+/// # Returns
+/// As `postbox_processor_lock_lost`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_cancelled(
+    message: *const postbox_message,
+    cancelled_out: *mut c_int,
+) -> c_int {
+    guard(|| {
+        let out = Out::required(cancelled_out, "cancelled_out")?;
+        let d = lent_delivery(message)?;
+        out.write(c_int::from(d.is_cancelled()));
         Ok(POSTBOX_OK)
     })
 }

@@ -1832,6 +1832,240 @@ static void test_processor_store_closed_under_it(const char *dir) {
     postbox_queue_free(q);
 }
 
+/* What a callback sees of its own lock: polled with postbox_processor_lock_lost and
+ * postbox_processor_cancelled while it works. */
+struct watch_state {
+    pthread_mutex_t mutex;
+    int calls;
+    int before;    /* lock_lost and cancelled were both 0 on entry (first delivery) */
+    int lost_seen; /* the first delivery saw lock_lost 1, with cancelled 1 too */
+    int timed_out; /* handler_timeout mode: cancelled 1 while lock_lost stayed 0 */
+    int errors;    /* unexpected status from the polling functions */
+    int timeout_mode;
+};
+
+static int watch_handler(void *user_data, const postbox_message *msg) {
+    struct watch_state *st = (struct watch_state *)user_data;
+    int lost = -1, cancelled = -1, before = 0, seen = 0, timed_out = 0, errors = 0;
+    if (postbox_processor_lock_lost(msg, &lost) != POSTBOX_OK) errors++;
+    if (postbox_processor_cancelled(msg, &cancelled) != POSTBOX_OK) errors++;
+    if (postbox_processor_lock_lost(msg, NULL) != POSTBOX_INVALID_ARGUMENT) errors++;
+    if (postbox_processor_cancelled(msg, NULL) != POSTBOX_INVALID_ARGUMENT) errors++;
+    int first = postbox_message_delivery_count(msg) == 1;
+    if (first) {
+        before = lost == 0 && cancelled == 0;
+        /* Poll every 10 ms, bounded to ~10 s. */
+        for (int i = 0; i < 1000; i++) {
+            if (postbox_processor_lock_lost(msg, &lost) != POSTBOX_OK) errors++;
+            if (postbox_processor_cancelled(msg, &cancelled) != POSTBOX_OK) errors++;
+            if (st->timeout_mode ? cancelled == 1 : lost == 1) break;
+            sleep_ms(10);
+        }
+        if (st->timeout_mode) {
+            timed_out = cancelled == 1 && lost == 0;
+        } else {
+            seen = lost == 1 && cancelled == 1;
+        }
+    }
+    pthread_mutex_lock(&st->mutex);
+    st->calls++;
+    st->before += before;
+    st->lost_seen += seen;
+    st->timed_out += timed_out;
+    st->errors += errors;
+    pthread_mutex_unlock(&st->mutex);
+    /* OK, but a lost lock (or the time limit) means the first delivery is not completed. */
+    return POSTBOX_OK;
+}
+
+static void test_processor_lock_lost(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.lock_duration_ms = 1500; /* the first check on entry must beat it, even under valgrind */
+    postbox_queue *q = open_queue(store, "watched", &qo);
+    if (q == NULL) return;
+    for (int mode = 0; mode < 2; mode++) {
+        struct watch_state st;
+        memset(&st, 0, sizeof st);
+        pthread_mutex_init(&st.mutex, NULL);
+        st.timeout_mode = mode;
+        send_text(q, mode ? "too slow" : "lock runs out");
+        postbox_processor_options o;
+        postbox_processor_options_init(&o);
+        o.workers = 1;
+        o.retry_immediately = 1;
+        if (mode) {
+            o.handler_timeout_ms = 200; /* the lock (renewed) outlives the time limit */
+        } else {
+            o.disable_auto_renew = 1; /* the lock expires under the callback */
+        }
+        postbox_processor *p = NULL;
+        REQUIRE_OK(postbox_processor_start(q, &o, watch_handler, &st, &p));
+        /* The first delivery is not completed; the second one is (bounded ~30 s). */
+        for (int i = 0; i < 3000; i++) {
+            postbox_processor_counters c;
+            memset(&c, 0, sizeof c);
+            CHECK_OK(postbox_processor_stats(p, &c));
+            if (c.processed >= 1) break;
+            sleep_ms(10);
+        }
+        postbox_shutdown_report r;
+        memset(&r, 0, sizeof r);
+        CHECK_OK(postbox_processor_shutdown(p, -1, &r));
+        CHECK(r.finished && r.processed == 1);
+        postbox_processor_free(p);
+        pthread_mutex_lock(&st.mutex);
+        CHECK(st.calls == 2 && st.before == 1 && st.errors == 0);
+        CHECK(mode ? st.timed_out == 1 : st.lost_seen == 1);
+        pthread_mutex_unlock(&st.mutex);
+        postbox_stats s = stats_of(q);
+        CHECK(s.active == 0 && s.locked == 0);
+        pthread_mutex_destroy(&st.mutex);
+    }
+    /* Outside a callback: a received message was not lent to one. */
+    send_text(q, "plain");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    int lost = 7;
+    CHECK_RC(postbox_processor_lock_lost(m, &lost), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_cancelled(m, &lost), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_processor_lock_lost(NULL, &lost), POSTBOX_INVALID_ARGUMENT);
+    CHECK(lost == 7);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* on_scale calls, recorded in order. */
+struct scale_log {
+    pthread_mutex_t mutex;
+    int n;
+    uint32_t old_workers[256];
+    uint32_t new_workers[256];
+};
+
+static void record_scale(uint32_t old_workers, uint32_t new_workers, void *user_data) {
+    struct scale_log *log = (struct scale_log *)user_data;
+    pthread_mutex_lock(&log->mutex);
+    if (log->n < 256) {
+        log->old_workers[log->n] = old_workers;
+        log->new_workers[log->n] = new_workers;
+        log->n++;
+    }
+    pthread_mutex_unlock(&log->mutex);
+}
+
+static uint64_t workers_of(postbox_processor *p) {
+    postbox_processor_counters c;
+    memset(&c, 0, sizeof c);
+    CHECK_OK(postbox_processor_stats(p, &c));
+    return c.workers;
+}
+
+/* An autoscaler that starts with no worker thread, scales up with the backlog, and back to
+ * zero once the queue is empty; on_scale sees every step. */
+static void test_processor_autoscale_from_zero(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "elastic", NULL);
+    if (q == NULL) return;
+    struct proc_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.mutex, NULL);
+    st.sleep_ms = 20;
+    struct scale_log log;
+    memset(&log, 0, sizeof log);
+    pthread_mutex_init(&log.mutex, NULL);
+    postbox_processor_options o;
+    postbox_processor_options_init(&o);
+    CHECK(o.on_scale == NULL && o.on_scale_user_data == NULL && o.autoscale_start_at_min == 0);
+    o.autoscale_min_workers = 0;
+    o.autoscale_max_workers = 4;
+    o.autoscale_messages_per_worker = 1;
+    o.autoscale_check_interval_ms = 50;
+    o.autoscale_start_at_min = 1;
+    o.on_scale = record_scale;
+    o.on_scale_user_data = &log;
+    postbox_processor *p = NULL;
+    REQUIRE_OK(postbox_processor_start(q, &o, proc_handler, &st, &p));
+    CHECK(workers_of(p) == 0);
+    sleep_ms(200); /* a few checks of an empty queue: still no worker */
+    CHECK(workers_of(p) == 0);
+    pthread_mutex_lock(&log.mutex);
+    CHECK(log.n == 0);
+    pthread_mutex_unlock(&log.mutex);
+    for (int i = 0; i < 20; i++) send_text(q, "work");
+    wait_settled(p, 20);
+    CHECK(proc_calls(&st) == 20);
+    /* Idle again: the workers retire down to the minimum, 0 (bounded ~10 s). */
+    for (int i = 0; i < 1000 && workers_of(p) != 0; i++) sleep_ms(10);
+    CHECK(workers_of(p) == 0);
+    postbox_shutdown_report r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(postbox_processor_shutdown(p, -1, &r));
+    CHECK(r.finished && r.processed == 20);
+    postbox_processor_free(p);
+    p = NULL;
+    pthread_mutex_lock(&log.mutex);
+    CHECK(log.n >= 2);
+    if (log.n >= 2) {
+        /* Starts at 0 → 1, each call continues from the last, grows past one worker, never
+         * beyond the maximum, and ends at 0. */
+        CHECK(log.old_workers[0] == 0 && log.new_workers[0] == 1);
+        uint32_t peak = 0;
+        int rising = 1, chained = 1;
+        for (int i = 0; i < log.n; i++) {
+            if (i > 0 && log.old_workers[i] != log.new_workers[i - 1]) chained = 0;
+            if (log.new_workers[i] > peak) {
+                if (log.new_workers[i] != log.old_workers[i] + 1) rising = 0;
+                peak = log.new_workers[i];
+            }
+        }
+        CHECK(chained && rising);
+        CHECK(peak >= 2 && peak <= 4);
+        CHECK(log.new_workers[log.n - 1] == 0);
+    }
+    pthread_mutex_unlock(&log.mutex);
+    CHECK(stats_of(q).active == 0);
+
+    /* Refused before a thread starts. */
+    postbox_processor_options bad;
+    postbox_processor_options_init(&bad);
+    bad.autoscale_start_at_min = 1; /* without autoscaling */
+    CHECK_RC(postbox_processor_start(q, &bad, proc_handler, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "autoscale_start_at_min") != NULL);
+    bad.autoscale_min_workers = 3;
+    bad.autoscale_max_workers = 2;
+    CHECK_RC(postbox_processor_start(q, &bad, proc_handler, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    bad.autoscale_min_workers = 0;
+    bad.autoscale_max_workers = POSTBOX_MAX_PROCESSOR_WORKERS + 1;
+    CHECK_RC(postbox_processor_start(q, &bad, proc_handler, &st, &p), POSTBOX_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+
+    /* A caller built against the header before on_scale: its smaller struct is accepted, and
+     * the fields it lacks are off (no callback, start at `workers`). */
+    postbox_processor_options old;
+    postbox_processor_options_init(&old);
+    old.struct_size = (uint32_t)offsetof(postbox_processor_options, on_scale);
+    old.workers = 1;
+    old.on_scale = record_scale; /* past its struct: never read */
+    old.autoscale_start_at_min = 1;
+    int before = log.n;
+    REQUIRE_OK(postbox_processor_start(q, &old, proc_handler, &st, &p));
+    CHECK(workers_of(p) == 1);
+    CHECK_OK(postbox_processor_shutdown(p, -1, NULL));
+    postbox_processor_free(p);
+    CHECK(log.n == before);
+
+    pthread_mutex_destroy(&log.mutex);
+    pthread_mutex_destroy(&st.mutex);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 /* A transaction renews the locks of what it received, so a long transaction keeps them. */
 static void test_tx_renew_lock(const char *dir) {
     postbox_store *store = open_store(dir);
@@ -4960,6 +5194,8 @@ int main(int argc, char **argv) {
         {"processor_transactional", test_processor_transactional},
         {"processor_shutdown_waits", test_processor_shutdown_waits},
         {"processor_store_closed_under_it", test_processor_store_closed_under_it},
+        {"processor_lock_lost", test_processor_lock_lost},
+        {"processor_autoscale_from_zero", test_processor_autoscale_from_zero},
         {"tx_renew_lock", test_tx_renew_lock},
         {"selective_receive", test_selective_receive},
         {"session_stress", test_session_stress},

@@ -1021,6 +1021,9 @@ static void test_processors(const char *dir) {
     big.o.autoscale_reserve = UINT32_MAX;
     MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
     CHECK_OK(postbox_processor_options_init(&big.o));
+    big.o.autoscale_start_at_min = 1; /* without autoscale_max_workers */
+    MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
+    CHECK_OK(postbox_processor_options_init(&big.o));
     big.o.sessions = 1; /* a plain queue */
     MISUSE(postbox_processor_start(q, &big.o, ok_handler, NULL, &p), INVALID);
     CHECK(p == NULL);
@@ -1038,6 +1041,11 @@ static void test_processors(const char *dir) {
     MISUSE(postbox_processor_shutdown(NULL, 0, &report), INVALID);
     MISUSE(postbox_processor_stats(NULL, &counters), INVALID);
     MISUSE(postbox_processor_dead_letter(NULL, "r", NULL), INVALID);
+    int flag = 0;
+    MISUSE(postbox_processor_lock_lost(NULL, &flag), INVALID);
+    MISUSE(postbox_processor_lock_lost(NULL, NULL), INVALID);
+    MISUSE(postbox_processor_cancelled(NULL, &flag), INVALID);
+    MISUSE(postbox_processor_cancelled(NULL, NULL), INVALID);
     postbox_processor_free(NULL);
 
     /* A message that did not come from a processor callback. */
@@ -1046,6 +1054,9 @@ static void test_processors(const char *dir) {
     if (m != NULL) {
         MISUSE(postbox_processor_dead_letter(m, "r", NULL), INVALID);
         MISUSE(postbox_processor_dead_letter(m, NULL, NULL), INVALID);
+        MISUSE(postbox_processor_lock_lost(m, &flag), INVALID);
+        MISUSE(postbox_processor_lock_lost(m, NULL), INVALID);
+        MISUSE(postbox_processor_cancelled(m, &flag), INVALID);
         postbox_message_free(m);
     }
 
