@@ -158,9 +158,9 @@ pub use message::{
 };
 pub use options::{Durability, QueueOptions};
 pub use processor::{
-    Autoscale, Delivery, EventCallback, MAX_PROCESSOR_WORKERS, Processor, ProcessorBuilder,
-    ProcessorEvent, ProcessorStats, REASON_DECODE_FAILED, RetryPolicy, ScaleCallback,
-    ShutdownReport,
+    Autoscale, Delivery, EventCallback, LockWatch, MAX_PROCESSOR_WORKERS, Processor,
+    ProcessorBuilder, ProcessorEvent, ProcessorStats, REASON_DECODE_FAILED, RetryPolicy,
+    ScaleCallback, ShutdownReport,
 };
 pub use queue::{Browse, BrowseAll, Queue, QueueStats};
 pub use received::{Received, SettleError};

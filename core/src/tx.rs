@@ -64,6 +64,11 @@ pub struct Transaction {
 }
 
 impl Transaction {
+    /// A new, empty transaction on the same store.
+    pub(crate) fn empty_like(&self) -> Transaction {
+        Transaction::new(self.engine.clone())
+    }
+
     pub(crate) fn new(engine: Arc<Engine>) -> Transaction {
         Transaction {
             engine,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::held::HeldMessage;
+use crate::Transaction;
 use crate::processor::{Delivery, RetryPolicy};
 
 /// Ends the loan of `message` after its handler returned `handler`: a dead letter the handler
@@ -42,4 +43,12 @@ pub fn retry_policy(
         p.multiplier = m;
     }
     Some(p)
+}
+
+/// Takes a transactional processor's transaction out of `tx` to lend it to a foreign handler,
+/// leaving an empty transaction of the same store in its place (dropping that does nothing:
+/// no locks, no sends). Put the lent one back with `*tx = lent` when the handler returns.
+pub fn take_transaction(tx: &mut Transaction) -> Transaction {
+    let empty = tx.empty_like();
+    std::mem::replace(tx, empty)
 }

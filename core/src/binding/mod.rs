@@ -13,7 +13,7 @@ pub mod request;
 pub mod send;
 
 pub use held::{DeadLetterRequest, HeldMessage, Hold};
-pub use lent::{finish_lent, retry_policy};
+pub use lent::{finish_lent, retry_policy, take_transaction};
 pub use request::{PendingRequest, send_request};
 pub use send::{FlatSend, FlatSendError};
 

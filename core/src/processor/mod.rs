@@ -295,6 +295,17 @@ impl Delivery {
         to_system_time(self.track.locked_until.load(Ordering::Acquire))
     }
 
+    /// A handle that answers [`lock_lost`](Self::lock_lost) and
+    /// [`is_cancelled`](Self::is_cancelled) for this delivery from anywhere, for as long as it
+    /// is kept: for a binding whose handler outlives the borrow of the `Delivery`, or a thread
+    /// the handler started.
+    pub fn lock_watch(&self) -> LockWatch {
+        LockWatch {
+            track: self.track.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
     /// Decodes the body written by a [`TypedQueue`](crate::TypedQueue), as
     /// [`decode_typed_body`](crate::decode_typed_body) does (JSON or bincode envelopes, legacy
     /// bincode bodies).
@@ -321,6 +332,35 @@ impl Delivery {
         }
         *slot = Some((reason.to_owned(), description.to_owned()));
         Ok(())
+    }
+}
+
+/// The lock state of one [`Delivery`], readable apart from it (see [`Delivery::lock_watch`]).
+#[derive(Clone)]
+pub struct LockWatch {
+    track: Arc<Track>,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for LockWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockWatch")
+            .field("lock_lost", &self.lock_lost())
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockWatch {
+    /// As [`Delivery::is_cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        self.lock_lost() || self.track.timed_out.load(Ordering::Acquire)
+    }
+
+    /// As [`Delivery::lock_lost`].
+    pub fn lock_lost(&self) -> bool {
+        self.track.lock_lost.load(Ordering::Acquire)
+            || self.clock.now_ms() >= self.track.locked_until.load(Ordering::Acquire)
     }
 }
 
