@@ -9,6 +9,8 @@ from typing import Any, Literal, TypedDict, final
 
 from typing_extensions import Self, TypeAlias, Unpack
 
+from ._typed import Codec
+
 _Body: TypeAlias = bytes | bytearray | memoryview | str
 _Seconds: TypeAlias = float | timedelta
 _PropertyValue: TypeAlias = str | bytes
@@ -546,6 +548,17 @@ class Message:
     def renew_lock(self) -> datetime:
         """Extends the lock by the queue's lock_duration (through the transaction for a
         message received in one); returns the new expiry."""
+    @property
+    def lock_lost(self) -> bool:
+        """In a processor handler: whether the message's lock is gone (a renewal was refused,
+        or the lock expired: renewal off or past ``max_auto_renew``). The processor will not
+        complete the message then. Live while the handler runs; ``False`` for a message that
+        did not come from a processor."""
+    @property
+    def cancelled(self) -> bool:
+        """In a processor handler: whether to give up — ``lock_lost``, or the
+        ``handler_timeout`` passed (the processor will not complete the message either way).
+        Live; poll it between steps of long work. ``False`` outside a processor."""
     def reply(self, body: _Body, **props: Unpack[_SendProps]) -> int:
         """Answers the message and completes it, in one commit; returns the reply's id.
 
@@ -632,7 +645,8 @@ class Session:
 @final
 class Transaction:
     @property
-    def state(self) -> Literal["open", "committed", "aborted"]: ...
+    def state(self) -> Literal["open", "committed", "aborted", "closed"]:
+        """``"closed"`` only for a transactional processor's, once its handler returned."""
     def receive(self, queue: Queue, timeout: _Seconds | None = None) -> Message: ...
     def receive_by_id(self, queue: Queue, id: int, timeout: _Seconds | None = None) -> Message:
         """Receives message ``id`` of ``queue`` into the transaction (see ``Queue``)."""
@@ -1072,7 +1086,7 @@ class Processor:
     def __new__(
         cls,
         queue: Queue,
-        handler: Callable[[Message], object],
+        handler: Callable[..., object],
         workers: int = 4,
         *,
         retry_delay: _Seconds | None = None,
@@ -1083,8 +1097,35 @@ class Processor:
         autoscale: tuple[int, int] | None = None,
         drop_timeout: _Seconds | None = None,
         sessions: bool = False,
+        transactional: bool = False,
+        codec: str | Codec[Any] | None = None,
+        messages_per_worker: int | None = None,
+        check_interval: _Seconds | None = None,
+        on_scale: Callable[[int], object] | None = None,
     ) -> Processor:
         """Runs ``handler(message)`` on ``workers`` threads for every message of ``queue``.
+
+        ``transactional=True`` calls ``handler(message, tx)`` instead, ``tx`` a
+        ``Transaction`` lent for the call: what the handler does with it (``tx.send``,
+        ``tx.receive``, ...) commits together with the message's completion when it returns,
+        and is discarded when it raises (the message is then retried or dead-lettered as for
+        any failure). The processor commits or aborts ``tx``: ``commit``, ``abort`` and
+        ``with tx:`` raise ``InvalidArgumentError``, and after the call it is ``"closed"``.
+
+        ``codec`` (``"json"``, ``"pickle"`` or a codec object, as for ``TypedQueue``) makes
+        the handler get a ``TypedMessage`` with the decoded ``value``; a body that does not
+        decode never reaches it and is dead-lettered on its first delivery with reason
+        ``"DecodeFailed"``, as in Rust and C.
+
+        While the handler runs, ``message.lock_lost`` and ``message.cancelled`` tell whether
+        its lock is gone or it should give up (see ``Message``).
+
+        ``autoscale=(min_workers, max_workers)`` (``min_workers`` may be 0) resizes the pool
+        every ``check_interval`` (default 5 s) to the backlog divided by
+        ``messages_per_worker`` (default 20), within the bounds; both need ``autoscale`` and
+        must be positive (``InvalidArgumentError``). ``on_scale(workers)`` is called with the
+        live worker count whenever it changes (start, autoscaling, stop), on a native thread;
+        an exception it raises is logged to the ``postbox`` logger, not raised.
 
         ``sessions=True`` is session mode, for a queue that requires sessions: each worker
         holds one session at a time and handles its messages in order, so ``workers`` groups

@@ -324,6 +324,16 @@ class TypedMessage(Generic[T]):
         """Extends the lock by the queue's ``lock_duration``; returns the new expiry."""
         return self._message.renew_lock()
 
+    @property
+    def lock_lost(self) -> bool:
+        """In a processor handler: whether the lock is gone (``Message.lock_lost``)."""
+        return self._message.lock_lost
+
+    @property
+    def cancelled(self) -> bool:
+        """In a processor handler: whether to give up (``Message.cancelled``)."""
+        return self._message.cancelled
+
     def __enter__(self) -> TypedMessage[T]:
         self._message.__enter__()
         return self
@@ -448,15 +458,16 @@ class TypedQueue(Generic[T]):
         reaches ``handler``: it is dead-lettered with reason ``"DecodeFailed"``.
         """
 
-        def run(msg: Message) -> object:
-            try:
-                value = self.decode(msg)
-            except CodecError as e:
-                msg.dead_letter(REASON_DECODE_FAILED, str(e))
-                return None
-            return handler(TypedMessage(msg, value))
+        return Processor(self._queue, handler, workers, codec=self._codec, **options)
 
-        return Processor(self._queue, run, workers, **options)
+    def _decoded_or_dead_lettered(self, msg: Message) -> tuple[bool, Any]:
+        """For a processor: ``(True, value)``, or ``(False, None)`` once the message was
+        marked for the dead-letter queue (``DecodeFailed``) because its body does not decode."""
+        try:
+            return True, self.decode(msg)
+        except CodecError as e:
+            msg.dead_letter(REASON_DECODE_FAILED, str(e))
+            return False, None
 
     def _typed(self, msg: Message) -> TypedMessage[T]:
         try:
@@ -476,3 +487,26 @@ class TypedQueue(Generic[T]):
 
     def __repr__(self) -> str:
         return f"TypedQueue({self._queue.name!r}, codec={self._codec!r})"
+
+
+def _typed_handler(
+    queue: Queue, codec: str | Codec[Any], handler: Callable[..., object], transactional: bool
+) -> Callable[..., object]:
+    """The handler a ``Processor(..., codec=...)`` runs: decodes each body and calls
+    ``handler`` with a ``TypedMessage`` (and the transaction, in transactional mode); a body
+    that does not decode is dead-lettered with reason ``"DecodeFailed"`` instead."""
+    view: TypedQueue[Any] = TypedQueue(queue, codec)  # type: ignore[arg-type]
+
+    if transactional:
+
+        def run_tx(msg: Message, tx: Transaction) -> object:
+            ok, value = view._decoded_or_dead_lettered(msg)
+            return handler(TypedMessage(msg, value), tx) if ok else None
+
+        return run_tx
+
+    def run(msg: Message) -> object:
+        ok, value = view._decoded_or_dead_lettered(msg)
+        return handler(TypedMessage(msg, value)) if ok else None
+
+    return run

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use postbox::binding::HeldMessage;
-use postbox::{Envelope, MessageId, Received, SettleError};
+use postbox::{Envelope, LockWatch, MessageId, Received, SettleError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyDict, PySet, PyString, PyType};
@@ -22,6 +22,8 @@ pub struct PyMessage {
     /// The message and its lock state, as every binding keeps them.
     pub held: HeldMessage<TxLink>,
     body: PyOnceLock<Py<PyBytes>>,
+    /// The lock state of a processor's delivery (`None` for other messages).
+    watch: Option<LockWatch>,
 }
 
 impl PyMessage {
@@ -29,6 +31,7 @@ impl PyMessage {
         PyMessage {
             held,
             body: PyOnceLock::new(),
+            watch: None,
         }
     }
 
@@ -40,8 +43,11 @@ impl PyMessage {
         PyMessage::wrap(HeldMessage::received(r))
     }
 
-    pub fn for_processor(env: Envelope, locked_until: SystemTime) -> PyMessage {
-        PyMessage::wrap(HeldMessage::lent(env, locked_until))
+    pub fn for_processor(env: Envelope, locked_until: SystemTime, watch: LockWatch) -> PyMessage {
+        PyMessage {
+            watch: Some(watch),
+            ..PyMessage::wrap(HeldMessage::lent(env, locked_until))
+        }
     }
 
     pub fn in_transaction(
@@ -77,6 +83,23 @@ impl PyMessage {
 
 #[pymethods]
 impl PyMessage {
+    /// In a processor handler: whether the message's lock is gone (a renewal was refused, or
+    /// the lock expired: renewal off or past `max_auto_renew`). The processor will not complete
+    /// it then, and another receiver may already have it. Live: read it as often as needed.
+    /// Always `False` for a message that did not come from a processor.
+    #[getter]
+    fn lock_lost(&self) -> bool {
+        self.watch.as_ref().is_some_and(LockWatch::lock_lost)
+    }
+
+    /// In a processor handler: whether the handler should give up, its lock being lost
+    /// (`lock_lost`) or its `handler_timeout` passed; the processor will not complete the
+    /// message either way. Live, like `lock_lost`; always `False` outside a processor.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.watch.as_ref().is_some_and(LockWatch::is_cancelled)
+    }
+
     /// The store-wide id.
     #[getter]
     fn id(&self) -> u64 {

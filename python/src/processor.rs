@@ -7,9 +7,9 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use postbox::binding::{finish_lent, retry_policy};
+use postbox::binding::{finish_lent, retry_policy, take_transaction};
 use postbox::sync::Mutex;
-use postbox::{Autoscale, Delivery, Processor, ShutdownReport};
+use postbox::{Autoscale, Delivery, Processor, ShutdownReport, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
@@ -17,6 +17,7 @@ use crate::convert;
 use crate::errors::{IntoPy, check_process, invalid, is_forked};
 use crate::message::PyMessage;
 use crate::queue::{PyQueue, SLICE};
+use crate::tx::PyTransaction;
 
 struct Inner {
     /// `None` once shut down. An `Arc` so that waits happen without holding the mutex.
@@ -120,7 +121,7 @@ fn failure_text(py: Python<'_>, e: &PyErr) -> String {
 
 fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
     let (msg, result) = Python::attach(|py| {
-        let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until());
+        let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until(), d.lock_watch());
         let msg = Bound::new(py, msg).map_err(|e| failure_text(py, &e))?;
         let result = handler
             .bind(py)
@@ -130,6 +131,54 @@ fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
         Ok::<_, String>((msg.unbind(), result))
     })?;
     finish_lent(d, &msg.get().held, result)
+}
+
+/// A transactional handler call: `handler(message, tx)` with the processor's transaction lent
+/// as a `postbox.Transaction` for the call, taken back (and closed to Python) when it returns.
+fn run_tx_handler(handler: &Py<PyAny>, d: &Delivery, tx: &mut Transaction) -> Result<(), String> {
+    let lent = Python::attach(|py| {
+        Py::new(py, PyTransaction::lent(take_transaction(tx))).map_err(|e| failure_text(py, &e))
+    })?;
+    let called = Python::attach(|py| {
+        let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until(), d.lock_watch());
+        let msg = Bound::new(py, msg).map_err(|e| failure_text(py, &e))?;
+        let result = handler
+            .bind(py)
+            .call1((&msg, lent.bind(py)))
+            .map(drop)
+            .map_err(|e| failure_text(py, &e));
+        Ok::<_, String>((msg.unbind(), result))
+    });
+    // Taken back whatever happened: the processor commits it with the completion, or aborts it.
+    if let Some(t) = Python::attach(|py| py.detach(|| lent.get().reclaim())) {
+        *tx = t;
+    }
+    let (msg, result) = called?;
+    finish_lent(d, &msg.get().held, result)
+}
+
+/// Calls the `on_scale` callback with the live worker count, on whichever native thread
+/// changed it. An exception is logged to the `postbox` logger, never raised.
+fn call_on_scale(f: &Py<PyAny>, workers: usize) {
+    Python::attach(|py| {
+        if let Err(e) = f.bind(py).call1((workers,)) {
+            let logged = py
+                .import("logging")
+                .and_then(|l| l.call_method1("getLogger", ("postbox",)))
+                .and_then(|log| {
+                    let kw = PyDict::new(py);
+                    kw.set_item("exc_info", e.value(py))?;
+                    log.call_method(
+                        "error",
+                        ("postbox.Processor on_scale(%d) raised", workers),
+                        Some(&kw),
+                    )
+                });
+            if let Err(e) = logged {
+                e.write_unraisable(py, None);
+            }
+        }
+    });
 }
 
 /// Rust's default stack for spawned threads: workers never get less.
@@ -224,7 +273,8 @@ impl PyProcessor {
     #[new]
     #[pyo3(signature = (queue, handler, workers=4, *, retry_delay=None, max_retry_delay=None,
         handler_timeout=None, max_auto_renew=None, prefetch=0, autoscale=None, drop_timeout=None,
-        sessions=false))]
+        sessions=false, transactional=false, codec=None, messages_per_worker=None,
+        check_interval=None, on_scale=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -239,12 +289,47 @@ impl PyProcessor {
         autoscale: Option<(usize, usize)>,
         drop_timeout: Option<&Bound<'_, PyAny>>,
         sessions: bool,
+        transactional: bool,
+        codec: Option<&Bound<'_, PyAny>>,
+        messages_per_worker: Option<u64>,
+        check_interval: Option<&Bound<'_, PyAny>>,
+        on_scale: Option<Bound<'_, PyAny>>,
     ) -> PyResult<PyProcessor> {
         if !handler.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(if transactional {
+                "handler must be callable: handler(message, tx) -> None"
+            } else {
+                "handler must be callable: handler(message) -> None"
+            }));
+        }
+        if let Some(f) = &on_scale
+            && !f.is_callable()
+        {
             return Err(pyo3::exceptions::PyTypeError::new_err(
-                "handler must be callable: handler(message) -> None",
+                "on_scale must be callable: on_scale(workers) -> None",
             ));
         }
+        let check_interval = convert::opt_duration(check_interval, "check_interval")?;
+        if autoscale.is_none() && (messages_per_worker.is_some() || check_interval.is_some()) {
+            return Err(invalid(
+                "messages_per_worker and check_interval need autoscale=(min_workers, max_workers)",
+            ));
+        }
+        if messages_per_worker == Some(0) {
+            return Err(invalid("messages_per_worker must be at least 1"));
+        }
+        if check_interval.is_some_and(|d| d.is_zero()) {
+            return Err(invalid("check_interval must be positive"));
+        }
+        // Typed bodies: the handler gets a `TypedMessage`; a body that does not decode is
+        // dead-lettered (`DecodeFailed`) before it could reach it, as Rust and C do.
+        let handler = match codec {
+            Some(c) if !c.is_none() => py
+                .import("postbox._typed")?
+                .getattr("_typed_handler")?
+                .call1((&queue, c, &handler, transactional))?,
+            _ => handler,
+        };
         let retry = retry_policy(
             convert::opt_duration(retry_delay, "retry_delay")?,
             None,
@@ -273,11 +358,30 @@ impl PyProcessor {
             b = b.max_auto_renew(t);
         }
         if let Some((lo, hi)) = autoscale {
-            b = b.autoscale(Autoscale::new(lo, hi));
+            let mut a = Autoscale::new(lo, hi);
+            if let Some(n) = messages_per_worker {
+                a = a.messages_per_worker(n);
+            }
+            if let Some(d) = check_interval {
+                a = a.check_interval(d);
+            }
+            b = b.autoscale(a);
+        }
+        if let Some(f) = on_scale {
+            let f = f.unbind();
+            b = b.on_scale(move |workers| call_on_scale(&f, workers));
         }
         let handler = handler.unbind();
         let p = py
-            .detach(|| b.start(move |d: &Delivery| run_handler(&handler, d)))
+            .detach(|| {
+                if transactional {
+                    b.start_transactional(move |d: &Delivery, tx: &mut Transaction| {
+                        run_tx_handler(&handler, d, tx)
+                    })
+                } else {
+                    b.start(move |d: &Delivery| run_handler(&handler, d))
+                }
+            })
             .py_err()?;
         let inner = Arc::new(Inner {
             drop_timeout: p.drop_timeout(),

@@ -72,6 +72,9 @@ pub struct PyTransaction {
     /// The process that began it: its state mutex is never taken in another (a parent thread
     /// may have held it at fork time).
     opened_by: u32,
+    /// A transactional processor's, lent to one handler call: the processor commits or aborts
+    /// it, never the handler.
+    lent: bool,
 }
 
 impl PyTransaction {
@@ -79,7 +82,35 @@ impl PyTransaction {
         PyTransaction {
             state: Arc::new(Mutex::new(State::Open(tx))),
             opened_by: std::process::id(),
+            lent: false,
         }
+    }
+
+    /// The transaction of a transactional processor, lent to one handler call.
+    pub fn lent(tx: Transaction) -> PyTransaction {
+        PyTransaction {
+            lent: true,
+            ..PyTransaction::new(tx)
+        }
+    }
+
+    /// Takes a lent transaction back when its handler returned; later calls on the Python
+    /// object raise (the transaction is "closed"). `None` if the handler somehow finished it.
+    pub fn reclaim(&self) -> Option<Transaction> {
+        match std::mem::replace(&mut *self.state.lock(), State::Finished("closed")) {
+            State::Open(tx) => Some(tx),
+            State::Finished(_) => None,
+        }
+    }
+
+    fn refuse_lent(&self) -> PyResult<()> {
+        if self.lent {
+            return Err(invalid(
+                "this transaction belongs to the processor: it commits when the handler \
+                 returns and aborts when it raises",
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `f` on the open transaction. The mutex is only ever taken without the GIL.
@@ -101,6 +132,7 @@ impl PyTransaction {
 
     fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
         check_process(self.opened_by)?;
+        self.refuse_lent()?;
         let how = if commit { "committed" } else { "aborted" };
         let r = py.detach(|| {
             let prev = std::mem::replace(&mut *self.state.lock(), State::Finished(how));
@@ -401,7 +433,8 @@ impl PyTransaction {
         self.finish(py, false)
     }
 
-    /// `"open"`, `"committed"` or `"aborted"`.
+    /// `"open"`, `"committed"` or `"aborted"`; `"closed"` for a transactional processor's
+    /// once its handler returned.
     #[getter]
     fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
         check_process(self.opened_by)?;
@@ -415,6 +448,7 @@ impl PyTransaction {
         let py = slf.py();
         let this = slf.get();
         check_process(this.opened_by)?;
+        this.refuse_lent()?;
         let finished = py.detach(|| match &*this.state.lock() {
             State::Open(_) => None,
             State::Finished(how) => Some(*how),
