@@ -16,7 +16,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # shellcheck disable=SC1091
 source "$venv/bin/activate"
-python -m pip install -q --disable-pip-version-check maturin pytest pytest-timeout mypy
+python -m pip install -q --disable-pip-version-check maturin pytest pytest-timeout pytest-asyncio mypy
 
 # The documented install command (a release build through maturin's PEP 517 backend).
 python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python

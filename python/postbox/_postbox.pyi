@@ -52,6 +52,7 @@ class _QueueOptions(TypedDict, total=False):
 
 __all__ = [
     "AdminServer",
+    "AsyncReceive",
     "Browse",
     "Collated",
     "Collator",
@@ -76,6 +77,7 @@ __all__ = [
     "TransactionTable",
     "_shutdown_all",
     "_error_kinds",
+    "_receive_async",
     "__version__",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
@@ -1156,3 +1158,18 @@ class Processor:
 def _shutdown_all() -> None: ...
 def _error_kinds() -> list[tuple[int, str]]:
     """Every error kind of the engine as ``(code, exception class name)`` (for tests)."""
+
+@final
+class AsyncReceive:
+    """One receive in flight for ``postbox.aio`` (made by ``_receive_async``)."""
+
+    def done(self) -> bool: ...
+    def result(self) -> Message | None:
+        """The locked message, ``None`` on timeout, or the store's error raised."""
+    def cancel(self) -> bool:
+        """Withdraws the receive; a message it got but nobody collected is abandoned."""
+
+def _receive_async(
+    queue: Queue, timeout: _Seconds | None, wake: Callable[[], object]
+) -> AsyncReceive:
+    """Starts a receive waited for by the driver thread; ``wake()`` is called when it resolves."""

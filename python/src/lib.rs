@@ -6,6 +6,7 @@
 //! `postbox._errors`, one per `postbox::ErrorKind`.
 
 mod admin;
+mod aio;
 mod collator;
 mod convert;
 mod errors;
@@ -29,6 +30,8 @@ use pyo3::prelude::*;
 mod _postbox {
     #[pymodule_export]
     use crate::admin::PyAdminServer;
+    #[pymodule_export]
+    use crate::aio::{_receive_async, PyAsyncReceive};
     #[pymodule_export]
     use crate::collator::{PyCollated, PyCollator, PySeriesGap};
     #[pymodule_export]

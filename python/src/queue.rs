@@ -46,7 +46,7 @@ pub struct PyQueue {
     pub q: Queue,
     /// Checked before every call into the core: some core paths take a lock of the store
     /// before their own fork check, and a parent thread may have held it at fork time.
-    opened_by: u32,
+    pub opened_by: u32,
 }
 
 impl PyQueue {
