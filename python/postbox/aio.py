@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -48,6 +49,7 @@ from ._postbox import Message, Queue, Store, Transaction
 __all__ = ["AsyncMessage", "AsyncProcessor", "AsyncQueue", "AsyncTransaction", "begin"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger("postbox.aio")
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -256,7 +258,8 @@ class AsyncProcessor:
 
     A handler that returns completes the message (unless it settled it itself); one that
     raises abandons it, so it is delivered again (and dead-lettered once the queue's
-    ``max_deliveries`` is reached). ``await stop()`` stops receiving, waits for the running
+    ``max_deliveries`` is reached); the exception is logged to the ``postbox.aio`` logger and
+    counted in ``failed`` (successes in ``processed``). ``await stop()`` stops receiving, waits for the running
     handlers and returns; a waiting receive is cancelled, which gives nothing up.
     Use ``async with AsyncProcessor(...):`` or ``start()`` / ``await stop()``.
     """
@@ -306,6 +309,7 @@ class AsyncProcessor:
                 await self.handler(msg)
             except Exception:
                 self.failed += 1
+                _log.exception("handler failed on message %d of %r", msg.id, self.queue.name)
                 if msg.state == "locked":
                     await msg.abandon()
             else:
