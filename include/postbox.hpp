@@ -900,6 +900,19 @@ public:
         check(postbox_processor_dead_letter(m_, r.c_str(),
                                             description.empty() ? nullptr : d.c_str()));
     }
+    /// Whether the message's lock was lost (renewal refused, or the lock expired): the processor
+    /// will not complete it, whatever the callback does. Poll it in long callbacks.
+    bool lock_lost() const {
+        int lost = 0;
+        check(postbox_processor_lock_lost(m_, &lost));
+        return lost != 0;
+    }
+    /// Whether the callback should give up: lock_lost(), or the handler timeout passed.
+    bool cancelled() const {
+        int cancelled = 0;
+        check(postbox_processor_cancelled(m_, &cancelled));
+        return cancelled != 0;
+    }
 };
 
 namespace detail {

@@ -463,6 +463,30 @@ static void test_processor(const std::string &dir) {
         CHECK(p2.stats().failed == 1);
     } // destructor: shuts down and frees
     CHECK(active(q) == 0 && tries == 2);
+
+    // A callback past its time limit sees cancelled() (its lock, renewed, is not lost); the
+    // message is not completed and comes again.
+    q.send("slow");
+    std::atomic<int> saw_cancel{0}, entries{0};
+    postbox::processor_options limited;
+    limited.workers = 1;
+    limited.retry_immediately = true;
+    limited.handler_timeout = 100ms;
+    {
+        auto p3 = postbox::processor::start(
+            q,
+            [&](postbox::processor_message &m) {
+                entries++;
+                if (m.delivery_count() > 1) return;
+                for (int i = 0; i < 1000 && !m.cancelled(); i++) {
+                    std::this_thread::sleep_for(10ms);
+                }
+                if (m.cancelled() && !m.lock_lost()) saw_cancel++;
+            },
+            limited);
+        CHECK(eventually([&] { return p3.stats().processed == 1; }));
+    }
+    CHECK(saw_cancel == 1 && entries == 2 && active(q) == 0);
 }
 
 static void test_processor_exceptions(const std::string &dir) {
