@@ -147,13 +147,15 @@ pub struct Sent {
     pub duplicate: bool,
 }
 
-/// Engine-side attachments of a message being sent; not part of what is stored.
+/// Engine-side attachments of a message being sent, beside its envelope.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SendTags {
     /// The job this message is a piece of.
     pub job: Option<u64>,
     /// The id a transaction reserved for it when it was sent.
     pub reserved_id: Option<u64>,
+    /// Deliveries it already had elsewhere: its delivery count starts here.
+    pub prior_deliveries: u32,
 }
 
 /// The optional, variable-length properties shared by [`Message`] and [`Envelope`].
@@ -300,6 +302,14 @@ impl Message {
     /// in which messages are handed out.
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.props.group = Some(group.into());
+        self
+    }
+
+    /// Deliveries this message already had before it arrived here (a message forwarded from
+    /// another broker, whose delivery count was `n`): it starts with this delivery count, so
+    /// the queue's `max_deliveries` counts those attempts too. Default 0.
+    pub fn prior_deliveries(mut self, n: u32) -> Self {
+        self.tags.prior_deliveries = n;
         self
     }
 

@@ -108,6 +108,20 @@ impl Received {
         self.settle(Settle::Abandon { delay_ms: 0 })
     }
 
+    /// Returns the message to the head of its queue *without* counting this delivery: for a
+    /// forwarder that took the message and never handed it on (a bridge stopping before its
+    /// broker confirmed), so that stopping and starting again never uses up `max_deliveries`.
+    /// A handler that looked at the message and failed should [`abandon`](Self::abandon).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if the lock is already gone (the message is back anyway).
+    pub fn release(self) -> Result<(), SettleError> {
+        let lock = (self.envelope.id.0, self.token);
+        let r = self.engine.call(move |b| b.release_lock(lock));
+        self.conclude(r)
+    }
+
     /// Returns the message to the queue, receivable again only after `delay` (retry backoff).
     ///
     /// # Errors

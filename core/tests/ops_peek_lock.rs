@@ -207,3 +207,56 @@ fn settling_after_the_lock_expired_is_lock_lost_and_changes_nothing() {
     new.complete().unwrap();
     assert_eq!(counts(&q), (0, 0, 0, 0, 0));
 }
+
+/// `release` gives a message back to the head of its queue without counting the delivery,
+/// for a forwarder that never handed it on; a second release is `LockLost`.
+#[test]
+fn release_returns_a_message_uncounted() {
+    let t = TestStore::new();
+    let q = t
+        .store()
+        .queue_with("q", QueueOptions::default().max_deliveries(2))
+        .unwrap();
+    let first = q.send("first").unwrap();
+    q.send("second").unwrap();
+    for _ in 0..5 {
+        let m = q.try_receive().unwrap().unwrap();
+        assert_eq!(m.id(), first, "released messages go back to the head");
+        assert_eq!(m.delivery_count(), 1);
+        m.release().unwrap();
+    }
+    assert_eq!(q.stats().unwrap().dead_lettered, 0);
+    let m = q.try_receive().unwrap().unwrap();
+    let token = m.lock_token();
+    m.abandon().unwrap();
+    let again = q.try_receive().unwrap().unwrap();
+    assert_eq!(
+        again.delivery_count(),
+        2,
+        "abandon counts, release does not"
+    );
+    assert_ne!(again.lock_token(), token);
+    again.complete().unwrap();
+}
+
+/// A message that arrives with deliveries behind it (`prior_deliveries`) starts with that
+/// delivery count, and `max_deliveries` counts them.
+#[test]
+fn prior_deliveries_count_against_max_deliveries() {
+    let t = TestStore::new();
+    let q = t
+        .store()
+        .queue_with("q", QueueOptions::default().max_deliveries(3))
+        .unwrap();
+    q.send(Message::new("tried twice elsewhere").prior_deliveries(2))
+        .unwrap();
+    assert_eq!(q.peek().unwrap().unwrap().delivery_count(), 2);
+    let m = q.try_receive().unwrap().unwrap();
+    assert_eq!(m.delivery_count(), 3);
+    m.abandon().unwrap();
+    assert_eq!(
+        q.stats().unwrap().dead_lettered,
+        1,
+        "the third delivery was its last"
+    );
+}

@@ -194,7 +194,7 @@ impl<'t> Batch<'t> {
             queue: q,
             priority: m.priority,
             status: Status::Ready,
-            delivery_count: 0,
+            delivery_count: m.tags.prior_deliveries,
             size,
             enqueued_at: now,
             visible_at,

@@ -223,6 +223,13 @@ impl<'t> Batch<'t> {
         Ok(st.locked_until)
     }
 
+    /// One lock handed back uncounted by its holder ([`crate::Received::release`]); unlike
+    /// [`Batch::unreceive`], a lost lock is the caller's error.
+    pub fn release_lock(&mut self, (id, token): (u64, u64)) -> Result<()> {
+        self.check_lock(id, token)?;
+        self.unreceive(&[(id, token)])
+    }
+
     /// Takes back locks that were never handed to a receiver (an async receive dropped while
     /// its answer was on the way): each message returns to the head of its queue with the
     /// delivery that was counted for it uncounted, since nobody saw it. Locks already lost
