@@ -12,6 +12,7 @@
 pub mod io;
 mod act;
 pub mod admin;
+mod bridge;
 mod demo;
 pub mod fail;
 mod inspect;
@@ -296,6 +297,21 @@ pub enum Command {
         #[arg(long)]
         allow_actions: bool,
     },
+    /// Forward between local queues and RabbitMQ (quorum queues) until Ctrl-C, as the TOML
+    /// file FILE says: brokers, links (outgoing or incoming), in-flight bounds. A status
+    /// line shows each link; with a bind address, the dashboard serves the bridge's counters
+    /// on /metrics too.
+    Bridge {
+        /// The configuration file (see README, "Beyond one machine").
+        #[arg(long)]
+        config: PathBuf,
+        /// The store (instead of the file's `store`); created when missing.
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// Serve the dashboard and /metrics here (instead of the file's `bind`).
+        #[arg(long)]
+        bind: Option<String>,
+    },
     /// Hold the store open until standard input closes (for tests of live stores).
     #[command(hide = true)]
     Hold {
@@ -558,6 +574,14 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
         } => {
             local_only("dashboard")?;
             admin::dashboard(&open_store(&store)?, &bind, allow_actions, json)
+        }
+        Command::Bridge {
+            config,
+            store,
+            bind,
+        } => {
+            local_only("bridge")?;
+            bridge::bridge(&config, store, bind, json)
         }
         Command::Hold {
             store,

@@ -1,10 +1,13 @@
 //! What postbox's tests and benchmarks share, so that every suite seeds, sizes and times its
 //! runs the same way: a seeded generator whose seed is printed for replay ([`Rng`]), size knobs
 //! read from the environment ([`knob`], [`stress`]), deterministic clocks, and stores in fresh
-//! temporary directories ([`TestStore`]).
+//! temporary directories ([`TestStore`]), and private RabbitMQ nodes and clusters for the bridge's
+//! tests ([`broker`]).
 //!
-//! Not published; test code only, so it panics on setup failures instead of returning errors.
+//! Not published; test code only, so it panics on setup failures instead of returning errors,
+//! except in [`broker`], where a broker that cannot run is the caller's to report or skip on.
 
+pub mod broker;
 mod clocks;
 mod knobs;
 mod rng;

@@ -21,7 +21,7 @@ mod sampler;
 mod server;
 mod wire;
 
-pub use server::{AdminOptions, AdminServer, ServeAdmin, serve_admin};
+pub use server::{AdminOptions, AdminServer, ExtraMetrics, ServeAdmin, serve_admin};
 pub(crate) use wire::{ERR as STDERR_FRAME, OUT as STDOUT_FRAME, write_frame as wire_write};
 
 use std::time::Duration;

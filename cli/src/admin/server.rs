@@ -51,6 +51,18 @@ pub struct AdminOptions {
     pub allow_actions: bool,
     /// The token actions need; `None` makes a random one ([`AdminServer::token`]).
     pub token: Option<String>,
+    /// More Prometheus text appended to `/metrics` at each request (a bridge's counters).
+    pub extra_metrics: Option<ExtraMetrics>,
+}
+
+/// A source of Prometheus text lines added to `/metrics`, asked at each request.
+#[derive(Clone)]
+pub struct ExtraMetrics(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics")
+    }
 }
 
 impl AdminOptions {
@@ -64,6 +76,7 @@ impl AdminOptions {
         AdminOptions {
             allow_actions: true,
             token,
+            extra_metrics: None,
         }
     }
 }
@@ -209,6 +222,7 @@ pub fn serve_admin(
         store: store.clone(),
         token: token.clone(),
         sampler: sampler.clone(),
+        extra_metrics: options.extra_metrics,
     });
     let accept = {
         let (http, stopped) = (http.clone(), stopped.clone());
@@ -242,6 +256,7 @@ struct Shared {
     store: Store,
     token: Option<String>,
     sampler: Arc<Sampler>,
+    extra_metrics: Option<ExtraMetrics>,
 }
 
 fn accept_loop(http: &tiny_http::Server, stopped: &AtomicBool, shared: &Arc<Shared>) {
@@ -363,7 +378,10 @@ fn metrics_route(shared: &Shared, request: Request) {
     match sampler::take(&shared.store) {
         Ok(now) => {
             let before = shared.sampler.last();
-            let body = metrics::render(&now, before.as_deref());
+            let mut body = metrics::render(&now, before.as_deref());
+            if let Some(extra) = &shared.extra_metrics {
+                body.push_str(&(extra.0)());
+            }
             let response = Response::from_string(body).with_header(header(
                 "Content-Type",
                 "text/plain; version=0.0.4; charset=utf-8",

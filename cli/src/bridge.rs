@@ -1,0 +1,121 @@
+//! `postbox bridge --config FILE`: runs a store-and-forward bridge to RabbitMQ until Ctrl-C,
+//! with a live status line and, given `bind`, the dashboard with the bridge's counters on
+//! `/metrics`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use postbox::Store;
+use postbox_bridge::{Bridge, BridgeConfig};
+
+use crate::admin::{AdminOptions, ExtraMetrics, serve_admin};
+use crate::fail::{Failure, Outcome};
+use crate::io::{stderr_is_terminal, stopping};
+
+/// How often a status line is written when standard error is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+pub(crate) fn bridge(
+    config: &Path,
+    store: Option<PathBuf>,
+    bind: Option<String>,
+    json: bool,
+) -> Outcome {
+    let mut config = BridgeConfig::from_file(config)?;
+    let path = store.or_else(|| config.store.take()).ok_or_else(|| {
+        Failure::usage("no store: give --store or `store = \"…\"` in the configuration")
+    })?;
+    let store = Store::builder().multi_process(true).open(&path)?;
+    let bind = bind.or_else(|| config.bind.take());
+    let bridge = Arc::new(Bridge::start(&store, config)?);
+    let server = match &bind {
+        Some(addr) => {
+            let b = bridge.clone();
+            let options = AdminOptions {
+                extra_metrics: Some(ExtraMetrics(Arc::new(move || b.stats().prometheus()))),
+                ..AdminOptions::default()
+            };
+            Some(serve_admin(&store, addr, options)?)
+        }
+        None => None,
+    };
+    if json {
+        say!(
+            "{}",
+            serde_json::json!({
+                "store": path.display().to_string(),
+                "links": bridge.stats().links.len(),
+                "metrics": server.as_ref().map(|s| format!("{}metrics", s.url())),
+            })
+        );
+    } else {
+        say!(
+            "postbox bridge for {}: {} links",
+            path.display(),
+            bridge.stats().links.len()
+        );
+        if let Some(s) = &server {
+            say!("  dashboard: {}", s.url());
+            say!("  metrics:   {}metrics", s.url());
+        }
+        say!("Ctrl-C to stop.");
+    }
+    let live = !json && stderr_is_terminal();
+    let mut logged = Instant::now();
+    while !stopping() {
+        std::thread::sleep(Duration::from_millis(250));
+        let stats = bridge.stats();
+        if live {
+            tell_raw(&format!("\r\x1b[2K{}", stats.status_line()));
+        } else if logged.elapsed() >= LOG_EVERY {
+            logged = Instant::now();
+            if json {
+                say!("{}", stats_json(&stats));
+            } else {
+                tell!("{}", stats.status_line());
+            }
+        }
+    }
+    if live {
+        tell!("");
+    }
+    if let Some(s) = server {
+        s.stop();
+    }
+    let last = match Arc::try_unwrap(bridge) {
+        Ok(b) => b.stop(),
+        Err(b) => b.stats(),
+    };
+    if json {
+        say!("{}", stats_json(&last));
+    } else {
+        say!("stopped: {}", last.status_line());
+    }
+    store.close()?;
+    Ok(())
+}
+
+fn tell_raw(s: &str) {
+    let _ = std::io::Write::write_all(&mut crate::io::stderr(), s.as_bytes());
+}
+
+fn stats_json(s: &postbox_bridge::BridgeStats) -> serde_json::Value {
+    serde_json::json!({
+        "links": s.links.iter().map(|l| serde_json::json!({
+            "direction": l.direction.as_str(),
+            "local": l.local,
+            "remote": l.remote,
+            "connected": l.connected,
+            "forwarded": l.forwarded,
+            "in_flight": l.in_flight,
+            "reconnects": l.reconnects,
+            "republished": l.republished,
+            "nacked": l.nacked,
+            "dead_lettered": l.dead_lettered,
+            "rejected": l.rejected,
+            "local_retries": l.local_retries,
+            "last_error": l.last_error,
+        })).collect::<Vec<_>>(),
+    })
+}
