@@ -77,6 +77,7 @@ echo "=== broker harness tests took $((SECONDS - start)) s"
 cargo test -p postbox-bridge --locked -- --nocapture
 cargo test -p postbox-cli --test bridge --locked -- --nocapture
 # The C and Python entry points against one node of their own.
+cargo build -p postbox-ffi --locked
 bash tests/bridge/with_node.sh bash tests/c/run_bridge.sh
 if [ ! -x python/.venv/bin/python ]; then
   # Run alone: python.sh builds the venv and the module first.

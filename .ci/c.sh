@@ -89,6 +89,14 @@ cc -std=c99 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 LD_LIBRARY_PATH=$LIB ASAN_OPTIONS=detect_leaks=1 POSTBOX_BIN=$LIB/postbox "$OUT/test_admin" \
     | tee "$OUT/admin_asan.log"
 
+# The RabbitMQ bridge started from C (tests/c/test_bridge.c), under ASan + UBSan: its part
+# without a broker (bad configurations, a broker nobody answers for, stop). .ci/bridge.sh runs
+# it again through tests/c/run_bridge.sh with POSTBOX_TEST_AMQP set to a real broker.
+cc -std=c99 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
+    "${WARN[@]}" -Iinclude tests/c/test_bridge.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_bridge"
+env -u POSTBOX_TEST_AMQP LD_LIBRARY_PATH=$LIB ASAN_OPTIONS=detect_leaks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1 "$OUT/test_bridge" | tee "$OUT/bridge_asan.log"
+
 # The C++ wrapper's test program (tests/cpp/test_postbox.cpp) under ASan + UBSan with
 # LeakSanitizer: a double free after a move, a leaked handle or an exception escaping a
 # processor trampoline fails it.

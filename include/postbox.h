@@ -38,7 +38,9 @@
  *     postbox_session   -> postbox_session_release or postbox_session_free (both free it)
  *     postbox_job       -> postbox_job_free
  *     postbox_queue_infos -> postbox_queue_infos_free
+ *     postbox_bridge    -> postbox_bridge_stop (before closing its store)
  *     buffers (uint8_t *, from postbox_session_state, postbox_table_get) -> postbox_buffer_free
+ *     strings (char *, from postbox_bridge_metrics, postbox_bridge_status_line) -> postbox_string_free
  * Destructors accept NULL. A handle never borrows from the handle that made it: a queue may
  * outlive its store handle's close (its calls then return POSTBOX_CLOSED), a message may
  * outlive its queue handle. Input strings and buffers are copied during the call; the caller
@@ -517,6 +519,12 @@
  * `postbox_admin_stop` (before closing its store). Its accessors are thread-safe.
  */
 typedef struct postbox_admin postbox_admin;
+
+/**
+ * A running bridge, from `postbox_bridge_start`. Stop and free it with `postbox_bridge_stop`
+ * (before closing its store). Its accessors are thread-safe.
+ */
+typedef struct postbox_bridge postbox_bridge;
 
 /**
  * An iterator over a queue's receivable messages in delivery order, without locking them.
@@ -1504,6 +1512,68 @@ typedef struct postbox_queue_info {
  * any other value to stop (`postbox_table_range` then returns `POSTBOX_OK`).
  */
 typedef int (*postbox_row_fn)(void *user_data, struct postbox_bytes key, struct postbox_bytes value);
+
+/**
+ * The totals over every link of a bridge, filled by `postbox_bridge_stats_get`.
+ *
+ * Versioned: the caller sets `struct_size` to `sizeof(postbox_bridge_stats)` (or calls
+ * `postbox_bridge_stats_init`) before the call. Later versions of the library append fields
+ * and keep accepting the shorter struct: a caller built against an older header gets only the
+ * fields its `struct_size` covers, and nothing past them is written.
+ */
+typedef struct postbox_bridge_stats {
+  /**
+   * `sizeof(postbox_bridge_stats)`, set by the caller; written back unchanged.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved (keeps the counters 8-byte aligned without padding); written as 0.
+   */
+  uint32_t reserved;
+  /**
+   * Links of the bridge (the `[[link]]` tables of its configuration).
+   */
+  uint64_t links;
+  /**
+   * Links whose connection and channel are up now.
+   */
+  uint64_t links_connected;
+  /**
+   * Messages carried end to end: confirmed by the broker and completed locally (outgoing),
+   * or committed locally and acknowledged to the broker (incoming).
+   */
+  uint64_t forwarded;
+  /**
+   * Messages taken and not yet settled on both sides.
+   */
+  uint64_t in_flight;
+  /**
+   * Connections made after each link's first (after a drop or a refusal).
+   */
+  uint64_t reconnects;
+  /**
+   * Publishes sent again after a drop or a negative confirm (each may be a duplicate at the
+   * broker, with the same AMQP `message-id`).
+   */
+  uint64_t republished;
+  /**
+   * Negative publisher confirms.
+   */
+  uint64_t nacked;
+  /**
+   * Messages moved to the local dead-letter queue with the broker's reason.
+   */
+  uint64_t dead_lettered;
+  /**
+   * Deliveries rejected to the broker's dead-letter policy because the local queue refused
+   * them for good.
+   */
+  uint64_t rejected;
+  /**
+   * Local operations retried after a transient failure.
+   */
+  uint64_t local_retries;
+} postbox_bridge_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -3613,6 +3683,95 @@ const char *postbox_admin_token(const struct postbox_admin *admin);
  * `POSTBOX_OK`.
  */
 int postbox_admin_stop(struct postbox_admin *admin);
+
+/**
+ * Starts a bridge on `store` from `config_toml`, the text of a bridge configuration (the
+ * format of the `postbox bridge --config` file: `broker`, `[retry]`, `[[link]]` tables; its
+ * `store` and `bind` keys are ignored here). Each link carries messages between a local queue
+ * of `store` (created with default options when missing) and a broker queue, on threads of
+ * the bridge's own, until `postbox_bridge_stop`. The broker need not be up: links connect,
+ * and keep reconnecting, in the background, and messages wait in the local queues meanwhile
+ * (`postbox_bridge_stats_get` shows which links are connected).
+ *
+ * `config_toml` is copied; the caller keeps it. On success `*bridge_out` receives a handle
+ * the caller owns and frees with `postbox_bridge_stop`, before closing `store`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_CONFIG` for a configuration that does not parse or cannot work (a
+ * TOML error, an unknown key, no broker or link, a broker URI that does not parse; the
+ * reason is in `postbox_last_error_message`); `POSTBOX_INVALID_ARGUMENT` (NULL `store`,
+ * `config_toml` or `bridge_out`; invalid UTF-8; an invalid local queue name); `POSTBOX_IO`
+ * when the bridge's threads cannot start; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors
+ * (opening a local queue).
+ */
+int postbox_bridge_start(const struct postbox_store *store,
+                         const char *config_toml,
+                         struct postbox_bridge **bridge_out);
+
+/**
+ * Sets `stats->struct_size` to `sizeof(postbox_bridge_stats)` and every counter to 0.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `stats` is NULL.
+ */
+int postbox_bridge_stats_init(struct postbox_bridge_stats *stats);
+
+/**
+ * Reads the bridge's counters, totalled over its links, into `stats_out`, whose
+ * `struct_size` the caller sets first (`sizeof(postbox_bridge_stats)`, or
+ * `postbox_bridge_stats_init`). Per-link counters and the last error of each link are in
+ * `postbox_bridge_metrics` and `postbox_bridge_status_line`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, bad `struct_size`); `POSTBOX_FORKED`.
+ */
+int postbox_bridge_stats_get(const struct postbox_bridge *bridge,
+                             struct postbox_bridge_stats *stats_out);
+
+/**
+ * The bridge's counters in Prometheus' text format: `postbox_bridge_forwarded_total`,
+ * `postbox_bridge_connected`, ... with labels `direction`, `local` and `remote`, one series
+ * per link (what `postbox bridge --bind` adds to `/metrics`).
+ *
+ * On success `*text_out` receives a NUL-terminated UTF-8 string the caller owns and frees with
+ * `postbox_string_free` (not `free()`).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `bridge` or `text_out`); `POSTBOX_FORKED`.
+ */
+int postbox_bridge_metrics(const struct postbox_bridge *bridge, char **text_out);
+
+/**
+ * One line for a terminal or a log: per link, its direction, counts and state (`"up"` or
+ * `"DOWN"`), links separated by `" | "`.
+ *
+ * On success `*text_out` receives a NUL-terminated UTF-8 string the caller owns and frees with
+ * `postbox_string_free` (not `free()`).
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `bridge` or `text_out`); `POSTBOX_FORKED`.
+ */
+int postbox_bridge_status_line(const struct postbox_bridge *bridge, char **text_out);
+
+/**
+ * Frees a string postbox handed to the caller (`postbox_bridge_metrics`,
+ * `postbox_bridge_status_line`). NULL is a no-op.
+ */
+void postbox_string_free(char *text);
+
+/**
+ * Stops the bridge and frees `bridge`. Outgoing links stop taking local messages, wait up
+ * to five seconds for the broker's confirms already due, complete what was confirmed and give
+ * every other message back to its local queue without counting a delivery; incoming links
+ * finish the batch being stored and acknowledge it. A link that is not connected stops at
+ * once; the wait is bounded (a link still busy after 30 seconds is abandoned; its messages
+ * stay in the local queue). The store stays open: stop every bridge of a store before closing it. `bridge` may be
+ * NULL (no-op). Do not call it while another thread still uses `bridge`.
+ *
+ * In a forked child (a handle inherited across `fork()`) it only lets go of the handle: the
+ * bridge's threads belong to the parent.
+ */
+void postbox_bridge_stop(struct postbox_bridge *bridge);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -12,6 +12,7 @@
 //!   `postbox_version`.
 //! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`, `topic.rs`, `collator.rs`,
 //!   `session.rs`: one file per handle; `compact.rs` holds `postbox_store_compact`.
+//! - `admin.rs` and `bridge.rs`: the admin endpoint and the RabbitMQ bridge, run from C.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -50,8 +51,11 @@ mod app_table;
 
 mod admin;
 
+mod bridge;
+
 pub use admin::*;
 pub use app_table::*;
+pub use bridge::*;
 pub use collator::*;
 pub use compact::*;
 pub use job::*;

@@ -53,6 +53,7 @@ class _QueueOptions(TypedDict, total=False):
 __all__ = [
     "AdminServer",
     "AsyncReceive",
+    "Bridge",
     "Browse",
     "Collated",
     "Collator",
@@ -310,6 +311,19 @@ class Store:
         ``IoError`` when it cannot listen there (address in use), ``ClosedError`` and
         ``ForkedError``.
         """
+    def bridge(self, config: str) -> Bridge:
+        """Starts a bridge between this store's queues and RabbitMQ quorum queues.
+
+        ``config`` is the TOML text of a bridge configuration, the format of ``postbox bridge
+        --config`` (``broker``, ``[retry]``, ``[[link]]`` tables); its ``store`` and ``bind``
+        keys are ignored here. Local queues are opened (created with default options when
+        missing); the broker need not be up: links connect, and keep reconnecting, in the
+        background, and messages wait in the local queues meanwhile. Returns the running
+        ``Bridge``; stop it (or use ``with``) before closing the store.
+
+        Raises ``ConfigError`` for a configuration that does not parse or cannot work,
+        ``ClosedError`` and ``ForkedError``.
+        """
     def close(self) -> None:
         """Closes the store; in a forked child only lets go of the handle (returns at once)."""
     def __enter__(self) -> Self: ...
@@ -319,6 +333,64 @@ class Store:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool: ...
+
+class _LinkStats(TypedDict):
+    """One link's statistics, as ``Bridge.stats()`` and ``Bridge.stop()`` return them."""
+
+    direction: Literal["outgoing", "incoming"]
+    local: str
+    remote: str
+    connected: bool
+    forwarded: int
+    in_flight: int
+    reconnects: int
+    republished: int
+    nacked: int
+    dead_lettered: int
+    rejected: int
+    local_retries: int
+    last_error: str | None
+
+@final
+class Bridge:
+    """A running bridge (from ``Store.bridge``): links carrying messages between local queues
+    and RabbitMQ queues on threads of their own; a context manager that stops it. The store
+    stays open when it stops. In a forked child every call raises ``ForkedError``."""
+
+    def stats(self) -> list[_LinkStats]:
+        """Each link's statistics, in configuration order (after ``stop()``, the final ones).
+
+        ``direction`` is ``"outgoing"`` or ``"incoming"``, ``local`` the local queue,
+        ``remote`` the broker queue (or ``"exchange/routing-key"``), ``last_error`` ``None`` or
+        the text of the last failure.
+        """
+    @property
+    def forwarded(self) -> int:
+        """Messages carried end to end by every link together."""
+    @property
+    def connected(self) -> bool:
+        """Whether every link is connected now (``False`` once stopped)."""
+    def status_line(self) -> str:
+        """One line for a terminal or a log: per link, its counts and state (up or DOWN)."""
+    def metrics(self) -> str:
+        """The counters in Prometheus' text format (``postbox_bridge_forwarded_total``, ...)."""
+    def wait_connected(self, timeout: _Seconds) -> bool:
+        """Waits (GIL released) until every link is connected; ``False`` if ``timeout`` ran out
+        or the bridge was stopped."""
+    def stop(self) -> list[_LinkStats]:
+        """Stops every link (GIL released) and returns the final statistics.
+
+        Outgoing links wait up to five seconds for the broker's confirms already due and give
+        every other message back to its local queue without counting a delivery; incoming
+        links finish the batch being stored. Calling it again returns the same statistics.
+        """
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 @final
 class AdminServer:

@@ -7,6 +7,7 @@
 
 mod admin;
 mod aio;
+mod bridge;
 mod collator;
 mod convert;
 mod errors;
@@ -32,6 +33,8 @@ mod _postbox {
     use crate::admin::PyAdminServer;
     #[pymodule_export]
     use crate::aio::{_receive_async, PyAsyncReceive};
+    #[pymodule_export]
+    use crate::bridge::PyBridge;
     #[pymodule_export]
     use crate::collator::{PyCollated, PyCollator, PySeriesGap};
     #[pymodule_export]

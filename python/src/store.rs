@@ -532,6 +532,16 @@ impl PyStore {
         crate::admin::serve(py, &self.store, addr, allow_actions, token)
     }
 
+    /// Starts a bridge between this store's queues and RabbitMQ quorum queues from `config`,
+    /// the TOML text of a bridge configuration (the format of ``postbox bridge --config``;
+    /// its ``store`` and ``bind`` keys are ignored here). Returns the running ``Bridge``;
+    /// ``stop()`` it (or use ``with``) before closing the store. Raises `ConfigError` for a
+    /// configuration that does not parse or cannot work, `ClosedError`, `ForkedError`.
+    fn bridge(&self, py: Python<'_>, config: &str) -> PyResult<crate::bridge::PyBridge> {
+        self.check_process()?;
+        crate::bridge::start(py, &self.store, config)
+    }
+
     /// Closes the store: waits for pending commits and releases this process's locks. Every
     /// handle of the store raises `ClosedError` afterwards. Closing twice is harmless.
     ///

@@ -74,6 +74,11 @@ def instances(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "Processor": processor,
             "ShutdownReport": report,
             "AdminServer": store.serve_admin("127.0.0.1:0"),
+            # Nothing listens on port 1: the bridge runs, its link waits to connect.
+            "Bridge": store.bridge(
+                'broker = "amqp://guest:guest@127.0.0.1:1/%2f"\n'
+                '[[link]]\ndirection = "outgoing"\nlocal = "bridged"\nqueue = "bridged"\n'
+            ),
             "JsonCodec": postbox.JsonCodec(),
             "PickleCodec": postbox.PickleCodec(),
             "TypedQueue": typed,
@@ -83,6 +88,7 @@ def instances(tmp_path: Path) -> Iterator[dict[str, Any]]:
             yield out
         finally:
             out["AdminServer"].stop()
+            out["Bridge"].stop()
             processor.shutdown(5)
             tx.abort()
             out["Session"].release()
@@ -122,6 +128,7 @@ MAIN_CLASSES = [
     postbox.Session,
     postbox.Table,
     postbox.AdminServer,
+    postbox.Bridge,
     postbox.TypedQueue,
     postbox.TypedMessage,
 ]

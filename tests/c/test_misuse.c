@@ -1609,6 +1609,111 @@ static void test_tables(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Ends a forked child with `code` through exec: the child lets go of inherited handles
+ * without freeing the parent's state (it belongs to the parent's threads, which do not exist
+ * in the child), so a leak check at exit (valgrind's, LeakSanitizer's) would count it against
+ * the child. exec ends the process image without one. */
+static void child_exit(int code) {
+    char cmd[32];
+    fflush(stdout);
+    fflush(stderr);
+    snprintf(cmd, sizeof cmd, "exit %d", code & 0xff);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(code);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Bridges: start, stats, metrics, status line, stop. The broker is a port where nothing     */
+/* listens: the bridge runs, its link never connects.                                        */
+
+#define BRIDGE_CONFIG                                                                          \
+    "broker = \"amqp://guest:guest@127.0.0.1:1/%2f\"\n"                                        \
+    "[[link]]\ndirection = \"outgoing\"\nlocal = \"out\"\nqueue = \"remote\"\n"
+
+static void test_bridges(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_bridge *bridge = NULL;
+    MISUSE(postbox_bridge_start(NULL, BRIDGE_CONFIG, &bridge), INVALID);
+    MISUSE(postbox_bridge_start(store, NULL, &bridge), INVALID);
+    MISUSE(postbox_bridge_start(store, BRIDGE_CONFIG, NULL), INVALID);
+    MISUSE(postbox_bridge_start(store, BAD_UTF8, &bridge), INVALID);
+    MISUSE(postbox_bridge_start(store, "", &bridge), POSTBOX_CONFIG);
+    MISUSE(postbox_bridge_start(store, "not = [toml", &bridge), POSTBOX_CONFIG);
+    MISUSE(postbox_bridge_start(store, "broker = \"amqp://x\"\n", &bridge), POSTBOX_CONFIG);
+    MISUSE(postbox_bridge_start(store, BRIDGE_CONFIG "unknown_key = 1\n", &bridge),
+           POSTBOX_CONFIG);
+    /* A local queue name postbox refuses. */
+    MISUSE(postbox_bridge_start(store,
+                                "broker = \"amqp://guest:guest@127.0.0.1:1/%2f\"\n[[link]]\n"
+                                "direction = \"outgoing\"\nlocal = \"x" POSTBOX_DEAD_LETTER_SUFFIX
+                                "\"\nqueue = \"remote\"\n",
+                                &bridge),
+           INVALID);
+    CHECK(bridge == NULL); /* out-parameters are written only on success */
+
+    postbox_bridge_stats st;
+    char *text = NULL;
+    MISUSE(postbox_bridge_stats_init(NULL), INVALID);
+    CHECK_OK(postbox_bridge_stats_init(&st));
+    MISUSE(postbox_bridge_stats_get(NULL, &st), INVALID);
+    MISUSE(postbox_bridge_metrics(NULL, &text), INVALID);
+    MISUSE(postbox_bridge_status_line(NULL, &text), INVALID);
+    CHECK(text == NULL);
+
+    REQUIRE_OK(postbox_bridge_start(store, BRIDGE_CONFIG, &bridge));
+    MISUSE(postbox_bridge_stats_get(bridge, NULL), INVALID);
+    MISUSE(postbox_bridge_metrics(bridge, NULL), INVALID);
+    MISUSE(postbox_bridge_status_line(bridge, NULL), INVALID);
+    struct {
+        postbox_bridge_stats s;
+        uint8_t past[32];
+    } big;
+    memset(&big, 0xAB, sizeof big);
+    big.s.struct_size = 0;
+    MISUSE(postbox_bridge_stats_get(bridge, &big.s), INVALID);
+    big.s.struct_size = (uint32_t)sizeof(postbox_bridge_stats) - 8;
+    MISUSE(postbox_bridge_stats_get(bridge, &big.s), INVALID);
+    big.s.struct_size = (uint32_t)sizeof(postbox_bridge_stats) + 8;
+    MISUSE(postbox_bridge_stats_get(bridge, &big.s), INVALID);
+    /* Refused before anything was written: the bytes past the header's struct are intact. */
+    CHECK(big.past[0] == 0xAB && big.s.links == 0xABABABABABABABABull);
+    MISUSE(postbox_bridge_stats_get(bridge, &st), POSTBOX_OK);
+    CHECK(st.links == 1 && st.links_connected == 0);
+    MISUSE(postbox_bridge_metrics(bridge, &text), POSTBOX_OK);
+    postbox_string_free(text);
+    text = NULL;
+    MISUSE(postbox_bridge_status_line(bridge, &text), POSTBOX_OK);
+    postbox_string_free(text);
+    postbox_string_free(NULL);
+
+    /* Inherited across fork(): POSTBOX_FORKED; stopping in the child only lets go. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        char *t = NULL;
+        postbox_bridge *b2 = NULL;
+        if (postbox_bridge_stats_get(bridge, &st) != POSTBOX_FORKED) bad |= 1;
+        if (postbox_bridge_metrics(bridge, &t) != POSTBOX_FORKED) bad |= 2;
+        if (postbox_bridge_status_line(bridge, &t) != POSTBOX_FORKED) bad |= 4;
+        if (postbox_bridge_start(store, BRIDGE_CONFIG, &b2) != POSTBOX_FORKED) bad |= 8;
+        postbox_bridge_stop(bridge);
+        child_exit(bad);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    MISUSE_THAT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+        fprintf(stderr, "  child's wrong calls: mask %d\n", WEXITSTATUS(status));
+    /* The parent's bridge runs on. */
+    MISUSE(postbox_bridge_stats_get(bridge, &st), POSTBOX_OK);
+
+    postbox_bridge_stop(bridge);
+    postbox_bridge_stop(NULL); /* a no-op */
+    CHECK_OK(postbox_store_close(store));
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Use after close: every handle of a closed store answers POSTBOX_CLOSED, and frees.       */
 
@@ -1806,19 +1911,6 @@ static void test_close_while_waiting(const char *dir) {
     postbox_queue_free(q);
 }
 
-/* Ends a forked child with `code` through exec: the child lets go of inherited handles
- * without freeing the parent's state (it belongs to the parent's threads, which do not exist
- * in the child), so a leak check at exit (valgrind's, LeakSanitizer's) would count it against
- * the child. exec ends the process image without one. */
-static void child_exit(int code) {
-    char cmd[32];
-    fflush(stdout);
-    fflush(stderr);
-    snprintf(cmd, sizeof cmd, "exit %d", code & 0xff);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(code);
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Handles inherited across fork(): POSTBOX_FORKED, nothing written; freeing only lets go.   */
 
@@ -1880,6 +1972,7 @@ int main(int argc, char **argv) {
         {"typed_body_of_messages", test_typed_body_of_messages},
         {"jobs", test_jobs},
         {"tables", test_tables},
+        {"bridges", test_bridges},
         {"use_after_close", test_use_after_close},
         {"close_while_waiting", test_close_while_waiting},
         {"forked_handles", test_forked_handles},
