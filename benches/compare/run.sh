@@ -10,7 +10,8 @@
 # systems to run, for development), POSTBOX_COMPARE_OUT (the markdown file, BENCHMARKS.md),
 # POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails),
 # POSTBOX_COMPARE_RECOVERY_MESSAGES (messages of the large store whose open after kill -9 is
-# timed, 1000000).
+# timed, 1000000). Last, the RabbitMQ bridge's benchmark (system name `bridge` in
+# POSTBOX_COMPARE_ONLY) appends its table.
 #
 # Everything the script installs goes to benches/compare/.work (git-ignored) or comes from
 # apt; servers it starts listen on 127.0.0.1 only and are stopped on exit.
@@ -315,4 +316,23 @@ json.dump({
 }, open(sys.argv[1], "w"))
 EOF
 "$PY" "$HERE/render.py" "$RESULTS" "$STATUS" "$META" "$ROOT/target/postbox-bench-summary.md" "$OUT"
+
+# ---- the RabbitMQ bridge against the broker's own publish rate, same machine ---------------------
+if wanted bridge; then
+    log "bridge: forwarding to and from a private RabbitMQ node (cargo bench -p postbox-bridge)"
+    BRIDGE_TABLE=$WORK/bridge.md
+    rm -f "$BRIDGE_TABLE"
+    (cd "$ROOT" && POSTBOX_BRIDGE_BENCH_OUT=$BRIDGE_TABLE \
+        cargo bench -q -p postbox-bridge --bench forward >&2)
+    {
+        echo
+        echo "## Bridge to RabbitMQ"
+        echo
+        echo "\`cargo bench -p postbox-bridge --bench forward\` (run by this script after the comparison):"
+        echo "1 KiB persistent messages, a private RabbitMQ node on 127.0.0.1, quorum queues; the"
+        echo "broker's own rate is \`lapin\` publishing with 1,000 confirms in flight, before and after."
+        echo
+        if [ -s "$BRIDGE_TABLE" ]; then cat "$BRIDGE_TABLE"; else echo "Not measured: the benchmark failed or RabbitMQ is not installed."; fi
+    } >>"$OUT"
+fi
 log "done; wrote $OUT"

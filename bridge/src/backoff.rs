@@ -56,6 +56,7 @@ mod tests {
             initial_ms: 100,
             max_ms: 800,
             poison_after: 3,
+            confirm_timeout_ms: 15_000,
         });
         let waits: Vec<Duration> = (0..6).map(|_| b.fail()).collect();
         for (w, step) in waits.iter().zip([100u64, 200, 400, 800, 800, 800]) {

@@ -233,6 +233,11 @@ pub struct RetryConfig {
     /// alone in flight, is dead-lettered locally with the broker's reason (default 3).
     #[serde(default = "default_poison_after")]
     pub poison_after: u32,
+    /// Outgoing: a publish not confirmed within this many milliseconds counts as a lost
+    /// channel, and the link reconnects and publishes again (default 15,000). A channel left
+    /// talking to a quorum queue leader that died may otherwise wait for good.
+    #[serde(default = "default_confirm_timeout_ms")]
+    pub confirm_timeout_ms: u64,
 }
 
 fn default_initial_ms() -> u64 {
@@ -244,6 +249,9 @@ fn default_max_ms() -> u64 {
 fn default_poison_after() -> u32 {
     3
 }
+fn default_confirm_timeout_ms() -> u64 {
+    15_000
+}
 
 impl Default for RetryConfig {
     fn default() -> Self {
@@ -251,6 +259,7 @@ impl Default for RetryConfig {
             initial_ms: default_initial_ms(),
             max_ms: default_max_ms(),
             poison_after: default_poison_after(),
+            confirm_timeout_ms: default_confirm_timeout_ms(),
         }
     }
 }
@@ -258,6 +267,9 @@ impl Default for RetryConfig {
 impl RetryConfig {
     pub(crate) fn initial(&self) -> Duration {
         Duration::from_millis(self.initial_ms.max(1))
+    }
+    pub(crate) fn confirm_timeout(&self) -> Duration {
+        Duration::from_millis(self.confirm_timeout_ms.max(1))
     }
     pub(crate) fn max(&self) -> Duration {
         Duration::from_millis(self.max_ms.max(self.initial_ms).max(1))

@@ -14,6 +14,25 @@ use crate::backoff::Backoff;
 use crate::config::LinkConfig;
 use crate::stats::Counters;
 
+/// How long one step of setting a channel up may take (connecting, declaring, confirm mode,
+/// consuming): a broker that accepts the connection and then never answers (a node still
+/// electing its queue leaders) is left for the next one.
+pub(crate) const SETUP: Duration = Duration::from_secs(10);
+
+/// `fut`, or a timed-out I/O error after `limit`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, lapin::Error>>,
+) -> Result<T, lapin::Error> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(lapin::Error::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the broker did not answer within {limit:?}"),
+        ))),
+    }
+}
+
 /// What every link task is given.
 pub(crate) struct Link {
     pub config: LinkConfig,
@@ -84,14 +103,25 @@ impl Link {
         }
     }
 
+    /// The link's channel is set up and carrying messages: the `connected` gauge rises.
+    pub(crate) fn up(&self) {
+        self.counters.connected.store(true, Relaxed);
+    }
+
     async fn try_connect(&self, uri: &str) -> Result<(Connection, Channel), lapin::Error> {
         let props = ConnectionProperties::default()
             .with_connection_name(format!("postbox-bridge {}", self.config.local).into());
-        let conn = tokio::time::timeout(Duration::from_secs(10), Connection::connect(uri, props))
-            .await
-            .map_err(|_| {
-                lapin::Error::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-            })??;
+        let conn = within(SETUP, Connection::connect(uri, props)).await?;
+        match within(SETUP, self.declare(&conn)).await {
+            Ok(channel) => Ok((conn, channel)),
+            Err(e) => {
+                let _ = conn.close(200, "postbox bridge".into()).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn declare(&self, conn: &Connection) -> Result<Channel, lapin::Error> {
         let channel = conn.create_channel().await?;
         if self.config.declare
             && let Some(q) = &self.config.queue
@@ -121,7 +151,7 @@ impl Link {
                 )
                 .await?;
         }
-        Ok((conn, channel))
+        Ok(channel)
     }
 
     /// The connection is gone: counted and reported, the gauge lowered.

@@ -21,7 +21,7 @@ use lapin::types::FieldTable;
 use postbox::{ErrorKind, Message};
 
 use crate::backoff::Backoff;
-use crate::connect::Link;
+use crate::connect::{Link, SETUP, within};
 use crate::mapping;
 use crate::stats::Counters;
 
@@ -49,7 +49,7 @@ pub(crate) async fn run(mut link: Link) {
         let Some((conn, ch)) = link.connect(&mut backoff, &mut first).await else {
             break;
         };
-        let consumer = async {
+        let consumer = within(SETUP, async {
             ch.basic_qos(link.config.prefetch, BasicQosOptions::default())
                 .await?;
             ch.basic_consume(
@@ -59,10 +59,13 @@ pub(crate) async fn run(mut link: Link) {
                 FieldTable::default(),
             )
             .await
-        }
+        })
         .await;
         let mut consumer = match consumer {
-            Ok(c) => c,
+            Ok(c) => {
+                link.up();
+                c
+            }
             Err(e) => {
                 link.lost(&format!("cannot consume {queue_name:?}: {e}"));
                 let _ = conn.close(200, "postbox bridge".into()).await;

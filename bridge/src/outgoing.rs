@@ -35,7 +35,7 @@ use postbox::{Queue, Received};
 use tokio::sync::mpsc as tmpsc;
 
 use crate::backoff::Backoff;
-use crate::connect::Link;
+use crate::connect::{Link, SETUP, within};
 use crate::mapping;
 use crate::stats::Counters;
 
@@ -86,6 +86,8 @@ struct Held {
     /// Published before, on this or an earlier channel.
     sent_before: bool,
     retry_at: Option<Instant>,
+    /// When it was last published.
+    published_at: Instant,
     /// Channel closes by the broker while this message was alone in flight.
     refusals: u32,
 }
@@ -98,6 +100,8 @@ struct Publisher {
     /// After the broker closed a channel: the messages then in flight, sent one at a time.
     suspects: BTreeSet<u64>,
     next_seq: u64,
+    /// Since when every confirm on this channel has been negative (reset by a positive one).
+    nacking_since: Option<Instant>,
     settle: mpsc::Sender<Settle>,
     done: Vec<Received>,
 }
@@ -117,6 +121,7 @@ impl Publisher {
                     published: false,
                     sent_before: false,
                     retry_at: None,
+                    published_at: Instant::now(),
                     refusals: 0,
                 },
             );
@@ -213,6 +218,7 @@ pub(crate) async fn run(mut link: Link) {
         head: HashMap::new(),
         suspects: BTreeSet::new(),
         next_seq: 0,
+        nacking_since: None,
         settle: settle_tx,
         done: Vec::new(),
     };
@@ -292,14 +298,18 @@ async fn connected(
             return None;
         }
         let attempt = match link.connect_once(&mut next, first).await {
-            Ok((conn, ch)) => match ch.confirm_select(ConfirmSelectOptions::default()).await {
-                Ok(()) => return Some((conn, ch)),
-                Err(e) => {
-                    let _ = conn.close(200, "postbox bridge".into()).await;
-                    link.counters.connected.store(false, Relaxed);
-                    format!("confirm mode refused: {e}")
+            Ok((conn, ch)) => {
+                match within(SETUP, ch.confirm_select(ConfirmSelectOptions::default())).await {
+                    Ok(()) => {
+                        link.up();
+                        return Some((conn, ch));
+                    }
+                    Err(e) => {
+                        let _ = conn.close(200, "postbox bridge".into()).await;
+                        format!("confirm mode refused: {e}")
+                    }
                 }
-            },
+            }
             Err(e) => e,
         };
         link.counters.set_error(attempt);
@@ -328,8 +338,20 @@ async fn publish_on(
 ) -> Ended {
     let mut confirms: FuturesUnordered<Confirm> = FuturesUnordered::new();
     let mut renew_at = Instant::now() + lock_duration / 3;
+    let confirm_timeout = link.retry.confirm_timeout();
     let mut stop = link.stop.clone();
+    p.nacking_since = None;
     loop {
+        // A channel opened just after its quorum queue's leader died can go on refusing every
+        // publish after a new leader is elected (seen with RabbitMQ 3.10); a new channel
+        // takes them.
+        if p.nacking_since
+            .is_some_and(|t| t.elapsed() >= confirm_timeout)
+        {
+            return Ended::Lost(format!(
+                "every publish refused for {confirm_timeout:?}; reconnecting"
+            ));
+        }
         if let Err(e) = publish_ready(link, p, ch, &mut confirms).await {
             return Ended::Lost(refused(link, p, &e));
         }
@@ -338,6 +360,13 @@ async fn publish_on(
         {
             return Ended::Done;
         }
+        // A confirm that never comes (a channel left talking to a queue leader that died) is
+        // a lost channel: the oldest publish, nearly always the first held, sets the limit.
+        let overdue_at = p
+            .held
+            .values()
+            .find(|h| h.published)
+            .map(|h| h.published_at + confirm_timeout);
         let wake = p
             .held
             .values()
@@ -346,7 +375,8 @@ async fn publish_on(
             .min()
             .unwrap_or(renew_at)
             .min(renew_at)
-            .min(stop_by.unwrap_or(renew_at));
+            .min(stop_by.unwrap_or(renew_at))
+            .min(overdue_at.unwrap_or(renew_at));
         tokio::select! {
             got = rx.recv(), if stop_by.is_none() => match got {
                 Some(batch) => p.take(batch),
@@ -376,6 +406,11 @@ async fn publish_on(
                 }
             },
             _ = tokio::time::sleep_until(wake.into()) => {
+                if overdue_at.is_some_and(|t| Instant::now() >= t) && stop_by.is_none() {
+                    return Ended::Lost(format!(
+                        "no confirm within {confirm_timeout:?}; reconnecting"
+                    ));
+                }
                 if Instant::now() >= renew_at {
                     renew(link, p, lock_duration);
                     renew_at = Instant::now() + lock_duration / 3;
@@ -425,22 +460,24 @@ async fn publish_ready(
         };
         let env = h.msg.envelope();
         let props = mapping::to_amqp(env, wall);
-        let confirm = ch
-            .basic_publish(
-                link.config.exchange_name().into(),
-                link.config.routing_key_name().into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..BasicPublishOptions::default()
-                },
-                env.body(),
-                props,
-            )
-            .await?;
+        let publish = ch.basic_publish(
+            link.config.exchange_name().into(),
+            link.config.routing_key_name().into(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            },
+            env.body(),
+            props,
+        );
+        // A broker that stops reading (flow control towards a queue without a leader) would
+        // hold the write for good: past the confirm timeout the channel counts as lost.
+        let confirm = within(link.retry.confirm_timeout(), publish).await?;
         if h.sent_before {
             Counters::add(&link.counters.republished, 1);
         }
         h.published = true;
+        h.published_at = Instant::now();
         h.retry_at = None;
         confirms.push(Box::pin(async move { (seq, confirm.await) }));
     }
@@ -458,6 +495,7 @@ fn confirmed(
     match r? {
         Confirmation::Ack(None) | Confirmation::NotRequested => {
             backoff.reset();
+            p.nacking_since = None;
             if let Some(m) = p.remove(seq) {
                 p.done.push(m);
                 if p.done.len() >= link.config.batch as usize {
@@ -477,6 +515,7 @@ fn confirmed(
         }
         Confirmation::Nack(_) => {
             Counters::add(&link.counters.nacked, 1);
+            p.nacking_since.get_or_insert_with(Instant::now);
             link.counters
                 .set_error(format!("the broker refused message {seq} (nack); retrying"));
             let wait = backoff.fail();

@@ -12,7 +12,7 @@ use postbox::{Message, Store};
 use postbox_bridge::{Bridge, BridgeConfig, LinkConfig, RetryConfig};
 use postbox_testkit::env_u64;
 
-const LIMIT: Duration = Duration::from_secs(180);
+const LIMIT: Duration = Duration::from_secs(120);
 
 #[test]
 fn the_connected_node_and_a_member_killed_mid_stream_lose_nothing() {
@@ -29,6 +29,7 @@ fn the_connected_node_and_a_member_killed_mid_stream_lose_nothing() {
             initial_ms: 50,
             max_ms: 1000,
             poison_after: 3,
+            confirm_timeout_ms: 3_000,
         })
         .link(LinkConfig::outgoing("out", "replicated").in_flight(200))
         .link(LinkConfig::incoming("replicated", "in").prefetch(100));
@@ -57,10 +58,27 @@ fn the_connected_node_and_a_member_killed_mid_stream_lose_nothing() {
 
     send(n / 3, &mut sent);
     wait_until(LIMIT, arrived_at_least(n / 6), status);
+    println!(
+        "members before the kill: {:?}",
+        cluster.node(1).run_cli(
+            "rabbitmq-queues",
+            &["quorum_status", "replicated", "--formatter", "json"]
+        )
+    );
     // The node both links are connected to (the first broker listed).
     cluster.kill(0);
     send(2 * n / 3, &mut sent);
-    wait_until(LIMIT, arrived_at_least(n / 2), status);
+    let status_now = || {
+        format!(
+            "{} / {:?}",
+            bridge.stats().status_line(),
+            cluster.node(1).run_cli(
+                "rabbitmq-queues",
+                &["quorum_status", "replicated", "--formatter", "json"]
+            )
+        )
+    };
+    wait_until(LIMIT, arrived_at_least(n / 2), status_now);
     cluster.restart(0).unwrap();
     cluster.wait_for_members(3).unwrap();
     // Another member, while the links are on one of the other two.

@@ -27,6 +27,7 @@ fn fast_retry() -> RetryConfig {
         initial_ms: 50,
         max_ms: 1000,
         poison_after: 3,
+        confirm_timeout_ms: 3_000,
     }
 }
 
@@ -338,7 +339,7 @@ fn a_message_over_the_broker_size_limit_is_poison_and_the_rest_flows() {
     let dlq = out.dead_letters().unwrap();
     wait_until(
         LIMIT,
-        || dlq.len().unwrap() == 1 && inq.len().unwrap() >= 19,
+        || dlq.len().unwrap() == 1 && arrived(&inq).copies.len() >= 19,
         || bridge.stats().status_line(),
     );
     let stats = bridge.stop();

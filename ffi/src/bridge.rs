@@ -179,13 +179,7 @@ pub extern "C" fn postbox_bridge_metrics(
     bridge: *const postbox_bridge,
     text_out: *mut *mut c_char,
 ) -> c_int {
-    guard(|| {
-        let bridge = arg_ref(bridge, "bridge")?;
-        let out = Out::required(text_out, "text_out")?;
-        bridge.tag.check_process()?;
-        out.write(owned_string(bridge.bridge.stats().prometheus())?);
-        Ok(POSTBOX_OK)
-    })
+    stats_text(bridge, text_out, BridgeStats::prometheus)
 }
 
 /// One line for a terminal or a log: per link, its direction, counts and state (`"up"` or
@@ -201,11 +195,20 @@ pub extern "C" fn postbox_bridge_status_line(
     bridge: *const postbox_bridge,
     text_out: *mut *mut c_char,
 ) -> c_int {
+    stats_text(bridge, text_out, BridgeStats::status_line)
+}
+
+/// Hands out one rendering of the bridge's statistics as an owned string.
+fn stats_text(
+    bridge: *const postbox_bridge,
+    text_out: *mut *mut c_char,
+    render: fn(&BridgeStats) -> String,
+) -> c_int {
     guard(|| {
         let bridge = arg_ref(bridge, "bridge")?;
         let out = Out::required(text_out, "text_out")?;
         bridge.tag.check_process()?;
-        out.write(owned_string(bridge.bridge.stats().status_line())?);
+        out.write(owned_string(render(&bridge.bridge.stats()))?);
         Ok(POSTBOX_OK)
     })
 }
