@@ -170,22 +170,23 @@ fn tail(path: &Path, lines: usize) -> String {
 /// Children, by parent, of every process on the machine (from /proc).
 fn process_children() -> HashMap<u32, Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return children;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids() {
         if let Some(ppid) = parent_of(pid) {
             children.entry(ppid).or_default().push(pid);
         }
     }
     children
+}
+
+/// Every pid under /proc now (none where /proc cannot be read).
+fn all_pids() -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect()
 }
 
 /// The parent pid of a process; `None` once it is gone.
@@ -446,18 +447,8 @@ impl Node {
     /// left nothing behind. The CLI tools' own short-lived VMs are not counted.
     pub fn vm_pids_on_machine(&self) -> Vec<u32> {
         let home = self.dir().as_os_str().as_encoded_bytes().to_vec();
-        let Ok(entries) = fs::read_dir("/proc") else {
-            return Vec::new();
-        };
         let mut pids = Vec::new();
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
+        for pid in all_pids() {
             if comm_of(pid) != "beam.smp" || !is_live(pid) {
                 continue;
             }
