@@ -174,3 +174,90 @@ fn full_disk_sweep(log: bool, big: usize, from: u64, to: u64) {
     assert!(outcomes.iter().any(|o| o.1.is_ok()), "{outcomes:?}");
     assert!(outcomes.iter().any(|o| o.1.is_err()), "{outcomes:?}");
 }
+
+/// Fills a small disk with live messages through the log until a send fails, then frees a
+/// tenth of the disk: the next operations, a close and a reopen succeed on the same handle,
+/// and every acknowledged message is there (the log grows in bounded steps, gives back a
+/// failed growth and checkpoints instead of growing when space is short).
+#[test]
+fn a_store_that_filled_its_disk_works_again_once_a_tenth_is_freed() {
+    if !cfg!(target_os = "linux") {
+        println!("SKIP: needs Linux tmpfs");
+        return;
+    }
+    const DISK: u64 = 8 << 20;
+    for (body, per_send) in [(1024usize, 1usize), (1024, 16), (16 << 10, 1)] {
+        let Some(fs) = Tmpfs::mount("8m") else {
+            println!("SKIP: cannot mount a tmpfs here (not root?)");
+            return;
+        };
+        // A tenth of the disk, handed back once the store has filled the rest.
+        let reserve = fs.path().join("reserve");
+        std::fs::write(&reserve, vec![0x55u8; (DISK / 10) as usize]).unwrap();
+        let path = fs.path().join("s.postbox");
+        let store = Store::open(&path).unwrap();
+        let q = store.queue("q").unwrap();
+        let mut acked = 0usize;
+        let full = loop {
+            let batch: Vec<Message> = (0..per_send)
+                .map(|i| Message::new(vec![(acked + i) as u8; body]))
+                .collect();
+            match q.send_batch(batch) {
+                Ok(_) => acked += per_send,
+                Err(e) => break e,
+            }
+            assert!(acked < 100_000, "the disk never filled");
+        };
+        assert_eq!(full.kind(), ErrorKind::StorageFull, "{full}");
+        let log_len = std::fs::metadata(log_of(&path)).map_or(0, |m| m.len());
+        std::fs::remove_file(&reserve).unwrap();
+        // The same handle goes on: sends, receives and completions.
+        for i in 0..20 {
+            q.send(Message::new(format!("after {i}"))).unwrap_or_else(|e| {
+                panic!(
+                    "send {i} after freeing a tenth ({body} B × {per_send}, {acked} acked, {}): {e}",
+                    df(fs.path(), &path)
+                )
+            });
+        }
+        for _ in 0..20 {
+            let m = q.try_receive().unwrap().expect("a message");
+            m.complete().unwrap();
+        }
+        let expect = acked + 20 - 20;
+        assert_eq!(q.stats().unwrap().active as usize, expect);
+        store.close().unwrap_or_else(|e| {
+            panic!(
+                "close ({body} B × {per_send}, {acked} acked, log {log_len} B, {}): {e}",
+                df(fs.path(), &path)
+            )
+        });
+        let store = Store::open(&path).unwrap();
+        let q = store.queue("q").unwrap();
+        assert_eq!(q.stats().unwrap().active as usize, expect, "after reopen");
+        store.close().unwrap();
+        println!(
+            "{body} B × {per_send}: {acked} acked before the disk filled; log was {log_len} B"
+        );
+    }
+}
+
+fn log_of(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push("-log");
+    PathBuf::from(name)
+}
+
+/// The files' sizes and the disk's use, for failure messages.
+fn df(dir: &Path, path: &Path) -> String {
+    let used = std::process::Command::new("du")
+        .arg("-sk")
+        .arg(dir)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    format!(
+        "store file {} B, log {} B, du {used:?}",
+        std::fs::metadata(path).map_or(0, |m| m.len()),
+        std::fs::metadata(log_of(path)).map_or(0, |m| m.len()),
+    )
+}

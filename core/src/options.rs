@@ -40,6 +40,9 @@ pub(crate) struct EngineConfig {
     pub checkpoints: LogCheckpoints,
     /// Tests only: a layer between postbox and the store's files.
     pub storage_layer: Option<crate::storage::SharedLayer>,
+    /// Open even when the write-ahead log the store needs is missing or damaged, giving up
+    /// what only it held (see `StoreBuilder::accept_log_loss`).
+    pub accept_log_loss: bool,
 }
 
 /// When the write-ahead log is checkpointed (see `engine::wal`).
@@ -86,6 +89,7 @@ impl Default for EngineConfig {
             write_ahead_log: true,
             checkpoints: LogCheckpoints::default(),
             storage_layer: None,
+            accept_log_loss: false,
         }
     }
 }

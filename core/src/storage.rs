@@ -32,6 +32,13 @@ pub trait LogFile: Send + Sync + std::fmt::Debug {
     /// The file system's error.
     fn size(&self) -> io::Result<u64>;
 
+    /// Sets the file's length: cuts it, or extends it with zeros.
+    ///
+    /// # Errors
+    ///
+    /// The file system's error.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+
     /// Makes every write so far durable (`fdatasync`).
     ///
     /// # Errors
@@ -67,6 +74,10 @@ impl LogFile for OsLogFile {
 
     fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
     }
 
     fn sync(&self) -> io::Result<()> {

@@ -99,6 +99,26 @@ impl StoreBuilder {
         self
     }
 
+    /// Opens the store even when the write-ahead log it needs is missing or damaged (default
+    /// `false`).
+    ///
+    /// A store that was not closed cleanly needs the records its log holds since the last
+    /// checkpoint, and opening it without them would lose acknowledged work silently; so by
+    /// default such an open fails with [`Error::Corrupted`], naming the log and what was
+    /// wrong with it: missing, shorter than it was written, its header zeroed or damaged,
+    /// another store's log, a log of another cycle (a copy from an earlier time), or a damaged
+    /// record followed by valid ones. With `accept_log_loss(true)` the store opens anyway: it
+    /// replays the records it can still verify as its own, moves the damaged log aside
+    /// (`<store>-log.damaged-<time>`) and reports what could not be replayed in
+    /// [`Store::log_loss`]. `postbox recover STORE` does the same from the command line.
+    ///
+    /// A torn last record — one whose write a crash interrupted, so that its sync never
+    /// returned and nobody was told it succeeded — is dropped either way, as in every log.
+    pub fn accept_log_loss(mut self, accept: bool) -> Self {
+        self.config.accept_log_loss = accept;
+        self
+    }
+
     /// Tests only: when the write-ahead log is checkpointed (log bytes, time with records
     /// written).
     #[doc(hidden)]
@@ -567,6 +587,23 @@ impl Store {
     pub fn try_begin(&self) -> Result<Transaction> {
         self.engine.check_open()?;
         Ok(self.begin())
+    }
+
+    /// What this handle's open could not recover, when it was opened with
+    /// [`StoreBuilder::accept_log_loss`] and the write-ahead log the store needed was missing
+    /// or damaged: which log, what was wrong with it, which records were replayed. `None`
+    /// when nothing was lost (always, without that option: such an open fails instead).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = postbox::Store::builder()
+    ///     .accept_log_loss(true)
+    ///     .open(dir.path().join("app.postbox"))?;
+    /// assert_eq!(store.log_loss(), None);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    pub fn log_loss(&self) -> Option<&str> {
+        self.engine.log_loss.as_deref()
     }
 
     /// Counters of this process's commit pipeline (how many commits carried how many

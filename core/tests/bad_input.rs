@@ -402,7 +402,7 @@ fn plain_redb_databases_are_refused_untouched() {
             e,
             Error::IncompatibleVersion {
                 found: 99,
-                supported: 5
+                supported: 6
             }
         ),
         "{e:?}"
@@ -430,24 +430,24 @@ fn a_damaged_format_version_is_damage_not_a_newer_format() {
     let path = dir.path().join("store.postbox");
     Store::open(&path).unwrap().close().unwrap();
     // A flipped bit in the version number: its checksum no longer matches.
-    set_meta(&path, "format_version", 5 | 1 << 40);
+    set_meta(&path, "format_version", 6 | 1 << 40);
     let e = open_err(&path);
     assert_eq!(e.kind(), ErrorKind::Corrupted, "{e:?}");
-    set_meta(&path, "format_version", 6);
+    set_meta(&path, "format_version", 7);
     assert_eq!(open_err(&path).kind(), ErrorKind::Corrupted);
     // A newer postbox writes its version with a matching check: that is a newer format.
     set_meta(
         &path,
         "format_version_crc",
-        u64::from(crc32c::crc32c(&6u64.to_le_bytes())),
+        u64::from(crc32c::crc32c(&7u64.to_le_bytes())),
     );
     let e = open_err(&path);
     assert!(
         matches!(
             e,
             Error::IncompatibleVersion {
-                found: 6,
-                supported: 5
+                found: 7,
+                supported: 6
             }
         ),
         "{e:?}"

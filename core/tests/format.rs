@@ -1,10 +1,13 @@
-//! On-disk format: `fixtures/v1.postbox` to `fixtures/v4.postbox` were written by postbox in
-//! store formats 1 to 4 by the same scenario, and must stay readable, property for property, by
-//! every later version. Opening one for writing upgrades it to the current format (5), which the
-//! tests check as well.
+//! On-disk format: `fixtures/v1.postbox` to `fixtures/v5.postbox` were written by postbox in
+//! store formats 1 to 5 by the same scenario, and must stay readable, property for property, by
+//! every later version. Opening one for writing upgrades it to the current format (6), which the
+//! tests check as well. `fixtures/v5-crashed.postbox` and its `-log` are a format-5 store whose
+//! process died with work in its log (log format 1): written by the last postbox of format 5,
+//! which sent `crashed 0` … `crashed 39` to a queue `orders` with checkpoints held off and
+//! copied both files while the store was open (what a `kill -9` leaves).
 //!
 //! The committed fixtures are never regenerated. The scenario that wrote them is kept as
-//! `regenerate_fixture`, which now writes `fixtures/v5.postbox` (not committed), for a fixture
+//! `regenerate_fixture`, which now writes `fixtures/v6.postbox` (not committed), for a fixture
 //! of the current format: `cargo test -p postbox --test format -- --ignored regenerate_fixture`.
 
 mod common;
@@ -29,9 +32,9 @@ fn fixture_path(version: u64) -> PathBuf {
 }
 
 /// The committed fixtures.
-const FIXTURES: [u64; 4] = [1, 2, 3, 4];
+const FIXTURES: [u64; 5] = [1, 2, 3, 4, 5];
 /// The format this version writes.
-const CURRENT: u64 = 5;
+const CURRENT: u64 = 6;
 
 /// Where `regenerate_fixture` writes: a fixture of the current format, never over a committed
 /// one.
@@ -71,7 +74,7 @@ fn full_properties() -> BTreeMap<String, PropertyValue> {
 /// Writes the fixture. Ids 1–5: 1 every property, 2 empty body, 3 scheduled, 4 dead-lettered,
 /// 5 (queue `audit`) delivered once and abandoned.
 #[test]
-#[ignore = "writes tests/fixtures/v5.postbox; run only for a deliberate format change"]
+#[ignore = "writes tests/fixtures/v6.postbox; run only for a deliberate format change"]
 fn regenerate_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.postbox");
@@ -135,6 +138,35 @@ fn regenerate_fixture() {
         to.display(),
         std::fs::metadata(&to).unwrap().len()
     );
+}
+
+/// A format-5 store that crashed with work in its log (log format 1) is replayed in full by
+/// this version, then upgraded.
+#[test]
+fn a_crashed_format_5_store_replays_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let from = fixture_path(5).with_file_name("v5-crashed.postbox");
+    std::fs::copy(&from, &path).unwrap();
+    let mut from_log = from.as_os_str().to_owned();
+    from_log.push("-log");
+    let mut log = path.as_os_str().to_owned();
+    log.push("-log");
+    std::fs::copy(&from_log, &log).unwrap();
+    let store = Store::open(&path).unwrap();
+    assert!(store.stats().replayed_records >= 40);
+    let orders = store.queue("orders").unwrap();
+    let bodies: Vec<String> = orders
+        .browse()
+        .map(|m| String::from_utf8(m.unwrap().body().to_vec()).unwrap())
+        .collect();
+    let want: Vec<String> = (0..40).map(|i| format!("crashed {i}")).collect();
+    assert_eq!(bodies, want);
+    store.close().unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.stats().replayed_records, 0);
+    assert_eq!(store.queue("orders").unwrap().stats().unwrap().active, 40);
+    store.close().unwrap();
 }
 
 /// A private copy of the fixture of format `version`, opened at T0 + 10 s.

@@ -60,7 +60,7 @@ impl Engine {
 /// the checkpoint a batch makes when the log is due for one, without the batch.
 fn checkpoint(db: &Database, log: &Wal) -> Result<()> {
     let txn = db.begin_write()?;
-    wal::mark_applied(&txn, log.last_seq())?;
+    wal::checkpoint(&txn, log, false)?;
     txn.commit()?;
     log.reset();
     Ok(())

@@ -44,6 +44,18 @@ pub fn encode_mark(batch: u64) -> [u8; COUNTERS_LEN] {
     v
 }
 
+/// Writes this owner's commit mark for `batch` straight into `txn` (a batch that was to be
+/// logged and is committed durably after all).
+///
+/// # Errors
+///
+/// redb's errors.
+pub fn write_mark(txn: &redb::WriteTransaction, owner: u64, batch: u64) -> Result<()> {
+    txn.open_table(COUNTERS)?
+        .insert(mark_key(owner), encode_mark(batch))?;
+    Ok(())
+}
+
 enum State {
     Open(Arc<Database>, Option<Arc<Wal>>),
     /// The last write failed; the file is opened again on the next use.

@@ -45,24 +45,25 @@ pub struct Opened {
     pub recovered: Recovered,
 }
 
-/// Opens (creating if needed) the store at `path`, replays its write-ahead log if one is
-/// there (durably: a checkpoint), and starts a fresh log cycle when `b` asks for a log.
+/// Opens (creating if needed) the store at `path`, replays its write-ahead log if the store
+/// needs one (durably: a checkpoint), and starts a fresh log cycle when `b` asks for a log.
 ///
 /// # Errors
 ///
-/// As [`open_file`]; `Corrupted` for a damaged log (see `wal::scan`); the file system's
-/// errors on the log file.
+/// As [`open_file`]; `Corrupted` when the store needs its log and the log is missing, cut,
+/// damaged, another store's or of another cycle (see `wal::recover`) unless
+/// `b.accept_log_loss`; the file system's errors on the log file.
 pub fn open(path: &Path, b: &EngineConfig) -> Result<Opened> {
     open_and_recover(path, b, false).map_err(|e| e.at_path("opening the store", path))
 }
 
 fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened> {
-    let db = open_file(path, b)?;
+    let (db, version) = open_file(path, b)?;
     // The log sits beside the file itself, not beside a symbolic link to it: opened through
     // another link (or the real path) after a crash, the store must find the same log.
     let real = fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let log = wal::log_path(&real);
-    let existing = match fs::metadata(&log) {
+    let mut existing = match fs::metadata(&log) {
         Ok(_) => Some(wal::file::open_log(&log, b.storage_layer.as_ref())?),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_to_error(e)),
@@ -70,13 +71,15 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
     // Reopening after a failed write replays without a durable commit and goes on with the
     // same log, so that it needs no new space on a full disk.
     let resume = again && b.uses_log();
-    let recovered = match &existing {
-        Some(file) => wal::recover(&db, file.as_ref(), !resume)?,
-        None => Recovered {
-            applied: applied_seq(&db)?,
-            ..Recovered::default()
-        },
+    let opts = wal::Options {
+        durable: !resume,
+        accept_loss: b.accept_log_loss && !again,
     };
+    let recovered = wal::recover(&db, existing.as_deref(), path, &log, opts)?;
+    // A store of format 5 replays its log (format 1) as it was written, then is upgraded.
+    if version < FORMAT_VERSION {
+        upgrade(&db)?;
+    }
     if recovered.records > 0 {
         tracing::info!(
             path = %path.display(),
@@ -85,6 +88,10 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
             "replayed the write-ahead log"
         );
     }
+    if let Some((why, text)) = &recovered.aside {
+        drop(existing.take());
+        set_aside(&log, *why, text)?;
+    }
     let wal = match existing {
         Some(file) if resume => Some(Wal::resume(file, log, &recovered, b.checkpoints)?),
         existing if b.uses_log() => {
@@ -92,10 +99,18 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
                 Some(f) => f,
                 None => wal::file::open_log(&log, b.storage_layer.as_ref())?,
             };
-            Some(Wal::start(file, log, recovered.applied + 1, b.checkpoints)?)
+            let id = store_id(&db)?;
+            Some(Wal::start(
+                file,
+                log,
+                id,
+                recovered.applied + 1,
+                b.checkpoints,
+            )?)
         }
         existing => {
-            // Everything the log held is in the store now, durably.
+            // Everything the log held is in the store now, durably, and the store records that
+            // it needs no log.
             drop(existing);
             if let Err(e) = fs::remove_file(&log)
                 && e.kind() != std::io::ErrorKind::NotFound
@@ -108,19 +123,53 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
     Ok(Opened { db, wal, recovered })
 }
 
-/// The applied log sequence number recorded in the store.
-fn applied_seq(db: &Database) -> Result<u64> {
+/// Moves a log the store must not replay out of the way, keeping it for whoever wants to look:
+/// `<log>.stray-<seconds>` or `<log>.damaged-<seconds>`.
+fn set_aside(log: &Path, why: wal::Aside, reason: &str) -> Result<()> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let kind = match why {
+        wal::Aside::Stray => "stray",
+        wal::Aside::Damaged => "damaged",
+    };
+    let mut n = 0u32;
+    let to = loop {
+        let mut name = log.as_os_str().to_owned();
+        name.push(format!(".{kind}-{secs}"));
+        if n > 0 {
+            name.push(format!("-{n}"));
+        }
+        let to = PathBuf::from(name);
+        if !to.exists() {
+            break to;
+        }
+        n += 1;
+    };
+    fs::rename(log, &to)
+        .map_err(|e| crate::error::io_at(e, "moving a write-ahead log aside", log))?;
+    tracing::warn!(
+        log = %log.display(),
+        moved_to = %to.display(),
+        reason,
+        "moved a write-ahead log that this store must not replay aside"
+    );
+    Ok(())
+}
+
+/// The store's identity.
+fn store_id(db: &Database) -> Result<u64> {
     let txn = db.begin_read()?;
-    Ok(match txn.open_table(META) {
-        Ok(t) => t.get(KEY_LOG_APPLIED)?.map_or(0, |g| g.value()),
-        Err(redb::TableError::TableDoesNotExist(_)) => 0,
-        Err(e) => return Err(e.into()),
-    })
+    txn.open_table(META)?
+        .get(KEY_STORE_ID)?
+        .map(|g| g.value())
+        .ok_or_else(|| Error::corrupted("the store has no identity (its META table is damaged)"))
 }
 
 /// Opens the store file itself: creates it if missing, checks it is a postbox store of a
-/// format this version reads, and upgrades an older format.
-fn open_file(path: &Path, b: &EngineConfig) -> Result<Database> {
+/// format this version reads, and returns it with its format version (an older one is
+/// upgraded by the caller, after the log's replay).
+fn open_file(path: &Path, b: &EngineConfig) -> Result<(Database, u64)> {
     match fs::metadata(path) {
         Ok(m) if m.is_dir() => {
             return Err(Error::NotAStore(format!(
@@ -155,10 +204,7 @@ fn open_file(path: &Path, b: &EngineConfig) -> Result<Database> {
         }
         Err(e) => return Err(e.into()),
     };
-    if version < FORMAT_VERSION {
-        upgrade(&db)?;
-    }
-    Ok(db)
+    Ok((db, version))
 }
 
 /// Opens the store file for writing, through the test layer if there is one.
@@ -330,6 +376,12 @@ fn upgrade(db: &Database) -> Result<()> {
         return Ok(());
     }
     for_each_table!(create_table(&txn));
+    {
+        let mut meta = txn.open_table(META)?;
+        if meta.get(KEY_STORE_ID)?.is_none() {
+            meta.insert(KEY_STORE_ID, new_store_id())?;
+        }
+    }
     if version == Some(1) {
         let mut states = txn.open_table(STATE)?;
         let mut from = 0u64;
@@ -490,7 +542,10 @@ fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     let txn = db.begin_write()?;
     {
         for_each_table!(create_table(&txn));
-        write_format(&mut txn.open_table(META)?)?;
+        let mut meta = txn.open_table(META)?;
+        write_format(&mut meta)?;
+        meta.insert(KEY_STORE_ID, new_store_id())?;
+        drop(meta);
         txn.open_table(COUNTERS)?
             .insert(SEQUENCES_KEY, encode_sequences(&[1; 4]))?;
     }

@@ -90,15 +90,31 @@ pub fn job_row(job: u64, buf: &[u8]) -> bool {
     true
 }
 
-/// Reads a whole write-ahead log file as recovery does, then decodes every record it found.
-/// Returns the number of changes decoded, or `None` when the log is refused.
+/// Reads a whole write-ahead log file as recovery reads its chain (under the header's own
+/// store and cycle, or as a log of format 1), then decodes every record it found past
+/// `applied`. Returns the number of changes decoded, or `None` when the log is refused.
 pub fn log_file(data: &[u8], applied: u64) -> Option<usize> {
-    let scan = wal::scan(data, applied).ok()?;
+    use wal::format::{self, Header, Parsed};
+    let chain = match Header::parse(data) {
+        Parsed::Current(h) => {
+            format::chain(data, format::salt(h.store, h.cycle), Some(h.cycle)).ok()?
+        }
+        Parsed::Legacy => format::legacy_chain(data, applied).ok()?,
+        Parsed::Absent | Parsed::Damaged => return None,
+    };
     let mut changes = 0;
-    for f in &scan.found {
+    for f in chain.past(applied) {
         changes += wal::rows::decode(data.get(f.body.clone())?).ok()?.len();
     }
     Some(changes)
+}
+
+/// The store and cycle a log file's header names (`None` for a header of format 1 or none).
+pub fn log_ids(data: &[u8]) -> Option<(u64, u64)> {
+    match wal::format::Header::parse(data) {
+        wal::format::Parsed::Current(h) => Some((h.store, h.cycle)),
+        _ => None,
+    }
 }
 
 /// Decodes one write-ahead log record body; on success checks that it re-encodes to the same
@@ -123,14 +139,16 @@ pub fn log_body(body: &[u8]) -> bool {
     true
 }
 
-/// The first bytes of a write-ahead log file: its header, then zeros up to the first record.
-pub fn log_header() -> Vec<u8> {
-    wal::fuzz_header()
+/// The first bytes of a write-ahead log file of store `store` in cycle `cycle`, `capacity`
+/// bytes long: its header, then zeros up to the first record.
+pub fn log_header(store: u64, cycle: u64, capacity: u64) -> Vec<u8> {
+    wal::fuzz_header(store, cycle, capacity)
 }
 
-/// A whole log record (head, checksum, body, padding) numbered `seq`, as an append writes it.
-pub fn log_record(seq: u64, body: &[u8]) -> Vec<u8> {
-    wal::fuzz_record(seq, body)
+/// A whole log record (head, checksum, body, padding) numbered `seq`, as an append writes it in
+/// store `store`'s cycle `cycle`.
+pub fn log_record(store: u64, cycle: u64, seq: u64, body: &[u8]) -> Vec<u8> {
+    wal::fuzz_record(store, cycle, seq, body)
 }
 
 /// Encodes a put of `key` → `value` into table number `table` (a log record's body).

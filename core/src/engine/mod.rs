@@ -19,6 +19,7 @@ mod probe;
 mod read;
 mod rules;
 mod signal;
+mod space;
 mod tables;
 mod timer;
 mod tracking;
@@ -101,6 +102,8 @@ pub struct Engine {
     janitor: crate::sync::Mutex<Option<janitor::Janitor>>,
     /// The reply queue of this handle's requests, once one was made (see `reply_queue`).
     replies: crate::sync::Mutex<Option<(u32, String)>>,
+    /// Opened with `accept_log_loss`: what the store needed of its log and did not get.
+    pub log_loss: Option<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -183,6 +186,11 @@ impl Engine {
                 batch.flush()?;
                 (owner, next_id)
             };
+            // From this durable commit on, the store needs the log's new cycle until a
+            // checkpoint or a clean close.
+            if let Some(w) = &wal {
+                wal::mark_started(&txn, w)?;
+            }
             txn.commit()?;
             Ok(registered)
         });
@@ -214,8 +222,10 @@ impl Engine {
             ids: ids.clone(),
             log_buf: Default::default(),
             applier: Default::default(),
+            space: space::SpaceWatch::new(path),
         })?;
         stats.replayed.store(recovered.records, Ordering::Relaxed);
+        let log_loss = recovered.loss;
         let watch = if multi {
             let weak = Arc::downgrade(&slot);
             let (signals, clock) = (signals.clone(), clock.clone());
@@ -242,6 +252,7 @@ impl Engine {
             ids,
             janitor: crate::sync::Mutex::new(None),
             replies: crate::sync::Mutex::new(None),
+            log_loss,
         })
     }
 

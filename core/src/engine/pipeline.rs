@@ -29,6 +29,7 @@ use super::guarded;
 use super::logged::{Changes, LoggedTxn};
 use super::park::{self, ParkedReceive};
 use super::signal::Signals;
+use super::space::SpaceWatch;
 use super::wal::{self, AppendError, Wal};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -208,6 +209,8 @@ pub struct WriterContext {
     pub log_buf: Mutex<Vec<u8>>,
     /// Started with the first logged batch.
     pub applier: Mutex<Option<Applier>>,
+    /// Set once a write failed for want of space: batches then commit durably.
+    pub space: SpaceWatch,
 }
 
 /// A batch taken from the inbox: its jobs, and the closing job if a stop was queued.
@@ -240,7 +243,12 @@ impl Writer for WriterContext {
     type Job = Box<dyn Job>;
 
     fn durability(&self) -> Durability {
-        self.durability
+        // Short of space, `Durability::None` commits durably too: only a durable commit lets
+        // redb reuse the pages the commits before it freed.
+        match self.durability {
+            Durability::None if self.space.is_short() => Durability::Immediate,
+            d => d,
+        }
     }
 
     fn reap_as(&self) -> Option<(u64, u64)> {
@@ -710,25 +718,26 @@ fn settle_failed_commit(ctx: &WriterContext, batch_no: u64, failed: Error) -> Op
 }
 
 /// Commits a batch whose record goes to the log: the record is written first (a failure
-/// there, such as a full disk when the log must grow, aborts the batch cleanly); then redb
-/// commits the batch without a sync on the applier thread while this thread syncs the log,
-/// so that the apply costs no time of its own. The batch is durable when the sync returns.
+/// there aborts the batch cleanly); then redb commits the batch without a sync on the applier
+/// thread while this thread syncs the log, so that the apply costs no time of its own. The
+/// batch is durable when the sync returns.
 ///
 /// A failed sync leaves the outcome unknown and the log closed; a failed apply leaves redb
 /// refusing further use, while the batch is durable in the log. Either way the store is
 /// marked for reopening, which replays the log: the store then holds the batch exactly when
-/// its record is durable. Returns the batch's error, if any.
+/// its record is durable. Returns the batch's error, if any — or, when the log had to grow
+/// and the disk had no room, the transaction back, for a durable commit instead.
 fn commit_logged(
     ctx: &WriterContext,
     mut txn: redb::WriteTransaction,
     wal: &Wal,
     body: &[u8],
     started: Instant,
-) -> Option<Error> {
+) -> std::result::Result<Option<Error>, Box<redb::WriteTransaction>> {
     let ran = Instant::now();
     if let Err(e) = txn.set_durability(redb::Durability::None) {
         let _ = txn.abort();
-        return Some(Error::Config(e.to_string()));
+        return Ok(Some(Error::Config(e.to_string())));
     }
     let mut applier = ctx.applier.lock();
     let applier = applier.get_or_insert_with(Applier::start);
@@ -739,7 +748,11 @@ fn commit_logged(
         }
     });
     let s = &ctx.stats;
-    match appended {
+    Ok(match appended {
+        Err(AppendError::NoRoom(e)) => match pending {
+            Some(t) => return Err(Box::new(t)),
+            None => Some(e),
+        },
         Err(AppendError::NotWritten(e)) => {
             if let Some(t) = pending {
                 let _ = t.abort();
@@ -768,6 +781,48 @@ fn commit_logged(
             }
             None
         }
+    })
+}
+
+/// Commits a batch durably to the store file: with a log, as a checkpoint (every record so
+/// far is then applied, and the log starts a new cycle; the closing batch, `batch_no` 0,
+/// records that the store needs no log); without, as asked by `durability`.
+fn commit_durably(
+    ctx: &WriterContext,
+    mut txn: redb::WriteTransaction,
+    wal: Option<&Wal>,
+    durability: Durability,
+    batch_no: u64,
+    oversized: bool,
+) -> Option<Error> {
+    let commit = (|| -> Result<()> {
+        if let Some(w) = wal {
+            // The batch is not logged: when it is durable, so is every record.
+            wal::checkpoint(&txn, w, batch_no == 0)?;
+        } else if matches!(durability, Durability::None) {
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| Error::Config(e.to_string()))?;
+        }
+        Ok(txn.commit()?)
+    })();
+    match commit {
+        Ok(()) => {
+            ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
+            if let Some(w) = wal {
+                w.reset();
+                ctx.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            None
+        }
+        Err(e) if oversized => {
+            // No mark was written for this batch: a reopen tells nothing about it.
+            ctx.db.mark_broken();
+            Some(match e {
+                e @ Error::StorageFull(_) => e,
+                other => Error::OutcomeUnknown(other.to_string()),
+            })
+        }
+        Err(failed) => settle_failed_commit(ctx, batch_no, failed),
     }
 }
 
@@ -866,7 +921,7 @@ fn run_batch(
         Ok(both) => both,
         Err(e) => return fail_all(jobs, &e),
     };
-    let mut txn = match db.begin_write() {
+    let txn = match db.begin_write() {
         Ok(t) => t,
         Err(e) => return fail_all(jobs, &e.into()),
     };
@@ -875,7 +930,7 @@ fn run_batch(
     // far as applied.
     let checkpoint = wal
         .as_ref()
-        .is_some_and(|w| batch_no == 0 || w.checkpoint_due());
+        .is_some_and(|w| batch_no == 0 || w.checkpoint_due() || ctx.space.is_short());
     let logged = wal.is_some() && !checkpoint;
     let changes = if logged {
         Changes::on(std::mem::take(&mut *ctx.log_buf.lock()))
@@ -977,44 +1032,40 @@ fn run_batch(
             && !oversized
             && let Some(wal) = &wal =>
         {
-            commit_logged(ctx, txn, wal, &body, started)
-        }
-        None => {
-            let wal_seq = wal.as_ref().map(|w| w.last_seq());
-            let commit = (|| -> Result<()> {
-                if let Some(seq) = wal_seq {
-                    // The batch is not logged: when it is durable, so is every record.
-                    wal::mark_applied(&txn, seq)?;
-                } else if matches!(durability, Durability::None) {
-                    txn.set_durability(redb::Durability::None)
-                        .map_err(|e| Error::Config(e.to_string()))?;
-                }
-                Ok(txn.commit()?)
-            })();
-            match commit {
-                Ok(()) => {
-                    ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
-                    if let Some(wal) = &wal {
-                        wal.reset();
-                        ctx.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None
-                }
-                Err(e) if oversized => {
-                    // No mark was written for this batch: a reopen tells nothing about it.
-                    ctx.db.mark_broken();
-                    Some(match e {
-                        e @ Error::StorageFull(_) => e,
-                        other => Error::OutcomeUnknown(other.to_string()),
-                    })
-                }
-                Err(failed) => {
+            match commit_logged(ctx, txn, wal, &body, started) {
+                Ok(outcome) => outcome,
+                Err(txn) => {
+                    let mut txn = *txn;
+                    // The log could not grow for want of space: the batch commits durably
+                    // instead, as a checkpoint, after which the log starts again at its first
+                    // slot and needs no growth.
+                    ctx.space.ran_out();
                     drop(db);
-                    settle_failed_commit(ctx, batch_no, failed)
+                    let marked = txn
+                        .set_durability(redb::Durability::Immediate)
+                        .map_err(|e| Error::Config(e.to_string()))
+                        .and_then(|()| super::db::write_mark(&txn, ctx.owner, batch_no));
+                    match marked {
+                        Ok(()) => commit_durably(ctx, txn, Some(wal), durability, batch_no, false),
+                        Err(e) => {
+                            let _ = txn.abort();
+                            Some(e)
+                        }
+                    }
                 }
             }
         }
+        None => {
+            drop(db);
+            commit_durably(ctx, txn, wal.as_deref(), durability, batch_no, oversized)
+        }
     };
+    if outcome
+        .as_ref()
+        .is_some_and(|e| matches!(e, Error::StorageFull(_)))
+    {
+        ctx.space.ran_out();
+    }
     body.clear();
     *ctx.log_buf.lock() = body;
     if outcome.is_none() && ctx.reap_as.is_none() {

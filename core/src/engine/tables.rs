@@ -95,11 +95,43 @@ pub const DEDUP_EXPIRY: TableDefinition<(u64, u32, &str), ()> =
 /// - 5: the write-ahead log. A store of this format may have work in its `-log` file that is
 ///   not in the store file yet, so an older postbox (which would ignore the log and lose that
 ///   work) must refuse it. `META` gains [`KEY_LOG_APPLIED`]. Upgrading writes the version.
-pub const FORMAT_VERSION: u64 = 5;
+/// - 6: the store's identity and what it needs of its log (`META` gains [`KEY_STORE_ID`],
+///   [`KEY_LOG_CYCLE`], [`KEY_LOG_LENGTH`]; log format 2 names the store and the cycle, and
+///   salts every record's checksum with them). Opening a store of format 5 replays its log of
+///   format 1 first, then upgrades: the version and a new identity.
+pub const FORMAT_VERSION: u64 = 6;
 
 /// The sequence number of the last write-ahead log record the store file holds durably
 /// (written by every checkpoint; absent = 0).
 pub const KEY_LOG_APPLIED: &str = "log_applied";
+
+/// The store's identity: a random number given at creation (or at the upgrade to format 6),
+/// written in its log's header and salting every record's checksum, so that a log is never
+/// replayed into another store.
+pub const KEY_STORE_ID: &str = "store_id";
+
+/// The cycle the write-ahead log was in at the last checkpoint (the sequence number of the
+/// cycle's first record); 0 or absent when the store needs no log (closed cleanly, or
+/// recovered). A store that names a cycle refuses to open without that cycle's log.
+pub const KEY_LOG_CYCLE: &str = "log_cycle";
+
+/// The log's length in bytes when that cycle began: it is never shorter while it is needed.
+pub const KEY_LOG_LENGTH: &str = "log_length";
+
+/// A new store identity: random, never 0.
+pub fn new_store_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // std's hasher keys come from the system's random source; the time and the process mix
+    // in what a reused key would share.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
 
 pub const KEY_FORMAT: &str = "format_version";
 /// The CRC32C of the format version's little-endian bytes, written beside it by stores created

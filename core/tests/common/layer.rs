@@ -161,6 +161,11 @@ impl<T: Tap> LogFile for Log<T> {
     fn size(&self) -> io::Result<u64> {
         self.inner.size()
     }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        tapped(&*self.tap, Which::Log, Io::SetLen(len), || {
+            self.inner.set_len(len)
+        })
+    }
     fn sync(&self) -> io::Result<()> {
         tapped(&*self.tap, Which::Log, Io::Sync, || self.inner.sync())
     }

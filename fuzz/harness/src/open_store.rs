@@ -23,7 +23,11 @@ struct Templates {
     clean: Vec<u8>,
     /// The store file and the log of a store that was never closed (as after `kill -9`).
     crashed: Vec<u8>,
+    /// Its log without the preallocated zeros (so that patches land on records), the log's
+    /// length (a shorter log is refused as cut), and the store and cycle its header names.
     crashed_log: Vec<u8>,
+    log_len: usize,
+    ids: (u64, u64),
 }
 
 fn templates() -> &'static Templates {
@@ -38,10 +42,13 @@ fn templates() -> &'static Templates {
         let log = std::fs::read(log_path(&path)).expect("read log");
         store.close().expect("close template");
         let clean = std::fs::read(&path).expect("read store");
+        let ids = postbox::fuzzing::log_ids(&log).expect("the template log has a header");
         Templates {
             clean,
             crashed,
+            log_len: log.len(),
             crashed_log: trim_zeros(log),
+            ids,
         }
     })
 }
@@ -130,24 +137,38 @@ pub fn run(data: &[u8]) {
         3 => {
             let mut l = t.crashed_log.clone();
             patch(&mut l, rest);
+            // Back to its length, unless the patch bytes ask for a cut one.
+            if rest.first().is_none_or(|b| b & 0x40 == 0) {
+                l.resize(l.len().max(t.log_len), 0);
+            }
             (t.crashed.clone(), Some(l))
         }
-        _ => (
-            t.crashed.clone(),
-            Some(crate::records::log_of_records(rest)),
-        ),
+        _ => {
+            // Records of this store's cycle (or, by the first byte, of another store).
+            let store = if rest.first().is_some_and(|b| b & 0x40 != 0) {
+                t.ids.0 ^ 1
+            } else {
+                t.ids.0
+            };
+            let mut l = crate::records::log_of_records(store, t.ids.1, rest);
+            l.resize(l.len().max(t.log_len), 0);
+            (t.crashed.clone(), Some(l))
+        }
     };
-    open_and_use(&store, log.as_deref(), pick & 0x80 != 0);
+    open_and_use(&store, log.as_deref(), pick & 0x80 != 0, pick & 0x40 != 0);
 }
 
-fn open_and_use(store: &[u8], log: Option<&[u8]>, verify: bool) {
+fn open_and_use(store: &[u8], log: Option<&[u8]>, verify: bool, accept_loss: bool) {
     let dir = crate::tempdir();
     let path = dir.path().join("s.postbox");
     std::fs::write(&path, store).expect("write store");
     if let Some(log) = log {
         std::fs::write(log_path(&path), log).expect("write log");
     }
-    let opened = Store::builder().verify_on_open(verify).open(&path);
+    let opened = Store::builder()
+        .verify_on_open(verify)
+        .accept_log_loss(accept_loss)
+        .open(&path);
     let Ok(store) = opened else {
         return;
     };

@@ -91,44 +91,61 @@ pub fn run(data: &[u8]) {
         12 => {
             let applied = rest.first().map_or(0, |b| u64::from(b % 4));
             f::log_file(rest, applied);
-            let mut file = f::log_header();
+            let mut file = f::log_header(1, 1, 1 << 20);
             file.extend_from_slice(rest);
             f::log_file(&file, applied);
         }
         _ => {
-            f::log_file(&log_of_records(rest), 0);
+            f::log_file(&log_of_records(1, 1, rest), 0);
         }
     }
 }
 
-/// A log file of well-framed records cut from `data`: each record is `seq delta, body length,
-/// body`, so the scan's rules (order, gaps, stale cycles, damage) meet valid checksums.
-pub(crate) fn log_of_records(data: &[u8]) -> Vec<u8> {
-    let mut file = f::log_header();
+/// A log file of store `store` holding well-framed records cut from `data`: each record is
+/// `seq delta, body length, body`, so the chain's rules (order, gaps, stale cycles, damage)
+/// meet valid checksums. The first record is numbered `base` or a little more, and the header
+/// names its cycle, or (by the first byte's top bit) the next one.
+pub(crate) fn log_of_records(store: u64, base: u64, data: &[u8]) -> Vec<u8> {
     // The first number sits anywhere near the store's last applied record.
     let Some((&start, mut rest)) = data.split_first() else {
-        return file;
+        return f::log_header(store, 1, 1 << 20);
     };
-    let mut seq = u64::from(start % 8);
+    let first = base + u64::from(start % 4 / 3);
+    let cycle = if start & 0x80 == 0 { first } else { first + 1 };
+    let mut file = f::log_header(store, cycle, 1 << 20);
+    let mut seq = first;
+    let mut at_first = true;
     while let [delta, len, tail @ ..] = rest {
         let n = usize::from(*len).min(tail.len());
         let (body, after) = tail.split_at(n);
         // Mostly the next number; sometimes a repeat, a gap or an earlier cycle's record.
-        seq = match delta % 8 {
-            0 => seq,
-            1 => seq + 2,
-            2 => seq.saturating_sub(1),
-            3 => {
-                // A torn record: the rest of the file is garbage after its head.
-                let rec = f::log_record(seq + 1, body);
-                file.extend_from_slice(&rec[..rec.len() / 2]);
-                rest = after;
-                continue;
-            }
-            _ => seq + 1,
-        };
-        file.extend_from_slice(&f::log_record(seq, body));
+        if !at_first {
+            seq = match delta % 8 {
+                0 => seq,
+                1 => seq + 2,
+                2 => seq.saturating_sub(1),
+                3 => {
+                    // A torn record: the rest of the file is garbage after its head.
+                    let rec = f::log_record(store, cycle, seq + 1, body);
+                    file.extend_from_slice(&rec[..rec.len() / 2]);
+                    rest = after;
+                    continue;
+                }
+                4 => {
+                    // A record of another cycle.
+                    file.extend_from_slice(&f::log_record(store, cycle + 1, seq + 1, body));
+                    rest = after;
+                    continue;
+                }
+                _ => seq + 1,
+            };
+        }
+        at_first = false;
+        file.extend_from_slice(&f::log_record(store, cycle, seq, body));
         rest = after;
+    }
+    if file.len() < 1 << 20 {
+        file.resize(1 << 20, 0);
     }
     file
 }

@@ -244,7 +244,7 @@ fn churn(q: &Queue, args: &[String]) {
     wait_for_stdin_eof();
 }
 
-/// `logged <tag> <checkpoint-bytes>` (single-process, write-ahead log on, checkpoint every
+/// `logged <tag> <checkpoint-bytes> [<checkpoint-interval-ms>]` (single-process, write-ahead log on, checkpoint every
 /// `checkpoint-bytes` of log): until killed, two threads send (one message at a time, or a
 /// batch of three), one receives and completes, and one moves messages in transactions
 /// (receive, send a follow-up, commit). Prints READY, then SENT and DONE lines after each call
@@ -253,8 +253,11 @@ fn churn(q: &Queue, args: &[String]) {
 fn logged(path: &str, name: &str, args: &[String]) {
     let tag = args[0].clone();
     let checkpoint_bytes: u64 = args[1].parse().expect("checkpoint bytes");
+    let interval_ms: u64 = args
+        .get(2)
+        .map_or(1000, |a| a.parse().expect("interval ms"));
     let store = Store::builder()
-        .log_checkpoints(checkpoint_bytes, Duration::from_secs(1))
+        .log_checkpoints(checkpoint_bytes, Duration::from_millis(interval_ms))
         .open(path)
         .or_die();
     let q = store.queue(name).or_die();
