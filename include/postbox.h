@@ -714,6 +714,20 @@ typedef struct postbox_store_options {
    * Added after the first version of this struct.
    */
   int skip_write_ahead_log;
+  /**
+   * Reserved, ignored: it sits where the second version of this struct had padding, which
+   * a caller built against that version may leave uninitialised.
+   */
+  uint32_t reserved;
+  /**
+   * Non-zero: open the store even when the write-ahead log it needs (it was not closed
+   * cleanly) is missing or damaged, giving up the work only that log held. Without it such
+   * an open fails with `POSTBOX_CORRUPTED`, whose message names the log and what is wrong
+   * with it. With it, the records that can still be verified are replayed, the damaged log
+   * is kept aside as `<path>-log.damaged-<time>`, and `postbox_store_log_loss` says what
+   * was lost. Added after the second version of this struct.
+   */
+  int accept_log_loss;
 } postbox_store_options;
 
 /**
@@ -1724,6 +1738,18 @@ int postbox_queue_delete(struct postbox_store *store, const char *name, bool *ex
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
  */
 int postbox_store_stats(const struct postbox_store *store, struct postbox_commit_stats *stats_out);
+
+/**
+ * What the open of `store` could not recover: set when it was opened with
+ * `accept_log_loss` and the write-ahead log it needed was missing or damaged (which log, what
+ * was wrong with it, which records were replayed). `*text_out` is NULL when nothing was lost
+ * (always, without that option: such an open fails instead). The text is owned by the store
+ * and valid until `postbox_store_close`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
+ */
+int postbox_store_log_loss(const struct postbox_store *store, const char **text_out);
 
 /**
  * Sets `stats->struct_size` to `sizeof(postbox_log_stats)` and every counter to 0.

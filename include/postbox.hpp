@@ -250,6 +250,9 @@ struct store_options {
     bool multi_process = false;   ///< Share the file with other processes.
     bool skip_verify_on_open = false;
     bool skip_write_ahead_log = false;
+    /// Open even when the write-ahead log a crashed store needs is missing or damaged, giving
+    /// up what only it held; store::log_loss() then says what was lost.
+    bool accept_log_loss = false;
     std::uint64_t cache_size = 0; ///< Bytes; 0: 64 MiB.
 };
 
@@ -800,6 +803,7 @@ public:
         o.multi_process = options.multi_process ? 1 : 0;
         o.skip_verify_on_open = options.skip_verify_on_open ? 1 : 0;
         o.skip_write_ahead_log = options.skip_write_ahead_log ? 1 : 0;
+        o.accept_log_loss = options.accept_log_loss ? 1 : 0;
         o.cache_size = options.cache_size;
         check(postbox_store_open(path.c_str(), &o, &s_));
     }
@@ -822,6 +826,15 @@ public:
     explicit operator bool() const noexcept { return s_ != nullptr; }
     postbox_store *get() const noexcept { return s_; }
     postbox_store *release() noexcept { return std::exchange(s_, nullptr); }
+
+    /// What the open could not recover (store_options::accept_log_loss and a missing or
+    /// damaged log): empty when nothing was lost. Throws forked_error in a forked child.
+    std::optional<std::string> log_loss() const {
+        const char *text = nullptr;
+        check(postbox_store_log_loss(s_, &text));
+        if (text == nullptr) return std::nullopt;
+        return std::string(text);
+    }
 
     /// Closes the store: waits for pending commits and syncs. The handle is gone whatever the
     /// outcome; throws io_error, storage_full_error, outcome_unknown_error of the final commit.

@@ -17,6 +17,7 @@ mod demo;
 pub mod fail;
 mod inspect;
 mod record;
+mod recover;
 mod table;
 mod transfer;
 
@@ -274,6 +275,10 @@ pub enum Command {
     },
     /// Check the store's integrity: verify every page, then read every queue and message.
     Check { store: PathBuf },
+    /// Open a store that crashed and whose write-ahead log is missing or damaged, giving up
+    /// the work only that log held, and report what was lost (every other command refuses
+    /// such a store).
+    Recover { store: PathBuf },
     /// Give the space of deleted queues and purged messages back to the file system.
     Compact { store: PathBuf },
     /// Write a consistent copy of the store (open or not) to DEST.
@@ -558,6 +563,10 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
         Command::Check { store } => {
             local_only("check")?;
             transfer::check(&store, json)
+        }
+        Command::Recover { store } => {
+            local_only("recover")?;
+            recover::recover(&store, json)
         }
         Command::Backup { store, dest, force } => {
             local_only("backup")?;

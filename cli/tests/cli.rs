@@ -786,3 +786,40 @@ fn export_writes_every_state_and_compact_gives_space_back() {
     let s = store.open_queue("q").unwrap().stats().unwrap();
     assert_eq!((s.active, s.scheduled, s.deferred), (1, 1, 1));
 }
+
+/// A store that crashed needs its write-ahead log: without it every command refuses the
+/// store (a store error, exit 4, naming the log and `postbox recover`); `postbox recover`
+/// opens it anyway, says what was lost, and afterwards it opens normally.
+#[test]
+fn recover_opens_a_crashed_store_whose_log_is_missing() {
+    let (dir, path) = store_path();
+    let live = Store::open(&path).expect("open");
+    let q = live.queue("jobs").expect("queue");
+    for i in 0..3 {
+        q.send(format!("m{i}")).expect("send");
+    }
+    // The store file alone, as a crash leaves it, without its log.
+    let copy = dir.path().join("copy.postbox");
+    std::fs::copy(&path, &copy).expect("copy");
+    drop(q);
+    live.close().expect("close");
+    pb().arg("queues")
+        .arg(&copy)
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("-log"))
+        .stderr(predicate::str::contains("postbox recover"));
+    pb().arg("recover")
+        .arg(&copy)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("recovered with a loss"))
+        .stdout(predicate::str::contains("missing"));
+    pb().arg("queues").arg(&copy).assert().success();
+    let doc = json_out(pb().args(["--json", "recover"]).arg(&copy));
+    assert_eq!(doc["lost"], Value::Bool(false));
+    pb().arg("recover")
+        .arg(dir.path().join("none.postbox"))
+        .assert()
+        .code(2);
+}

@@ -49,6 +49,16 @@ pub struct postbox_store_options {
     /// the log is used only by single-process stores with `POSTBOX_DURABILITY_IMMEDIATE`.
     /// Added after the first version of this struct.
     pub skip_write_ahead_log: c_int,
+    /// Reserved, ignored: it sits where the second version of this struct had padding, which
+    /// a caller built against that version may leave uninitialised.
+    pub reserved: u32,
+    /// Non-zero: open the store even when the write-ahead log it needs (it was not closed
+    /// cleanly) is missing or damaged, giving up the work only that log held. Without it such
+    /// an open fails with `POSTBOX_CORRUPTED`, whose message names the log and what is wrong
+    /// with it. With it, the records that can still be verified are replayed, the damaged log
+    /// is kept aside as `<path>-log.damaged-<time>`, and `postbox_store_log_loss` says what
+    /// was lost. Added after the second version of this struct.
+    pub accept_log_loss: c_int,
 }
 
 /// The first version of `postbox_store_options`: the smallest `struct_size` accepted.
@@ -109,6 +119,8 @@ const _: () = assert!(LOG_STATS_V1 == 8 + 8 * 8);
 pub struct postbox_store {
     pub(crate) store: Store,
     pub(crate) tag: StoreTag,
+    /// `Store::log_loss` as C text, made once at open.
+    log_loss: Option<CString>,
 }
 
 /// A list of strings returned by postbox (e.g. queue names). Read it with
@@ -210,7 +222,8 @@ pub extern "C" fn postbox_store_open(
             .durability(durability)
             .multi_process(o.multi_process != 0)
             .verify_on_open(o.skip_verify_on_open == 0)
-            .write_ahead_log(o.skip_write_ahead_log == 0);
+            .write_ahead_log(o.skip_write_ahead_log == 0)
+            .accept_log_loss(o.accept_log_loss != 0);
         if o.cache_size != 0 {
             let bytes = usize::try_from(o.cache_size)
                 .map_err(|_| Failure::invalid("options.cache_size does not fit in size_t"))?;
@@ -233,9 +246,14 @@ pub extern "C" fn postbox_store_open(
             );
         }
         let store = builder.open(&path)?;
+        // The text comes from paths and the store's own words; a NUL in a path is cut there.
+        let log_loss = store
+            .log_loss()
+            .map(|t| CString::new(t.replace('\0', "")).unwrap_or_default());
         out.write(Box::into_raw(Box::new(postbox_store {
             store,
             tag: StoreTag::next(),
+            log_loss,
         })));
         Ok(POSTBOX_OK)
     })
@@ -366,6 +384,33 @@ pub extern "C" fn postbox_store_stats(
             commits: s.commits,
             operations: s.operations,
         });
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// What the open of `store` could not recover: set when it was opened with
+/// `accept_log_loss` and the write-ahead log it needed was missing or damaged (which log, what
+/// was wrong with it, which records were replayed). `*text_out` is NULL when nothing was lost
+/// (always, without that option: such an open fails instead). The text is owned by the store
+/// and valid until `postbox_store_close`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument); `POSTBOX_FORKED`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_store_log_loss(
+    store: *const postbox_store,
+    text_out: *mut *const c_char,
+) -> c_int {
+    guard(|| {
+        let store = arg_ref(store, "store")?;
+        let out = Out::required(text_out, "text_out")?;
+        store.tag.check_process()?;
+        out.write(
+            store
+                .log_loss
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t.as_ptr()),
+        );
         Ok(POSTBOX_OK)
     })
 }

@@ -132,6 +132,7 @@ class Store:
         poll_interval: tuple[_Seconds, _Seconds] | None = None,
         verify_on_open: bool = True,
         write_ahead_log: bool = True,
+        accept_log_loss: bool = False,
     ) -> Store:
         """Opens (creating if needed) the store file at ``path``.
 
@@ -142,7 +143,18 @@ class Store:
         ``durability="none"`` never use the log. Raises a ``StoreError`` subclass
         (``AlreadyOpenError``, ``StoreCorruptedError``, ``NotAStoreError``, ``IoError``…)
         when the file cannot be opened.
+
+        A store that was not closed cleanly needs its log: when the log is missing, cut,
+        zeroed, another store's or a copy from an earlier time, the open raises
+        ``StoreCorruptedError`` naming the log and what is wrong with it, and changes nothing.
+        ``accept_log_loss=True`` opens such a store anyway: the records that can still be
+        verified are replayed, the damaged log is kept aside as ``<path>-log.damaged-<time>``,
+        and ``log_loss`` says what was lost.
         """
+    @property
+    def log_loss(self) -> str | None:
+        """What the open could not recover (``accept_log_loss=True`` and a missing or damaged
+        log), or ``None``."""
     @property
     def path(self) -> Path: ...
     @property

@@ -217,7 +217,7 @@ impl PyStore {
     /// Opens (creating if needed) the store at `path`.
     #[new]
     #[pyo3(signature = (path, durability="immediate", multi_process=false, *, cache_size=None,
-        poll_interval=None, verify_on_open=true, write_ahead_log=true))]
+        poll_interval=None, verify_on_open=true, write_ahead_log=true, accept_log_loss=false))]
     // One argument per keyword of Python's signature.
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -229,6 +229,7 @@ impl PyStore {
         poll_interval: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
         verify_on_open: bool,
         write_ahead_log: bool,
+        accept_log_loss: bool,
     ) -> PyResult<PyStore> {
         let durability = match durability {
             "immediate" => Durability::Immediate,
@@ -243,7 +244,8 @@ impl PyStore {
             .durability(durability)
             .multi_process(multi_process)
             .verify_on_open(verify_on_open)
-            .write_ahead_log(write_ahead_log);
+            .write_ahead_log(write_ahead_log)
+            .accept_log_loss(accept_log_loss);
         if let Some(bytes) = cache_size {
             b = b.cache_size(bytes);
         }
@@ -258,6 +260,13 @@ impl PyStore {
             store,
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// What the open could not recover (opened with ``accept_log_loss=True`` while the
+    /// write-ahead log it needed was missing or damaged), or ``None``.
+    #[getter]
+    fn log_loss(&self) -> Option<String> {
+        self.store.log_loss().map(str::to_owned)
     }
 
     /// The path of the store file.

@@ -105,3 +105,56 @@ def test_sigkill_after_logged_sends_loses_nothing(store_path: Path) -> None:
     with postbox.Store(store_path) as store:
         assert store.stats()["replayed_records"] == 0
         assert len(store.queue("jobs")) == SENDS + 2
+
+
+def _crash_with_records(store_path: Path) -> list[int]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", SENDER, str(store_path), str(SENDS)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    ids = [int(x) for x in child.stdout.readline().split()]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert log_of(store_path).exists()
+    return ids
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "zeroed", "other store"])
+def test_a_crashed_store_refuses_a_missing_or_damaged_log(
+    store_path: Path, tmp_path: Path, damage: str
+) -> None:
+    ids = _crash_with_records(store_path)
+    log = log_of(store_path)
+    if damage == "deleted":
+        log.unlink()
+    elif damage == "truncated":
+        with open(log, "r+b") as f:
+            f.truncate(4096)
+    elif damage == "zeroed":
+        log.write_bytes(bytes(log.stat().st_size))
+    else:
+        other = tmp_path / "other.postbox"
+        _crash_with_records(other)
+        log.write_bytes(log_of(other).read_bytes())
+    with pytest.raises(postbox.StoreCorruptedError) as refused:
+        postbox.Store(store_path)
+    assert "-log" in str(refused.value) and "accept_log_loss" in str(refused.value)
+    # Refused again: the failed open changed nothing.
+    with pytest.raises(postbox.StoreCorruptedError):
+        postbox.Store(store_path)
+    with postbox.Store(store_path, accept_log_loss=True) as store:
+        assert store.log_loss is not None and "-log" in store.log_loss
+        q = store.queue("jobs")
+        assert all(m.id in ids for m in q.browse())
+        q.send(b"after")
+    with postbox.Store(store_path) as store:
+        assert store.log_loss is None
+        assert store.queue("jobs").peek() is not None
+
+
+def test_log_loss_is_none_after_a_clean_open(store_path: Path) -> None:
+    with postbox.Store(store_path, accept_log_loss=True) as store:
+        assert store.log_loss is None

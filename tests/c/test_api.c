@@ -1318,6 +1318,40 @@ static void test_write_ahead_log(const char *dir) {
     REQUIRE_OK(postbox_store_open(path, NULL, &store));
     CHECK_OK(postbox_store_log_stats(store, &ls));
     CHECK(ls.replayed_records == 0);
+    const char *loss = "unset";
+    CHECK_RC(postbox_store_log_loss(NULL, &loss), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_store_log_loss(store, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_store_log_loss(store, &loss));
+    CHECK(loss == NULL);
+    CHECK_OK(postbox_store_close(store));
+
+    /* Killed again, and the log it needs is deleted: the open refuses, naming the log, and
+     * changes nothing; with accept_log_loss it opens and says what was lost. */
+    CHECK(verdict_then_sigkill(path, send_through_the_log) == 'S');
+    CHECK(unlink(log_path) == 0);
+    store = NULL;
+    CHECK_RC(postbox_store_open(path, NULL, &store), POSTBOX_CORRUPTED);
+    CHECK(store == NULL);
+    CHECK(strstr(postbox_last_error_message(), "-log") != NULL);
+    CHECK(strstr(postbox_last_error_message(), "missing") != NULL);
+    CHECK_RC(postbox_store_open(path, NULL, &store), POSTBOX_CORRUPTED);
+    /* A struct of the second version (before accept_log_loss) is accepted, and refuses too. */
+    CHECK_OK(postbox_store_options_init(&o));
+    o.struct_size = (uint32_t)offsetof(postbox_store_options, reserved);
+    CHECK_RC(postbox_store_open(path, &o, &store), POSTBOX_CORRUPTED);
+    CHECK_OK(postbox_store_options_init(&o));
+    o.accept_log_loss = 1;
+    REQUIRE_OK(postbox_store_open(path, &o, &store));
+    CHECK_OK(postbox_store_log_loss(store, &loss));
+    CHECK(loss != NULL && strstr(loss, "missing") != NULL);
+    q = open_queue(store, "q", NULL);
+    if (q == NULL) return;
+    send_text(q, "after the loss");
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+    REQUIRE_OK(postbox_store_open(path, NULL, &store));
+    CHECK_OK(postbox_store_log_loss(store, &loss));
+    CHECK(loss == NULL);
     CHECK_OK(postbox_store_close(store));
 }
 
