@@ -297,9 +297,12 @@ impl Message {
         self
     }
 
-    /// The group this message belongs to. Stored and returned with the message; ordered
-    /// delivery by group (sessions) is not built yet, so today it does not change the order
-    /// in which messages are handed out.
+    /// The group this message belongs to. On a queue that requires sessions
+    /// ([`QueueOptions::requires_session`](crate::QueueOptions::requires_session)) it is the
+    /// message's session: the group is delivered in send order, one message at a time, to the
+    /// holder of its session only. Sent to a collator, it names the series. On any other queue
+    /// it is only stored and returned with the message: it changes neither the order nor who
+    /// may receive it (plain, by id, by correlation id, in parallel).
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.props.group = Some(group.into());
         self
@@ -313,8 +316,9 @@ impl Message {
         self
     }
 
-    /// The sender's sequence number within its group. Stored and returned with the message;
-    /// like `group`, it does not change delivery order today.
+    /// The sender's sequence number within its group. Stored and returned with the message; a
+    /// collator orders its series by it, and no queue does (a session queue delivers a group in
+    /// send order).
     pub fn sequence(mut self, sequence: u64) -> Self {
         self.props.sequence = Some(sequence);
         self

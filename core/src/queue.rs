@@ -309,7 +309,9 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// [`Error::QueueNotFound`] if the queue was deleted; storage errors.
+    /// [`Error::QueueNotFound`] if the queue was deleted;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) on a queue that requires
+    /// sessions (accept a session instead); storage errors.
     pub fn try_receive(&self) -> Result<Option<Received>> {
         self.receive_deadline(Instant::now())
     }
@@ -384,6 +386,9 @@ impl Queue {
     ///
     /// As [`Queue::try_receive`]. A message that is in another queue, or was completed, is
     /// never receivable here: the wait ends with `None` at the timeout.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) on a queue that requires
+    /// sessions, whose messages only the holder of their group takes: use
+    /// [`Session::receive_by_id`](crate::Session::receive_by_id).
     pub fn receive_by_id(&self, id: MessageId, timeout: Duration) -> Result<Option<Received>> {
         self.receive_selected(Select::Id(id.0), timeout)
     }
@@ -398,7 +403,9 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// As [`Queue::try_receive`].
+    /// As [`Queue::try_receive`]. [`Error::InvalidArgument`](crate::Error::InvalidArgument) on
+    /// a queue that requires sessions: use
+    /// [`Session::receive_by_correlation_id`](crate::Session::receive_by_correlation_id).
     pub fn receive_by_correlation_id(
         &self,
         correlation_id: &str,

@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
+use crate::engine::Select;
 use crate::engine::queries as read;
 use crate::error::{Error, Result};
+use crate::message::MessageId;
 use crate::queue::Queue;
 use crate::received::Received;
 
@@ -14,7 +16,11 @@ use crate::received::Received;
 /// ([`QueueOptions::requires_session`](crate::QueueOptions::requires_session)): the messages
 /// of one `group`, delivered to this receiver only, in send order, one at a time — the next
 /// one becomes receivable when the previous one is completed, dead-lettered or deferred. Other
-/// groups go to other receivers in parallel.
+/// groups go to other receivers in parallel. A held session is exclusive: no other receiver
+/// takes a message of its group, not by id or correlation id either (those receives of the
+/// [`Queue`] are refused on such a queue); its holder picks them with
+/// [`Session::receive_by_id`] (deferred messages, at any time) and
+/// [`Session::receive_by_correlation_id`].
 ///
 /// The session lock expires like a message lock (the queue's `lock_duration`) unless renewed;
 /// once it expired, another receiver may accept the session, and this handle's calls fail with
@@ -199,6 +205,75 @@ impl Session {
         let got = engine.wait_for(q, deadline, None, || {
             let (name, group) = (name.clone(), group.clone());
             engine.call(move |b| b.session_receive(q, &name, &group, token, owner))
+        })?;
+        Ok(got.map(|l| self.queue.wrap(l)))
+    }
+
+    /// Locks message `id` of the session's group, waiting up to `timeout` for it to be
+    /// receivable through the session: its deferred messages (set aside with
+    /// [`Received::defer`](crate::Received::defer)) at any time, also while another message
+    /// of the group is in hand (as a Service Bus session receiver takes its deferred messages
+    /// by sequence number), and otherwise only the group's next message, as
+    /// [`Session::receive`] would lock it (one at a time, in send order). On a queue that
+    /// requires sessions this is the one way to a message by id:
+    /// [`Queue::receive_by_id`] is refused there.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::{Message, QueueOptions};
+    /// use std::time::Duration;
+    /// let q = store.queue_with("orders", QueueOptions::default().requires_session(true))?;
+    /// q.send(Message::new("shipped").group("order-7"))?; // came first, but is the last step
+    /// q.send(Message::new("paid").group("order-7"))?;
+    /// let session = q.accept_session(Duration::ZERO)?.expect("a session");
+    /// let early = session.receive(Duration::ZERO)?.unwrap();
+    /// let shipped = early.id();
+    /// early.defer()?; // not yet: set it aside
+    /// let paid = session.receive(Duration::ZERO)?.unwrap();
+    /// paid.complete()?;
+    /// let later = session.receive_by_id(shipped, Duration::ZERO)?.unwrap();
+    /// assert_eq!(later.body(), b"shipped");
+    /// later.complete()?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::receive`]. A message of another group or queue, or one that was
+    /// completed, is never receivable here: the wait ends with `None` at the timeout.
+    pub fn receive_by_id(&self, id: MessageId, timeout: Duration) -> Result<Option<Received>> {
+        self.receive_selected(Select::Id(id.0), timeout)
+    }
+
+    /// Locks the first message of the session's group, in send order, whose correlation id is
+    /// `correlation_id`, among those receivable through the session (see
+    /// [`Session::receive_by_id`]: its deferred messages and its next message), waiting up to
+    /// `timeout` for one. Unlike [`Queue::receive_by_correlation_id`] (refused on a queue that
+    /// requires sessions), deferred messages count: a session sets a message aside to pick it
+    /// up at a later step, and a step often waits for the reply to a request.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::receive`].
+    pub fn receive_by_correlation_id(
+        &self,
+        correlation_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Received>> {
+        self.receive_selected(Select::CorrelationId(correlation_id.to_owned()), timeout)
+    }
+
+    fn receive_selected(&self, select: Select, timeout: Duration) -> Result<Option<Received>> {
+        let engine = &self.queue.engine;
+        engine.check_open()?;
+        let deadline = Instant::now().checked_add(timeout);
+        let (q, name, group, token) = self.ids();
+        let owner = engine.owner;
+        let got = engine.wait_for(q, deadline, None, || {
+            let (name, group, select) = (name.clone(), group.clone(), select.clone());
+            engine
+                .call(move |b| b.session_receive_selected(q, &name, &group, token, owner, &select))
         })?;
         Ok(got.map(|l| self.queue.wrap(l)))
     }

@@ -99,7 +99,9 @@ impl Transaction {
     ///
     /// # Errors
     ///
-    /// As [`Transaction::receive`].
+    /// As [`Transaction::receive`]: [`Error::InvalidArgument`] on a queue that requires
+    /// sessions (receive through the [`Session`] and enlist the message with
+    /// [`Transaction::complete`]).
     pub fn receive_by_id(
         &mut self,
         queue: &Queue,
@@ -115,7 +117,7 @@ impl Transaction {
     ///
     /// # Errors
     ///
-    /// As [`Transaction::receive`].
+    /// As [`Transaction::receive_by_id`].
     pub fn receive_by_correlation_id(
         &mut self,
         queue: &Queue,

@@ -73,6 +73,245 @@ fn plain_receives_and_groupless_sends_are_refused() {
     assert!(q.options().unwrap().requires_session);
 }
 
+/// Invariant 7: while a receiver holds a group and works on its first message, nobody else
+/// takes the second one, by id or by correlation id, alone or in a transaction; those receives
+/// are refused on a session queue with a reason, whether or not the group is held.
+#[test]
+fn a_held_session_is_not_bypassed_by_id_or_correlation_id() {
+    let t = TestStore::new();
+    let store = t.store();
+    let q = store.queue_with("s", sessions()).unwrap();
+    q.send(Message::new("1").group("g").correlation_id("c-1"))
+        .unwrap();
+    let second = q
+        .send(Message::new("2").group("g").correlation_id("c-2"))
+        .unwrap();
+    q.send(Message::new("other").group("h").correlation_id("c-2"))
+        .unwrap();
+
+    // Refused before anyone holds the group too: the rule does not depend on timing.
+    let before = q.receive_by_id(second, NOW).unwrap_err();
+    assert_eq!(before.kind(), ErrorKind::InvalidArgument);
+    assert!(before.to_string().contains("requires sessions"), "{before}");
+
+    let a = q.accept_named_session("g", NOW).unwrap().unwrap();
+    let first = a.receive(NOW).unwrap().unwrap();
+    assert_eq!(first.body(), b"1");
+
+    let by_id = q.receive_by_id(second, SEC).unwrap_err();
+    assert_eq!(by_id.kind(), ErrorKind::InvalidArgument);
+    assert!(by_id.to_string().contains("accept a session"), "{by_id}");
+    let by_cid = q.receive_by_correlation_id("c-2", SEC).unwrap_err();
+    assert_eq!(by_cid.kind(), ErrorKind::InvalidArgument);
+    assert!(by_cid.to_string().contains("by correlation id"), "{by_cid}");
+    let mut tx = store.begin();
+    assert_eq!(
+        tx.receive_by_id(&q, second, NOW).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        tx.receive_by_correlation_id(&q, "c-2", NOW)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        tx.receive(&q, NOW).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    tx.abort().unwrap();
+
+    // The holder of another group cannot reach into this one either.
+    let b = q.accept_session(NOW).unwrap().unwrap();
+    assert_eq!(b.group(), "h");
+    assert!(b.receive_by_id(second, NOW).unwrap().is_none());
+    let theirs = b.receive_by_correlation_id("c-2", NOW).unwrap().unwrap();
+    assert_eq!(theirs.body(), b"other", "only its own group's c-2");
+    theirs.complete().unwrap();
+
+    // Nothing moved: the first is in hand, the second waits for it.
+    let st = q.stats().unwrap();
+    assert_eq!((st.active, st.locked), (1, 1));
+    assert!(
+        a.receive_by_id(second, NOW).unwrap().is_none(),
+        "one at a time"
+    );
+    first.complete().unwrap();
+    let m = a.receive_by_id(second, NOW).unwrap().unwrap();
+    assert_eq!((m.body(), m.delivery_count()), (&b"2"[..], 1));
+    m.complete().unwrap();
+}
+
+/// A session's holder picks its deferred messages by id or by correlation id while another
+/// message of the group is in hand (Service Bus's receive-deferred); a non-deferred message
+/// comes only when it is the group's next; a deferred message in hand holds nothing up.
+#[test]
+fn a_session_receives_its_deferred_messages_by_id_and_correlation_id() {
+    let t = TestStore::new();
+    let q = t.store().queue_with("s", sessions()).unwrap();
+    let ids: Vec<MessageId> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|c| {
+            q.send(Message::new(*c).group("g").correlation_id(*c))
+                .unwrap()
+        })
+        .collect();
+    let s = q.accept_session(NOW).unwrap().unwrap();
+    let a = s.receive(NOW).unwrap().unwrap();
+    a.defer().unwrap();
+    let b = s.receive(NOW).unwrap().unwrap();
+    assert_eq!(b.id(), ids[1]);
+
+    // b is in hand: c and d wait, the deferred a does not.
+    assert!(s.receive_by_id(ids[2], NOW).unwrap().is_none());
+    assert!(s.receive_by_correlation_id("c", NOW).unwrap().is_none());
+    let a = s.receive_by_id(ids[0], NOW).unwrap().unwrap();
+    assert_eq!((a.body(), a.delivery_count()), (&b"a"[..], 2));
+    a.abandon().unwrap(); // stays deferred
+    assert_eq!(q.stats().unwrap().deferred, 1);
+    let a = s.receive_by_correlation_id("a", NOW).unwrap().unwrap();
+    assert_eq!(a.id(), ids[0]);
+    b.complete().unwrap();
+
+    // The deferred a is in hand, and yet the group moves on.
+    let c = s.receive(NOW).unwrap().unwrap();
+    assert_eq!(c.id(), ids[2]);
+    a.complete().unwrap();
+    c.complete().unwrap();
+    assert!(
+        s.receive_by_correlation_id("b", NOW).unwrap().is_none(),
+        "gone"
+    );
+
+    let d = s.receive_by_correlation_id("d", NOW).unwrap().unwrap();
+    assert_eq!(d.id(), ids[3]);
+    d.complete().unwrap();
+    assert_eq!(q.stats().unwrap().deferred, 0);
+}
+
+/// A selective receive through a session waits while the message ahead is in hand and wakes
+/// when it is settled.
+#[test]
+fn a_session_receive_by_id_waits_for_its_turn() {
+    let t = TestStore::new();
+    let q = t.store().queue_with("s", sessions()).unwrap();
+    q.send(Message::new("1").group("g")).unwrap();
+    let second = q.send(Message::new("2").group("g")).unwrap();
+    let s = q.accept_session(NOW).unwrap().unwrap();
+    let first = s.receive(NOW).unwrap().unwrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let got = std::thread::scope(|sc| {
+        let waiter = sc.spawn(|| {
+            started_tx.send(()).unwrap();
+            s.receive_by_id(second, SEC * 60)
+        });
+        started_rx.recv().unwrap();
+        first.complete().unwrap();
+        waiter.join().unwrap()
+    });
+    let m = got.unwrap().expect("woken by the completion");
+    assert_eq!(m.body(), b"2");
+    m.complete().unwrap();
+
+    // Its holder stalled past the session lock and another took the group over.
+    t.clock.advance(SEC * 31);
+    let _s2 = q.accept_named_session("g", NOW).unwrap().unwrap();
+    assert_eq!(
+        s.receive_by_id(second, NOW).unwrap_err().kind(),
+        ErrorKind::LockLost
+    );
+    assert_eq!(
+        s.receive_by_correlation_id("c", NOW).unwrap_err().kind(),
+        ErrorKind::LockLost
+    );
+}
+
+/// Waits on a session queue end when the message ahead is settled (completed, deferred,
+/// dead-lettered) or the session released, not at the next time-driven wake-up: the clock
+/// stands still here, and the waits are shorter than the lock duration.
+#[test]
+fn session_waiters_wake_when_the_message_ahead_leaves_or_the_session_is_released() {
+    let t = TestStore::new();
+    let q = t.store().queue_with("s", sessions()).unwrap();
+    let ids: Vec<MessageId> = (0..4)
+        .map(|n| q.send(Message::new(n.to_string()).group("g")).unwrap())
+        .collect();
+    let s = q.accept_session(NOW).unwrap().unwrap();
+    let wait = SEC * 10;
+    let mut ahead = s.receive(NOW).unwrap().unwrap();
+    for (step, next) in ids.iter().enumerate().skip(1) {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let got = std::thread::scope(|sc| {
+            let waiter = sc.spawn(|| {
+                started_tx.send(()).unwrap();
+                if step == 2 {
+                    s.receive_by_id(*next, wait)
+                } else {
+                    s.receive(wait)
+                }
+            });
+            started_rx.recv().unwrap();
+            match step {
+                1 => ahead.complete().unwrap(),
+                2 => ahead.defer().unwrap(),
+                _ => ahead.dead_letter("poison", "test").unwrap(),
+            }
+            waiter.join().unwrap()
+        });
+        ahead = got.unwrap().expect("woken by the settle");
+        assert_eq!(ahead.id(), *next);
+    }
+    ahead.complete().unwrap();
+    let got = std::thread::scope(|sc| {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let waiter = sc.spawn(move || {
+            started_tx.send(()).unwrap();
+            q.accept_named_session("g", wait)
+        });
+        started_rx.recv().unwrap();
+        s.release().unwrap();
+        waiter.join().unwrap()
+    });
+    assert!(got.unwrap().is_some(), "woken by the release");
+}
+
+/// On a queue that does not require sessions a group is only a property: grouped messages go
+/// to receivers in parallel and are received by id and by correlation id like any other.
+#[test]
+fn a_group_on_a_plain_queue_changes_nothing() {
+    let t = TestStore::new();
+    let q = t.store().queue("plain").unwrap();
+    let ids: Vec<MessageId> = (0..4)
+        .map(|n| {
+            q.send(
+                Message::new(n.to_string())
+                    .group("g")
+                    .correlation_id(format!("c{n}")),
+            )
+            .unwrap()
+        })
+        .collect();
+    let m0 = q.try_receive().unwrap().unwrap();
+    let m1 = q.try_receive().unwrap().unwrap();
+    assert_eq!(
+        (m0.id(), m1.id()),
+        (ids[0], ids[1]),
+        "two of one group at once"
+    );
+    let m3 = q.receive_by_id(ids[3], NOW).unwrap().unwrap();
+    let m2 = q.receive_by_correlation_id("c2", NOW).unwrap().unwrap();
+    assert_eq!((m2.id(), m3.group()), (ids[2], Some("g")));
+    for m in [m3, m1, m0, m2] {
+        m.complete().unwrap();
+    }
+    assert!(
+        q.accept_session(NOW)
+            .unwrap_err()
+            .to_string()
+            .contains("sessions")
+    );
+}
+
 #[test]
 fn sessions_go_to_different_receivers_and_expire_like_locks() {
     let t = TestStore::new();

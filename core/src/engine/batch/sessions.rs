@@ -31,6 +31,8 @@ impl<'t> Batch<'t> {
     ) -> Result<()> {
         if let Some(g) = &props.group {
             self.t_session_msgs()?.remove((q, g.as_str(), id))?;
+            // The group's next message may be receivable now, or the group free to accept.
+            self.woken.insert(q);
         }
         Ok(())
     }
@@ -46,6 +48,10 @@ impl<'t> Batch<'t> {
 
     fn put_session(&mut self, q: u32, group: &str, s: &SessionRecord) -> Result<()> {
         self.mutations += 1;
+        if s.token == 0 {
+            // Released: whoever waits to accept it may.
+            self.woken.insert(q);
+        }
         if s.token == 0 && s.state.is_none() {
             self.t_sessions()?.remove((q, group))?;
         } else {
@@ -140,6 +146,11 @@ impl<'t> Batch<'t> {
             let st = self
                 .load_state(id)?
                 .ok_or_else(|| Error::corrupted(format!("session message {id} has no state")))?;
+            // A deferred message is outside the order, also while its holder has it locked
+            // (received by id): it keeps nothing waiting.
+            if st.deferred {
+                continue;
+            }
             match st.status {
                 Status::Deferred => continue,
                 Status::Ready => return Ok(Some((id, st))),
@@ -147,6 +158,53 @@ impl<'t> Batch<'t> {
             }
         }
         Ok(None)
+    }
+
+    /// The message of session `group` that `select` picks among those its holder may take
+    /// now: the group's next message ([`Batch::session_head`]) and its deferred messages that
+    /// nobody holds (set aside, so outside the order: Service Bus lets a session receiver take
+    /// its deferred messages by sequence number while another is in hand). By id: that
+    /// message, if it is one of them; by correlation id: the first of them in send order whose
+    /// correlation id matches.
+    fn session_select(
+        &mut self,
+        q: u32,
+        group: &str,
+        select: &Select,
+    ) -> Result<Option<(u64, State)>> {
+        let head = self.session_head(q, group)?.map(|(id, _)| id);
+        let takeable = |id: u64, st: &State| st.status == Status::Deferred || Some(id) == head;
+        match select {
+            Select::Id(id) => {
+                if self.t_session_msgs()?.get((q, group, *id))?.is_none() {
+                    return Ok(None);
+                }
+                Ok(self
+                    .load_state(*id)?
+                    .filter(|st| st.queue == q && takeable(*id, st))
+                    .map(|st| (*id, st)))
+            }
+            Select::CorrelationId(wanted) => {
+                let ids: Vec<u64> = self
+                    .t_session_msgs()?
+                    .range((q, group, 0)..=(q, group, u64::MAX))?
+                    .map(|e| e.map(|(k, _)| k.value().2))
+                    .collect::<std::result::Result<_, _>>()?;
+                for id in ids {
+                    let st = self.load_state(id)?.ok_or_else(|| {
+                        Error::corrupted(format!("session message {id} has no state"))
+                    })?;
+                    if !takeable(id, &st) {
+                        continue;
+                    }
+                    let env = self.load_envelope(id)?;
+                    if env.props.correlation_id.as_deref() == Some(wanted.as_str()) {
+                        return Ok(Some((id, st)));
+                    }
+                }
+                Ok(None)
+            }
+        }
     }
 
     /// Checks that `token` holds session `group` of `q` now.
@@ -174,6 +232,33 @@ impl<'t> Batch<'t> {
         let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         loop {
             let Some((id, st)) = self.session_head(q, group)? else {
+                return Ok(None);
+            };
+            if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {
+                self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
+                continue;
+            }
+            return self.lock_ready_for(id, st, owner, lock_ms).map(Some);
+        }
+    }
+
+    /// Locks the message of session `group` that `select` picks (see
+    /// [`Batch::session_select`]) for its holder (`token`), if there is one now. A pick that is
+    /// spent goes to the dead-letter queue instead, as in [`Batch::receive`].
+    pub fn session_receive_selected(
+        &mut self,
+        q: u32,
+        name: &str,
+        group: &str,
+        token: u64,
+        owner: u64,
+        select: &Select,
+    ) -> Result<Option<Locked>> {
+        let rec = self.session_queue(q, name)?;
+        self.check_session(q, group, token)?;
+        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        loop {
+            let Some((id, st)) = self.session_select(q, group, select)? else {
                 return Ok(None);
             };
             if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {

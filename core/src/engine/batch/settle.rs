@@ -70,6 +70,8 @@ impl<'t> Batch<'t> {
 
     /// Locks the one receivable message of queue `q` that `select` picks, if there is one now.
     /// A pick that is spent goes to the dead-letter queue instead, as in [`Batch::receive`].
+    /// Refused on a queue that requires sessions: a held session is exclusive (invariant 7),
+    /// so its messages are picked through it ([`Batch::session_receive_selected`]).
     pub fn receive_selected(
         &mut self,
         q: u32,
@@ -78,6 +80,16 @@ impl<'t> Batch<'t> {
         select: &Select,
     ) -> Result<Option<Locked>> {
         let rec = self.require_queue(q, name)?;
+        if rec.1.options.requires_session {
+            let how = match select {
+                Select::Id(_) => "by id",
+                Select::CorrelationId(_) => "by correlation id",
+            };
+            return Err(Error::invalid(format!(
+                "queue {name:?} requires sessions: accept a session and receive {how} through \
+                 it (only the holder of a group takes its messages)"
+            )));
+        }
         let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         let max_deliveries = rec.1.options.max_deliveries;
         loop {

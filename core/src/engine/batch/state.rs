@@ -69,6 +69,10 @@ impl<'t> Batch<'t> {
             }
             Status::Deferred => {
                 self.t_deferred()?.insert((st.queue, id), ())?;
+                if st.session {
+                    // Set aside: its group's next message may be receivable now.
+                    self.woken.insert(st.queue);
+                }
             }
         }
         if status != Status::Locked && st.expires_at != 0 {
