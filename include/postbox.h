@@ -91,8 +91,11 @@
  * Sessions. A queue created with requires_session delivers each group (the group property of
  * its messages) in send order, one message at a time, to the one receiver holding the group's
  * session (postbox_session_accept, postbox_session_receive); sends without a group and plain
- * receives are refused there with POSTBOX_INVALID_ARGUMENT. A processor serves such a queue
- * with postbox_processor_options.sessions set.
+ * receives are refused there with POSTBOX_INVALID_ARGUMENT, and so are postbox_receive_by_id
+ * and postbox_receive_by_correlation_id (with or without a transaction): a held session is
+ * exclusive. Its holder takes the group's deferred messages (at any time) and its next message
+ * with postbox_session_receive_by_id and postbox_session_receive_by_correlation_id. A
+ * processor serves such a queue with postbox_processor_options.sessions set.
  *
  * Typed bodies. Bodies are bytes, but the typed queues of Rust and Python write typed bodies:
  * a 6-byte header (0xFF 'P' 'B' 'T', a format version, a codec id such as POSTBOX_CODEC_JSON)
@@ -885,7 +888,8 @@ typedef struct postbox_queue_options {
   uint64_t journal_max_messages;
   /**
    * Non-zero: the queue requires sessions: messages must carry a `group` and are received
-   * through sessions only (`postbox_session_accept`). Only when the queue is created: it
+   * through sessions only (`postbox_session_accept`; `postbox_receive` and the selective
+   * receives of the queue are refused, the session has its own). Only when the queue is created: it
    * cannot change later (asking an existing queue for another value is
    * `POSTBOX_INVALID_ARGUMENT`). 0: not mentioned. Read back as 1 or 0.
    */
@@ -2095,8 +2099,9 @@ void postbox_browse_free(struct postbox_browser *browser);
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
  * `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
- * already finished); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when
- * the store closes during the wait); `POSTBOX_FORKED`; storage errors.
+ * already finished, a queue that requires sessions: accept a session instead);
+ * `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the store closes
+ * during the wait); `POSTBOX_FORKED`; storage errors.
  */
 int postbox_receive(struct postbox_queue *queue,
                     struct postbox_tx *tx,
@@ -2110,9 +2115,14 @@ int postbox_receive(struct postbox_queue *queue,
  * deferred message (`postbox_message_defer`); a lock on it that ends unsettled leaves it
  * deferred.
  *
+ * On a queue that requires sessions this is refused, with or without a transaction: a held
+ * session is exclusive, so only the holder of a group takes its messages, through
+ * `postbox_session_receive_by_id`.
+ *
  * # Returns
  * As `postbox_receive`: `POSTBOX_TIMEOUT` also when `id` is not a receivable message of
- * this queue by the deadline (another queue's, completed, or never sent).
+ * this queue by the deadline (another queue's, completed, or never sent);
+ * `POSTBOX_INVALID_ARGUMENT` also on a queue that requires sessions.
  */
 int postbox_receive_by_id(struct postbox_queue *queue,
                           struct postbox_tx *tx,
@@ -2126,11 +2136,12 @@ int postbox_receive_by_id(struct postbox_queue *queue,
  * several requesters, each takes only its own replies. As `postbox_receive` otherwise.
  *
  * The pick reads the queue's receivable messages in delivery order until one matches, so its
- * cost grows with the receivable messages ahead of the match.
+ * cost grows with the receivable messages ahead of the match. Refused on a queue that requires
+ * sessions, with or without a transaction: use `postbox_session_receive_by_correlation_id`.
  *
  * # Returns
  * As `postbox_receive`; also `POSTBOX_INVALID_ARGUMENT` for a NULL or invalid
- * `correlation_id`.
+ * `correlation_id`, and on a queue that requires sessions.
  */
 int postbox_receive_by_correlation_id(struct postbox_queue *queue,
                                       struct postbox_tx *tx,
@@ -3031,6 +3042,44 @@ uint64_t postbox_session_locked_until_ms(const struct postbox_session *session);
 int postbox_session_receive(const struct postbox_session *session,
                             int64_t timeout_ms,
                             struct postbox_message **message_out);
+
+/**
+ * Locks message `id` of the session's group, waiting up to `timeout_ms` milliseconds (0: do not
+ * wait; negative: without limit) for it to be receivable through the session: a deferred
+ * message of the group (`postbox_message_defer`) at any time, also while another message of the
+ * group is in hand (as a Service Bus session receiver takes its deferred messages by sequence
+ * number); any other message only when it is the group's next, as `postbox_session_receive`
+ * would lock it (one at a time, in send order). On a queue that requires sessions this is the
+ * one way to a message by id: `postbox_receive_by_id` is refused there. `message_out` receives
+ * a handle as from `postbox_session_receive`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_TIMEOUT` (not receivable through the session in time: a normal outcome,
+ * also for a message of another group or queue, or one already completed);
+ * `POSTBOX_LOCK_LOST` (the session lock expired or was released); `POSTBOX_INVALID_ARGUMENT`
+ * (NULL); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_session_receive_by_id(const struct postbox_session *session,
+                                  uint64_t id,
+                                  int64_t timeout_ms,
+                                  struct postbox_message **message_out);
+
+/**
+ * Locks the first message of the session's group, in send order, whose correlation id is
+ * `correlation_id` (NUL-terminated UTF-8), among those receivable through the session (its
+ * deferred messages and its next message, see `postbox_session_receive_by_id`), waiting up to
+ * `timeout_ms` milliseconds for one. Unlike `postbox_receive_by_correlation_id` (refused on a
+ * queue that requires sessions), deferred messages count: a session sets a message aside to
+ * pick it up at a later step. `message_out` receives a handle as from `postbox_session_receive`.
+ *
+ * # Returns
+ * As `postbox_session_receive_by_id`; also `POSTBOX_INVALID_ARGUMENT` for a NULL or invalid
+ * `correlation_id`.
+ */
+int postbox_session_receive_by_correlation_id(const struct postbox_session *session,
+                                              const char *correlation_id,
+                                              int64_t timeout_ms,
+                                              struct postbox_message **message_out);
 
 /**
  * Extends the session lock by the queue's lock duration from now. `locked_until_ms_out` may be

@@ -180,7 +180,8 @@ pub struct postbox_queue_options {
     /// `POSTBOX_OPTION_JOURNAL` turns it off).
     pub journal_max_messages: u64,
     /// Non-zero: the queue requires sessions: messages must carry a `group` and are received
-    /// through sessions only (`postbox_session_accept`). Only when the queue is created: it
+    /// through sessions only (`postbox_session_accept`; `postbox_receive` and the selective
+    /// receives of the queue are refused, the session has its own). Only when the queue is created: it
     /// cannot change later (asking an existing queue for another value is
     /// `POSTBOX_INVALID_ARGUMENT`). 0: not mentioned. Read back as 1 or 0.
     pub requires_session: c_int,
@@ -1221,8 +1222,9 @@ pub extern "C" fn postbox_browse_free(browser: *mut postbox_browser) {
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_TIMEOUT` (nothing arrived in time: a normal outcome);
 /// `POSTBOX_INVALID_ARGUMENT` (NULL queue or `message_out`, a transaction of another store or
-/// already finished); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when
-/// the store closes during the wait); `POSTBOX_FORKED`; storage errors.
+/// already finished, a queue that requires sessions: accept a session instead);
+/// `POSTBOX_QUEUE_NOT_FOUND` (queue deleted); `POSTBOX_CLOSED` (also when the store closes
+/// during the wait); `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive(
     queue: *mut postbox_queue,
@@ -1281,9 +1283,14 @@ fn receive_one(
 /// deferred message (`postbox_message_defer`); a lock on it that ends unsettled leaves it
 /// deferred.
 ///
+/// On a queue that requires sessions this is refused, with or without a transaction: a held
+/// session is exclusive, so only the holder of a group takes its messages, through
+/// `postbox_session_receive_by_id`.
+///
 /// # Returns
 /// As `postbox_receive`: `POSTBOX_TIMEOUT` also when `id` is not a receivable message of
-/// this queue by the deadline (another queue's, completed, or never sent).
+/// this queue by the deadline (another queue's, completed, or never sent);
+/// `POSTBOX_INVALID_ARGUMENT` also on a queue that requires sessions.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive_by_id(
     queue: *mut postbox_queue,
@@ -1310,11 +1317,12 @@ pub extern "C" fn postbox_receive_by_id(
 /// several requesters, each takes only its own replies. As `postbox_receive` otherwise.
 ///
 /// The pick reads the queue's receivable messages in delivery order until one matches, so its
-/// cost grows with the receivable messages ahead of the match.
+/// cost grows with the receivable messages ahead of the match. Refused on a queue that requires
+/// sessions, with or without a transaction: use `postbox_session_receive_by_correlation_id`.
 ///
 /// # Returns
 /// As `postbox_receive`; also `POSTBOX_INVALID_ARGUMENT` for a NULL or invalid
-/// `correlation_id`.
+/// `correlation_id`, and on a queue that requires sessions.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_receive_by_correlation_id(
     queue: *mut postbox_queue,

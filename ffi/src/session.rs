@@ -7,7 +7,9 @@ use std::ffi::{c_char, c_int};
 use postbox::Session;
 use postbox::binding::HeldMessage;
 
-use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, guard, take_box};
+use crate::guard::{
+    Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, arg_str, guard, take_box,
+};
 use crate::message::postbox_message;
 use crate::queue::{live as live_queue, postbox_queue};
 use crate::status::{POSTBOX_OK, POSTBOX_TIMEOUT};
@@ -155,6 +157,85 @@ pub extern "C" fn postbox_session_receive(
                 ),
             )
         })?;
+        out.write(postbox_message::new(HeldMessage::received(r), s.tag).into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Locks message `id` of the session's group, waiting up to `timeout_ms` milliseconds (0: do not
+/// wait; negative: without limit) for it to be receivable through the session: a deferred
+/// message of the group (`postbox_message_defer`) at any time, also while another message of the
+/// group is in hand (as a Service Bus session receiver takes its deferred messages by sequence
+/// number); any other message only when it is the group's next, as `postbox_session_receive`
+/// would lock it (one at a time, in send order). On a queue that requires sessions this is the
+/// one way to a message by id: `postbox_receive_by_id` is refused there. `message_out` receives
+/// a handle as from `postbox_session_receive`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_TIMEOUT` (not receivable through the session in time: a normal outcome,
+/// also for a message of another group or queue, or one already completed);
+/// `POSTBOX_LOCK_LOST` (the session lock expired or was released); `POSTBOX_INVALID_ARGUMENT`
+/// (NULL); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_session_receive_by_id(
+    session: *const postbox_session,
+    id: u64,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let s = live(session)?;
+        let out = Out::required(message_out, "message_out")?;
+        let r = s
+            .session
+            .receive_by_id(postbox::MessageId(id), timeout(timeout_ms))?
+            .ok_or_else(|| {
+                Failure::new(
+                    POSTBOX_TIMEOUT,
+                    format!(
+                        "message {id} was not receivable through session {:?} within {timeout_ms} ms",
+                        s.session.group()
+                    ),
+                )
+            })?;
+        out.write(postbox_message::new(HeldMessage::received(r), s.tag).into_raw());
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Locks the first message of the session's group, in send order, whose correlation id is
+/// `correlation_id` (NUL-terminated UTF-8), among those receivable through the session (its
+/// deferred messages and its next message, see `postbox_session_receive_by_id`), waiting up to
+/// `timeout_ms` milliseconds for one. Unlike `postbox_receive_by_correlation_id` (refused on a
+/// queue that requires sessions), deferred messages count: a session sets a message aside to
+/// pick it up at a later step. `message_out` receives a handle as from `postbox_session_receive`.
+///
+/// # Returns
+/// As `postbox_session_receive_by_id`; also `POSTBOX_INVALID_ARGUMENT` for a NULL or invalid
+/// `correlation_id`.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_session_receive_by_correlation_id(
+    session: *const postbox_session,
+    correlation_id: *const c_char,
+    timeout_ms: i64,
+    message_out: *mut *mut postbox_message,
+) -> c_int {
+    guard(|| {
+        let s = live(session)?;
+        let cid = arg_str(correlation_id, "correlation_id")?;
+        let out = Out::required(message_out, "message_out")?;
+        let r = s
+            .session
+            .receive_by_correlation_id(cid, timeout(timeout_ms))?
+            .ok_or_else(|| {
+                Failure::new(
+                    POSTBOX_TIMEOUT,
+                    format!(
+                        "no message of session {:?} with correlation id {cid:?} became receivable within {timeout_ms} ms",
+                        s.session.group()
+                    ),
+                )
+            })?;
         out.write(postbox_message::new(HeldMessage::received(r), s.tag).into_raw());
         Ok(POSTBOX_OK)
     })

@@ -509,7 +509,9 @@ class Queue:
         """Locks message ``id`` of this queue, waiting up to ``timeout`` (``None``: forever).
 
         Other messages are left alone. Raises ``Empty`` when the message is not receivable
-        in time (another queue's, completed, or locked by another receiver).
+        in time (another queue's, completed, or locked by another receiver), and
+        ``InvalidArgumentError`` on a queue that requires sessions: only the holder of a group
+        takes its messages (``Session.receive_by_id``).
         """
     def receive_by_correlation_id(
         self, correlation_id: str, timeout: _Seconds | None = None
@@ -518,7 +520,9 @@ class Queue:
 
         Waits up to ``timeout`` (``None``: forever) and raises ``Empty`` when none arrives:
         on a reply queue shared by several requesters, each takes only its own replies. The
-        pick reads the receivable messages in order until one matches.
+        pick reads the receivable messages in order until one matches. Raises
+        ``InvalidArgumentError`` on a queue that requires sessions
+        (``Session.receive_by_correlation_id`` picks within a held group).
         """
     def receive_batch(self, max_messages: int, timeout: _Seconds | None = None) -> list[Message]: ...
     def complete_batch(self, messages: Iterable[Message]) -> None: ...
@@ -688,9 +692,13 @@ class Consumer(Iterator[Message]):
 class Session:
     """One group of a session queue: its messages in send order, one at a time, to this holder.
 
-    The session lock expires like a message lock unless renewed; once lost, calls raise
-    ``LockLostError`` (with ``group`` set). The state outlives locks: whoever accepts the
-    session next reads it. A context manager that releases the session on exit.
+    A held session is exclusive: nobody else takes a message of its group, not by id or by
+    correlation id either (``Queue.receive_by_id`` and ``receive_by_correlation_id`` raise
+    ``InvalidArgumentError`` on a session queue, with or without a transaction); the holder
+    picks with ``receive_by_id`` and ``receive_by_correlation_id``. The session lock expires
+    like a message lock unless renewed; once lost, calls raise ``LockLostError`` (with
+    ``group`` set). The state outlives locks: whoever accepts the session next reads it. A
+    context manager that releases the session on exit.
     """
 
     @property
@@ -710,6 +718,26 @@ class Session:
 
         The next message becomes receivable when the previous one is completed,
         dead-lettered or deferred. Raises ``Empty`` when nothing is receivable in time.
+        """
+    def receive_by_id(self, id: int, timeout: _Seconds | None = None) -> Message:
+        """Locks message ``id`` of the group, waiting up to ``timeout`` (``None``: forever).
+
+        A deferred message of the group is receivable at any time, also while another message
+        of the group is in hand (as a Service Bus session receiver takes deferred messages by
+        sequence number); any other message only when it is the group's next, as ``receive``
+        would lock it. Raises ``Empty`` when it is not receivable through the session in time
+        (also another group's, or a completed one), ``LockLostError`` once the session lock
+        was lost.
+        """
+    def receive_by_correlation_id(
+        self, correlation_id: str, timeout: _Seconds | None = None
+    ) -> Message:
+        """Locks the group's first message, in send order, with this correlation id.
+
+        Picks among the messages receivable through the session (its deferred messages and
+        its next message, see ``receive_by_id``), waiting up to ``timeout`` (``None``:
+        forever); unlike ``Queue.receive_by_correlation_id``, deferred messages count. Raises
+        ``Empty`` when none is receivable in time, ``LockLostError`` once the lock was lost.
         """
     def renew_lock(self) -> datetime:
         """Extends the session lock by the queue's lock_duration; returns the new expiry."""
@@ -735,11 +763,18 @@ class Transaction:
         """``"closed"`` only for a transactional processor's, once its handler returned."""
     def receive(self, queue: Queue, timeout: _Seconds | None = None) -> Message: ...
     def receive_by_id(self, queue: Queue, id: int, timeout: _Seconds | None = None) -> Message:
-        """Receives message ``id`` of ``queue`` into the transaction (see ``Queue``)."""
+        """Receives message ``id`` of ``queue`` into the transaction (see ``Queue``).
+
+        Raises ``InvalidArgumentError`` on a queue that requires sessions: receive through the
+        session and ``complete`` the message into the transaction.
+        """
     def receive_by_correlation_id(
         self, queue: Queue, correlation_id: str, timeout: _Seconds | None = None
     ) -> Message:
-        """Receives the first message of ``queue`` with this correlation id (see ``Queue``)."""
+        """Receives the first message of ``queue`` with this correlation id (see ``Queue``).
+
+        Raises ``InvalidArgumentError`` on a queue that requires sessions.
+        """
     def send(
         self,
         queue: Queue,

@@ -257,7 +257,9 @@ impl PyQueue {
 
     /// Locks and returns message `id` of this queue, waiting up to `timeout` seconds (`None`:
     /// forever) for it to be receivable; other messages are left alone. Raises `postbox.Empty`
-    /// when it is not receivable in time (another queue's, completed, or locked meanwhile).
+    /// when it is not receivable in time (another queue's, completed, or locked meanwhile), and
+    /// `InvalidArgumentError` on a queue that requires sessions (only the holder of a group
+    /// takes its messages: `Session.receive_by_id`).
     #[pyo3(signature = (id, timeout=None))]
     fn receive_by_id(
         &self,
@@ -277,7 +279,8 @@ impl PyQueue {
     /// Locks and returns the first message (in delivery order) whose correlation id is
     /// `correlation_id`, waiting up to `timeout` seconds (`None`: forever): on a reply queue
     /// shared by several requesters, each takes only its own replies. Raises `postbox.Empty`
-    /// when none arrives in time.
+    /// when none arrives in time, and `InvalidArgumentError` on a queue that requires sessions
+    /// (`Session.receive_by_correlation_id` picks within a held group).
     #[pyo3(signature = (correlation_id, timeout=None))]
     fn receive_by_correlation_id(
         &self,

@@ -65,6 +65,35 @@ impl PySession {
     }
 }
 
+impl PySession {
+    /// A selective receive through the session, waiting in slices (Ctrl-C gets through);
+    /// `what` starts the text of the `Empty` raised at the timeout.
+    fn receive_selected(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        what: String,
+        pick: impl Fn(&Session, std::time::Duration) -> postbox::Result<Option<postbox::Received>>
+        + Send
+        + Sync,
+    ) -> PyResult<PyMessage> {
+        check_process(self.opened_by)?;
+        let deadline = convert::deadline(timeout)?;
+        let got = wait_sliced(py, deadline, |slice| match &*self.session.lock() {
+            Some(s) => pick(s, slice),
+            None => Err(self.released_error()),
+        })?;
+        match got {
+            Some(r) => Ok(PyMessage::received(r)),
+            None => Err(empty_because(format!(
+                "{what} through session {:?} of queue {:?} in time",
+                self.group,
+                self.queue.name()
+            ))),
+        }
+    }
+}
+
 #[pymethods]
 impl PySession {
     /// The session's group.
@@ -107,6 +136,47 @@ impl PySession {
                 self.queue.name()
             ))),
         }
+    }
+
+    /// Locks message `id` of the session's group, waiting up to `timeout` seconds (`None`:
+    /// forever) for it to be receivable through the session: a deferred message of the group
+    /// at any time, also while another message of the group is in hand (as a Service Bus
+    /// session receiver takes its deferred messages by sequence number); any other message
+    /// only when it is the group's next, as `receive` would lock it (one at a time, in send
+    /// order). On a session queue this is the one way to a message by id:
+    /// `Queue.receive_by_id` raises `InvalidArgumentError` there. Raises `postbox.Empty` when
+    /// the message is not receivable through the session in time (also another group's or a
+    /// completed one), and `LockLostError` once the session lock was lost.
+    #[pyo3(signature = (id, timeout=None))]
+    fn receive_by_id(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        let what = format!("message {id} was not receivable");
+        self.receive_selected(py, timeout, what, |s, slice| {
+            s.receive_by_id(postbox::MessageId(id), slice)
+        })
+    }
+
+    /// Locks the first message of the session's group, in send order, whose correlation id is
+    /// `correlation_id`, among those receivable through the session (its deferred messages and
+    /// its next message, see `receive_by_id`), waiting up to `timeout` seconds (`None`:
+    /// forever). Unlike `Queue.receive_by_correlation_id` (refused on a session queue),
+    /// deferred messages count. Raises `postbox.Empty` when none is receivable in time, and
+    /// `LockLostError` once the session lock was lost.
+    #[pyo3(signature = (correlation_id, timeout=None))]
+    fn receive_by_correlation_id(
+        &self,
+        py: Python<'_>,
+        correlation_id: &str,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyMessage> {
+        let what = format!("no message with correlation id {correlation_id:?} was receivable");
+        self.receive_selected(py, timeout, what, |s, slice| {
+            s.receive_by_correlation_id(correlation_id, slice)
+        })
     }
 
     /// Extends the session lock by the queue's `lock_duration` from now; returns the new

@@ -203,7 +203,9 @@ impl PyTransaction {
     }
 
     /// Receives message `id` of `queue` into the transaction, waiting up to `timeout` seconds
-    /// (`None`: forever) for it to be receivable; raises `postbox.Empty` otherwise.
+    /// (`None`: forever) for it to be receivable; raises `postbox.Empty` otherwise, and
+    /// `InvalidArgumentError` on a queue that requires sessions (receive through the session,
+    /// then `complete` the message into the transaction).
     #[pyo3(signature = (queue, id, timeout=None))]
     fn receive_by_id(
         &self,
@@ -219,7 +221,7 @@ impl PyTransaction {
 
     /// Receives the first message of `queue` whose correlation id is `correlation_id` into the
     /// transaction, waiting up to `timeout` seconds (`None`: forever); raises `postbox.Empty`
-    /// when none arrives in time.
+    /// when none arrives in time, and `InvalidArgumentError` on a queue that requires sessions.
     #[pyo3(signature = (queue, correlation_id, timeout=None))]
     fn receive_by_correlation_id(
         &self,

@@ -85,6 +85,100 @@ def test_refusals(tmp_store: postbox.Store) -> None:
     assert session_queue(tmp_store).options["requires_session"] is True
 
 
+def test_a_held_session_is_not_bypassed_by_id_or_correlation_id(tmp_store: postbox.Store) -> None:
+    """Invariant 7: while receiver A works on group g's first message in its thread, another
+    receiver cannot take g's second message by id or by correlation id, alone or in a
+    transaction; A takes it when its turn comes."""
+    q = session_queue(tmp_store)
+    q.send(b"1", group="g", correlation_id="c-1")
+    second = q.send(b"2", group="g", correlation_id="c-2")
+    holding = threading.Event()
+    done = threading.Event()
+    got: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def holder() -> None:
+        try:
+            with q.accept_session(timeout=5, group="g") as s:
+                first = s.receive(timeout=5)
+                holding.set()
+                assert done.wait(10)
+                with pytest.raises(postbox.Empty):
+                    s.receive_by_id(second, timeout=0)  # one at a time
+                first.complete()
+                with s.receive_by_id(second, timeout=5) as m:
+                    got.append(m.body)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert holding.wait(10)
+    with pytest.raises(postbox.InvalidArgumentError, match="requires sessions"):
+        q.receive_by_id(second, timeout=1)
+    with pytest.raises(postbox.InvalidArgumentError, match="accept a session"):
+        q.receive_by_correlation_id("c-2", timeout=1)
+    with tmp_store.transaction() as tx:
+        with pytest.raises(postbox.InvalidArgumentError):
+            tx.receive_by_id(q, second, timeout=0)
+        with pytest.raises(postbox.InvalidArgumentError):
+            tx.receive_by_correlation_id(q, "c-2", timeout=0)
+    assert (q.stats().active, q.stats().locked) == (1, 1)
+    done.set()
+    t.join(10)
+    assert not errors, errors
+    assert got == [b"2"]
+    assert len(q) == 0
+
+
+def test_a_session_takes_its_deferred_messages_by_id_and_correlation_id(
+    tmp_store: postbox.Store,
+) -> None:
+    q = session_queue(tmp_store)
+    ids = [q.send(c.encode(), group="g", correlation_id=c) for c in "abc"]
+    q.send(b"h", group="h", correlation_id="a")
+    with q.accept_session(timeout=0, group="g") as s:
+        s.receive(timeout=0).defer()
+        b = s.receive(timeout=0)
+        assert b.id == ids[1]
+        with pytest.raises(postbox.Empty, match="not receivable"):
+            s.receive_by_id(ids[2], timeout=0)  # c waits for b
+        with pytest.raises(postbox.Empty):
+            s.receive_by_correlation_id("c", timeout=0.02)
+        a = s.receive_by_id(ids[0], timeout=0)  # deferred: while b is in hand
+        assert (a.body, a.delivery_count) == (b"a", 2)
+        a.abandon()  # stays deferred
+        assert q.stats().deferred == 1
+        a = s.receive_by_correlation_id("a", timeout=0)  # its own group's a, not h's
+        assert a.id == ids[0]
+        b.complete()
+        c = s.receive(timeout=0)  # the deferred a in hand holds nothing up
+        assert c.id == ids[2]
+        a.complete()
+        c.complete()
+    with pytest.raises(postbox.InvalidArgumentError, match="released"):
+        s.receive_by_id(ids[0], timeout=0)
+    with pytest.raises(postbox.InvalidArgumentError, match="released"):
+        s.receive_by_correlation_id("a", timeout=0)
+    with q.accept_session(timeout=0) as other:
+        assert other.group == "h"
+        with pytest.raises(postbox.Empty):
+            other.receive_by_id(ids[0], timeout=0)
+        assert other.receive_by_correlation_id("a", timeout=0).body == b"h"
+
+
+def test_a_group_on_a_plain_queue_is_just_a_property(tmp_store: postbox.Store) -> None:
+    q = tmp_store.queue("plain")
+    ids = [q.send(str(n), group="g", correlation_id=f"c{n}") for n in range(4)]
+    m0, m1 = q.receive(timeout=0), q.receive(timeout=0)  # two of one group at once
+    assert [m0.id, m1.id] == ids[:2]
+    m3 = q.receive_by_id(ids[3], timeout=0)
+    m2 = q.receive_by_correlation_id("c2", timeout=0)
+    assert (m2.id, m3.group) == (ids[2], "g")
+    for m in (m3, m1, m0, m2):
+        m.complete()
+
+
 def test_two_groups_go_to_two_receivers_in_threads(tmp_store: postbox.Store) -> None:
     q = session_queue(tmp_store)
     for n in range(10):

@@ -4457,6 +4457,104 @@ static void test_sessions(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Sends text to q in group, with correlation id cid. */
+static uint64_t send_group_cid(postbox_queue *q, const char *group, const char *cid,
+                               const char *text) {
+    postbox_send_options so;
+    postbox_send_options_init(&so);
+    so.group = group;
+    so.correlation_id = cid;
+    uint64_t id = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)text, strlen(text), &so, &id));
+    return id;
+}
+
+/* Invariant 7 from C: while one receiver holds group g and works on its first message, nobody
+ * else takes the second, by id or by correlation id, with or without a transaction; the holder
+ * takes the group's deferred messages through its session, and the next one in its turn. */
+static void test_session_exclusive(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *q = open_session_queue(store, "orders", 0);
+    if (q == NULL) return;
+    send_group_cid(q, "g", "c-1", "g1");
+    uint64_t g2 = send_group_cid(q, "g", "c-2", "g2");
+    uint64_t g3 = send_group_cid(q, "g", "c-3", "g3");
+    send_group_cid(q, "h", "c-2", "h1");
+
+    postbox_session *sa = NULL, *sb = NULL;
+    REQUIRE_OK(postbox_session_accept(q, "g", 0, &sa));
+    postbox_message *first = session_next(sa, "g1");
+    if (first == NULL) return;
+
+    /* The bypasses, refused with a reason; message_out untouched. */
+    postbox_message *m = NULL;
+    CHECK_RC(postbox_receive_by_id(q, NULL, g2, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "requires sessions") != NULL);
+    CHECK_RC(postbox_receive_by_correlation_id(q, NULL, "c-2", 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "accept a session") != NULL);
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_RC(postbox_receive_by_id(q, tx, g2, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_receive_by_correlation_id(q, tx, "c-2", 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(postbox_tx_abort(tx));
+    CHECK(m == NULL);
+
+    /* Another group's holder reaches only its own group. */
+    REQUIRE_OK(postbox_session_accept(q, NULL, 0, &sb));
+    CHECK(bytes_is(postbox_session_group(sb), "h"));
+    CHECK_RC(postbox_session_receive_by_id(sb, g2, 0, &m), POSTBOX_TIMEOUT);
+    REQUIRE_OK(postbox_session_receive_by_correlation_id(sb, "c-2", 0, &m));
+    CHECK(bytes_is(postbox_message_body(m), "h1"));
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    m = NULL;
+
+    /* The holder: one at a time, so g2 waits while g1 is in hand ... */
+    CHECK_RC(postbox_session_receive_by_id(sa, g2, 20, &m), POSTBOX_TIMEOUT);
+    CHECK_RC(postbox_session_receive_by_correlation_id(sa, "c-2", 0, &m), POSTBOX_TIMEOUT);
+    CHECK(m == NULL);
+    /* ... g1 set aside lets g2 through, and the deferred g1 comes by id while g2 is in hand. */
+    uint64_t g1 = postbox_message_id(first);
+    CHECK_OK(postbox_message_defer(first));
+    postbox_message_free(first);
+    REQUIRE_OK(postbox_session_receive_by_id(sa, g2, 0, &m));
+    CHECK(bytes_is(postbox_message_body(m), "g2"));
+    postbox_message *again = NULL;
+    REQUIRE_OK(postbox_session_receive_by_id(sa, g1, 0, &again));
+    CHECK(bytes_is(postbox_message_body(again), "g1") && postbox_message_delivery_count(again) == 2);
+    CHECK_OK(postbox_message_abandon(again, 0)); /* stays deferred */
+    postbox_message_free(again);
+    REQUIRE_OK(postbox_session_receive_by_correlation_id(sa, "c-1", 0, &again));
+    CHECK(postbox_message_id(again) == g1);
+    CHECK_OK(postbox_message_complete(again));
+    postbox_message_free(again);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    REQUIRE_OK(postbox_session_receive_by_correlation_id(sa, "c-3", 0, &m));
+    CHECK(postbox_message_id(m) == g3);
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+
+    /* Arguments. */
+    CHECK_RC(postbox_session_receive_by_id(NULL, 1, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_receive_by_id(sa, 1, 0, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_receive_by_correlation_id(NULL, "c", 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_receive_by_correlation_id(sa, NULL, 0, &m), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_session_receive_by_correlation_id(sa, "c", 0, NULL), POSTBOX_INVALID_ARGUMENT);
+
+    /* Nothing was taken around the holder: only what it settled is gone. */
+    send_group_cid(q, "g", "c-4", "g4");
+    CHECK_OK(postbox_session_release(sa));
+    postbox_session_free(sb);
+    postbox_queue_counts st;
+    postbox_queue_counts_init(&st);
+    CHECK_OK(postbox_queue_counts_get(q, &st));
+    CHECK(st.active == 1 && st.locked == 0 && st.deferred == 0);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 #define SESSION_GROUPS 8
 #define SESSION_PER_GROUP 12
 
@@ -5240,6 +5338,7 @@ int main(int argc, char **argv) {
         {"collator", test_collator},
         {"collator_sigkill", test_collator_sigkill},
         {"sessions", test_sessions},
+        {"session_exclusive", test_session_exclusive},
         {"session_processor", test_session_processor},
         {"forwarding_journal", test_forwarding_journal},
         {"browse_is_fresh", test_browse_is_fresh},

@@ -1331,6 +1331,8 @@ static void test_sessions(const char *dir) {
     size_t len = 0;
     bool has = false;
     MISUSE(postbox_session_receive(NULL, 0, &m), INVALID);
+    MISUSE(postbox_session_receive_by_id(NULL, 1, 0, &m), INVALID);
+    MISUSE(postbox_session_receive_by_correlation_id(NULL, "c", 0, &m), INVALID);
     MISUSE(postbox_session_renew_lock(NULL, NULL), INVALID);
     MISUSE(postbox_session_state(NULL, &data, &len, &has), INVALID);
     MISUSE(postbox_session_set_state(NULL, NULL, 0, false), INVALID);
@@ -1341,6 +1343,15 @@ static void test_sessions(const char *dir) {
     REQUIRE_OK(postbox_session_accept(q, "g", 0, &s));
     MISUSE(postbox_session_receive(s, 0, NULL), INVALID);
     MISUSE(postbox_session_receive(s, 0, &m), POSTBOX_TIMEOUT);
+    MISUSE(postbox_session_receive_by_id(s, 1, 0, NULL), INVALID);
+    MISUSE(postbox_session_receive_by_id(s, UINT64_MAX, 0, &m), POSTBOX_TIMEOUT);
+    MISUSE(postbox_session_receive_by_correlation_id(s, NULL, 0, &m), INVALID);
+    MISUSE(postbox_session_receive_by_correlation_id(s, BAD_UTF8, 0, &m), INVALID);
+    MISUSE(postbox_session_receive_by_correlation_id(s, "c", 0, NULL), INVALID);
+    MISUSE(postbox_session_receive_by_correlation_id(s, "c", 0, &m), POSTBOX_TIMEOUT);
+    /* The queue's own selective receives are refused on a session queue. */
+    MISUSE(postbox_receive_by_id(q, NULL, 1, 0, &m), INVALID);
+    MISUSE(postbox_receive_by_correlation_id(q, NULL, "c", 0, &m), INVALID);
     MISUSE(postbox_session_state(s, NULL, &len, &has), INVALID);
     MISUSE(postbox_session_state(s, &data, NULL, &has), INVALID);
     MISUSE(postbox_session_set_state(s, NULL, 1, false), INVALID);
