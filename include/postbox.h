@@ -321,6 +321,13 @@
 #define POSTBOX_FORKED 19
 
 /**
+ * A transaction's commit found an application table row that its `postbox_table_increment` or
+ * `postbox_table_put_if` read changed by another commit since: nothing was applied (the
+ * received messages are back in their queues); run the transaction again.
+ */
+#define POSTBOX_CONFLICT 20
+
+/**
  * Major version of the header. `postbox_version()` returns the library's own version; the C
  * test suite asserts that the two agree.
  */

@@ -149,6 +149,8 @@ POSTBOX_HPP_ERROR(codec_error, POSTBOX_CODEC)
 POSTBOX_HPP_ERROR(queue_not_found_error, POSTBOX_QUEUE_NOT_FOUND)
 /// POSTBOX_FORKED: a handle inherited across fork().
 POSTBOX_HPP_ERROR(forked_error, POSTBOX_FORKED)
+/// POSTBOX_CONFLICT: a table row the transaction read changed before its commit; run it again.
+POSTBOX_HPP_ERROR(conflict_error, POSTBOX_CONFLICT)
 #undef POSTBOX_HPP_ERROR
 
 /// POSTBOX_IO: an operating-system error; os_error() is its errno (postbox_last_os_error()).
@@ -186,6 +188,7 @@ private:
     case POSTBOX_CODEC: throw codec_error(m);
     case POSTBOX_QUEUE_NOT_FOUND: throw queue_not_found_error(m);
     case POSTBOX_FORKED: throw forked_error(m);
+    case POSTBOX_CONFLICT: throw conflict_error(m);
     default: throw error(rc, m);
     }
 }

@@ -77,6 +77,9 @@ error_kinds! {
     /// The handle was opened by another process: it was inherited across `fork()`. It writes
     /// nothing in this process; open the store again here.
     Forked = 19,
+    /// A transaction's commit found an application table row that its `increment` or `put_if`
+    /// read changed by another commit since: nothing was applied; run the transaction again.
+    Conflict = 20,
 }
 
 /// Every error that postbox reports.
@@ -166,6 +169,20 @@ pub enum Error {
     /// A panic inside postbox was caught; the operation did not complete.
     #[error("internal error (caught panic): {0}")]
     Panic(String),
+    /// A transaction's commit found that an application table row its
+    /// [`TxTable::increment`](crate::TxTable::increment) or
+    /// [`TxTable::put_if`](crate::TxTable::put_if) read holds another value now (another commit
+    /// wrote it in between): nothing of the transaction was applied. Run the transaction again.
+    #[error(
+        "row {} of table {table:?} changed since the transaction read it: nothing was committed; run the transaction again",
+        key.escape_ascii()
+    )]
+    Conflict {
+        /// The table.
+        table: String,
+        /// The row's key.
+        key: Vec<u8>,
+    },
     /// The handle was inherited across `fork()`: a store handle belongs to the process that
     /// opened it (the parent's in-memory state would otherwise overwrite the child's writes).
     /// Nothing was written; the child opens the store itself.
@@ -202,6 +219,7 @@ impl Error {
             Error::Codec(_) => ErrorKind::Codec,
             Error::Panic(_) => ErrorKind::Panic,
             Error::Forked { .. } => ErrorKind::Forked,
+            Error::Conflict { .. } => ErrorKind::Conflict,
         }
     }
 
@@ -228,6 +246,11 @@ impl Error {
                 .and_then(|inner| inner.downcast_ref::<AtPath>())
                 .and_then(|at| at.source.raw_os_error())
         })
+    }
+
+    /// True for [`Error::Conflict`]: the transaction may succeed when run again.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
     }
 
     /// True when the failed operation may nevertheless have been applied.
@@ -277,6 +300,10 @@ impl Error {
             Error::Forked { opened_by, current } => Error::Forked {
                 opened_by: *opened_by,
                 current: *current,
+            },
+            Error::Conflict { table, key } => Error::Conflict {
+                table: table.clone(),
+                key: key.clone(),
             },
         }
     }

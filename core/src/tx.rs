@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::app_table::{PendingRows, TxTable};
 use crate::clock::to_system_time;
 use crate::engine::queries as read;
-use crate::engine::{Batch, Locked, Select, validate_app_key, validate_message};
+use crate::engine::{Batch, Locked, RowReads, Select, validate_app_key, validate_message};
 use crate::engine::{Engine, HeldLock};
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -60,6 +60,8 @@ pub struct Transaction {
     session_states: Vec<SessionState>,
     /// Application table rows to write at commit.
     rows: PendingRows,
+    /// What `increment` and `put_if` read from the store: the commit requires it still.
+    row_reads: RowReads,
     finished: bool,
 }
 
@@ -78,6 +80,7 @@ impl Transaction {
             publishes: Vec::new(),
             session_states: Vec::new(),
             rows: PendingRows::new(),
+            row_reads: RowReads::new(),
             finished: false,
         }
     }
@@ -405,6 +408,7 @@ impl Transaction {
             engine: &self.engine,
             name: name.to_owned(),
             pending: &mut self.rows,
+            reads: &mut self.row_reads,
         })
     }
 
@@ -486,6 +490,8 @@ impl Transaction {
     /// # Errors
     ///
     /// [`Error::LockLost`](crate::Error::LockLost) if a received message's lock expired;
+    /// [`Error::Conflict`](crate::Error::Conflict) if a row that
+    /// [`TxTable::increment`] or [`TxTable::put_if`] read was changed by another commit since;
     /// [`Error::QueueFull`](crate::Error::QueueFull) or
     /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) for a send. On any error nothing
     /// was applied and the received messages are returned to their queues.
@@ -496,6 +502,7 @@ impl Transaction {
         let publishes = std::mem::take(&mut self.publishes);
         let states = std::mem::take(&mut self.session_states);
         let rows = std::mem::take(&mut self.rows);
+        let reads = std::mem::take(&mut self.row_reads);
         if locks.is_empty()
             && sends.is_empty()
             && publishes.is_empty()
@@ -506,7 +513,7 @@ impl Transaction {
         }
         let result = self.engine.call({
             let locks = locks.clone();
-            move |b| apply_commit(b, &locks, sends, publishes, states, rows)
+            move |b| apply_commit(b, &locks, sends, publishes, states, (rows, reads))
         });
         if result.is_err() {
             let _ = self.engine.abandon_all(locks);
@@ -528,10 +535,11 @@ impl Transaction {
         let publishes = std::mem::take(&mut self.publishes);
         let states = std::mem::take(&mut self.session_states);
         let rows = std::mem::take(&mut self.rows);
+        let reads = std::mem::take(&mut self.row_reads);
         let (committed, got) = self.engine.then_receive(
             {
                 let locks = locks.clone();
-                move |b| apply_commit(b, &locks, sends, publishes, states, rows)
+                move |b| apply_commit(b, &locks, sends, publishes, states, (rows, reads))
             },
             queue.id,
             &queue.name,
@@ -555,19 +563,21 @@ impl Transaction {
     }
 }
 
-/// Checks every lock, then stores every send and completes every received message: validation
-/// first, so a refused commit writes nothing.
+/// Checks every lock and every row the transaction's conditional writes read, then stores
+/// every send and completes every received message: validation first, so a refused commit
+/// writes nothing.
 fn apply_commit(
     b: &mut Batch<'_>,
     locks: &[HeldLock],
     sends: Vec<SendGroup>,
     publishes: Vec<SendGroup>,
     states: Vec<SessionState>,
-    rows: PendingRows,
+    (rows, reads): (PendingRows, RowReads),
 ) -> Result<()> {
     for l in locks {
         b.check_lock(l.id, l.token)?;
     }
+    b.check_rows(&reads)?;
     let rows: Vec<_> = rows.into_iter().map(|((t, k), w)| (t, k, w)).collect();
     b.write_rows(&rows)?;
     b.send_many(sends)?;

@@ -54,6 +54,10 @@ pub const POSTBOX_QUEUE_NOT_FOUND: c_int = 18;
 /// The handle was inherited across `fork()`: it belongs to the process that opened the store.
 /// Nothing was read or written; the child opens the store itself (see "Processes and fork()").
 pub const POSTBOX_FORKED: c_int = 19;
+/// A transaction's commit found an application table row that its `postbox_table_increment` or
+/// `postbox_table_put_if` read changed by another commit since: nothing was applied (the
+/// received messages are back in their queues); run the transaction again.
+pub const POSTBOX_CONFLICT: c_int = 20;
 
 /// Major version of the header. `postbox_version()` returns the library's own version; the C
 /// test suite asserts that the two agree.
@@ -93,6 +97,7 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
             POSTBOX_CODEC => c"cannot encode or decode the message body",
             POSTBOX_QUEUE_NOT_FOUND => c"the queue does not exist",
             POSTBOX_FORKED => c"the handle belongs to the parent process (inherited across fork)",
+            POSTBOX_CONFLICT => c"a table row changed since the transaction read it",
             _ => c"unknown status",
         };
         Ok(text.as_ptr())
@@ -185,6 +190,6 @@ mod tests {
             let text = unsafe { std::ffi::CStr::from_ptr(postbox_strerror(n)) };
             assert_ne!(text.to_str().unwrap(), "unknown status", "{kind:?}");
         }
-        assert!(ErrorKind::ALL.len() >= 19);
+        assert!(ErrorKind::ALL.len() >= 20);
     }
 }

@@ -29,6 +29,7 @@ __all__ = [
     "AlreadyOpenError",
     "ClosedError",
     "ForkedError",
+    "ConflictError",
     "IoError",
     "StorageFullError",
     "OutcomeUnknownError",
@@ -161,6 +162,18 @@ class ForkedError(ClosedError):
     code = 19
     opened_by: int
     current: int
+
+
+class ConflictError(PostboxError):
+    """A transaction's commit found an application table row that its ``increment`` or
+    ``put_if`` read changed by another commit since: nothing of the transaction was applied
+    (its received messages are back in their queues). Run the transaction again. ``table`` and
+    ``key`` name the row.
+    """
+
+    code = 20
+    table: str
+    key: bytes
 
 
 class IoError(StoreError, OSError):

@@ -46,6 +46,7 @@ pub fn kind_class_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Codec => "CodecError",
         ErrorKind::QueueNotFound => "QueueNotFoundError",
         ErrorKind::Forked => "ForkedError",
+        ErrorKind::Conflict => "ConflictError",
         _ => "PostboxError",
     }
 }
@@ -94,6 +95,10 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
         Error::Forked { opened_by, current } => {
             exc.setattr("opened_by", opened_by)?;
             exc.setattr("current", current)?;
+        }
+        Error::Conflict { table, key } => {
+            exc.setattr("table", table)?;
+            exc.setattr("key", pyo3::types::PyBytes::new(py, key))?;
         }
         _ => {}
     }

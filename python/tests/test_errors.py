@@ -32,6 +32,7 @@ LEAVES = {
     "CodecError": 17,
     "QueueNotFoundError": 18,
     "ForkedError": 19,
+    "ConflictError": 20,
 }
 
 

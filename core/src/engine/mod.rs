@@ -35,8 +35,8 @@ pub(crate) use batch::{
     subscription_name, validate_message,
 };
 pub(crate) use batch::{
-    JOB_SIGNAL_BASE, JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowWrite, TEMPORARY_PREFIX,
-    validate_app_key, validate_app_value,
+    JOB_SIGNAL_BASE, JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite,
+    TEMPORARY_PREFIX, add_to_counter, validate_app_key, validate_app_value,
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;

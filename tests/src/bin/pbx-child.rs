@@ -10,6 +10,8 @@
 //! WAITING               about to block in receive
 //! GOT <id> <dc> <body>  a blocking receive returned a message
 //! DONE <id> <body>      a complete returned Ok
+//! VALUE <v>             an increment of an application table counter returned v
+//! CONFLICTS <n>         a counting thread's transactions met n conflicts and ran again
 //! ERR <kind> <text>     an unexpected error (exit status 2)
 //! END                   finished normally
 //! ```
@@ -184,6 +186,54 @@ fn crash(q: &Queue, args: &[String]) {
     }
 }
 
+/// `count <threads> <per_thread> <auto|tx>` (the "queue" argument names an application table):
+/// prints READY, waits until the parent closes stdin (so that every process starts together),
+/// then `threads` threads each add 1 to row `n` of the table `per_thread` times — `auto` with
+/// `Table::increment` (one commit each), `tx` with `TxTable::increment` in a transaction that
+/// is run again after a `Conflict` — printing `VALUE <v>` for each value an increment returned
+/// (for `tx`, only once its transaction committed) and `CONFLICTS <n>` per thread.
+fn count(store: &Store, table: &str, args: &[String]) {
+    let threads: usize = args[0].parse().expect("threads");
+    let per_thread: u64 = args[1].parse().expect("per_thread");
+    let in_tx = match args[2].as_str() {
+        "auto" => false,
+        "tx" => true,
+        other => panic!("count mode {other:?}"),
+    };
+    say!("READY");
+    wait_for_stdin_eof();
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| {
+                let mut values = Vec::with_capacity(per_thread as usize);
+                let mut conflicts = 0u64;
+                for _ in 0..per_thread {
+                    let v = if in_tx {
+                        loop {
+                            let mut tx = store.begin();
+                            let v = tx.table(table).or_die().increment(b"n", 1).or_die();
+                            match tx.commit() {
+                                Ok(()) => break v,
+                                Err(e) if e.is_conflict() => conflicts += 1,
+                                Err(e) => die(&e),
+                            }
+                        }
+                    } else {
+                        store.table(table).or_die().increment(b"n", 1).or_die()
+                    };
+                    values.push(v);
+                }
+                let mut out = String::new();
+                for v in values {
+                    out.push_str(&format!("VALUE {v}\n"));
+                }
+                out.push_str(&format!("CONFLICTS {conflicts}"));
+                say!("{out}");
+            });
+        }
+    });
+}
+
 /// `send-keys <window_ms> <key>…`: opens the queue with that `dedup_window` and sends one
 /// message per key (body = key), printing `SENT <id> <key>`.
 fn send_keys(store: &Store, name: &str, args: &[String]) {
@@ -344,6 +394,8 @@ fn main() {
         send_keys(&store, name, rest);
     } else if mode == "collate" {
         collate(&store, name, rest);
+    } else if mode == "count" {
+        count(&store, name, rest);
     } else {
         let q = store.queue(name).or_die();
         match mode.as_str() {

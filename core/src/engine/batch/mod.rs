@@ -25,7 +25,8 @@ mod temporary;
 mod topics;
 
 pub use app_rows::{
-    MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowWrite, validate_app_key, validate_app_value,
+    MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite, add_to_counter, validate_app_key,
+    validate_app_value,
 };
 pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
