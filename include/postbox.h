@@ -2539,6 +2539,8 @@ uint64_t postbox_tx_locked_until_ms(const struct postbox_tx *tx, uint64_t messag
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
+ * `POSTBOX_CONFLICT` (a row that `postbox_table_increment` or `postbox_table_put_if` read in
+ * `tx` was changed by another commit since: nothing applied, run the transaction again);
  * `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
  * nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, a processor's transaction, or a piece
  * of a job sealed since `postbox_job_send`: nothing applied); `POSTBOX_NOT_FOUND` (a piece of a
@@ -3681,6 +3683,63 @@ int postbox_table_delete(struct postbox_store *store,
                          const char *table,
                          const uint8_t *key,
                          size_t key_len);
+
+/**
+ * Adds `delta` to the counter in row `key[0..key_len]` of application table `table`
+ * (NUL-terminated UTF-8) and, if `value_out` is not NULL, writes the new value there. A counter
+ * row holds its value as a decimal integer in ASCII: an optional `-`, then digits, in the range
+ * of `int64_t` (what `snprintf(buf, n, "%" PRId64, v)` writes); a missing row counts as 0.
+ *
+ * With `tx` NULL the row is read and written in one durable commit of its own: concurrent
+ * increments from any threads and processes all count. With a transaction, the row as `tx`
+ * sees it is incremented and the commit writes the new value; the first time `tx` reads the
+ * row from the store, the value read becomes a condition of its commit, which fails with
+ * `POSTBOX_CONFLICT` (applying nothing) if another commit changed the row in between — so a
+ * value handed out is never handed out twice. Increments of one row in one transaction add up.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `table`, NULL `key` with a length,
+ * a name or key out of bounds, a row that holds something else than such an integer, a sum
+ * outside the range of `int64_t`: nothing written; a transaction of another store or already
+ * finished); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_table_increment(struct postbox_store *store,
+                            struct postbox_tx *tx,
+                            const char *table,
+                            const uint8_t *key,
+                            size_t key_len,
+                            int64_t delta,
+                            int64_t *value_out);
+
+/**
+ * Sets row `key[0..key_len]` of application table `table` (NUL-terminated UTF-8) to
+ * `value[0..value_len]` if it holds `expected[0..expected_len]` now — with `expected` NULL (and
+ * `expected_len` 0), if there is no such row; a non-NULL `expected` of length 0 is the empty
+ * value — and writes whether it did to `*set_out`: a compare-and-set. Everything is copied.
+ *
+ * With `tx` NULL the comparison and the write are one durable commit of their own. With a
+ * transaction, the row as `tx` sees it is compared, and on a match the write is applied when
+ * `tx` commits; the value `tx` read from the store (if it read one) becomes a condition of
+ * its commit, which fails with `POSTBOX_CONFLICT` (applying nothing) if another commit changed
+ * the row in between. On no match nothing is recorded.
+ *
+ * # Returns
+ * `POSTBOX_OK` (also when the row did not match: `*set_out` is then false);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `table` or `set_out`, NULL `key`, `value` or
+ * `expected` with a length, a name or key out of bounds, a value over
+ * `POSTBOX_MAX_TABLE_VALUE_LEN`, a transaction of another store or already finished);
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_table_put_if(struct postbox_store *store,
+                         struct postbox_tx *tx,
+                         const char *table,
+                         const uint8_t *key,
+                         size_t key_len,
+                         const uint8_t *expected,
+                         size_t expected_len,
+                         const uint8_t *value,
+                         size_t value_len,
+                         bool *set_out);
 
 /**
  * Calls `callback(user_data, key, value)` for the rows of application table `table`

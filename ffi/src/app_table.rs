@@ -148,6 +148,108 @@ pub extern "C" fn postbox_table_delete(
     })
 }
 
+/// Adds `delta` to the counter in row `key[0..key_len]` of application table `table`
+/// (NUL-terminated UTF-8) and, if `value_out` is not NULL, writes the new value there. A counter
+/// row holds its value as a decimal integer in ASCII: an optional `-`, then digits, in the range
+/// of `int64_t` (what `snprintf(buf, n, "%" PRId64, v)` writes); a missing row counts as 0.
+///
+/// With `tx` NULL the row is read and written in one durable commit of its own: concurrent
+/// increments from any threads and processes all count. With a transaction, the row as `tx`
+/// sees it is incremented and the commit writes the new value; the first time `tx` reads the
+/// row from the store, the value read becomes a condition of its commit, which fails with
+/// `POSTBOX_CONFLICT` (applying nothing) if another commit changed the row in between — so a
+/// value handed out is never handed out twice. Increments of one row in one transaction add up.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `table`, NULL `key` with a length,
+/// a name or key out of bounds, a row that holds something else than such an integer, a sum
+/// outside the range of `int64_t`: nothing written; a transaction of another store or already
+/// finished); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_table_increment(
+    store: *mut postbox_store,
+    tx: *mut postbox_tx,
+    table: *const c_char,
+    key: *const u8,
+    key_len: usize,
+    delta: i64,
+    value_out: *mut i64,
+) -> c_int {
+    guard(|| {
+        let s = store_of(store)?;
+        let table = arg_str(table, "table")?;
+        let key = arg_slice(key, key_len, "key")?;
+        let out = Out::optional(value_out);
+        let value = on_table(
+            s,
+            tx,
+            table,
+            |t| t.increment(key, delta),
+            |t| t.increment(key, delta),
+        )?;
+        out.write(value);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Sets row `key[0..key_len]` of application table `table` (NUL-terminated UTF-8) to
+/// `value[0..value_len]` if it holds `expected[0..expected_len]` now — with `expected` NULL (and
+/// `expected_len` 0), if there is no such row; a non-NULL `expected` of length 0 is the empty
+/// value — and writes whether it did to `*set_out`: a compare-and-set. Everything is copied.
+///
+/// With `tx` NULL the comparison and the write are one durable commit of their own. With a
+/// transaction, the row as `tx` sees it is compared, and on a match the write is applied when
+/// `tx` commits; the value `tx` read from the store (if it read one) becomes a condition of
+/// its commit, which fails with `POSTBOX_CONFLICT` (applying nothing) if another commit changed
+/// the row in between. On no match nothing is recorded.
+///
+/// # Returns
+/// `POSTBOX_OK` (also when the row did not match: `*set_out` is then false);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `table` or `set_out`, NULL `key`, `value` or
+/// `expected` with a length, a name or key out of bounds, a value over
+/// `POSTBOX_MAX_TABLE_VALUE_LEN`, a transaction of another store or already finished);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_table_put_if(
+    store: *mut postbox_store,
+    tx: *mut postbox_tx,
+    table: *const c_char,
+    key: *const u8,
+    key_len: usize,
+    expected: *const u8,
+    expected_len: usize,
+    value: *const u8,
+    value_len: usize,
+    set_out: *mut bool,
+) -> c_int {
+    guard(|| {
+        let s = store_of(store)?;
+        let table = arg_str(table, "table")?;
+        let key = arg_slice(key, key_len, "key")?;
+        let expected = if expected.is_null() {
+            if expected_len != 0 {
+                return Err(Failure::invalid(format!(
+                    "expected is NULL but its length is {expected_len}"
+                )));
+            }
+            None
+        } else {
+            Some(arg_slice(expected, expected_len, "expected")?)
+        };
+        let value = arg_slice(value, value_len, "value")?;
+        let out = Out::required(set_out, "set_out")?;
+        let set = on_table(
+            s,
+            tx,
+            table,
+            |t| t.put_if(key, expected, value),
+            |t| t.put_if(key, expected, value),
+        )?;
+        out.write(set);
+        Ok(POSTBOX_OK)
+    })
+}
+
 /// Calls `callback(user_data, key, value)` for the rows of application table `table`
 /// (NUL-terminated UTF-8) with `start <= key < end` in key order (bytewise), at most `limit`
 /// of them (`SIZE_MAX` for all), until the callback returns non-zero. `start` may be NULL with

@@ -154,6 +154,8 @@ pub extern "C" fn postbox_tx_locked_until_ms(tx: *const postbox_tx, message_id: 
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (a received message's lock expired: nothing applied);
+/// `POSTBOX_CONFLICT` (a row that `postbox_table_increment` or `postbox_table_put_if` read in
+/// `tx` was changed by another commit since: nothing applied, run the transaction again);
 /// `POSTBOX_QUEUE_FULL` or `POSTBOX_QUEUE_NOT_FOUND` (a send's queue is full or was deleted:
 /// nothing applied); `POSTBOX_INVALID_ARGUMENT` (NULL, a processor's transaction, or a piece
 /// of a job sealed since `postbox_job_send`: nothing applied); `POSTBOX_NOT_FOUND` (a piece of a

@@ -851,7 +851,13 @@ class Transaction:
 
         ``None`` clears it; a session lock lost by then fails the commit.
         """
-    def commit(self) -> None: ...
+    def commit(self) -> None:
+        """Applies every receive, send and table write atomically, in one durable commit.
+
+        Raises ``LockLostError`` when a received message's lock expired and ``ConflictError``
+        when a row that ``TransactionTable.increment`` or ``put_if`` read was changed by
+        another commit since; on any error nothing was applied.
+        """
     def abort(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -987,6 +993,21 @@ class Table:
         """Sets ``key`` to ``value`` in a commit of its own."""
     def delete(self, key: _Key) -> None:
         """Removes ``key`` in a commit of its own; a missing key is not an error."""
+    def increment(self, key: _Key, delta: int = 1) -> int:
+        """Adds ``delta`` to the counter in row ``key``; returns the new value.
+
+        Atomic, in a commit of its own: concurrent increments from any threads and processes
+        all count. The row holds the value as a decimal integer in ASCII (``str(n).encode()``,
+        read back with ``int(table[key])``); a missing row counts as 0. Raises
+        ``InvalidArgumentError`` (writing nothing) when the row holds anything else or the sum
+        leaves the 64-bit signed range.
+        """
+    def put_if(self, key: _Key, expected: _Key | None, value: _Key) -> bool:
+        """Sets ``key`` to ``value`` if the row holds ``expected`` now; returns whether it did.
+
+        ``expected=None``: only if there is no such row. Atomic, in a commit of its own: a
+        compare-and-set; ``False`` means another writer got there first.
+        """
     def range(
         self, start: _Key | None = None, end: _Key | None = None, limit: int | None = None
     ) -> list[tuple[bytes, bytes]]:
@@ -1003,9 +1024,12 @@ class TransactionTable:
     """An application table seen through a transaction (``Transaction.table``).
 
     Reads see committed rows with the transaction's writes laid over them; writes apply at
-    commit, with its receives and sends, or not at all. Reads take no locks: two transactions
-    that read a row and write it back may both commit (the later write wins). Once the
-    transaction is finished or dropped, every call raises ``InvalidArgumentError``.
+    commit, with its receives and sends, or not at all. Plain reads take no locks: two
+    transactions that ``get`` a row and ``put`` it back may both commit (the later write wins).
+    ``increment`` and ``put_if`` make the value they read a condition of the commit, which
+    raises ``ConflictError`` (applying nothing) if another commit changed the row first: run
+    the transaction again. Once the transaction is finished or dropped, every call raises
+    ``InvalidArgumentError``.
     """
 
     @property
@@ -1015,6 +1039,20 @@ class TransactionTable:
         """Sets ``key`` to ``value`` when the transaction commits."""
     def delete(self, key: _Key) -> None:
         """Removes ``key`` when the transaction commits; a missing key is not an error."""
+    def increment(self, key: _Key, delta: int = 1) -> int:
+        """Adds ``delta`` to the counter in row ``key`` as the transaction sees it.
+
+        Returns the new value, which the commit writes (encoded as by ``Table.increment``).
+        The value first read from the store becomes a condition of the commit:
+        ``ConflictError`` at commit if another commit changed the row. Increments of one row
+        in one transaction add up.
+        """
+    def put_if(self, key: _Key, expected: _Key | None, value: _Key) -> bool:
+        """Sets ``key`` to ``value`` at commit if the row holds ``expected`` now (``None``: no row).
+
+        Returns whether it will. On ``True`` the value read becomes a condition of the commit
+        (``ConflictError`` if another commit changed the row); on ``False`` nothing is recorded.
+        """
     def range(
         self, start: _Key | None = None, end: _Key | None = None, limit: int | None = None
     ) -> list[tuple[bytes, bytes]]: ...

@@ -117,6 +117,37 @@ impl PyTable {
         py.detach(|| t.delete(&key)).py_err()
     }
 
+    /// Adds `delta` to the counter in row `key` and returns the new value, atomically, in a
+    /// commit of its own: concurrent increments from any threads and processes all count. The
+    /// row holds the value as a decimal integer in ASCII (`str(n).encode()`: read it back with
+    /// `int(table[key])`); a missing row counts as 0. Raises `InvalidArgumentError` (writing
+    /// nothing) when the row holds anything else or the sum leaves the 64-bit signed range.
+    #[pyo3(signature = (key, delta=1))]
+    fn increment(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: i64) -> PyResult<i64> {
+        check_process(self.opened_by)?;
+        let key = bytes_arg(key, "key")?;
+        let t = &self.t;
+        py.detach(|| t.increment(&key, delta)).py_err()
+    }
+
+    /// Sets `key` to `value` if the row holds `expected` now (`None`: if there is no such
+    /// row), atomically, in a commit of its own; returns whether it did (a compare-and-set).
+    fn put_if(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        expected: Option<&Bound<'_, PyAny>>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        check_process(self.opened_by)?;
+        let key = bytes_arg(key, "key")?;
+        let expected = expected.map(|e| bytes_arg(e, "value")).transpose()?;
+        let value = bytes_arg(value, "value")?;
+        let t = &self.t;
+        py.detach(|| t.put_if(&key, expected.as_deref(), &value))
+            .py_err()
+    }
+
     /// The rows with `start <= key < end` (`end` `None`: to the end of the table) in key
     /// order, at most `limit` (`None`: all), as `(key, value)` pairs read from one snapshot.
     #[pyo3(signature = (start=None, end=None, limit=None))]
@@ -180,9 +211,11 @@ impl PyTable {
 /// An application table seen through a transaction, from `Transaction.table(name)`: reads see
 /// the store's committed rows with the transaction's own writes laid over them; writes are
 /// applied by the commit, atomically with the transaction's receives and sends, or not at all.
-/// The same methods and mapping sugar as `Table`. Reads take no locks: two transactions that
-/// read a row and write it back may both commit (the later write wins). Once the transaction
-/// is finished (or dropped, which aborts it) every call raises `InvalidArgumentError`.
+/// The same methods and mapping sugar as `Table`. Plain reads take no locks: two transactions
+/// that `get` a row and `put` it back may both commit (the later write wins); `increment` and
+/// `put_if` make what they read a condition of the commit (`ConflictError` if another commit
+/// changed it first). Once the transaction is finished (or dropped, which aborts it) every call
+/// raises `InvalidArgumentError`.
 #[pyclass(frozen, module = "postbox._postbox", name = "TransactionTable")]
 pub struct PyTxTable {
     tx: TxLink,
@@ -257,6 +290,35 @@ impl PyTxTable {
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let key = bytes_arg(key, "key")?;
         self.with(py, |t| t.delete(&key))
+    }
+
+    /// Adds `delta` to the counter in row `key` as this transaction sees it and returns the
+    /// new value, which the commit writes (encoded as by `Table.increment`). The value the
+    /// transaction first read from the store becomes a condition of the commit: if another
+    /// commit changed the row before this one, the commit raises `ConflictError` and applies
+    /// nothing, so run the transaction again. Increments of one row in one transaction add up.
+    #[pyo3(signature = (key, delta=1))]
+    fn increment(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: i64) -> PyResult<i64> {
+        let key = bytes_arg(key, "key")?;
+        self.with(py, |t| t.increment(&key, delta))
+    }
+
+    /// Sets `key` to `value` when the transaction commits if the row, as this transaction
+    /// sees it, holds `expected` now (`None`: no such row); returns whether it will. On `True`
+    /// the value read from the store becomes a condition of the commit, as for `increment`
+    /// (`ConflictError` at commit if another commit changed the row); on `False` nothing is
+    /// recorded.
+    fn put_if(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        expected: Option<&Bound<'_, PyAny>>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let key = bytes_arg(key, "key")?;
+        let expected = expected.map(|e| bytes_arg(e, "value")).transpose()?;
+        let value = bytes_arg(value, "value")?;
+        self.with(py, |t| t.put_if(&key, expected.as_deref(), &value))
     }
 
     /// The rows with `start <= key < end` as this transaction sees them, in key order, at most

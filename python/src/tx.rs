@@ -425,7 +425,10 @@ impl PyTransaction {
         })
     }
 
-    /// Applies every receive and send atomically.
+    /// Applies every receive, send and table write atomically, in one durable commit. Raises
+    /// `LockLostError` when a received message's lock expired and `ConflictError` when a row
+    /// that `TransactionTable.increment` or `put_if` read was changed by another commit since;
+    /// on any error nothing was applied.
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
         self.finish(py, true)
     }

@@ -968,6 +968,12 @@ static void test_transactions(const char *dir) {
     size_t value_len = 0;
     MISUSE(postbox_table_get(store, foreign, "t", NULL, 0, &value, &value_len), INVALID);
     MISUSE(postbox_table_put(store, foreign, "t", NULL, 0, NULL, 0), INVALID);
+    MISUSE(postbox_table_increment(store, foreign, "t", NULL, 0, 1, NULL), INVALID);
+    {
+        bool set = false;
+        MISUSE(postbox_table_put_if(store, foreign, "t", NULL, 0, NULL, 0, NULL, 0, &set),
+               INVALID);
+    }
     CHECK_OK(postbox_tx_abort(foreign));
     CHECK_OK(postbox_store_close(second));
 
@@ -1617,6 +1623,52 @@ static void test_tables(const char *dir) {
     /* user_data is the caller's business: NULL is passed through untouched. */
     MISUSE(postbox_table_range(store, NULL, "t", NULL, 0, NULL, 0, 0, count_row, NULL, NULL),
            POSTBOX_OK);
+
+    /* Counters and compare-and-set. */
+    int64_t n = 7;
+    bool set = true;
+    MISUSE(postbox_table_increment(NULL, NULL, "t", key, 1, 1, &n), INVALID);
+    MISUSE(postbox_table_increment(store, NULL, NULL, key, 1, 1, &n), INVALID);
+    MISUSE(postbox_table_increment(store, NULL, "t", NULL, 1, 1, &n), INVALID);
+    MISUSE(postbox_table_increment(store, NULL, "t", key, SIZE_MAX, 1, &n), INVALID);
+    MISUSE(postbox_table_increment(store, NULL, BAD_UTF8, key, 1, 1, &n), INVALID);
+    CHECK(n == 7);
+    MISUSE(postbox_table_put(store, NULL, "t", (const uint8_t *)"c", 1, (const uint8_t *)"x", 1),
+           POSTBOX_OK);
+    MISUSE(postbox_table_increment(store, NULL, "t", (const uint8_t *)"c", 1, 1, &n), INVALID);
+    CHECK(n == 7 && strstr(postbox_last_error_message(), "not a counter") != NULL);
+    MISUSE(postbox_table_put(store, NULL, "t", (const uint8_t *)"c", 1,
+                             (const uint8_t *)"9223372036854775807", 19),
+           POSTBOX_OK);
+    MISUSE(postbox_table_increment(store, NULL, "t", (const uint8_t *)"c", 1, 1, &n), INVALID);
+    MISUSE(postbox_table_increment(store, NULL, "t", (const uint8_t *)"c", 1, INT64_MIN, NULL),
+           POSTBOX_OK); /* value_out may be NULL */
+    MISUSE(postbox_table_put_if(NULL, NULL, "t", key, 1, NULL, 0, key, 1, &set), INVALID);
+    MISUSE(postbox_table_put_if(store, NULL, NULL, key, 1, NULL, 0, key, 1, &set), INVALID);
+    MISUSE(postbox_table_put_if(store, NULL, "t", NULL, 1, NULL, 0, key, 1, &set), INVALID);
+    MISUSE(postbox_table_put_if(store, NULL, "t", key, 1, NULL, 1, key, 1, &set), INVALID);
+    MISUSE(postbox_table_put_if(store, NULL, "t", key, 1, key, SIZE_MAX, key, 1, &set), INVALID);
+    MISUSE(postbox_table_put_if(store, NULL, "t", key, 1, NULL, 0, NULL, 1, &set), INVALID);
+    MISUSE(postbox_table_put_if(store, NULL, "t", key, 1, NULL, 0, key, 1, NULL), INVALID);
+    CHECK(set);
+    {
+        uint8_t *big = calloc(1, (size_t)POSTBOX_MAX_TABLE_VALUE_LEN + 1);
+        if (big != NULL) {
+            MISUSE(postbox_table_put_if(store, NULL, "t", key, 1, NULL, 0, big,
+                                        (size_t)POSTBOX_MAX_TABLE_VALUE_LEN + 1, &set),
+                   INVALID);
+            free(big);
+        }
+    }
+    /* A NULL expected is "no such row"; NULL value with length 0 is the empty value. */
+    MISUSE(postbox_table_put_if(store, NULL, "t", (const uint8_t *)"new", 3, NULL, 0, NULL, 0,
+                                &set),
+           POSTBOX_OK);
+    CHECK(set);
+    MISUSE(postbox_table_put_if(store, NULL, "t", (const uint8_t *)"new", 3, NULL, 0, key, 1,
+                                &set),
+           POSTBOX_OK);
+    CHECK(!set);
     CHECK_OK(postbox_store_close(store));
 }
 

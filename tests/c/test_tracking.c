@@ -1,7 +1,8 @@
 /*
  * The C test suite of issue 14, "knowing when work is done": jobs (threads, processes, a
  * SIGKILL), replies and requests, receipts, temporary and idle queues, checkpoints, application
- * tables in the same commit (the outbox), and sends that say they were duplicates. Run under
+ * tables in the same commit (the outbox) and their atomic counters (two processes of eight
+ * threads counting one row), and sends that say they were duplicates. Run under
  * valgrind by .ci/c.sh, and again against the static library.
  *
  * Build: cc -std=c99 -Wall -Wextra -Werror -Iinclude tests/c/test_tracking.c \
@@ -1613,6 +1614,271 @@ static void test_tables(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Counters and compare-and-set: postbox_table_increment and postbox_table_put_if, alone and in
+ * transactions, where a row changed since the transaction read it fails the commit with
+ * POSTBOX_CONFLICT and nothing of the transaction is applied. */
+static void test_table_counters(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue *work = open_queue(store, "work", NULL);
+    postbox_queue *out = open_queue(store, "out", NULL);
+    if (work == NULL || out == NULL) return;
+    const uint8_t *n = (const uint8_t *)"n";
+    char v[64];
+    int64_t value = 0;
+
+    /* Alone: a missing row counts as 0; the row holds the decimal text. */
+    CHECK_OK(postbox_table_increment(store, NULL, "c", n, 1, 1, &value));
+    CHECK(value == 1);
+    CHECK_OK(postbox_table_increment(store, NULL, "c", n, 1, 41, &value));
+    CHECK(value == 42);
+    CHECK_OK(postbox_table_increment(store, NULL, "c", n, 1, -50, &value));
+    CHECK(value == -8);
+    CHECK_OK(table_value(store, NULL, "c", "n", v, sizeof v));
+    CHECK(strcmp(v, "-8") == 0);
+    snprintf(v, sizeof v, "%lld", (long long)INT64_MAX);
+    CHECK_OK(postbox_table_put(store, NULL, "c", (const uint8_t *)"max", 3, (const uint8_t *)v,
+                               strlen(v)));
+    CHECK_RC(postbox_table_increment(store, NULL, "c", (const uint8_t *)"max", 3, 1, &value),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(value == -8); /* written only on success */
+    CHECK_OK(postbox_table_put(store, NULL, "c", (const uint8_t *)"text", 4,
+                               (const uint8_t *)"abc", 3));
+    CHECK_RC(postbox_table_increment(store, NULL, "c", (const uint8_t *)"text", 4, 1, NULL),
+             POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "not a counter") != NULL);
+    CHECK_OK(table_value(store, NULL, "c", "text", v, sizeof v));
+    CHECK(strcmp(v, "abc") == 0);
+
+    /* Compare-and-set alone. */
+    bool set = false;
+    const uint8_t *r = (const uint8_t *)"r";
+    CHECK_OK(postbox_table_put_if(store, NULL, "l", r, 1, NULL, 0, (const uint8_t *)"w1", 2, &set));
+    CHECK(set);
+    CHECK_OK(postbox_table_put_if(store, NULL, "l", r, 1, NULL, 0, (const uint8_t *)"w2", 2, &set));
+    CHECK(!set);
+    CHECK_OK(postbox_table_put_if(store, NULL, "l", r, 1, (const uint8_t *)"w2", 2,
+                                  (const uint8_t *)"w3", 2, &set));
+    CHECK(!set);
+    CHECK_OK(postbox_table_put_if(store, NULL, "l", r, 1, (const uint8_t *)"w1", 2,
+                                  (const uint8_t *)"done", 4, &set));
+    CHECK(set);
+    CHECK_OK(table_value(store, NULL, "l", "r", v, sizeof v));
+    CHECK(strcmp(v, "done") == 0);
+
+    /* In a transaction: its own increments add up, applied at commit. */
+    postbox_tx *tx = NULL;
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    CHECK_OK(postbox_table_increment(store, tx, "c", n, 1, 10, &value));
+    CHECK(value == 2);
+    CHECK_OK(postbox_table_increment(store, tx, "c", n, 1, 1, &value));
+    CHECK(value == 3);
+    CHECK_OK(table_value(store, NULL, "c", "n", v, sizeof v));
+    CHECK(strcmp(v, "-8") == 0);
+    CHECK_OK(postbox_tx_commit(tx));
+    CHECK_OK(table_value(store, NULL, "c", "n", v, sizeof v));
+    CHECK(strcmp(v, "3") == 0);
+
+    /* Another commit in between: POSTBOX_CONFLICT, and neither row, send nor receive applied. */
+    uint64_t id = 0;
+    CHECK_OK(postbox_send(work, NULL, (const uint8_t *)"job", 3, NULL, &id));
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(work, tx, 0, &m));
+    CHECK_OK(postbox_table_increment(store, tx, "c", n, 1, 1, &value));
+    CHECK(value == 4);
+    CHECK_OK(postbox_send(out, tx, (const uint8_t *)"n=4", 3, NULL, NULL));
+    CHECK_OK(postbox_table_put_if(store, tx, "l", r, 1, (const uint8_t *)"done", 4,
+                                  (const uint8_t *)"again", 5, &set));
+    CHECK(set);
+    CHECK_OK(postbox_table_increment(store, NULL, "c", n, 1, 1, &value)); /* someone else */
+    CHECK(value == 4);
+    CHECK_RC(postbox_tx_commit(tx), POSTBOX_CONFLICT);
+    CHECK(strstr(postbox_last_error_message(), "changed since the transaction read it") != NULL);
+    postbox_message_free(m);
+    CHECK_OK(table_value(store, NULL, "c", "n", v, sizeof v));
+    CHECK(strcmp(v, "4") == 0);
+    CHECK_OK(table_value(store, NULL, "l", "r", v, sizeof v));
+    CHECK(strcmp(v, "done") == 0);
+    postbox_queue_counts counts;
+    postbox_queue_counts_init(&counts);
+    CHECK_OK(postbox_queue_counts_get(out, &counts));
+    CHECK(counts.active == 0);
+    CHECK_OK(postbox_queue_counts_get(work, &counts));
+    CHECK(counts.active == 1 && counts.locked == 0);
+    /* Run again: it commits. */
+    REQUIRE_OK(postbox_tx_begin(store, &tx));
+    REQUIRE_OK(postbox_receive_by_id(work, tx, id, 0, &m));
+    CHECK_OK(postbox_table_increment(store, tx, "c", n, 1, 1, &value));
+    CHECK(value == 5);
+    CHECK_OK(postbox_tx_commit(tx));
+    postbox_message_free(m);
+    CHECK_OK(table_value(store, NULL, "c", "n", v, sizeof v));
+    CHECK(strcmp(v, "5") == 0);
+
+    postbox_queue_free(work);
+    postbox_queue_free(out);
+    CHECK_OK(postbox_store_close(store));
+}
+
+#define COUNT_THREADS 8
+
+struct count_thread {
+    postbox_store *store;
+    int per_thread;
+    int in_tx;
+    int64_t *values; /* per_thread of them */
+    int errors;
+    int conflicts;
+};
+
+/* One counting thread: per_thread increments of row "n" of table "count", alone or each in a
+ * transaction run again after POSTBOX_CONFLICT; keeps every value an increment returned. */
+static void *count_thread_main(void *arg) {
+    struct count_thread *t = (struct count_thread *)arg;
+    const uint8_t *n = (const uint8_t *)"n";
+    for (int i = 0; i < t->per_thread; i++) {
+        int64_t v = 0;
+        int rc;
+        if (!t->in_tx) {
+            rc = postbox_table_increment(t->store, NULL, "count", n, 1, 1, &v);
+        } else {
+            for (;;) {
+                postbox_tx *tx = NULL;
+                rc = postbox_tx_begin(t->store, &tx);
+                if (rc != POSTBOX_OK) break;
+                rc = postbox_table_increment(t->store, tx, "count", n, 1, 1, &v);
+                if (rc != POSTBOX_OK) {
+                    postbox_tx_abort(tx);
+                    break;
+                }
+                rc = postbox_tx_commit(tx);
+                if (rc != POSTBOX_CONFLICT) break;
+                t->conflicts++;
+            }
+        }
+        if (rc != POSTBOX_OK) {
+            fprintf(stderr, "  counting thread: %s\n", postbox_last_error_message());
+            t->errors++;
+            return NULL;
+        }
+        t->values[i] = v;
+    }
+    return NULL;
+}
+
+/* A counting process (this program run as `--count-worker STORE PER_THREAD MODE GO_FD`): opens
+ * the store, waits until the parent closes the go pipe, counts on COUNT_THREADS threads and
+ * writes every value its increments returned to STORE.values.<pid> (raw int64_t). */
+static int count_worker_process(const char *path, const char *per_thread, const char *mode,
+                                const char *go_fd) {
+    postbox_store *store = open_store_at(path, 1);
+    if (store == NULL) return 1;
+    char c;
+    while (read(atoi(go_fd), &c, 1) > 0) {
+    }
+    struct count_thread threads[COUNT_THREADS];
+    pthread_t ids[COUNT_THREADS];
+    int per = atoi(per_thread);
+    int64_t *values = calloc((size_t)per * COUNT_THREADS, sizeof *values);
+    for (int i = 0; i < COUNT_THREADS; i++) {
+        threads[i] = (struct count_thread){.store = store,
+                                           .per_thread = per,
+                                           .in_tx = strcmp(mode, "tx") == 0,
+                                           .values = values + (size_t)i * (size_t)per};
+        pthread_create(&ids[i], NULL, count_thread_main, &threads[i]);
+    }
+    int errors = 0, conflicts = 0;
+    for (int i = 0; i < COUNT_THREADS; i++) {
+        pthread_join(ids[i], NULL);
+        errors += threads[i].errors;
+        conflicts += threads[i].conflicts;
+    }
+    char out_path[1100];
+    snprintf(out_path, sizeof out_path, "%s.values.%d", path, (int)getpid());
+    FILE *f = fopen(out_path, "wb");
+    if (f == NULL ||
+        fwrite(values, sizeof *values, (size_t)per * COUNT_THREADS, f) !=
+            (size_t)per * COUNT_THREADS ||
+        fclose(f) != 0)
+        errors++;
+    fprintf(stderr, "  counting process %d: %d conflicts\n", (int)getpid(), conflicts);
+    free(values);
+    return postbox_store_close(store) == POSTBOX_OK && errors == 0 ? 0 : 1;
+}
+
+/* Two processes of COUNT_THREADS threads count one row of a shared store, per_thread times each
+ * thread: the row ends at exactly 2 * COUNT_THREADS * per_thread, and the values returned are
+ * 1 to that, each once. */
+static void count_in_two_processes(const char *dir, const char *name, int per_thread,
+                                   const char *mode) {
+    char path[1024], per[32];
+    snprintf(path, sizeof path, "%s", path_in(dir, name));
+    snprintf(per, sizeof per, "%d", per_thread);
+    postbox_store *store = open_store_at(path, 1);
+    if (store == NULL) return;
+    int go[2];
+    if (pipe(go) != 0) {
+        CHECK(!"pipe");
+        postbox_store_close(store);
+        return;
+    }
+    pid_t pids[2];
+    for (int p = 0; p < 2; p++) {
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", go[0]);
+        fflush(stdout);
+        fflush(stderr);
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            close(go[1]);
+            execl(self_path, self_path, "--count-worker", path, per, mode, fd, (char *)NULL);
+            _exit(127);
+        }
+        CHECK(pids[p] > 0);
+    }
+    close(go[0]);
+    close(go[1]); /* both start counting */
+    for (int p = 0; p < 2; p++) CHECK(pids[p] > 0 && wait_child(pids[p], 600000) == 0);
+
+    int64_t total = 2 * COUNT_THREADS * (int64_t)per_thread;
+    char v[64], want[64];
+    snprintf(want, sizeof want, "%lld", (long long)total);
+    CHECK_OK(table_value(store, NULL, "count", "n", v, sizeof v));
+    CHECK(strcmp(v, want) == 0);
+    unsigned char *seen = calloc((size_t)total + 1, 1);
+    int64_t got = 0;
+    for (int p = 0; p < 2; p++) {
+        char values_path[1100];
+        snprintf(values_path, sizeof values_path, "%s.values.%d", path, (int)pids[p]);
+        FILE *f = fopen(values_path, "rb");
+        CHECK(f != NULL);
+        if (f == NULL) continue;
+        int64_t x;
+        while (fread(&x, sizeof x, 1, f) == 1) {
+            CHECK(x >= 1 && x <= total && !seen[x]);
+            if (x >= 1 && x <= total) seen[x] = 1;
+            got++;
+        }
+        fclose(f);
+    }
+    CHECK(got == total);
+    fprintf(stderr, "  %s: %lld increments from 2 processes x %d threads\n", mode,
+            (long long)total, COUNT_THREADS);
+    free(seen);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* Issue 27: 8 threads x 1,000 increments in each of two processes end at exactly 16,000. */
+static void test_counter_processes(const char *dir) {
+    count_in_two_processes(dir, "count.postbox", 1000, "auto");
+}
+
+/* The same in transactions (smaller without POSTBOX_C_STRESS: each conflict is a commit). */
+static void test_counter_processes_tx(const char *dir) {
+    count_in_two_processes(dir, "count-tx.postbox", sized(20, 100), "tx");
+}
+
 /* The outbox: a row and a message in one transaction, both or neither. */
 static void test_outbox(const char *dir) {
     postbox_store *store = open_store(dir);
@@ -1932,6 +2198,8 @@ int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc == 5 && strcmp(argv[1], "--job-worker") == 0)
         return job_worker_process(argv[2], argv[3], argv[4]);
+    if (argc == 6 && strcmp(argv[1], "--count-worker") == 0)
+        return count_worker_process(argv[2], argv[3], argv[4], argv[5]);
     static const struct test_case tests[] = {
         {"job_api", test_job_api},
         {"job_threads", test_job_threads},
@@ -1945,6 +2213,9 @@ int main(int argc, char **argv) {
         {"checkpoints_abandon", test_checkpoints_abandon},
         {"checkpoints_sigkill", test_checkpoints_sigkill},
         {"tables", test_tables},
+        {"table_counters", test_table_counters},
+        {"counter_processes", test_counter_processes},
+        {"counter_processes_tx", test_counter_processes_tx},
         {"outbox", test_outbox},
         {"outbox_sigkill", test_outbox_sigkill},
         {"duplicate_sends", test_duplicate_sends},
