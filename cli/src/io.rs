@@ -129,6 +129,34 @@ pub fn stdin_is_terminal() -> bool {
     !is_remote() && std::io::stdin().is_terminal()
 }
 
+/// Creates (or truncates) `path` for a file of messages, readable and writable by its owner
+/// only — mode 0600 whatever the umask, like the store and its log. An existing regular file
+/// is made 0600 before it is truncated; a FIFO or device (`/dev/stdout`) is written as it is.
+///
+/// # Errors
+///
+/// The file system's: no permission, no such directory, a file that cannot be made 0600
+/// (another user's).
+pub fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let file = opts.open(path)?;
+    if file.metadata()?.is_file() {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        file.set_len(0)?;
+    }
+    Ok(file)
+}
+
 struct Remote {
     console: Arc<Console>,
     err: bool,

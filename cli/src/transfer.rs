@@ -27,14 +27,14 @@ fn state_name(state: MessageState) -> &'static str {
 }
 
 /// `postbox export`: every message of the queue, whatever its state, in id order, as JSON
-/// Lines to `file` or standard output.
+/// Lines to `file` (created mode 0600, see [`crate::io::create_private`]) or standard output.
 pub fn export(q: &Queue, file: Option<&Path>, limit: Option<usize>, as_json: bool) -> Outcome {
     let counts = q.stats()?;
     let total = counts.active + counts.locked + counts.scheduled + counts.deferred;
     let want = limit.map_or(total, |n| total.min(n as u64));
     let sink: Box<dyn Write> = match file {
         Some(path) => Box::new(
-            File::create(path)
+            crate::io::create_private(path)
                 .map_err(|e| Failure::store(format!("cannot create {}: {e}", path.display())))?,
         ),
         None => crate::io::stdout(),

@@ -823,3 +823,42 @@ fn recover_opens_a_crashed_store_whose_log_is_missing() {
         .assert()
         .code(2);
 }
+
+/// Issue 26: an export holds message bodies, so it is as private as the store (0600), whatever
+/// the umask, and an existing file is made private before it is written.
+#[cfg(unix)]
+#[test]
+fn export_files_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, path) = store_path();
+    let store = open(&path);
+    store.queue("q").unwrap().send("secret").unwrap();
+    store.close().unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let fresh = dir.path().join("fresh.jsonl");
+    let stale = dir.path().join("stale.jsonl");
+    std::fs::write(
+        &stale,
+        "an older export, longer than the new one\n".repeat(10),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for file in [&fresh, &stale] {
+        // Through a shell, for the umask a user's would have.
+        let done = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"umask 022 && exec "$0" export "$1" q "$2""#)
+            .arg(BIN)
+            .arg(&path)
+            .arg(file)
+            .output()
+            .expect("sh");
+        assert!(done.status.success(), "{done:?}");
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+        let text = std::fs::read_to_string(file).unwrap();
+        assert_eq!(text.lines().count(), 1, "truncated first: {text}");
+        assert!(text.contains("secret"));
+    }
+    // The store's own file is 0600 too: the export is no easier to read than the store.
+    assert_eq!(mode(&path), 0o600);
+}

@@ -3,11 +3,10 @@
 //!
 //! Files stay on the caller's side: a body or import file named on the command line (or
 //! standard input) is uploaded with the request, and an export file is written here from the
-//! command's standard output. Closing the connection (Ctrl-C) stops the command in the
-//! application between two commits, as Ctrl-C does locally.
+//! command's standard output (mode 0600, as a local export). Closing the connection (Ctrl-C)
+//! stops the command in the application between two commits, as Ctrl-C does locally.
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -99,7 +98,7 @@ pub fn run(url: &str, args: &[OsString], cli: Cli) -> Outcome {
         Command::Export {
             file: Some(path), ..
         } => {
-            let f = File::create(path)
+            let f = crate::io::create_private(path)
                 .map_err(|e| Failure::store(format!("cannot create {}: {e}", path.display())))?;
             (Vec::new(), Some(f))
         }
