@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use postbox::Store;
 use postbox_bridge::{Bridge, BridgeConfig};
 
-use crate::admin::{AdminOptions, ExtraMetrics, serve_admin};
+use crate::admin::{AdminOptions, AdminServer, ExtraMetrics, serve_admin};
 use crate::fail::{Failure, Outcome};
 use crate::io::{stderr_is_terminal, stopping};
 
@@ -47,6 +47,8 @@ pub(crate) fn bridge(
                 "store": path.display().to_string(),
                 "links": bridge.stats().links.len(),
                 "metrics": server.as_ref().map(|s| format!("{}metrics", s.url())),
+                "dashboard": server.as_ref().map(AdminServer::page_url),
+                "token": server.as_ref().map(AdminServer::token),
             })
         );
     } else {
@@ -56,8 +58,9 @@ pub(crate) fn bridge(
             bridge.stats().links.len()
         );
         if let Some(s) = &server {
-            say!("  dashboard: {}", s.url());
+            say!("  dashboard: {}", s.page_url());
             say!("  metrics:   {}metrics", s.url());
+            say!("  token:     {} (dead letters on the page)", s.token());
         }
         say!("Ctrl-C to stop.");
     }

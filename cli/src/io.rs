@@ -34,6 +34,12 @@ impl Console {
         })
     }
 
+    /// Makes the command stop between two commits, as if its caller had gone (the endpoint
+    /// stops).
+    pub fn cancel(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
     /// Writes one frame; a caller gone makes the command stop.
     pub fn send(&self, tag: u8, bytes: &[u8]) {
         let mut sink = self

@@ -60,7 +60,8 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     pub admin: Option<String>,
 
-    /// The admin endpoint's token, for --admin commands that change the store.
+    /// The admin endpoint's token, which every --admin command needs (printed by
+    /// `postbox dashboard`; AdminServer.token in the application).
     #[arg(
         long,
         global = true,
@@ -294,11 +295,12 @@ pub enum Command {
     /// Serve the live dashboard and /metrics for STORE until Ctrl-C.
     Dashboard {
         store: PathBuf,
-        /// Address to listen on; port 0 picks a free one. Anything but 127.0.0.1 exposes
-        /// the store to the network.
+        /// Address to listen on; port 0 picks a free one. Anything but 127.0.0.1 shows the
+        /// counts to the network, and all the rest to whoever has the token (plain HTTP).
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: String,
-        /// Offer actions (resubmit, purge) on the page, protected by a token printed at start.
+        /// Allow actions (the page's resubmit, --admin commands that change the store). Dead
+        /// letters and --admin commands always need the token printed at start.
         #[arg(long)]
         allow_actions: bool,
     },

@@ -14,28 +14,32 @@ use crate::store::postbox_store;
 pub struct postbox_admin {
     server: AdminServer,
     url: CString,
-    token: Option<CString>,
+    token: CString,
 }
 
 /// Starts the admin endpoint of `store` on `addr` (`"host:port"`, e.g. `"127.0.0.1:9090"`;
 /// port 0 picks a free one, see `postbox_admin_url`): the live dashboard page, `/metrics` in
 /// Prometheus text format, and the commands of `postbox --admin URL`, so that the `postbox`
 /// command reaches a store this process holds in single-process mode. It serves from threads
-/// of its own until `postbox_admin_stop`.
+/// of its own (a fixed number, whatever its callers do) until `postbox_admin_stop`.
 ///
-/// Reading (the page, `/metrics`, commands that only look) needs nothing: bind to 127.0.0.1
-/// unless the network may read the store. With `allow_actions` non-zero, the page's resubmit
-/// button and `postbox --admin` commands that change the store are allowed for callers that
-/// present the token: `token` (a NUL-terminated string), or a random one when `token` is NULL
-/// (read it with `postbox_admin_token`). With `allow_actions` zero, `token` is ignored.
+/// Requests must name the endpoint in their `Host` header (its address, a loopback address
+/// or `localhost`): a page that reaches it through DNS rebinding is refused. Counts (the
+/// page, `/metrics`) are open; dead letters and every `postbox --admin` command need the
+/// token in the `X-Postbox-Token` header (`postbox --admin URL --token TOKEN`): `token` (a
+/// NUL-terminated string of printable ASCII without spaces), or a random one when `token`
+/// is NULL; read it with `postbox_admin_token`. With `allow_actions` non-zero the page's
+/// resubmit button and commands that change the store are allowed too (with the token);
+/// with it zero they are refused.
 ///
 /// On success `*admin_out` receives a handle the caller owns and frees with
 /// `postbox_admin_stop`.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `addr` or `admin_out`; an address
-/// that does not parse; an empty token; invalid UTF-8); `POSTBOX_IO` when it cannot listen
-/// there (address in use, no permission); `POSTBOX_CLOSED`; `POSTBOX_FORKED`.
+/// that does not parse; an empty token or one with spaces or control characters; invalid
+/// UTF-8); `POSTBOX_IO` when it cannot listen there (address in use, no permission);
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_store_serve_admin(
     store: *const postbox_store,
@@ -50,17 +54,15 @@ pub extern "C" fn postbox_store_serve_admin(
         let token = arg_opt_str(token, "token")?;
         let out = Out::required(admin_out, "admin_out")?;
         store.tag.check_process()?;
-        let options = if allow_actions != 0 {
-            AdminOptions::with_actions(token.map(str::to_owned))
-        } else {
-            AdminOptions::read_only()
-        };
+        let mut options = AdminOptions::read_only();
+        options.allow_actions = allow_actions != 0;
+        options.token = token.map(str::to_owned);
         let server = serve_admin(&store.store, addr, options)?;
         let text = |s: &str| {
             CString::new(s).map_err(|_| Failure::invalid("a NUL byte in the admin URL or token"))
         };
         let url = text(&server.url())?;
-        let token = server.token().map(text).transpose()?;
+        let token = text(server.token())?;
         out.write(Box::into_raw(Box::new(postbox_admin {
             server,
             url,
@@ -83,21 +85,17 @@ pub extern "C" fn postbox_admin_port(admin: *const postbox_admin) -> u16 {
     guard(|| Ok(arg_ref(admin, "admin")?.server.addr().port()))
 }
 
-/// The token actions need, or NULL when actions are off (or `admin` is NULL). The string
-/// belongs to `admin` and lives until `postbox_admin_stop`.
+/// The token dead letters, commands and actions need (the one given, or the random one); NULL
+/// only if `admin` is NULL. The string belongs to `admin` and lives until
+/// `postbox_admin_stop`.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_admin_token(admin: *const postbox_admin) -> *const c_char {
-    guard(|| {
-        let admin = arg_ref(admin, "admin")?;
-        Ok(admin
-            .token
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t.as_ptr()))
-    })
+    guard(|| Ok(arg_ref(admin, "admin")?.token.as_ptr()))
 }
 
-/// Stops the endpoint (no new connections; the sampler ends; commands already running for a
-/// remote caller finish on their threads) and frees `admin`. The store stays open. `admin`
+/// Stops the endpoint (no new connections; the sampler ends; commands still running for a
+/// remote caller are told to stop and end between two commits on their threads) and frees
+/// `admin`. The store stays open. `admin`
 /// may be NULL (no-op).
 ///
 /// # Returns

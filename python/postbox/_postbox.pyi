@@ -313,15 +313,17 @@ class Store:
         Prometheus text format, and the commands of ``postbox --admin URL``, so that the
         ``postbox`` command reaches a store this process holds in single-process mode.
 
-        Reading needs nothing: bind to 127.0.0.1 (the default) unless the network may read the
-        store. With ``allow_actions=True`` the page's resubmit button and ``postbox --admin``
-        commands that change the store are allowed for callers presenting ``token`` (a random
-        one when ``None``: read ``AdminServer.token``). The store stays open when the server
+        Requests must name the endpoint in ``Host`` (its address, a loopback address or
+        ``localhost``), so a page reaching it through DNS rebinding is refused. Counts (the
+        page, ``/metrics``) are open; dead letters and every ``postbox --admin`` command need
+        ``token`` in the ``X-Postbox-Token`` header (a random one when ``None``: read
+        ``AdminServer.token``). With ``allow_actions=True`` the page's resubmit button and
+        commands that change the store are allowed too. The store stays open when the server
         stops; stop the server before closing the store.
 
-        Raises ``InvalidArgumentError`` for an address that does not parse or an empty token,
-        ``IoError`` when it cannot listen there (address in use), ``ClosedError`` and
-        ``ForkedError``.
+        Raises ``InvalidArgumentError`` for an address that does not parse or a token that is
+        empty or not printable ASCII without spaces, ``IoError`` when it cannot listen there
+        (address in use), ``ClosedError`` and ``ForkedError``.
         """
     def bridge(self, config: str) -> Bridge:
         """Starts a bridge between this store's queues and RabbitMQ quorum queues.
@@ -415,8 +417,8 @@ class AdminServer:
     def port(self) -> int:
         """The port it listens on (the real one when 0 was asked for)."""
     @property
-    def token(self) -> str | None:
-        """The token actions need, or ``None`` when actions are off."""
+    def token(self) -> str:
+        """The token dead letters, ``postbox --admin`` commands and actions need."""
     def stop(self) -> None:
         """Stops serving; the store stays open. Calling it again does nothing."""
     def __enter__(self) -> Self: ...

@@ -22,11 +22,9 @@ pub fn serve(
     allow_actions: bool,
     token: Option<String>,
 ) -> PyResult<PyAdminServer> {
-    let options = if allow_actions {
-        AdminOptions::with_actions(token)
-    } else {
-        AdminOptions::read_only()
-    };
+    let mut options = AdminOptions::read_only();
+    options.allow_actions = allow_actions;
+    options.token = token;
     let server = py
         .detach(|| postbox_cli::admin::serve_admin(store, addr, options))
         .py_err()?;
@@ -47,10 +45,11 @@ impl PyAdminServer {
         self.server.addr().port()
     }
 
-    /// The token actions need, or ``None`` when actions are off.
+    /// The token dead letters, ``postbox --admin`` commands and actions need (the one given,
+    /// or a random one): the ``X-Postbox-Token`` header, ``postbox --admin URL --token``.
     #[getter]
-    fn token(&self) -> Option<String> {
-        self.server.token().map(str::to_owned)
+    fn token(&self) -> String {
+        self.server.token().to_owned()
     }
 
     /// Stops serving (no new connections). Calling it again does nothing.
@@ -71,7 +70,7 @@ impl PyAdminServer {
         format!(
             "AdminServer(url={:?}, actions={})",
             self.server.url(),
-            if self.server.token().is_some() {
+            if self.server.actions_allowed() {
                 "True"
             } else {
                 "False"

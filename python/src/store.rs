@@ -522,13 +522,15 @@ impl PyStore {
     /// Serves the admin endpoint of this store on `addr` (``"host:port"``, port 0 for any free
     /// one) from threads of its own: the live dashboard page, ``/metrics`` in Prometheus text
     /// format, and the commands of ``postbox --admin URL``, so that the ``postbox`` command
-    /// reaches a store this process holds in single-process mode. Reading needs nothing (bind
-    /// to 127.0.0.1 unless the network may read the store); with ``allow_actions=True`` the
-    /// page's resubmit button and commands that change the store need the token: `token`, or
-    /// a random one when it is ``None`` (``AdminServer.token``). Returns the running
-    /// ``AdminServer``; ``stop()`` it (or use ``with``). Raises `InvalidArgumentError` for an
-    /// address that does not parse or an empty token, `IoError` when it cannot listen there,
-    /// `ClosedError`, `ForkedError`.
+    /// reaches a store this process holds in single-process mode. Requests must name it in
+    /// ``Host`` (its address, a loopback address or ``localhost``: DNS rebinding is refused).
+    /// Counts are open; dead letters and every ``postbox --admin`` command need the token
+    /// (``X-Postbox-Token``): `token`, or a random one when it is ``None``
+    /// (``AdminServer.token``). With ``allow_actions=True`` the page's resubmit button and
+    /// commands that change the store are allowed too. Returns the running ``AdminServer``;
+    /// ``stop()`` it (or use ``with``). Raises `InvalidArgumentError` for an address that does
+    /// not parse or a token that is empty or not printable ASCII without spaces, `IoError`
+    /// when it cannot listen there, `ClosedError`, `ForkedError`.
     #[pyo3(signature = (addr="127.0.0.1:0", *, allow_actions=false, token=None))]
     fn serve_admin(
         &self,

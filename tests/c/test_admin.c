@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <strings.h>
 #include <sys/wait.h>
 
 static const char *postbox_bin(void) {
@@ -25,8 +26,8 @@ static int run_capture(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* GET `path` from 127.0.0.1:port into out (headers and body). */
-static int http_get(unsigned port, const char *path, char *out, size_t cap) {
+/* Sends `request` as it is to 127.0.0.1:port; reads the whole answer (headers and body) into out. */
+static int http_raw(unsigned port, const char *request, char *out, size_t cap) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a;
@@ -38,9 +39,8 @@ static int http_get(unsigned port, const char *path, char *out, size_t cap) {
         close(fd);
         return -1;
     }
-    char req[256];
-    int len = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
-    if (write(fd, req, (size_t)len) != len) {
+    size_t len = strlen(request);
+    if (write(fd, request, len) != (ssize_t)len) {
         close(fd);
         return -1;
     }
@@ -49,6 +49,21 @@ static int http_get(unsigned port, const char *path, char *out, size_t cap) {
     while (got < cap - 1 && (n = read(fd, out + got, cap - 1 - got)) > 0) got += (size_t)n;
     out[got] = '\0';
     close(fd);
+    return 0;
+}
+
+/* GET `path` from 127.0.0.1:port, naming it in Host as a browser would. */
+static int http_get(unsigned port, const char *path, char *out, size_t cap) {
+    char req[256];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n", path, port);
+    return http_raw(port, req, out, cap);
+}
+
+/* Whether an answer carries any CORS permission header. */
+static int has_cors(const char *answer) {
+    for (const char *p = answer; *p; p++) {
+        if (strncasecmp(p, "access-control-", 15) == 0) return 1;
+    }
     return 0;
 }
 
@@ -67,7 +82,10 @@ static void serve_and_reach_with_the_command(const char *dir) {
     CHECK(postbox_admin_token(admin) != NULL && strcmp(postbox_admin_token(admin), "t0ken") == 0);
 
     char cmd[2048], out[8192];
-    snprintf(cmd, sizeof cmd, "%s --json --admin %s queues", postbox_bin(), url);
+    /* Every command through the endpoint needs the token, reading ones too. */
+    snprintf(cmd, sizeof cmd, "%s --json --admin %s queues 2>/dev/null", postbox_bin(), url);
+    CHECK(run_capture(cmd, out, sizeof out) == 1);
+    snprintf(cmd, sizeof cmd, "%s --json --admin %s --token t0ken queues", postbox_bin(), url);
     CHECK(run_capture(cmd, out, sizeof out) == 0);
     CHECK(strstr(out, "\"active\":2") != NULL);
 
@@ -92,7 +110,7 @@ static void serve_and_reach_with_the_command(const char *dir) {
 static void read_only_and_bad_arguments(const char *dir) {
     postbox_store *store = NULL;
     REQUIRE_OK(postbox_store_open(path_in(dir, "app.postbox"), NULL, &store));
-    postbox_admin *admin = NULL;
+    postbox_admin *admin = NULL, *second = NULL;
     CHECK_RC(postbox_store_serve_admin(NULL, "127.0.0.1:0", 0, NULL, &admin), POSTBOX_INVALID_ARGUMENT);
     CHECK_RC(postbox_store_serve_admin(store, NULL, 0, NULL, &admin), POSTBOX_INVALID_ARGUMENT);
     CHECK_RC(postbox_store_serve_admin(store, "127.0.0.1:0", 0, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
@@ -100,18 +118,21 @@ static void read_only_and_bad_arguments(const char *dir) {
     CHECK_RC(postbox_store_serve_admin(store, "127.0.0.1:0", 1, "", &admin), POSTBOX_INVALID_ARGUMENT);
     CHECK(admin == NULL);
 
-    REQUIRE_OK(postbox_store_serve_admin(store, "127.0.0.1:0", 0, "ignored", &admin));
-    CHECK(postbox_admin_token(admin) == NULL);
+    /* Without actions the token still guards dead letters and commands. */
+    REQUIRE_OK(postbox_store_serve_admin(store, "127.0.0.1:0", 0, "r3ad", &admin));
+    CHECK(postbox_admin_token(admin) != NULL && strcmp(postbox_admin_token(admin), "r3ad") == 0);
+    CHECK_RC(postbox_store_serve_admin(store, "127.0.0.1:0", 0, "with space", &second), POSTBOX_INVALID_ARGUMENT);
     /* The port is taken now: a second endpoint on it is an I/O error. */
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)postbox_admin_port(admin));
-    postbox_admin *second = NULL;
     CHECK_RC(postbox_store_serve_admin(store, addr, 0, NULL, &second), POSTBOX_IO);
-    /* A random token when none is given. */
-    postbox_admin *with_actions = NULL;
-    REQUIRE_OK(postbox_store_serve_admin(store, "127.0.0.1:0", 1, NULL, &with_actions));
-    CHECK(postbox_admin_token(with_actions) != NULL && strlen(postbox_admin_token(with_actions)) == 32);
-    CHECK_OK(postbox_admin_stop(with_actions));
+    /* A random token when none is given, with actions or without. */
+    for (int actions = 0; actions < 2; actions++) {
+        postbox_admin *random = NULL;
+        REQUIRE_OK(postbox_store_serve_admin(store, "127.0.0.1:0", actions, NULL, &random));
+        CHECK(postbox_admin_token(random) != NULL && strlen(postbox_admin_token(random)) == 32);
+        CHECK_OK(postbox_admin_stop(random));
+    }
     CHECK_OK(postbox_admin_stop(admin));
     CHECK_OK(postbox_admin_stop(NULL));
     CHECK(postbox_admin_url(NULL) == NULL);
@@ -119,10 +140,77 @@ static void read_only_and_bad_arguments(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Issue 26: a page on another site (DNS rebinding, or a simple cross-site request) reads and
+ * changes nothing through the endpoint. */
+static void foreign_pages_are_refused(const char *dir) {
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "app.postbox"), NULL, &store));
+    postbox_queue *q = NULL;
+    REQUIRE_OK(postbox_queue_open(store, "orders", NULL, &q));
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"card 4111", 9, NULL, NULL));
+    postbox_admin *admin = NULL;
+    REQUIRE_OK(postbox_store_serve_admin(store, "127.0.0.1:0", 1, "t0ken", &admin));
+    unsigned port = postbox_admin_port(admin);
+    static char out[65536];
+    char req[1024];
+
+    /* A name pointed at 127.0.0.1 by its owner: refused on every route, token or not. */
+    snprintf(req, sizeof req, "GET /api/overview HTTP/1.1\r\nHost: rebind.example:%u\r\n\r\n", port);
+    CHECK(http_raw(port, req, out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 421", 12) == 0);
+    const char *browse = "{\"args\":[\"postbox\",\"browse\",\"(admin)\",\"orders\"]}";
+    snprintf(req, sizeof req,
+             "POST /api/command HTTP/1.1\r\nHost: rebind.example:%u\r\nX-Postbox-Token: t0ken\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             port, strlen(browse), browse);
+    CHECK(http_raw(port, req, out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 421", 12) == 0);
+    CHECK(strstr(out, "4111") == NULL);
+
+    /* A simple cross-site POST (text/plain, no custom header): refused before it runs. */
+    snprintf(req, sizeof req,
+             "POST /api/command HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nOrigin: http://evil.example\r\n"
+             "Content-Type: text/plain\r\nContent-Length: %zu\r\n\r\n%s",
+             port, strlen(browse), browse);
+    CHECK(http_raw(port, req, out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 403", 12) == 0);
+    CHECK(strstr(out, "4111") == NULL);
+    CHECK(!has_cors(out));
+
+    /* The preflight a page's fetch with the token header needs gets no permission. */
+    snprintf(req, sizeof req,
+             "OPTIONS /api/command HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nOrigin: http://evil.example\r\n"
+             "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: x-postbox-token\r\n\r\n",
+             port);
+    CHECK(http_raw(port, req, out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 405", 12) == 0);
+    CHECK(!has_cors(out));
+
+    /* Dead letters hold bodies: the token is needed. Counts stay open. */
+    CHECK(http_get(port, "/api/dead-letters?queue=orders", out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 403", 12) == 0);
+    snprintf(req, sizeof req,
+             "GET /api/dead-letters?queue=orders HTTP/1.1\r\nHost: localhost:%u\r\nX-Postbox-Token: t0ken\r\n\r\n",
+             port);
+    CHECK(http_raw(port, req, out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 200", 12) == 0);
+    CHECK(http_get(port, "/api/overview", out, sizeof out) == 0);
+    CHECK(strncmp(out, "HTTP/1.1 200", 12) == 0);
+    CHECK(!has_cors(out));
+
+    postbox_stats st;
+    CHECK_OK(postbox_queue_stats(q, &st));
+    CHECK(st.active == 1);
+    CHECK_OK(postbox_admin_stop(admin));
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"serve_and_reach_with_the_command", serve_and_reach_with_the_command},
         {"read_only_and_bad_arguments", read_only_and_bad_arguments},
+        {"foreign_pages_are_refused", foreign_pages_are_refused},
     };
     (void)sleep_ms; /* harness helpers this file has no use for */
     (void)bytes_is;

@@ -3,7 +3,9 @@
 Each test serves a fresh demo store (queues orders, emails with 2 dead letters, audit) with
 `postbox --json dashboard STORE --bind 127.0.0.1:0 --allow-actions` and drives the page with
 Selenium. The page rebuilds its tables every second, so tables are read in one piece with a
-script and every wait is on a condition, polled.
+script and every wait is on a condition, polled. Chromium resolves the names rebind.test and
+evil.test to 127.0.0.1 (--host-resolver-rules), as an attacker's DNS would: pages from them
+are the DNS-rebinding and cross-site pages the endpoint must refuse.
 
 Environment: POSTBOX_BIN (the postbox binary; default target/debug/postbox), POSTBOX_SCREENSHOT
 (where the screenshot test writes its PNG; default: the test's tmp_path), POSTBOX_CHROMIUM and
@@ -12,11 +14,13 @@ POSTBOX_CHROMEDRIVER (default: Debian's /usr/bin/chromium and /usr/bin/chromedri
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -93,6 +98,7 @@ def counts(store: Path) -> dict[str, dict[str, int]]:
 class Dashboard:
     store: Path
     url: str
+    page: str
     metrics: str
     token: str
 
@@ -124,7 +130,9 @@ def dashboard(tmp_path: Path):
         assert first["url"].startswith("http://127.0.0.1:") and first["url"].endswith("/")
         assert first["metrics"] == first["url"] + "metrics"
         assert re.fullmatch(r"[0-9a-f]{32}", first["token"])
-        yield Dashboard(store, first["url"], first["metrics"], first["token"])
+        assert first["page"] == first["url"] + "#token=" + first["token"]
+        assert first["actions"] is True
+        yield Dashboard(store, first["url"], first["page"], first["metrics"], first["token"])
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -147,6 +155,7 @@ def browser():
         "--disable-dev-shm-usage",
         "--window-size=1280,900",
         "--lang=en-US",
+        "--host-resolver-rules=MAP rebind.test 127.0.0.1, MAP evil.test 127.0.0.1",
     ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
@@ -198,7 +207,7 @@ def click_resubmit(driver: WebDriver, message_id: str) -> None:
 
 
 def test_page_loads_with_the_counts_of_every_queue(browser: WebDriver, dashboard: Dashboard):
-    open_page(browser, dashboard)
+    open_page(browser, dashboard, f"#token={dashboard.token}")
     assert browser.title == "postbox dashboard"
     want = counts(dashboard.store)
     assert sorted(want) == ["audit", "emails", "orders"]
@@ -237,8 +246,11 @@ def test_counts_follow_a_send_from_another_process(browser: WebDriver, dashboard
 
 def test_resubmit_moves_a_dead_letter_back(browser: WebDriver, dashboard: Dashboard):
     before = counts(dashboard.store)["emails"]
-    open_page(browser, dashboard, f"#token={dashboard.token}")
+    browser.get(dashboard.page)  # the URL `postbox dashboard` prints
+    wait(browser, lambda dr: status(dr).startswith("updated "), "the first poll")
     assert browser.find_element(By.ID, "token").get_attribute("value") == dashboard.token
+    # The token leaves the address bar (it stays in this tab's session storage).
+    assert browser.current_url == dashboard.url
     rows = choose_dead_letter_queue(browser, "emails")
     assert len(rows) == before["dead_lettered"] == 2
     first = rows[0]["id"]
@@ -256,29 +268,122 @@ def test_resubmit_moves_a_dead_letter_back(browser: WebDriver, dashboard: Dashbo
     assert len(browser.execute_script(DEAD_LETTERS_JS)) == 1
 
 
-def test_resubmit_without_the_token_fails_visibly(browser: WebDriver, dashboard: Dashboard):
+def dead_letter_note(driver: WebDriver) -> str:
+    return driver.find_element(By.ID, "dlq-empty").text
+
+
+def enter_token(driver: WebDriver, text: str) -> None:
+    box = driver.find_element(By.ID, "token")
+    box.clear()
+    box.send_keys(text, Keys.TAB)  # the change event
+
+
+def test_dead_letters_need_the_token(browser: WebDriver, dashboard: Dashboard):
     before = counts(dashboard.store)
     open_page(browser, dashboard)
-    token = browser.find_element(By.ID, "token")
-    token.clear()
-    assert token.get_attribute("value") == ""
-    rows = choose_dead_letter_queue(browser, "emails")
-    assert len(rows) == 2
-    click_resubmit(browser, rows[0]["id"])
+    assert browser.find_element(By.ID, "token").get_attribute("value") == ""
+    # Counts are open; dead letters (message bodies) are not.
+    assert queue_table(browser)["emails"]["dead"] == "2"
     wait(
         browser,
-        lambda dr: status(dr).startswith("resubmit failed"),
-        "#status to say the resubmit failed",
+        lambda dr: "need the token" in dead_letter_note(dr),
+        "the dead-letter browser to ask for the token",
     )
-    assert "token" in status(browser).lower(), status(browser)
+    assert browser.execute_script(DEAD_LETTERS_JS) == []
+    enter_token(browser, "wrong")
+    wait(
+        browser,
+        lambda dr: "wrong or missing X-Postbox-Token" in dead_letter_note(dr),
+        "a wrong token to be refused visibly",
+    )
+    assert browser.execute_script(DEAD_LETTERS_JS) == []
+    enter_token(browser, dashboard.token)
+    rows = wait(browser, lambda dr: dr.execute_script(DEAD_LETTERS_JS), "the dead letters")
+    assert len(rows) == 2 and all(r["enabled"] for r in rows)
     assert counts(dashboard.store) == before
-    # The page still lists both dead letters once it has polled again.
-    wait(
-        browser,
-        lambda dr: len(dr.execute_script(DEAD_LETTERS_JS)) == 2
-        and queue_table(dr)["emails"]["dead"] == "2",
-        "the dead letters to stay where they were",
+
+
+def test_a_rebinding_name_is_refused(browser: WebDriver, dashboard: Dashboard):
+    """A name the attacker points at 127.0.0.1 makes its page same-origin with the endpoint;
+    the endpoint answers it nothing but a refusal."""
+    port = int(dashboard.url.rsplit(":", 1)[1].strip("/"))
+    browser.get(f"http://rebind.test:{port}/#token={dashboard.token}")
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "is not this endpoint's address" in text, text
+    assert not browser.find_elements(By.ID, "queues")
+    # Same-origin requests from that page, the token in hand: refused too.
+    got = browser.execute_async_script(
+        """
+        const [token, done] = arguments;
+        const ask = (path, init) => fetch(path, init).then((r) => r.status, (e) => String(e));
+        Promise.all([
+          ask("/api/overview"),
+          ask("/api/dead-letters?queue=emails", { headers: { "X-Postbox-Token": token } }),
+          ask("/api/command", { method: "POST", headers: { "X-Postbox-Token": token },
+                                body: JSON.stringify({ args: ["postbox", "browse", "(admin)", "emails"] }) }),
+        ]).then(done);
+        """,
+        dashboard.token,
     )
+    assert got == [421, 421, 421], got
+
+
+@pytest.fixture
+def evil_site():
+    """A page on another site (evil.test, resolved to 127.0.0.1 on a port of its own)."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!doctype html><title>evil</title><p>nothing to see</p>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://evil.test:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def test_a_page_of_another_site_reads_and_changes_nothing(
+    browser: WebDriver, dashboard: Dashboard, evil_site: str
+):
+    before = counts(dashboard.store)
+    browser.get(evil_site)
+    assert browser.title == "evil"
+    got = browser.execute_async_script(
+        """
+        const [base, done] = arguments;
+        const cmd = (args) => JSON.stringify({ args: ["postbox", ...args] });
+        const outcome = (p) => p.then((r) => r.type + " " + r.status, (e) => e.name);
+        Promise.all([
+          // Reading: the answers are not this page's to read (no CORS permission).
+          outcome(fetch(base + "api/overview")),
+          outcome(fetch(base + "api/dead-letters?queue=emails")),
+          // A fetch with the token header needs a preflight, which is refused.
+          outcome(fetch(base + "api/command", { method: "POST",
+              headers: { "X-Postbox-Token": "guess", "Content-Type": "text/plain" },
+              body: cmd(["browse", "(admin)", "emails"]) })),
+          // Simple requests go out unread: a send and a resubmit, which must not happen.
+          outcome(fetch(base + "api/command", { method: "POST", mode: "no-cors",
+              headers: { "Content-Type": "text/plain" },
+              body: cmd(["send", "(admin)", "orders", "forged"]) })),
+          outcome(fetch(base + "api/resubmit?queue=emails&id=6", { method: "POST", mode: "no-cors" })),
+        ]).then(done);
+        """,
+        dashboard.url,
+    )
+    assert got == ["TypeError", "TypeError", "TypeError", "opaque 0", "opaque 0"], got
+    assert counts(dashboard.store) == before
 
 
 def test_metrics_parse_as_prometheus_text(dashboard: Dashboard):

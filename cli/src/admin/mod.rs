@@ -9,11 +9,15 @@
 //!
 //! - `sampler` reads every queue's counts and traffic once a second and keeps two minutes of
 //!   them for rates and charts;
-//! - `server` accepts connections and routes them; `wire` is the framed stream a remote
-//!   command's output travels in; `remote` is the command's side of it;
+//! - `http` accepts connections and reads requests within fixed bounds (a pool of workers,
+//!   a cap on connections, timeouts, body caps); `server` routes them, and `access` decides
+//!   who may ask what (the `Host` a request must name, the token); `wire` is the framed
+//!   stream a remote command's output travels in; `remote` is the command's side of it;
 //! - `metrics` writes the Prometheus text; `page` is the dashboard itself (one HTML file with
 //!   its script and style, no build step).
 
+mod access;
+mod http;
 mod metrics;
 mod page;
 pub mod remote;
@@ -46,17 +50,25 @@ pub(crate) fn dashboard(store: &Store, bind: &str, allow_actions: bool, json: bo
             "{}",
             serde_json::json!({
                 "url": server.url(),
+                "page": server.page_url(),
                 "metrics": format!("{}metrics", server.url()),
                 "token": server.token(),
+                "actions": server.actions_allowed(),
             })
         );
     } else {
         say!("postbox dashboard for {}", store.path().display());
-        say!("  page:     {}", server.url());
+        say!("  page:     {}", server.page_url());
         say!("  metrics:  {}metrics", server.url());
-        match server.token() {
-            Some(t) => say!("  actions:  allowed with token {t}"),
-            None => say!("  actions:  off (--allow-actions turns them on)"),
+        say!(
+            "  token:    {} (dead letters, and postbox --admin {} --token …)",
+            server.token(),
+            server.url()
+        );
+        if server.actions_allowed() {
+            say!("  actions:  allowed with the token");
+        } else {
+            say!("  actions:  off (--allow-actions turns them on)");
         }
         say!("Ctrl-C to stop.");
     }

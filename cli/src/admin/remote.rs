@@ -61,6 +61,18 @@ pub fn with_placeholder_store(args: Vec<OsString>) -> Vec<OsString> {
     args
 }
 
+fn too_large(url: &str) -> Failure {
+    Failure::new(
+        fail::REFUSED,
+        format!(
+            "the command and its input are larger than the admin endpoint {url} takes ({} MiB \
+             with the input in base64): split the input, or run the command where the store's \
+             file is (multi_process)",
+            wire::MAX_REQUEST >> 20
+        ),
+    )
+}
+
 fn read_file(path: &Path) -> Outcome<Vec<u8>> {
     std::fs::read(path)
         .map_err(|e| Failure::not_found(format!("cannot read {}: {e}", path.display())))
@@ -121,6 +133,9 @@ pub fn run(url: &str, args: &[OsString], cli: Cli) -> Outcome {
     };
     let body = serde_json::to_vec(&request)
         .map_err(|e| Failure::usage(format!("cannot encode the command: {e}")))?;
+    if body.len() > wire::MAX_REQUEST {
+        return Err(too_large(url));
+    }
     let endpoint = format!("{}/api/command", url.trim_end_matches('/'));
     let unreachable = |e: &dyn std::fmt::Display| {
         Failure::store(format!(
@@ -136,16 +151,24 @@ pub fn run(url: &str, args: &[OsString], cli: Cli) -> Outcome {
         .post(&endpoint)
         .header("Content-Type", "application/json");
     if let Some(t) = &cli.token {
-        call = call.header("X-Postbox-Token", t);
+        call = call.header(super::server::TOKEN_HEADER, t);
     }
     let mut response = call.send(&body[..]).map_err(|e| unreachable(&e))?;
     if response.status() != 200 {
-        let status = response.status();
+        let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().unwrap_or_default();
-        return Err(Failure::store(format!(
-            "the admin endpoint {url} answered {status}: {}",
-            text.trim()
-        )));
+        // The endpoint's errors are `{"error": …}`.
+        let why = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|d| d["error"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| text.trim().to_owned());
+        return Err(match status {
+            403 => Failure::usage(format!(
+                "the admin endpoint {url} refused the command ({why}): pass its token with                  --token TOKEN or POSTBOX_ADMIN_TOKEN"
+            )),
+            413 => too_large(url),
+            _ => Failure::store(format!("the admin endpoint {url} answered {status}: {why}")),
+        });
     }
     let mut reader = response.body_mut().as_reader();
     let mut out: Box<dyn Write> = match output {

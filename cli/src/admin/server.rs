@@ -1,23 +1,27 @@
-//! Accepting connections and routing them.
+//! Routing and who may ask what.
 //!
-//! | route | what |
-//! |---|---|
-//! | `GET /` | the dashboard page |
-//! | `GET /metrics` | Prometheus text |
-//! | `GET /api/overview` | counts, rates and two minutes of history, as JSON |
-//! | `GET /api/dead-letters?queue=Q&limit=N` | a queue's dead letters (the JSON of `--json`) |
-//! | `POST /api/resubmit?queue=Q&id=ID` | resubmits one dead letter (token) |
-//! | `POST /api/command` | runs a `postbox` command for `postbox --admin` (token for changes) |
+//! | route | what | needs |
+//! |---|---|---|
+//! | `GET /` | the dashboard page | — |
+//! | `GET /metrics` | Prometheus text | — |
+//! | `GET /api/overview` | counts, rates and two minutes of history, as JSON | — |
+//! | `GET /api/dead-letters?queue=Q&limit=N` | a queue's dead letters (the JSON of `--json`) | token |
+//! | `POST /api/resubmit?queue=Q&id=ID` | resubmits one dead letter | token, actions |
+//! | `POST /api/command` | runs a `postbox` command for `postbox --admin` | token (and actions for changes) |
 //!
-//! Actions — the page's resubmit and every command that changes the store — are refused
-//! unless the server was started with them allowed, and then need the token in the
-//! `X-Postbox-Token` header. Reading needs nothing: bind to 127.0.0.1 (the default) unless
-//! the network may read the store.
+//! Every request must name the endpoint in `Host` (`access`): a page that reached it by DNS
+//! rebinding is refused with 421. The token travels in the `X-Postbox-Token` header, which a
+//! cross-site form or simple request cannot send (a page's `fetch` with it needs a CORS
+//! preflight, and no answer here ever allows one), so a page on another site can neither read
+//! a message nor run a command. The open routes show counts and names (queues, session
+//! groups, jobs, the store's path), never a message's body or properties.
+//!
+//! The HTTP server (`http`) bounds threads, connections, time and body sizes; a request for
+//! `/api/command` is refused on its head (token, commands running) before its body is read.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -26,30 +30,35 @@ use base64::engine::general_purpose::STANDARD as B64;
 use clap::Parser;
 use postbox::{Error, ErrorKind, MessageId, Store};
 use serde_json::{Value, json};
-use tiny_http::{Header, Method, Request, Response, StatusCode};
 
+use super::http::{self, Exchange, Limits};
 use super::sampler::{self, Sampler};
-use super::{metrics, page, wire};
+use super::{access, metrics, page, wire};
 use crate::record::Record;
 use crate::{Cli, fail, io};
 
-/// Largest request body accepted (a command's uploaded standard input, base64).
-const MAX_REQUEST: u64 = 512 << 20;
 /// How often a running command's stream carries a heartbeat.
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
 /// Jobs the page shows at most (the most recent).
 const MAX_JOBS_SHOWN: usize = 20;
 /// Dead letters the page lists at most.
 const MAX_DEAD_LETTERS: usize = 1000;
+/// Commands running at once; more are answered 503. Below the worker count, so that the
+/// page and `/metrics` are served while commands stream (`stats --watch`).
+const MAX_COMMANDS: usize = 4;
+/// The header that carries the token.
+pub(crate) const TOKEN_HEADER: &str = "X-Postbox-Token";
 
 /// How [`serve_admin`] serves.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct AdminOptions {
     /// Allow actions: the dashboard's resubmit button and `postbox --admin` commands that
-    /// change the store. Off by default: the endpoint then only reads.
+    /// change the store. Off by default: commands and the page then only read.
     pub allow_actions: bool,
-    /// The token actions need; `None` makes a random one ([`AdminServer::token`]).
+    /// The token that reading messages, running commands and actions need (the
+    /// `X-Postbox-Token` header, `postbox --admin URL --token`); `None` makes a random one
+    /// ([`AdminServer::token`]).
     pub token: Option<String>,
     /// More Prometheus text appended to `/metrics` at each request (a bridge's counters).
     pub extra_metrics: Option<ExtraMetrics>,
@@ -66,7 +75,7 @@ impl std::fmt::Debug for ExtraMetrics {
 }
 
 impl AdminOptions {
-    /// Read-only serving (the default).
+    /// Read-only serving (the default), with a random token.
     pub fn read_only() -> AdminOptions {
         AdminOptions::default()
     }
@@ -84,62 +93,75 @@ impl AdminOptions {
 /// A running admin endpoint. Stops when [`AdminServer::stop`] is called or it is dropped;
 /// the store stays open (the server holds a handle of its own, released at stop).
 pub struct AdminServer {
-    addr: SocketAddr,
-    token: Option<String>,
-    /// Taken at stop, so that the listening socket closes with the last clone.
-    http: Mutex<Option<Arc<tiny_http::Server>>>,
-    stopped: Arc<AtomicBool>,
+    token: String,
+    allow_actions: bool,
+    http: http::Server,
     sampler: Arc<Sampler>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    sampling: Mutex<Option<JoinHandle<()>>>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for AdminServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminServer")
-            .field("addr", &self.addr)
-            .field("actions", &self.token.is_some())
-            .finish()
+            .field("addr", &self.http.addr())
+            .field("actions", &self.allow_actions)
+            .finish_non_exhaustive()
     }
 }
 
 impl AdminServer {
     /// The address it listens on (the real port when 0 was asked for).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.http.addr()
     }
 
     /// The page's URL, `http://ADDR/`.
     pub fn url(&self) -> String {
-        format!("http://{}/", self.addr)
+        format!("http://{}/", self.http.addr())
     }
 
-    /// The token actions need, when they are allowed.
-    pub fn token(&self) -> Option<&str> {
-        self.token.as_deref()
+    /// The page's URL with the token in its fragment, `http://ADDR/#token=TOKEN`: the page
+    /// reads it there (a fragment is never sent to the server) and lists dead letters.
+    pub fn page_url(&self) -> String {
+        format!("{}#token={}", self.url(), self.token)
     }
 
-    /// Stops accepting, ends the sampler and waits for both. Commands still running for a
-    /// remote caller finish on their own threads. Calling it again does nothing.
+    /// The token that reading messages, commands and actions need: the one given in
+    /// [`AdminOptions::token`], or a random one (32 hex digits).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Whether actions (changes to the store) are allowed.
+    pub fn actions_allowed(&self) -> bool {
+        self.allow_actions
+    }
+
+    /// Stops accepting (the listening socket closes), ends the sampler and waits for both.
+    /// Commands still running for a remote caller are told to stop, as if their caller had
+    /// gone, and end between two commits on their own threads. Calling it again does nothing.
     pub fn stop(&self) {
-        if self.stopped.swap(true, Ordering::SeqCst) {
-            return;
-        }
+        self.http.stop();
         self.sampler.stop();
-        let http = self
-            .http
+        let sampling = self
+            .sampling
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(http) = &http {
-            http.unblock();
-        }
-        let threads =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
-        for t in threads {
+        if let Some(t) = sampling {
             let _ = t.join();
         }
-        // The accept thread's clone went with it; this drop closes the listening socket.
-        drop(http);
+        let consoles = std::mem::take(
+            &mut *self
+                .shared
+                .consoles
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for c in consoles.iter().filter_map(Weak::upgrade) {
+            c.cancel();
+        }
     }
 }
 
@@ -151,7 +173,8 @@ impl Drop for AdminServer {
 
 /// Serving the admin endpoint from a store: `store.serve_admin("127.0.0.1:9090")`.
 pub trait ServeAdmin {
-    /// Serves read-only on `addr` (`host:port`, port 0 for any free one).
+    /// Serves read-only on `addr` (`host:port`, port 0 for any free one), with a random
+    /// token.
     ///
     /// # Errors
     ///
@@ -178,7 +201,12 @@ impl ServeAdmin for Store {
 
 /// Starts the admin endpoint for `store` on `addr` (`host:port`; port 0 picks a free one):
 /// the dashboard page, `/metrics`, and the commands of `postbox --admin URL`. It runs on
-/// threads of its own until [`AdminServer::stop`] or drop.
+/// threads of its own until [`AdminServer::stop`] or drop: one that accepts connections, a
+/// fixed pool of workers and a sampler, whatever its callers do (README § Security).
+///
+/// Counts (the page, `/api/overview`, `/metrics`) are open to any caller that names the
+/// endpoint in `Host`; dead letters and commands need [`AdminServer::token`] in the
+/// `X-Postbox-Token` header, and changes also need [`AdminOptions::allow_actions`].
 ///
 /// # Errors
 ///
@@ -190,55 +218,73 @@ pub fn serve_admin(
     addr: &str,
     options: AdminOptions,
 ) -> postbox::Result<AdminServer> {
+    serve_with_limits(store, addr, options, Limits::DEFAULT)
+}
+
+/// [`serve_admin`] within `limits` (tests shorten the timeouts).
+pub(crate) fn serve_with_limits(
+    store: &Store,
+    addr: &str,
+    options: AdminOptions,
+    limits: Limits,
+) -> postbox::Result<AdminServer> {
     if store.is_closed() {
         return Err(Error::Closed);
     }
     let sock: SocketAddr = addr.parse().map_err(|_| {
         Error::InvalidArgument(format!("{addr:?} is not an address like 127.0.0.1:9090"))
     })?;
-    let token = match (options.allow_actions, options.token) {
-        (false, _) => None,
-        (true, Some(t)) if t.is_empty() => {
+    let token = match options.token {
+        Some(t) if t.is_empty() => {
             return Err(Error::InvalidArgument(
                 "the admin token cannot be empty".into(),
             ));
         }
-        (true, Some(t)) => Some(t),
-        (true, None) => Some(random_token()?),
+        Some(t) if t.contains(|c: char| !(c.is_ascii_graphic())) => {
+            return Err(Error::InvalidArgument(
+                "the admin token must be printable ASCII without spaces (it travels in a header)"
+                    .into(),
+            ));
+        }
+        Some(t) => t,
+        None => random_token()?,
     };
-    let http = tiny_http::Server::http(sock).map_err(|e| {
-        Error::Io(std::io::Error::other(format!(
-            "cannot listen on {addr}: {e}"
-        )))
-    })?;
-    let addr = http
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| Error::InvalidArgument("the admin endpoint needs an IP address".into()))?;
-    let http = Arc::new(http);
     let (sampler, sampling) = Sampler::start(store.clone());
-    let stopped = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(Shared {
         store: store.clone(),
         token: token.clone(),
+        allow_actions: options.allow_actions,
+        addr: Mutex::new(sock),
         sampler: sampler.clone(),
         extra_metrics: options.extra_metrics,
+        commands: AtomicUsize::new(0),
+        consoles: Mutex::new(Vec::new()),
     });
-    let accept = {
-        let (http, stopped) = (http.clone(), stopped.clone());
-        std::thread::Builder::new()
-            .name("postbox-admin".into())
-            .spawn(move || accept_loop(&http, &stopped, &shared))
-            .map_err(Error::Io)?
+    let handler = {
+        let shared = shared.clone();
+        Arc::new(move |ex: Exchange| handle(&shared, ex))
     };
-    tracing::info!(%addr, actions = token.is_some(), "admin endpoint listening");
+    let http = match http::Server::start(sock, limits, handler) {
+        Ok(h) => h,
+        Err(e) => {
+            sampler.stop();
+            let _ = sampling.join();
+            return Err(Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {addr}: {e}"),
+            )));
+        }
+    };
+    // The real port, for the Host check of a server asked for port 0.
+    *shared.addr.lock().unwrap_or_else(PoisonError::into_inner) = http.addr();
+    tracing::info!(addr = %http.addr(), actions = options.allow_actions, "admin endpoint listening");
     Ok(AdminServer {
-        addr,
         token,
-        http: Mutex::new(Some(http)),
-        stopped,
+        allow_actions: options.allow_actions,
+        http,
         sampler,
-        threads: Mutex::new(vec![accept, sampling]),
+        sampling: Mutex::new(Some(sampling)),
+        shared,
     })
 }
 
@@ -254,127 +300,80 @@ fn random_token() -> postbox::Result<String> {
 
 struct Shared {
     store: Store,
-    token: Option<String>,
+    token: String,
+    allow_actions: bool,
+    addr: Mutex<SocketAddr>,
     sampler: Arc<Sampler>,
     extra_metrics: Option<ExtraMetrics>,
+    /// Commands running now.
+    commands: AtomicUsize,
+    /// The consoles of running commands, told to stop at [`AdminServer::stop`].
+    consoles: Mutex<Vec<Weak<io::Console>>>,
 }
 
-fn accept_loop(http: &tiny_http::Server, stopped: &AtomicBool, shared: &Arc<Shared>) {
-    loop {
-        let request = match http.recv() {
-            Ok(r) => r,
-            Err(e) => {
-                if stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                tracing::warn!(error = %e, "admin endpoint: accept failed");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        if stopped.load(Ordering::SeqCst) {
-            return;
+fn send_json(ex: Exchange, status: u16, doc: &Value) {
+    ex.respond(
+        status,
+        &[("Content-Type", "application/json")],
+        doc.to_string().as_bytes(),
+    );
+}
+
+/// Whether the request carries the token.
+fn token_ok(shared: &Shared, ex: &Exchange) -> bool {
+    ex.request
+        .header(TOKEN_HEADER)
+        .is_some_and(|t| access::token_matches(t, &shared.token))
+}
+
+const WRONG_TOKEN: &str = "wrong or missing X-Postbox-Token";
+
+/// The page's own policy: its script and style are inline, it talks only to this endpoint,
+/// and no other page may frame it.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+     style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+fn handle(shared: &Shared, ex: Exchange) {
+    let bound = *shared.addr.lock().unwrap_or_else(PoisonError::into_inner);
+    match ex.request.header("host") {
+        Some(host) if access::host_allowed(host, bound) => {}
+        Some(host) => {
+            let text = format!(
+                "Host {host:?} is not this endpoint's address: open it as http://{bound}/ \
+                 or http://localhost:{}/",
+                bound.port()
+            );
+            return ex.respond_error(421, &text);
         }
-        // One thread per request: a command may run for minutes; the page's reads are quick.
-        let shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("postbox-admin-request".into())
-            .spawn(move || handle(&shared, request));
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "admin endpoint: no thread for a request");
-        }
+        None => return ex.respond_error(400, "one Host header is required"),
     }
-}
-
-fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap_or_else(|()| {
-        Header::from_bytes(&b"X-Invalid"[..], &b"1"[..]).expect("static header")
-    })
-}
-
-fn send_json(request: Request, status: u16, doc: &Value) {
-    let body = doc.to_string();
-    let response = Response::from_string(body)
-        .with_status_code(StatusCode(status))
-        .with_header(header("Content-Type", "application/json"))
-        .with_header(header("Cache-Control", "no-store"));
-    let _ = request.respond(response);
-}
-
-fn send_error(request: Request, status: u16, message: &str) {
-    send_json(request, status, &json!({ "error": message }));
-}
-
-/// The query string's value of `key`, percent-decoded.
-fn query(url: &str, key: &str) -> Option<String> {
-    let q = url.split_once('?')?.1;
-    q.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k) == key).then(|| percent_decode(v))
-    })
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn token_ok(shared: &Shared, request: &Request) -> bool {
-    let Some(want) = &shared.token else {
-        return false;
-    };
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("X-Postbox-Token"))
-        .is_some_and(|h| h.value.as_str() == want)
-}
-
-fn handle(shared: &Shared, request: Request) {
-    let url = request.url().to_owned();
-    let path = url.split('?').next().unwrap_or("");
-    match (request.method(), path) {
-        (Method::Get, "/") | (Method::Get, "/index.html") => {
-            let response = Response::from_string(page::HTML)
-                .with_header(header("Content-Type", "text/html; charset=utf-8"))
-                .with_header(header("Cache-Control", "no-store"));
-            let _ = request.respond(response);
-        }
-        (Method::Get, "/metrics") => metrics_route(shared, request),
-        (Method::Get, "/api/overview") => overview(shared, request),
-        (Method::Get, "/api/dead-letters") => dead_letters(shared, request, &url),
-        (Method::Post, "/api/resubmit") => resubmit(shared, request, &url),
-        (Method::Post, "/api/command") => command(shared, request),
+    let method = ex.request.method.clone();
+    let path = ex.request.path().to_owned();
+    match (method.as_str(), path.as_str()) {
+        ("GET", "/" | "/index.html") => ex.respond(
+            200,
+            &[
+                ("Content-Type", "text/html; charset=utf-8"),
+                ("Content-Security-Policy", PAGE_POLICY),
+            ],
+            page::HTML.as_bytes(),
+        ),
+        ("GET", "/metrics") => metrics_route(shared, ex),
+        ("GET", "/api/overview") => overview(shared, ex),
+        ("GET", "/api/dead-letters") => dead_letters(shared, ex),
+        ("POST", "/api/resubmit") => resubmit(shared, ex),
+        ("POST", "/api/command") => command(shared, ex),
         (
             _,
-            "/" | "/metrics" | "/api/overview" | "/api/dead-letters" | "/api/resubmit"
-            | "/api/command",
-        ) => send_error(request, 405, "method not allowed"),
-        _ => send_error(request, 404, "no such page"),
+            "/" | "/index.html" | "/metrics" | "/api/overview" | "/api/dead-letters"
+            | "/api/resubmit" | "/api/command",
+        ) => ex.respond_error(405, "method not allowed"),
+        _ => ex.respond_error(404, "no such page"),
     }
 }
 
-fn metrics_route(shared: &Shared, request: Request) {
+fn metrics_route(shared: &Shared, ex: Exchange) {
     match sampler::take(&shared.store) {
         Ok(now) => {
             let before = shared.sampler.last();
@@ -382,20 +381,20 @@ fn metrics_route(shared: &Shared, request: Request) {
             if let Some(extra) = &shared.extra_metrics {
                 body.push_str(&(extra.0)());
             }
-            let response = Response::from_string(body).with_header(header(
-                "Content-Type",
-                "text/plain; version=0.0.4; charset=utf-8",
-            ));
-            let _ = request.respond(response);
+            ex.respond(
+                200,
+                &[("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                body.as_bytes(),
+            );
         }
-        Err(e) => send_error(request, 503, &e.to_string()),
+        Err(e) => ex.respond_error(503, &e.to_string()),
     }
 }
 
-fn overview(shared: &Shared, request: Request) {
+fn overview(shared: &Shared, ex: Exchange) {
     let now = match sampler::take(&shared.store) {
         Ok(s) => s,
-        Err(e) => return send_error(request, 503, &e.to_string()),
+        Err(e) => return ex.respond_error(503, &e.to_string()),
     };
     let history = shared.sampler.history();
     let last = history.last().cloned();
@@ -477,7 +476,7 @@ fn overview(shared: &Shared, request: Request) {
     let doc = json!({
         "store": shared.store.path().display().to_string(),
         "multi_process": shared.store.is_multi_process(),
-        "actions": shared.token.is_some(),
+        "actions": shared.allow_actions,
         "at_ms": now.at_ms,
         "store_stats": {
             "commits": s.commits,
@@ -493,14 +492,19 @@ fn overview(shared: &Shared, request: Request) {
         "jobs_total": now.jobs.len(),
         "history": points,
     });
-    send_json(request, 200, &doc);
+    send_json(ex, 200, &doc);
 }
 
-fn dead_letters(shared: &Shared, request: Request, url: &str) {
-    let Some(name) = query(url, "queue") else {
-        return send_error(request, 400, "which queue? ?queue=NAME");
+fn dead_letters(shared: &Shared, ex: Exchange) {
+    if !token_ok(shared, &ex) {
+        return ex.respond_error(403, WRONG_TOKEN);
+    }
+    let Some(name) = ex.request.query("queue") else {
+        return ex.respond_error(400, "which queue? ?queue=NAME");
     };
-    let limit = query(url, "limit")
+    let limit = ex
+        .request
+        .query("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(100)
         .min(MAX_DEAD_LETTERS);
@@ -518,32 +522,27 @@ fn dead_letters(shared: &Shared, request: Request, url: &str) {
         Ok(out)
     };
     match read() {
-        Ok(list) => send_json(
-            request,
-            200,
-            &json!({ "queue": name, "dead_letters": list }),
-        ),
-        Err(e) if e.kind() == ErrorKind::QueueNotFound => send_error(request, 404, &e.to_string()),
-        Err(e) => send_error(request, 500, &e.to_string()),
+        Ok(list) => send_json(ex, 200, &json!({ "queue": name, "dead_letters": list })),
+        Err(e) if e.kind() == ErrorKind::QueueNotFound => ex.respond_error(404, &e.to_string()),
+        Err(e) => ex.respond_error(500, &e.to_string()),
     }
 }
 
-fn resubmit(shared: &Shared, request: Request, url: &str) {
-    if shared.token.is_none() {
-        return send_error(
-            request,
+fn resubmit(shared: &Shared, ex: Exchange) {
+    if !token_ok(shared, &ex) {
+        return ex.respond_error(403, WRONG_TOKEN);
+    }
+    if !shared.allow_actions {
+        return ex.respond_error(
             403,
             "actions are off: start the endpoint with actions allowed",
         );
     }
-    if !token_ok(shared, &request) {
-        return send_error(request, 403, "wrong or missing X-Postbox-Token");
-    }
     let (Some(name), Some(id)) = (
-        query(url, "queue"),
-        query(url, "id").and_then(|i| i.parse::<u64>().ok()),
+        ex.request.query("queue"),
+        ex.request.query("id").and_then(|i| i.parse::<u64>().ok()),
     ) else {
-        return send_error(request, 400, "?queue=NAME&id=ID");
+        return ex.respond_error(400, "?queue=NAME&id=ID");
     };
     let act = || -> postbox::Result<bool> {
         let dlq = shared.store.open_queue(&name)?.dead_letters()?;
@@ -556,53 +555,83 @@ fn resubmit(shared: &Shared, request: Request, url: &str) {
         }
     };
     match act() {
-        Ok(true) => send_json(request, 200, &json!({ "queue": name, "resubmitted": id })),
-        Ok(false) => send_error(request, 404, &format!("no dead letter {id} in {name}")),
-        Err(e) if e.kind() == ErrorKind::QueueNotFound => send_error(request, 404, &e.to_string()),
-        Err(e) => send_error(request, 500, &e.to_string()),
+        Ok(true) => send_json(ex, 200, &json!({ "queue": name, "resubmitted": id })),
+        Ok(false) => ex.respond_error(404, &format!("no dead letter {id} in {name}")),
+        Err(e) if e.kind() == ErrorKind::QueueNotFound => ex.respond_error(404, &e.to_string()),
+        Err(e) => ex.respond_error(500, &e.to_string()),
+    }
+}
+
+/// Counts a running command; the count drops when it is dropped.
+struct CommandSlot<'a>(&'a AtomicUsize);
+
+impl<'a> CommandSlot<'a> {
+    fn take(count: &'a AtomicUsize) -> Option<CommandSlot<'a>> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_COMMANDS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| CommandSlot(count))
+    }
+}
+
+impl Drop for CommandSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// Runs a `postbox` command for `postbox --admin`, streaming its output as frames.
-fn command(shared: &Shared, mut request: Request) {
-    if request
-        .body_length()
-        .is_some_and(|n| n as u64 > MAX_REQUEST)
-    {
-        return send_error(request, 413, "request too large");
+fn command(shared: &Shared, mut ex: Exchange) {
+    // Refused on the head: an unauthenticated body is never read.
+    if !token_ok(shared, &ex) {
+        return ex.respond_error(403, WRONG_TOKEN);
     }
-    let mut body = Vec::new();
-    if let Err(e) = request
-        .as_reader()
-        .take(MAX_REQUEST + 1)
-        .read_to_end(&mut body)
-    {
-        return send_error(request, 400, &format!("cannot read the request: {e}"));
-    }
+    let Some(_slot) = CommandSlot::take(&shared.commands) else {
+        return ex.respond_error(
+            503,
+            &format!("{MAX_COMMANDS} commands are running already; try again when one ends"),
+        );
+    };
+    let body = match ex.read_body(wire::MAX_REQUEST) {
+        Ok(b) => b,
+        Err(e) => {
+            let (status, text) = e.status();
+            return ex.respond_error(status, &text);
+        }
+    };
     let req: wire::CommandRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return send_error(request, 400, &format!("not a command request: {e}")),
+        Err(e) => return ex.respond_error(400, &format!("not a command request: {e}")),
     };
+    drop(body);
     let stdin = match B64.decode(req.stdin_base64.as_bytes()) {
         Ok(b) => b,
-        Err(e) => return send_error(request, 400, &format!("stdin_base64: {e}")),
+        Err(e) => return ex.respond_error(400, &format!("stdin_base64: {e}")),
     };
-    let allowed = token_ok(shared, &request);
-    let actions = shared.token.is_some();
-    // From here the answer is a stream of frames, written on the raw connection so that each
-    // frame reaches the caller as soon as it is written.
-    let mut raw = request.into_writer();
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-postbox-frames\r\n\
-                Cache-Control: no-store\r\nConnection: close\r\n\r\n";
-    if raw
-        .write_all(head.as_bytes())
-        .and_then(|()| raw.flush())
-        .is_err()
-    {
+    // From here the answer is a stream of frames, each reaching the caller as it is written.
+    let Ok(raw) = ex.stream(&[("Content-Type", "application/x-postbox-frames")]) else {
         return;
+    };
+    let console = io::Console::new(Box::new(std::io::BufWriter::new(raw)), stdin);
+    {
+        let mut consoles = shared
+            .consoles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        consoles.retain(|c| c.strong_count() > 0);
+        consoles.push(Arc::downgrade(&console));
     }
-    let console = io::Console::new(raw, stdin);
+    /// Leaves the console when the command ends, even by a panic (the worker serves on).
+    struct Entered;
+    impl Drop for Entered {
+        fn drop(&mut self) {
+            io::enter(None);
+        }
+    }
     io::enter(Some(console.clone()));
+    let _entered = Entered;
     // A command that writes nothing for a while (a paced redrive) would not notice its caller
     // leave; a heartbeat a few times a second does (see `wire`).
     let (done, beat) = std::sync::mpsc::channel::<()>();
@@ -637,17 +666,10 @@ fn command(shared: &Shared, mut request: Request) {
             );
             code
         }
-        Ok(cli) if cli.command.changes_store() && !actions => {
+        Ok(cli) if cli.command.changes_store() && !shared.allow_actions => {
             let f = fail::Failure::usage(
                 "this admin endpoint only reads: the application must serve it with actions \
                  allowed for commands that change the store",
-            );
-            crate::report(&f, cli.json);
-            f.code
-        }
-        Ok(cli) if cli.command.changes_store() && !allowed => {
-            let f = fail::Failure::usage(
-                "wrong or missing admin token: pass --token TOKEN or set POSTBOX_ADMIN_TOKEN",
             );
             crate::report(&f, cli.json);
             f.code
@@ -669,5 +691,4 @@ fn command(shared: &Shared, mut request: Request) {
         let _ = h.join();
     }
     console.send(wire::EXIT, &code.to_le_bytes());
-    io::enter(None);
 }

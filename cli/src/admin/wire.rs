@@ -17,6 +17,11 @@ pub struct CommandRequest {
     pub stdin_base64: String,
 }
 
+/// Largest command request the endpoint reads (the command line and its standard input in
+/// base64): room for a send of the largest message a queue takes by default (4 MiB) and an
+/// import of about 6 MiB. `postbox --admin` refuses a larger one before sending it.
+pub const MAX_REQUEST: usize = 8 << 20;
+
 pub const OUT: u8 = b'O';
 pub const ERR: u8 = b'E';
 pub const EXIT: u8 = b'X';
