@@ -10,7 +10,9 @@
 # during commits), POSTBOX_C_DISKFULL_STEPS and POSTBOX_C_DISKFULL_MB (the full-disk test's
 # rounds and tmpfs size; that test mounts a tmpfs, so it needs root, and says SKIPPED without),
 # POSTBOX_C_STRESS (sizes of tests/c/test_tracking.c: small under valgrind; the static run uses
-# the issue's sizes, 1, unless set).
+# the issue's sizes, 1, unless set). tests/c/test_processor_calls.c (a processor callback's
+# checkpoints across a SIGKILL, its replies) runs as tests/c/test_tracking.c does: under
+# valgrind, then against the static library.
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -64,6 +66,11 @@ cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_tracking.c -L"$LIB" -lpostbox
 LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER valgrind -q --leak-check=full \
     --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
     --suppressions=tests/c/valgrind.supp "$OUT/test_tracking" | tee "$OUT/tracking_shared.log"
+cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_processor_calls.c -L"$LIB" -lpostbox -lpthread \
+    -o "$OUT/test_processor_calls"
+LD_LIBRARY_PATH=$LIB valgrind -q --leak-check=full \
+    --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
+    --suppressions=tests/c/valgrind.supp "$OUT/test_processor_calls" | tee "$OUT/processor_calls_shared.log"
 
 # The misuse suite (tests/c/test_misuse.c): the C side under AddressSanitizer and
 # UndefinedBehaviorSanitizer, with LeakSanitizer on. libpostbox itself is not instrumented, but
@@ -111,6 +118,9 @@ cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_api.c "$LIB/libpostbox.a" -lpthr
 POSTBOX_PEER=$PEER "$OUT/test_api_static" | tee "$OUT/static.log"
 cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_tracking.c "$LIB/libpostbox.a" -lpthread -ldl -lm -o "$OUT/test_tracking_static"
 POSTBOX_PEER=$PEER POSTBOX_C_STRESS=${POSTBOX_C_STRESS:-1} "$OUT/test_tracking_static" | tee "$OUT/tracking_static.log"
+cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_processor_calls.c "$LIB/libpostbox.a" -lpthread -ldl -lm \
+    -o "$OUT/test_processor_calls_static"
+"$OUT/test_processor_calls_static" | tee "$OUT/processor_calls_static.log"
 
 # The examples end to end: produce 5 orders, invoice them in transactions, then a processor
 # worker handles the invoices and shuts down gracefully on SIGINT.

@@ -2527,6 +2527,48 @@ int postbox_tx_renew_lock(struct postbox_tx *tx,
                           uint64_t *locked_until_ms_out);
 
 /**
+ * Records progress keys on message `message_id`, received into (or enlisted in) `tx`, as
+ * `postbox_message_mark_done` does on a message a handle holds (work items done, e.g.
+ * "recipient 17 notified"); renews its lock in the same write. The keys are written at once,
+ * under the transaction's lock, not at commit: they record work done outside the transaction
+ * (a notification sent, a file written), which an abort cannot take back, so they survive an
+ * abort, a lost lock or a crash — the redelivery reads them (`postbox_tx_done_keys`,
+ * `postbox_message_done_keys`) and skips that work. Work done through the transaction (its
+ * sends) needs no checkpoint: it commits or vanishes with it. The commit that completes the
+ * message removes its keys. `keys` is an array of `count` NUL-terminated UTF-8 strings, each 1
+ * to 1024 bytes; `count` may be 0 (only the lock is renewed). `locked_until_ms_out` may be
+ * NULL; on success it receives the new expiry (ms since the Unix epoch), which
+ * `postbox_tx_locked_until_ms` reports from then on. (A transactional processor callback's own
+ * message is the processor's, not `tx`'s: use `postbox_processor_mark_done` for it.)
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the transaction holds no such message);
+ * `POSTBOX_LOCK_LOST` (the lock already expired: nothing recorded, the commit will fail);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL, a finished transaction, NULL `keys` with a count, a NULL,
+ * empty, over-long or non-UTF-8 key); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_tx_mark_done(struct postbox_tx *tx,
+                         uint64_t message_id,
+                         const char *const *keys,
+                         size_t count,
+                         uint64_t *locked_until_ms_out);
+
+/**
+ * The progress keys recorded on message `message_id`, held by `tx` (by `postbox_tx_mark_done`
+ * or any receiver's mark-done, in this delivery or earlier ones), read in one lookup.
+ * `keys_out` receives a list, sorted bytewise, that the caller reads with
+ * `postbox_strings_count` / `postbox_strings_get` and frees with `postbox_strings_free`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the transaction holds no such message);
+ * `POSTBOX_INVALID_ARGUMENT` (NULL, a finished transaction); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_tx_done_keys(struct postbox_tx *tx,
+                         uint64_t message_id,
+                         struct postbox_strings **keys_out);
+
+/**
  * When the lock on message `message_id`, held by `tx`, expires unless renewed (ms since the
  * Unix epoch); 0 when `tx` is NULL, finished, or holds no such message.
  */
@@ -2648,6 +2690,91 @@ int postbox_processor_lock_lost(const struct postbox_message *message, int *lost
  * As `postbox_processor_lock_lost`.
  */
 int postbox_processor_cancelled(const struct postbox_message *message, int *cancelled_out);
+
+/**
+ * Records progress keys on the message of the running processor callback (work items done,
+ * e.g. "recipient 17 notified") under the processor's lock, as `postbox_message_mark_done`
+ * does on a message a handle holds: the keys and a renewal of the lock are written at once, in
+ * one commit, and the processor goes on renewing the same lock. A redelivery — after the
+ * callback failed, the lock was lost, or the process died — reads them with
+ * `postbox_processor_done_keys` and skips that work; the completion removes them with the
+ * message. In a transactional callback too the keys are written at once, not with `tx`: they
+ * record work done outside the transaction, which its abort cannot take back.
+ *
+ * `keys` is an array of `count` NUL-terminated UTF-8 strings, each 1 to 1024 bytes (recording
+ * a key twice is harmless); `count` may be 0 (only the lock is renewed). `locked_until_ms_out`
+ * may be NULL; on success it receives the new lock expiry (ms since the Unix epoch). Only for
+ * the `message` passed to a processor callback, during the call.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing recorded; the processor will not complete the
+ * message, and `postbox_processor_lock_lost` reports 1); `POSTBOX_INVALID_ARGUMENT` (NULL
+ * message, NULL `keys` with a count, a NULL, empty, over-long or non-UTF-8 key, a message that
+ * did not come from a running processor callback); `POSTBOX_QUEUE_NOT_FOUND` (the queue was
+ * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_processor_mark_done(const struct postbox_message *message,
+                                const char *const *keys,
+                                size_t count,
+                                uint64_t *locked_until_ms_out);
+
+/**
+ * The progress keys recorded on the message of the running processor callback (by
+ * `postbox_processor_mark_done` or `postbox_message_mark_done`, in this delivery or earlier
+ * ones), read in one lookup. `keys_out` receives a list, sorted bytewise, that the caller reads
+ * with `postbox_strings_count` / `postbox_strings_get` and frees with `postbox_strings_free`.
+ * Only for the `message` passed to a processor callback, during the call.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, a message that did not come from a running
+ * processor callback); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_processor_done_keys(const struct postbox_message *message,
+                                struct postbox_strings **keys_out);
+
+/**
+ * Extends the processor's lock on the message of the running callback by the queue's lock
+ * duration, from now. The processor renews it anyway while the callback runs (up to
+ * `max_auto_renew_ms` after the receive, unless `disable_auto_renew`): this is for a callback
+ * that runs longer. `locked_until_ms_out` may be NULL; on success it receives the new expiry
+ * (ms since the Unix epoch), which `postbox_message_locked_until_ms` also reports. Only for the
+ * `message` passed to a processor callback, during the call.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is gone: the processor will not complete the
+ * message); `POSTBOX_INVALID_ARGUMENT` (NULL, a message that did not come from a running
+ * processor callback); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage
+ * errors.
+ */
+int postbox_processor_renew_lock(const struct postbox_message *message,
+                                 uint64_t *locked_until_ms_out);
+
+/**
+ * Answers the message of the running processor callback: the reply `body[0..body_len]` with
+ * `options` (NULL for none; as `postbox_send`) goes to the queue named by the message's
+ * `reply_to`, with its correlation id set to the message's correlation id, or to the message's
+ * id in decimal if it has none (a correlation id in `options` is replaced) — what
+ * `postbox_request` waits for — in the commit that completes the message when the callback
+ * returns `POSTBOX_OK` (in a transactional callback: with `tx`, as one of its sends). Nothing is
+ * sent if the callback fails, asks for a dead letter, passes its time limit or loses the lock:
+ * the message is retried and answered by its next delivery. One reply per delivery.
+ * `reply_id_out` (may be NULL) receives the id the reply will have. Only for the `message`
+ * passed to a processor callback, during the call.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL message, a message without `reply_to`, bad
+ * body or options, a second reply, a message that did not come from a running processor
+ * callback); `POSTBOX_QUEUE_NOT_FOUND` (the reply queue does not exist, e.g. a requester's
+ * temporary queue that went with it); `POSTBOX_TOO_LARGE` (the reply queue's
+ * `max_message_size`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. A reply queue that
+ * is deleted or full by the time of the completion fails that commit instead: the message goes
+ * back to its queue and is delivered again.
+ */
+int postbox_processor_reply(const struct postbox_message *message,
+                            const uint8_t *body,
+                            size_t body_len,
+                            const struct postbox_send_options *options,
+                            uint64_t *reply_id_out);
 
 /**
  * Makes every worker stop taking messages, without waiting; running callbacks finish normally.
@@ -3434,7 +3561,7 @@ int postbox_job_delete(struct postbox_job *job, bool *existed_out);
  *
  * As for every settle, only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the
  * message; after any other status nothing was sent or completed and the handle still holds
- * the lock.
+ * the lock. (A processor callback answers its message with `postbox_processor_reply`.)
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing sent, and the handle no longer holds the
@@ -3501,7 +3628,9 @@ int postbox_queue_open_temporary(struct postbox_store *store,
  * harmless); `count` may be 0 (only the lock is renewed). The keys go with the message when
  * it is completed or removed. `locked_until_ms_out` may be NULL; on success it receives the
  * new lock expiry (ms since the Unix epoch), which `postbox_message_locked_until_ms` also
- * reports from then on.
+ * reports from then on. A message received in a transaction records through it
+ * (`postbox_tx_mark_done`); the message of a processor callback through the processor
+ * (`postbox_processor_mark_done`).
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing recorded; the handle no longer holds the
@@ -3519,7 +3648,8 @@ int postbox_message_mark_done(struct postbox_message *message,
  * The progress keys recorded on a message this handle holds (`postbox_message_mark_done`, in
  * this delivery or earlier ones), read in one lookup. `keys_out` receives a list, sorted
  * bytewise, that the caller reads with `postbox_strings_count` / `postbox_strings_get` and
- * frees with `postbox_strings_free`.
+ * frees with `postbox_strings_free`. (In a transaction: `postbox_tx_done_keys`; in a processor
+ * callback: `postbox_processor_done_keys`.)
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold:

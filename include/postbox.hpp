@@ -906,9 +906,67 @@ private:
 
 /// The message lent to a processor callback: readable, never settled by the callback (the
 /// processor completes it when the callback returns normally). Valid during the call only.
+///
+/// Its checkpoints (mark_done, done_keys), renew_lock and reply work on the processor's lock,
+/// which the processor keeps renewing; each throws invalid_argument_error once the callback has
+/// returned, lock_lost_error when the lock is gone, closed_error, forked_error or a storage
+/// error.
 class processor_message : public message_view {
 public:
     explicit processor_message(const postbox_message *m) noexcept : message_view(m) {}
+    /// Records progress keys (work items done, e.g. "user 17 notified") at once, in one commit
+    /// that renews the processor's lock (postbox_processor_mark_done): a redelivery (after a
+    /// failure, a lost lock or a crash) reads them with done_keys() and skips that work; the
+    /// completion removes them. Each key is 1 to 1024 bytes without NUL (invalid_argument_error
+    /// otherwise). In a transactional callback too the keys are written at once, not with the
+    /// tx_ref. Returns the new lock expiry (ms since epoch).
+    std::uint64_t mark_done(const std::vector<std::string> &keys) {
+        std::vector<const char *> c;
+        c.reserve(keys.size());
+        for (const std::string &k : keys) c.push_back(k.c_str());
+        std::uint64_t until = 0;
+        check(postbox_processor_mark_done(m_, c.empty() ? nullptr : c.data(), c.size(), &until));
+        return until;
+    }
+    /// Records one progress key (see mark_done above).
+    std::uint64_t mark_done(std::string_view key) {
+        return mark_done(std::vector<std::string>{std::string(key)});
+    }
+    /// The progress keys recorded on the message in this delivery or earlier ones, sorted.
+    std::vector<std::string> done_keys() const {
+        postbox_strings *list = nullptr;
+        check(postbox_processor_done_keys(m_, &list));
+        std::vector<std::string> out;
+        const std::size_t n = postbox_strings_count(list);
+        try {
+            out.reserve(n);
+            for (std::size_t i = 0; i < n; i++) out.emplace_back(postbox_strings_get(list, i));
+        } catch (...) {
+            postbox_strings_free(list);
+            throw;
+        }
+        postbox_strings_free(list);
+        return out;
+    }
+    /// Extends the processor's lock by the queue's lock duration from now (the processor
+    /// renews it anyway, up to max_auto_renew); returns the new expiry (ms since epoch).
+    std::uint64_t renew_lock() {
+        std::uint64_t until = 0;
+        check(postbox_processor_renew_lock(m_, &until));
+        return until;
+    }
+    /// Answers the message (postbox_processor_reply): `body` goes to its reply_to queue with
+    /// the correlation id a requester waits for, in the commit that completes the message when
+    /// the callback returns normally (in a transactional callback: with its tx_ref); nothing is
+    /// sent if it fails. One reply per delivery. Returns the id the reply will have. Throws
+    /// invalid_argument_error (no reply_to, a second reply), queue_not_found_error,
+    /// too_large_error.
+    std::uint64_t reply(bytes_view body, const send_options &options = {}) {
+        const detail::c_send_options o(options);
+        std::uint64_t id = 0;
+        check(postbox_processor_reply(m_, body.data(), body.size(), o.get(), &id));
+        return id;
+    }
     /// Asks the processor to dead-letter the message when the callback returns, whatever it
     /// returns. Throws invalid_argument_error (a second request, a reason too long).
     void dead_letter(std::string_view reason, std::string_view description = {}) {

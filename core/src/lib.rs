@@ -51,7 +51,10 @@
 //! delivery it goes to the dead-letter queue with the error text as description. In
 //! transactional mode ([`ProcessorBuilder::start_transactional`]) the handler also gets a
 //! [`Transaction`], so replies commit together with the completion. Locks are renewed while a
-//! handler runs; a busy worker settles its message and locks the next one in one commit. A
+//! handler runs; a busy worker settles its message and locks the next one in one commit. Under
+//! that lock the handler's [`Delivery`] records checkpoints a redelivery skips
+//! ([`Delivery::mark_done`]), renews the lock itself and answers a request with the completion
+//! ([`Delivery::reply`]). A
 //! running processor follows the queue's options as stored, not as they were when it started:
 //! each renewal uses the current `lock_duration` and each failure is judged against the current
 //! `max_deliveries`, whoever changed them.

@@ -215,21 +215,10 @@ impl Received {
     /// [`Error::QueueNotFound`] when that queue does not exist (any more); [`Error::LockLost`].
     /// Nothing is sent unless the completion commits; errors give the message back.
     pub fn reply(self, reply: impl Into<Message>) -> Result<MessageId, SettleError> {
-        let Some(to) = self.envelope.reply_to().map(str::to_owned) else {
-            let refused = Err(Error::invalid(
-                "the message has no reply_to queue to answer",
-            ));
-            return self.conclude(refused);
+        let (to, m) = match answer(&self.envelope, reply.into()) {
+            Ok(pair) => pair,
+            Err(error) => return self.conclude(Err(error)),
         };
-        let mut m = reply.into();
-        let correlation = self
-            .envelope
-            .correlation_id()
-            .map_or_else(|| self.envelope.id.0.to_string(), str::to_owned);
-        m.props.correlation_id = Some(correlation);
-        if let Err(error) = m.validate() {
-            return self.conclude(Err(error));
-        }
         let l = HeldLock {
             id: self.envelope.id.0,
             token: self.token,
@@ -286,6 +275,27 @@ impl Received {
             token: self.token,
         }
     }
+}
+
+/// The reply to `request` and the queue it goes to: the request's `reply_to`, and the reply
+/// with its correlation id set to the request's correlation id (or, if it has none, to its id
+/// in decimal) — what [`Queue::request`](crate::Queue::request) waits for. The one place that
+/// rule is written, for every way of answering (a received message, a transaction, a processor
+/// delivery).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] when the request has no `reply_to`, or the reply is invalid.
+pub(crate) fn answer(request: &Envelope, mut reply: Message) -> Result<(String, Message)> {
+    let to = request
+        .reply_to()
+        .ok_or_else(|| Error::invalid("the message has no reply_to queue to answer"))?;
+    let correlation = request
+        .correlation_id()
+        .map_or_else(|| request.id().0.to_string(), str::to_owned);
+    reply.props.correlation_id = Some(correlation);
+    reply.validate()?;
+    Ok((to.to_owned(), reply))
 }
 
 /// A settle call ([`Received::complete`], `abandon`, `dead_letter`, …) that failed, with the

@@ -7,7 +7,7 @@ use crate::app_table::{PendingRows, TxTable};
 use crate::clock::to_system_time;
 use crate::engine::queries as read;
 use crate::engine::{Batch, Locked, RowReads, Select, validate_app_key, validate_message};
-use crate::engine::{Engine, HeldLock};
+use crate::engine::{Engine, HeldLock, QueueKind};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::message::{Envelope, Message, MessageId, Sent};
@@ -197,6 +197,135 @@ impl Transaction {
         let until = self.engine.call(move |b| b.renew(l.id, l.token))?;
         self.until[i] = until;
         Ok(to_system_time(until))
+    }
+
+    /// Records progress keys on message `id`, received (or enlisted) in this transaction, as
+    /// [`Received::mark_done`] does: work items done ("recipient 17 notified"), so that a
+    /// redelivery skips them; renews the lock in the same write. Returns the new lock expiry.
+    ///
+    /// The keys are written at once, under the transaction's lock on the message, not at
+    /// commit: they record work done *outside* the transaction (a notification sent, a file
+    /// written), which an abort cannot take back, so they must survive an abort, a lost lock
+    /// or a crash of this process — the redelivery then reads them with
+    /// [`done_keys`](Self::done_keys) and skips that work. Work done *through* the transaction
+    /// (its sends, rows) needs no checkpoint: it commits or vanishes with it. The commit that
+    /// completes the message removes its keys with it.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// # let q = store.queue("fanout")?;
+    /// q.send("notify users 1 to 3")?;
+    /// let mut tx = store.begin();
+    /// let msg = tx.receive(&q, std::time::Duration::from_secs(1))?.unwrap();
+    /// tx.mark_done(msg.id(), ["user-1"])?;
+    /// tx.abort()?;                                   // the key stays with the message
+    /// let mut tx = store.begin();
+    /// let again = tx.receive(&q, std::time::Duration::from_secs(1))?.unwrap();
+    /// assert!(tx.done_keys(again.id())?.contains("user-1"));
+    /// tx.commit()?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageNotFound`] if the transaction holds no such message;
+    /// [`Error::LockLost`] if its lock expired (nothing recorded);
+    /// [`Error::InvalidArgument`] for a finished transaction or a key that is empty or over
+    /// 1 KiB.
+    pub fn mark_done<I>(&mut self, id: MessageId, keys: I) -> Result<SystemTime>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let i = self.held_index(id)?;
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        let l = self.locks[i];
+        let until = self
+            .engine
+            .call(move |b| b.mark_done(l.id, l.token, &keys))?;
+        self.until[i] = until;
+        Ok(to_system_time(until))
+    }
+
+    /// The progress keys recorded on message `id`, held by this transaction, by
+    /// [`mark_done`](Self::mark_done) or [`Received::mark_done`] in this delivery or earlier
+    /// ones, read in one lookup.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MessageNotFound`] if the transaction holds no such message;
+    /// [`Error::InvalidArgument`] for a finished transaction; storage errors.
+    pub fn done_keys(&self, id: MessageId) -> Result<std::collections::BTreeSet<String>> {
+        self.held_index(id)?;
+        let keys = self.engine.read(|t| read::checkpoints(t, id.0))?;
+        Ok(keys.into_iter().collect())
+    }
+
+    /// The index of message `id` in `locks`, checking that the transaction is open.
+    fn held_index(&self, id: MessageId) -> Result<usize> {
+        if self.finished {
+            return Err(Error::invalid("the transaction has already finished"));
+        }
+        self.locks
+            .iter()
+            .position(|l| l.id == id.0)
+            .ok_or(Error::MessageNotFound(id))
+    }
+
+    /// Answers `request` when the transaction commits: `reply` goes to the queue named by the
+    /// request's `reply_to`, with its correlation id set to the request's correlation id (or,
+    /// if it has none, to its id in decimal) — what [`Queue::request`] waits for — as
+    /// [`Received::reply`] does, but as one of the transaction's sends: stored at commit,
+    /// discarded by an abort. A request received through this transaction is completed by the
+    /// same commit. Returns the id the reply will have.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// # let service = store.queue("resize")?;
+    /// # let replies = store.queue("replies")?;
+    /// service.send(postbox::Message::new("resize 42.png").reply_to("replies"))?;
+    /// let mut tx = store.begin();
+    /// let request = tx.receive(&service, std::time::Duration::from_secs(1))?.unwrap();
+    /// tx.reply(&request, "done")?;
+    /// tx.commit()?;                                  // the reply and the completion, or neither
+    /// assert_eq!(replies.len()?, 1);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the request has no `reply_to`, the reply is invalid or
+    /// the transaction finished; [`Error::QueueNotFound`] when the `reply_to` queue does not
+    /// exist; as [`Transaction::send`] otherwise.
+    pub fn reply(&mut self, request: &Envelope, reply: impl Into<Message>) -> Result<MessageId> {
+        self.check_usable(&self.engine)?;
+        let (to, m) = crate::received::answer(request, reply.into())?;
+        let rec = self
+            .engine
+            .read(|t| read::queue_by_name(t, &to))?
+            .filter(|r| r.kind == QueueKind::Normal)
+            .ok_or_else(|| Error::QueueNotFound(to.clone()))?;
+        let queue = Queue::new(self.engine.clone(), &to, rec);
+        self.send(&queue, m)
+    }
+
+    /// Holds a lock taken elsewhere (a processor's), to be completed by the commit.
+    pub(crate) fn enlist(&mut self, lock: HeldLock, locked_until: u64) {
+        self.locks.push(lock);
+        self.until.push(locked_until);
+    }
+
+    /// Moves the sends of `other` (a transaction of the same store that holds nothing else)
+    /// into this one.
+    pub(crate) fn absorb_sends(&mut self, mut other: Transaction) {
+        for (q, name, msgs) in std::mem::take(&mut other.sends) {
+            match self.sends.iter_mut().find(|(g, _, _)| *g == q) {
+                Some((_, _, v)) => v.extend(msgs),
+                None => self.sends.push((q, name, msgs)),
+            }
+        }
     }
 
     /// Receives without waiting.

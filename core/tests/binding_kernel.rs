@@ -3,11 +3,14 @@
 
 mod common;
 
+use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{SEC, TestStore};
-use postbox::binding::{FlatSend, FlatSendError, HeldMessage, retry_policy};
-use postbox::{ErrorKind, Message, RetryPolicy};
+use postbox::binding::{FlatSend, FlatSendError, HeldMessage, finish_lent, retry_policy};
+use postbox::{ErrorKind, Message, MessageId, Processor, RetryPolicy};
+
+const WAIT: Duration = Duration::from_secs(20);
 
 type Handle = HeldMessage<()>;
 
@@ -85,31 +88,95 @@ fn take_all_is_all_or_none() {
 }
 
 #[test]
-fn a_lent_message_carries_one_dead_letter_request() {
+fn a_lent_message_reaches_the_processors_lock_until_its_handler_returns() {
     let t = TestStore::new();
     let q = t.store().queue("jobs").unwrap();
-    q.send(Message::new("a")).unwrap();
-    let env = q.peek().unwrap().unwrap();
-    let m: Handle = HeldMessage::lent(env, std::time::SystemTime::now());
-    assert!(m.is_lent());
-    let long = "r".repeat(postbox::MAX_REASON_LEN + 1);
-    assert_eq!(
-        m.request_dead_letter(&long, "").unwrap_err().kind(),
-        ErrorKind::InvalidArgument
-    );
-    m.request_dead_letter("bad", "why").unwrap();
-    assert!(m.request_dead_letter("again", "").is_err());
-    // A lent message is settled by the processor, never through the handle.
-    assert!(m.settle("completed", |r| r.complete()).is_err());
-    let request = m.end_loan().expect("the request");
-    assert_eq!(
-        (request.reason.as_str(), request.description.as_str()),
-        ("bad", "why")
-    );
-    assert_eq!(m.state(), "settled by the processor");
+    let replies = t.store().queue("replies").unwrap();
+    let id = q.send(Message::new("a").reply_to("replies")).unwrap();
+    let (kept, returned) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .start(move |d| -> Result<(), String> {
+            let m: Handle = HeldMessage::lent(d);
+            assert!(m.is_lent());
+            assert_eq!(m.state(), "processor");
+            assert_eq!(m.locked_until(), Some(d.locked_until()));
+            // A lent message is settled by the processor, never through the handle.
+            assert!(m.settle("completed", |r| r.complete()).is_err());
+            // Checkpoints, renewal and the reply go to the processor's lock.
+            m.mark_done(vec!["k1".to_owned()]).unwrap();
+            assert_eq!(
+                d.done_keys().unwrap().into_iter().collect::<Vec<_>>(),
+                ["k1"]
+            );
+            assert_eq!(m.done_keys().unwrap(), d.done_keys().unwrap());
+            assert_eq!(m.renew_lock().unwrap(), d.locked_until());
+            let reply = m.reply("replied", Message::new("answer")).unwrap();
+            let again = m.reply("replied", Message::new("twice")).unwrap_err();
+            assert_eq!(again.kind(), ErrorKind::InvalidArgument, "{again}");
+            let long = "r".repeat(postbox::MAX_REASON_LEN + 1);
+            assert_eq!(
+                m.request_dead_letter(&long, "").unwrap_err().kind(),
+                ErrorKind::InvalidArgument
+            );
+            let result = finish_lent(&m, Ok(()));
+            assert_eq!(m.state(), "settled by the processor");
+            assert_eq!(m.locked_until(), None);
+            let _ = kept.send((m, reply));
+            result
+        })
+        .unwrap();
+    let (m, reply): (Handle, MessageId) = returned.recv_timeout(WAIT).unwrap();
+    let report = p.shutdown(WAIT);
+    assert_eq!((report.processed, report.failed), (1, 0), "{report:?}");
+    // The handle outlived its handler: every processor call is refused now.
+    for e in [
+        m.mark_done(vec!["late".to_owned()]).unwrap_err(),
+        m.done_keys().unwrap_err(),
+        m.renew_lock().unwrap_err(),
+        m.request_dead_letter("late", "").unwrap_err(),
+        m.reply("replied", Message::new("late")).unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
+    // The reply went with the completion, answering the request.
+    let r = replies.try_receive().unwrap().expect("the reply");
+    assert_eq!(r.id(), reply);
+    assert_eq!(r.correlation_id(), Some(id.get().to_string().as_str()));
+    r.complete().unwrap();
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked), (0, 0));
     // An unlocked handle cannot ask for a dead letter.
+    q.send(Message::new("b")).unwrap();
     let peeked: Handle = HeldMessage::unlocked(q.peek().unwrap().unwrap());
     assert!(peeked.request_dead_letter("bad", "").is_err());
+}
+
+#[test]
+fn a_dead_letter_asked_through_a_lent_message_wins_over_its_reply() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    let replies = t.store().queue("replies").unwrap();
+    q.send(Message::new("a").reply_to("replies")).unwrap();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .start(move |d| -> Result<(), String> {
+            let m: Handle = HeldMessage::lent(d);
+            m.reply("replied", Message::new("answer")).unwrap();
+            m.request_dead_letter("bad", "why").unwrap();
+            assert!(m.request_dead_letter("again", "").is_err());
+            finish_lent(&m, Err("failed too".to_owned()))
+        })
+        .unwrap();
+    let dlq = q.dead_letters().unwrap();
+    let dead = dlq.receive(WAIT).unwrap().expect("the dead letter");
+    let info = dead.dead_letter_info().unwrap();
+    assert_eq!(
+        (info.reason.as_str(), info.description.as_str()),
+        ("bad", "why")
+    );
+    p.shutdown(WAIT);
+    assert_eq!(replies.len().unwrap(), 0, "no reply for a dead letter");
 }
 
 #[test]

@@ -873,3 +873,250 @@ fn worker_counts_past_the_bound_are_refused_before_any_thread_starts() {
         .unwrap();
     p.stop();
 }
+
+/// Issue 27 item 2: a handler records each work item with `mark_done`; a failed run leaves
+/// the keys it recorded, and the redelivery reads them with `done_keys` and skips exactly
+/// those. In a transactional handler too: the keys are written at once, not with the handler's
+/// transaction, which the failure aborts.
+#[test]
+fn a_handler_checkpoints_what_it_did_and_its_redelivery_skips_it() {
+    for transactional in [false, true] {
+        let (_dir, store) = store();
+        let q = store.queue("fanout").unwrap();
+        q.send("notify users 0 to 9").unwrap();
+        let notified = Arc::new(Mutex::new(Vec::<(u32, String)>::new()));
+        let (done_tx, done_rx) = mpsc::channel();
+        let run = {
+            let notified = notified.clone();
+            move |d: &postbox::Delivery| -> Result<(), String> {
+                let done = d.done_keys().map_err(|e| e.to_string())?;
+                let _ = done_tx.send((d.delivery_count(), done.len()));
+                for u in 0..10 {
+                    let key = format!("user-{u}");
+                    if done.contains(&key) {
+                        continue;
+                    }
+                    notified
+                        .lock()
+                        .unwrap()
+                        .push((d.delivery_count(), key.clone()));
+                    let before = d.locked_until();
+                    let until = d.mark_done([key]).map_err(|e| e.to_string())?;
+                    // The processor's lock, renewed by the checkpoint's commit.
+                    assert!(until >= before && d.locked_until() == until);
+                    if d.delivery_count() == 1 && u == 3 {
+                        return Err("the notifier fell over after user 3".into());
+                    }
+                }
+                Ok(())
+            }
+        };
+        let b = Processor::builder(&q)
+            .workers(2)
+            .retry(RetryPolicy::immediate());
+        let p = if transactional {
+            b.start_transactional(move |d, _tx| run(d)).unwrap()
+        } else {
+            b.start(run).unwrap()
+        };
+        assert_eq!(done_rx.recv_timeout(WAIT).unwrap(), (1, 0));
+        assert_eq!(
+            done_rx.recv_timeout(WAIT).unwrap(),
+            (2, 4),
+            "the redelivery sees 4 keys"
+        );
+        let report = p.shutdown(WAIT);
+        assert_eq!((report.processed, report.failed), (1, 1), "{report:?}");
+        let notified = notified.lock().unwrap().clone();
+        let expected: Vec<(u32, String)> = (0..10)
+            .map(|u| (if u <= 3 { 1 } else { 2 }, format!("user-{u}")))
+            .collect();
+        assert_eq!(
+            notified, expected,
+            "each user once (transactional: {transactional})"
+        );
+        let s = q.stats().unwrap();
+        assert_eq!((s.active, s.locked, s.scheduled), (0, 0, 0));
+    }
+}
+
+/// A handler that runs past its lock with renewal off keeps the lock by renewing it itself
+/// (`renew_lock`, and `mark_done`, which renews in the same commit): the processor completes
+/// the message, delivered once.
+#[test]
+fn a_handler_renews_the_processors_lock_itself() {
+    let (_dir, store) = fast_store();
+    let q = store
+        .queue_with(
+            "jobs",
+            QueueOptions::default().lock_duration(Duration::from_millis(400)),
+        )
+        .unwrap();
+    q.send("long work").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(2)
+        .max_auto_renew(Duration::ZERO)
+        .start(move |d| -> Result<(), String> {
+            for step in 0..6 {
+                // The work: 1.2 s in all, three times the lock.
+                std::thread::sleep(Duration::from_millis(200));
+                let before = d.locked_until();
+                let until = if step % 2 == 0 {
+                    d.renew_lock()
+                } else {
+                    d.mark_done([format!("step-{step}")])
+                }
+                .map_err(|e| e.to_string())?;
+                assert!(until > before, "step {step}");
+            }
+            let _ = tx.send((d.delivery_count(), d.lock_lost()));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), (1, false));
+    let report = p.shutdown(WAIT);
+    assert_eq!(
+        (report.processed, report.lock_lost, report.failed),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    assert!(rx.try_recv().is_err(), "delivered once");
+    let s = q.stats().unwrap();
+    assert_eq!((s.active, s.locked), (0, 0));
+}
+
+/// Issue 27 item 2: a processor is a responder. Three requesters make 20 `request` calls each
+/// at once; a plain handler answers with `Delivery::reply`, a transactional one with
+/// `Delivery::reply` or `Transaction::reply` (every other message), in the completion's commit.
+#[test]
+fn a_processor_answers_three_times_twenty_requests() {
+    for transactional in [false, true] {
+        let (_dir, store) = store();
+        let service = store.queue("service").unwrap();
+        let answer = |d: &postbox::Delivery| format!("re: {}", String::from_utf8_lossy(d.body()));
+        let b = Processor::builder(&service).workers(3);
+        let p = if transactional {
+            b.start_transactional(move |d, tx| -> postbox::Result<()> {
+                if d.id().get() % 2 == 0 {
+                    d.reply(answer(d).as_str())?;
+                } else {
+                    tx.reply(d, answer(d).as_str())?;
+                }
+                Ok(())
+            })
+            .unwrap()
+        } else {
+            b.start(move |d| -> postbox::Result<()> {
+                d.reply(answer(d).as_str())?;
+                Ok(())
+            })
+            .unwrap()
+        };
+        let requesters: Vec<_> = (0..3)
+            .map(|t| {
+                let service = service.clone();
+                std::thread::spawn(move || {
+                    for i in 0..20 {
+                        let body = format!("{t}-{i}");
+                        let reply = service
+                            .request(body.as_str(), WAIT)
+                            .unwrap()
+                            .expect("a reply within the guard time");
+                        assert_eq!(reply.body(), format!("re: {body}").as_bytes());
+                    }
+                })
+            })
+            .collect();
+        for r in requesters {
+            r.join().unwrap();
+        }
+        let report = p.shutdown(WAIT);
+        assert_eq!(
+            (report.processed, report.failed, report.dead_lettered),
+            (60, 0, 0),
+            "{report:?} (transactional: {transactional})"
+        );
+        let s = service.stats().unwrap();
+        assert_eq!((s.active, s.locked, s.dead_lettered), (0, 0, 0));
+    }
+}
+
+/// A handler's reply goes with the completion: a failed run sends none (its retry answers), a
+/// dead-lettered one none; the reply is checked when it is asked for.
+#[test]
+fn a_reply_is_sent_only_with_the_completion() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    let replies = store.queue("replies").unwrap();
+    q.send(Message::new("retry me").reply_to("replies"))
+        .unwrap();
+    q.send(Message::new("dead").reply_to("replies")).unwrap();
+    q.send(Message::new("nowhere").reply_to("gone")).unwrap();
+    q.send("no reply_to").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .retry(RetryPolicy::immediate())
+        .start(move |d| -> Result<(), String> {
+            let body = String::from_utf8_lossy(d.body()).into_owned();
+            let r = d.reply(format!("answer {} to {body}", d.delivery_count()).as_str());
+            match body.as_str() {
+                "retry me" => {
+                    r.map_err(|e| e.to_string())?;
+                    let again = d.reply("twice").unwrap_err();
+                    assert_eq!(again.kind(), postbox::ErrorKind::InvalidArgument, "{again}");
+                    if d.delivery_count() == 1 {
+                        return Err("not this time".into());
+                    }
+                }
+                "dead" => {
+                    r.map_err(|e| e.to_string())?;
+                    d.dead_letter("Refused", "").map_err(|e| e.to_string())?;
+                }
+                "nowhere" => assert!(matches!(r, Err(Error::QueueNotFound(_))), "{r:?}"),
+                _ => assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}"),
+            }
+            let _ = tx.send(body);
+            Ok(())
+        })
+        .unwrap();
+    for _ in 0..4 {
+        rx.recv_timeout(WAIT).unwrap();
+    }
+    let report = p.shutdown(WAIT);
+    assert_eq!(
+        (report.processed, report.failed, report.dead_lettered),
+        (3, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(body_of(&replies), vec!["answer 2 to retry me".to_string()]);
+}
+
+/// A dead-letter reason over `MAX_REASON_LEN` is refused when asked for, not when the handler
+/// returned (where nobody would see the refusal).
+#[test]
+fn a_dead_letter_reason_too_long_is_refused_at_once() {
+    let (_dir, store) = store();
+    let q = store.queue("jobs").unwrap();
+    q.send("x").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let p = Processor::builder(&q)
+        .workers(1)
+        .start(move |d| -> Result<(), String> {
+            let long = "r".repeat(postbox::MAX_REASON_LEN + 1);
+            let _ = tx.send(d.dead_letter(&long, "").map_err(|e| e.kind()));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(WAIT).unwrap(),
+        Err(postbox::ErrorKind::InvalidArgument)
+    );
+    let report = p.shutdown(WAIT);
+    assert_eq!(
+        (report.processed, report.dead_lettered),
+        (1, 0),
+        "{report:?}"
+    );
+}

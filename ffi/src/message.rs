@@ -59,17 +59,11 @@ pub struct postbox_message {
     /// messages through the transaction handle, so the link is empty.
     pub(crate) held: HeldMessage<()>,
     pub(crate) tag: StoreTag,
-    /// The delivery of a message lent to a processor callback (see `processor::lend`).
-    pub(crate) delivery: Option<crate::processor::LentDelivery>,
 }
 
 impl postbox_message {
     pub(crate) fn new(held: HeldMessage<()>, tag: StoreTag) -> postbox_message {
-        postbox_message {
-            held,
-            tag,
-            delivery: None,
-        }
+        postbox_message { held, tag }
     }
 
     pub(crate) fn into_raw(self) -> *mut postbox_message {

@@ -4,6 +4,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
+use postbox::LockWatch;
 use postbox::binding::{HeldMessage, finish_lent, retry_policy};
 use postbox::sync::Mutex;
 use postbox::{Autoscale, Delivery, Processor, RetryPolicy, ShutdownReport, Store, Transaction};
@@ -12,10 +13,12 @@ use crate::guard::{
     Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, read_versioned, take_box,
 };
 use crate::message::postbox_message;
-use crate::queue::postbox_queue;
+use crate::queue::{build_message, postbox_queue, postbox_send_options};
 use crate::status::POSTBOX_OK;
+use crate::store::postbox_strings;
+use crate::tracking::progress_keys;
 use crate::tx::postbox_tx;
-use crate::{StoreTag, timeout};
+use crate::{StoreTag, timeout, unix_ms};
 
 /// A peek-lock processor callback. Called on one of the processor's worker threads — several
 /// at once when there are several workers, so `user_data` must be safe to share between them.
@@ -210,18 +213,6 @@ pub struct postbox_processor {
     tag: StoreTag,
 }
 
-/// The delivery behind a message handle lent to a processor callback; valid as long as that
-/// handle (see `lend`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LentDelivery(*const Delivery);
-
-// SAFETY: `Delivery` is `Sync` (the engine shares it with its lock watchdog); the pointer is
-// only dereferenced while the handle that holds it is alive, during the callback, and the
-// delivery outlives that handle.
-unsafe impl Send for LentDelivery {}
-// SAFETY: as above.
-unsafe impl Sync for LentDelivery {}
-
 /// The caller's `user_data`, shared by the worker threads.
 #[derive(Clone, Copy)]
 struct UserData(*mut c_void);
@@ -331,19 +322,16 @@ fn scale_reporter(
     }
 }
 
-/// The message handle lent to one callback call. It points at `d`, which outlives it: the
-/// handle is dropped (by `finish`) before the callback closure returns.
+/// The message handle lent to one callback call: its processor calls
+/// (`postbox_processor_mark_done`, ...) go to `d`'s lock. Dropped (by `finish`) before the
+/// callback closure returns.
 fn lend(d: &Delivery, tag: StoreTag) -> postbox_message {
-    let mut m = postbox_message::new(
-        HeldMessage::lent(d.envelope().clone(), d.locked_until()),
-        tag,
-    );
-    m.delivery = Some(LentDelivery(std::ptr::from_ref(d)));
-    m
+    postbox_message::new(HeldMessage::lent(d), tag)
 }
 
-/// After the callback: forwards a dead-letter request, turns a status into the handler result.
-fn finish(d: &Delivery, m: postbox_message, status: c_int) -> Result<(), String> {
+/// After the callback: ends the loan (what the callback asked for is with the delivery
+/// already), turns a status into the handler result.
+fn finish(m: postbox_message, status: c_int) -> Result<(), String> {
     let handler = if status == POSTBOX_OK {
         Ok(())
     } else {
@@ -354,7 +342,7 @@ fn finish(d: &Delivery, m: postbox_message, status: c_int) -> Result<(), String>
             text.to_string_lossy()
         ))
     };
-    finish_lent(d, &m.held, handler)
+    finish_lent(&m.held, handler)
 }
 
 fn started(
@@ -418,7 +406,7 @@ pub extern "C" fn postbox_processor_start(
             // header requires it to stay callable while the processor runs; `m` outlives the
             // call; `user.0` is passed back untouched.
             let status = unsafe { handler(user.0, &m) };
-            finish(d, m, status)
+            finish(m, status)
         });
         started(p, tag, out)
     })
@@ -453,7 +441,7 @@ pub extern "C" fn postbox_processor_start_transactional(
             // the duration of the call, which the callback must not free.
             let status = unsafe { handler(user.0, &m, lent) };
             *tx = reclaim_tx(lent, &store);
-            finish(d, m, status)
+            finish(m, status)
         });
         started(p, tag, out)
     })
@@ -502,19 +490,24 @@ pub extern "C" fn postbox_processor_dead_letter(
     })
 }
 
-/// The delivery behind a message lent to a running processor callback.
-fn lent_delivery<'a>(message: *const postbox_message) -> Outcome<&'a Delivery> {
+/// The lock state of the delivery behind a message lent to a running processor callback.
+fn lent_delivery(message: *const postbox_message) -> Outcome<LockWatch> {
+    let m = lent_message(message)?;
+    m.held
+        .lock_watch()
+        .ok_or_else(|| Failure::invalid("message was not lent to a running processor callback"))
+}
+
+/// A message lent to a running processor callback.
+fn lent_message<'a>(message: *const postbox_message) -> Outcome<&'a postbox_message> {
     let m = arg_ref(message, "message")?;
     m.tag.check_process()?;
-    match m.delivery {
-        // SAFETY: `delivery` is only set by `lend`, on a handle that is dropped before the
-        // delivery it points at; the caller may use the handle only during the callback, so the
-        // delivery is alive whenever the handle is. The reference is not kept past this call.
-        Some(LentDelivery(d)) if m.held.is_lent() => Ok(unsafe { &*d }),
-        _ => Err(Failure::invalid(
+    if !m.held.is_lent() {
+        return Err(Failure::invalid(
             "message was not lent to a running processor callback",
-        )),
+        ));
     }
+    Ok(m)
 }
 
 /// Whether the lock of the message a processor callback is handling was lost: a renewal was
@@ -556,6 +549,125 @@ pub extern "C" fn postbox_processor_cancelled(
         let out = Out::required(cancelled_out, "cancelled_out")?;
         let d = lent_delivery(message)?;
         out.write(c_int::from(d.is_cancelled()));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Records progress keys on the message of the running processor callback (work items done,
+/// e.g. "recipient 17 notified") under the processor's lock, as `postbox_message_mark_done`
+/// does on a message a handle holds: the keys and a renewal of the lock are written at once, in
+/// one commit, and the processor goes on renewing the same lock. A redelivery — after the
+/// callback failed, the lock was lost, or the process died — reads them with
+/// `postbox_processor_done_keys` and skips that work; the completion removes them with the
+/// message. In a transactional callback too the keys are written at once, not with `tx`: they
+/// record work done outside the transaction, which its abort cannot take back.
+///
+/// `keys` is an array of `count` NUL-terminated UTF-8 strings, each 1 to 1024 bytes (recording
+/// a key twice is harmless); `count` may be 0 (only the lock is renewed). `locked_until_ms_out`
+/// may be NULL; on success it receives the new lock expiry (ms since the Unix epoch). Only for
+/// the `message` passed to a processor callback, during the call.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing recorded; the processor will not complete the
+/// message, and `postbox_processor_lock_lost` reports 1); `POSTBOX_INVALID_ARGUMENT` (NULL
+/// message, NULL `keys` with a count, a NULL, empty, over-long or non-UTF-8 key, a message that
+/// did not come from a running processor callback); `POSTBOX_QUEUE_NOT_FOUND` (the queue was
+/// deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_mark_done(
+    message: *const postbox_message,
+    keys: *const *const c_char,
+    count: usize,
+    locked_until_ms_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let out = Out::optional(locked_until_ms_out);
+        let keys = progress_keys(keys, count)?;
+        let until = lent_message(message)?.held.mark_done(keys)?;
+        out.write(unix_ms(until));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// The progress keys recorded on the message of the running processor callback (by
+/// `postbox_processor_mark_done` or `postbox_message_mark_done`, in this delivery or earlier
+/// ones), read in one lookup. `keys_out` receives a list, sorted bytewise, that the caller reads
+/// with `postbox_strings_count` / `postbox_strings_get` and frees with `postbox_strings_free`.
+/// Only for the `message` passed to a processor callback, during the call.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, a message that did not come from a running
+/// processor callback); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_done_keys(
+    message: *const postbox_message,
+    keys_out: *mut *mut postbox_strings,
+) -> c_int {
+    guard(|| {
+        let out = Out::required(keys_out, "keys_out")?;
+        let keys = lent_message(message)?.held.done_keys()?;
+        out.write(postbox_strings::boxed(keys.into_iter().collect())?);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Extends the processor's lock on the message of the running callback by the queue's lock
+/// duration, from now. The processor renews it anyway while the callback runs (up to
+/// `max_auto_renew_ms` after the receive, unless `disable_auto_renew`): this is for a callback
+/// that runs longer. `locked_until_ms_out` may be NULL; on success it receives the new expiry
+/// (ms since the Unix epoch), which `postbox_message_locked_until_ms` also reports. Only for the
+/// `message` passed to a processor callback, during the call.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (the lock is gone: the processor will not complete the
+/// message); `POSTBOX_INVALID_ARGUMENT` (NULL, a message that did not come from a running
+/// processor callback); `POSTBOX_QUEUE_NOT_FOUND`; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage
+/// errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_renew_lock(
+    message: *const postbox_message,
+    locked_until_ms_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let out = Out::optional(locked_until_ms_out);
+        let until = lent_message(message)?.held.renew_lock()?;
+        out.write(unix_ms(until));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Answers the message of the running processor callback: the reply `body[0..body_len]` with
+/// `options` (NULL for none; as `postbox_send`) goes to the queue named by the message's
+/// `reply_to`, with its correlation id set to the message's correlation id, or to the message's
+/// id in decimal if it has none (a correlation id in `options` is replaced) — what
+/// `postbox_request` waits for — in the commit that completes the message when the callback
+/// returns `POSTBOX_OK` (in a transactional callback: with `tx`, as one of its sends). Nothing is
+/// sent if the callback fails, asks for a dead letter, passes its time limit or loses the lock:
+/// the message is retried and answered by its next delivery. One reply per delivery.
+/// `reply_id_out` (may be NULL) receives the id the reply will have. Only for the `message`
+/// passed to a processor callback, during the call.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL message, a message without `reply_to`, bad
+/// body or options, a second reply, a message that did not come from a running processor
+/// callback); `POSTBOX_QUEUE_NOT_FOUND` (the reply queue does not exist, e.g. a requester's
+/// temporary queue that went with it); `POSTBOX_TOO_LARGE` (the reply queue's
+/// `max_message_size`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. A reply queue that
+/// is deleted or full by the time of the completion fails that commit instead: the message goes
+/// back to its queue and is delivered again.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_processor_reply(
+    message: *const postbox_message,
+    body: *const u8,
+    body_len: usize,
+    options: *const postbox_send_options,
+    reply_id_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let out = Out::optional(reply_id_out);
+        let reply = build_message(body, body_len, options, "body")?;
+        let id = lent_message(message)?.held.reply("replied", reply)?;
+        out.write(id.get());
         Ok(POSTBOX_OK)
     })
 }

@@ -5,7 +5,7 @@
 use std::ffi::{CString, c_char, c_int};
 
 use postbox::binding::HeldMessage;
-use postbox::{MessageId, QueueOptions, Sent};
+use postbox::{QueueOptions, Sent};
 
 use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
@@ -33,7 +33,7 @@ use crate::{timeout, unix_ms};
 ///
 /// As for every settle, only `POSTBOX_OK` and `POSTBOX_LOCK_LOST` end the handle's hold on the
 /// message; after any other status nothing was sent or completed and the handle still holds
-/// the lock.
+/// the lock. (A processor callback answers its message with `postbox_processor_reply`.)
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing sent, and the handle no longer holds the
@@ -55,11 +55,7 @@ pub extern "C" fn postbox_message_reply(
         let out = Out::optional(reply_id_out);
         let reply = build_message(body, body_len, options, "body")?;
         m.tag.check_process()?;
-        let mut id = MessageId(0);
-        m.held.settle("replied", |r| {
-            id = r.reply(reply)?;
-            Ok(())
-        })?;
+        let id = m.held.reply("replied", reply)?;
         out.write(id.get());
         Ok(POSTBOX_OK)
     })
@@ -148,7 +144,9 @@ pub extern "C" fn postbox_queue_open_temporary(
 /// harmless); `count` may be 0 (only the lock is renewed). The keys go with the message when
 /// it is completed or removed. `locked_until_ms_out` may be NULL; on success it receives the
 /// new lock expiry (ms since the Unix epoch), which `postbox_message_locked_until_ms` also
-/// reports from then on.
+/// reports from then on. A message received in a transaction records through it
+/// (`postbox_tx_mark_done`); the message of a processor callback through the processor
+/// (`postbox_processor_mark_done`).
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_LOCK_LOST` (nothing recorded; the handle no longer holds the
@@ -166,26 +164,33 @@ pub extern "C" fn postbox_message_mark_done(
     guard(|| {
         let m = arg_ref(message.cast_const(), "message")?;
         let out = Out::optional(locked_until_ms_out);
-        let keys = arg_slice(keys, count, "keys")?
-            .iter()
-            .enumerate()
-            .map(|(i, &k)| {
-                arg_str(k, "key")
-                    .map(str::to_owned)
-                    .map_err(|f| Failure::invalid(format!("keys[{i}]: {}", f.message)))
-            })
-            .collect::<Outcome<Vec<String>>>()?;
+        let keys = progress_keys(keys, count)?;
         m.tag.check_process()?;
-        let until = m.held.with_held(|r| r.mark_done(keys))?;
+        let until = m.held.mark_done(keys)?;
         out.write(unix_ms(until));
         Ok(POSTBOX_OK)
     })
 }
 
+/// `count` progress keys given as an array of NUL-terminated UTF-8 strings (the array may be
+/// NULL when `count` is 0).
+pub(crate) fn progress_keys(keys: *const *const c_char, count: usize) -> Outcome<Vec<String>> {
+    arg_slice(keys, count, "keys")?
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            arg_str(k, "key")
+                .map(str::to_owned)
+                .map_err(|f| Failure::invalid(format!("keys[{i}]: {}", f.message)))
+        })
+        .collect()
+}
+
 /// The progress keys recorded on a message this handle holds (`postbox_message_mark_done`, in
 /// this delivery or earlier ones), read in one lookup. `keys_out` receives a list, sorted
 /// bytewise, that the caller reads with `postbox_strings_count` / `postbox_strings_get` and
-/// frees with `postbox_strings_free`.
+/// frees with `postbox_strings_free`. (In a transaction: `postbox_tx_done_keys`; in a processor
+/// callback: `postbox_processor_done_keys`.)
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL, or a message this handle does not hold:
@@ -200,7 +205,7 @@ pub extern "C" fn postbox_message_done_keys(
         let m = arg_ref(message, "message")?;
         let out = Out::required(keys_out, "keys_out")?;
         m.tag.check_process()?;
-        let keys = m.held.with_held(|r| r.done_keys())?;
+        let keys = m.held.done_keys()?;
         out.write(postbox_strings::boxed(keys.into_iter().collect())?);
         Ok(POSTBOX_OK)
     })

@@ -1,6 +1,6 @@
 //! `postbox_tx`: receives and sends that commit together or not at all.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int};
 
 use postbox::sync::Mutex;
 use postbox::{MessageId, Transaction};
@@ -8,7 +8,8 @@ use postbox::{MessageId, Transaction};
 use crate::guard::{Failure, Out, Outcome, arg_ref, guard, take_box};
 use crate::message::postbox_message;
 use crate::status::POSTBOX_OK;
-use crate::store::postbox_store;
+use crate::store::{postbox_store, postbox_strings};
+use crate::tracking::progress_keys;
 use crate::{StoreTag, unix_ms};
 
 /// A transaction. Begun with `postbox_tx_begin`; pass it to `postbox_send`,
@@ -127,6 +128,67 @@ pub extern "C" fn postbox_tx_renew_lock(
         let tag = arg_ref(tx.cast_const(), "tx")?.tag;
         let until = with_tx(tx, tag, |t| Ok(t.renew_lock(MessageId(message_id))?))?;
         out.write(unix_ms(until));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Records progress keys on message `message_id`, received into (or enlisted in) `tx`, as
+/// `postbox_message_mark_done` does on a message a handle holds (work items done, e.g.
+/// "recipient 17 notified"); renews its lock in the same write. The keys are written at once,
+/// under the transaction's lock, not at commit: they record work done outside the transaction
+/// (a notification sent, a file written), which an abort cannot take back, so they survive an
+/// abort, a lost lock or a crash — the redelivery reads them (`postbox_tx_done_keys`,
+/// `postbox_message_done_keys`) and skips that work. Work done through the transaction (its
+/// sends) needs no checkpoint: it commits or vanishes with it. The commit that completes the
+/// message removes its keys. `keys` is an array of `count` NUL-terminated UTF-8 strings, each 1
+/// to 1024 bytes; `count` may be 0 (only the lock is renewed). `locked_until_ms_out` may be
+/// NULL; on success it receives the new expiry (ms since the Unix epoch), which
+/// `postbox_tx_locked_until_ms` reports from then on. (A transactional processor callback's own
+/// message is the processor's, not `tx`'s: use `postbox_processor_mark_done` for it.)
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the transaction holds no such message);
+/// `POSTBOX_LOCK_LOST` (the lock already expired: nothing recorded, the commit will fail);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL, a finished transaction, NULL `keys` with a count, a NULL,
+/// empty, over-long or non-UTF-8 key); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_mark_done(
+    tx: *mut postbox_tx,
+    message_id: u64,
+    keys: *const *const c_char,
+    count: usize,
+    locked_until_ms_out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let out = Out::optional(locked_until_ms_out);
+        let keys = progress_keys(keys, count)?;
+        let tag = arg_ref(tx.cast_const(), "tx")?.tag;
+        let until = with_tx(tx, tag, |t| Ok(t.mark_done(MessageId(message_id), keys)?))?;
+        out.write(unix_ms(until));
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// The progress keys recorded on message `message_id`, held by `tx` (by `postbox_tx_mark_done`
+/// or any receiver's mark-done, in this delivery or earlier ones), read in one lookup.
+/// `keys_out` receives a list, sorted bytewise, that the caller reads with
+/// `postbox_strings_count` / `postbox_strings_get` and frees with `postbox_strings_free`.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (the transaction holds no such message);
+/// `POSTBOX_INVALID_ARGUMENT` (NULL, a finished transaction); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_tx_done_keys(
+    tx: *mut postbox_tx,
+    message_id: u64,
+    keys_out: *mut *mut postbox_strings,
+) -> c_int {
+    guard(|| {
+        let out = Out::required(keys_out, "keys_out")?;
+        let tag = arg_ref(tx.cast_const(), "tx")?.tag;
+        let keys = with_tx(tx, tag, |t| Ok(t.done_keys(MessageId(message_id))?))?;
+        out.write(postbox_strings::boxed(keys.into_iter().collect())?);
         Ok(POSTBOX_OK)
     })
 }

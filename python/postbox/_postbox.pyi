@@ -638,8 +638,14 @@ class Message:
         a later lock on it that ends unsettled (abandon, expiry) leaves it deferred again.
         """
     def renew_lock(self) -> datetime:
-        """Extends the lock by the queue's lock_duration (through the transaction for a
-        message received in one); returns the new expiry."""
+        """Extends the lock by the queue's lock_duration from now; returns the new expiry.
+
+        A message received in a transaction renews through it; a processor handler's message
+        renews the processor's lock (which the processor renews anyway, up to
+        ``max_auto_renew``: this is for a handler that runs longer). Raises ``LockLostError``
+        and ``InvalidArgumentError`` for a peeked or settled message, a finished transaction,
+        or a processor handler that already returned.
+        """
     @property
     def lock_lost(self) -> bool:
         """In a processor handler: whether the message's lock is gone (a renewal was refused,
@@ -652,26 +658,43 @@ class Message:
         ``handler_timeout`` passed (the processor will not complete the message either way).
         Live; poll it between steps of long work. ``False`` outside a processor."""
     def reply(self, body: _Body, **props: Unpack[_SendProps]) -> int:
-        """Answers the message and completes it, in one commit; returns the reply's id.
+        """Answers the message; returns the reply's id.
 
         The reply goes to the queue named by ``reply_to``, its ``correlation_id`` set to this
         message's correlation id (or, if none, its id in decimal): what ``Queue.request``
-        waits for. Raises ``InvalidArgumentError`` without a ``reply_to`` (or for a message
-        that holds no lock of its own: peeked, in a transaction, in a processor handler),
-        ``QueueNotFoundError`` when that queue is gone, ``LockLostError``. Nothing is sent
-        unless the completion commits; other failures leave the message locked.
+        waits for. When it is sent depends on who holds the message:
+
+        - received: with the completion, in one commit; nothing is sent unless the completion
+          commits, and failures other than ``LockLostError`` leave the message locked;
+        - received in a transaction: as one of the transaction's sends, stored at its commit
+          (which completes the message), discarded by an abort;
+        - in a processor handler: in the commit that completes the message when the handler
+          returns (with a transactional handler, in its ``tx``); nothing is sent if the handler
+          raises, asks for a dead letter or loses the lock. One reply per delivery.
+
+        Raises ``InvalidArgumentError`` without a ``reply_to`` (or for a peeked or settled
+        message, a second reply in a handler, a handler that already returned),
+        ``QueueNotFoundError`` when that queue is gone, ``LockLostError``.
         """
     def mark_done(self, keys: str | Iterable[str]) -> datetime:
-        """Records progress keys on the held message, renewing its lock; returns the new expiry.
+        """Records progress keys on the message, renewing its lock; returns the new expiry.
 
-        One commit; a redelivery (after an abandon, a lock expiry or a crash) reads the keys
-        with ``done_keys()`` and skips that work. ``keys`` is one ``str`` or an iterable of
-        them, each 1 to 1024 bytes (``InvalidArgumentError`` otherwise). Raises
-        ``LockLostError`` (the handle is spent) and ``InvalidArgumentError`` for a message
-        that holds no lock of its own.
+        One commit, at once; a redelivery (after an abandon, a lock expiry, a failed handler
+        or a crash) reads the keys with ``done_keys()`` and skips that work; the completion
+        removes them. ``keys`` is one ``str`` or an iterable of them, each 1 to 1024 bytes
+        (``InvalidArgumentError`` otherwise). Works on a received message (its own lock), a
+        message received in a transaction (the transaction's lock: written at once, not at
+        commit, so the keys survive an abort — they record work done outside it) and a
+        processor handler's message (the processor's lock, which it keeps renewing; in a
+        transactional handler too). Raises ``LockLostError`` (a received message's handle is
+        spent then) and ``InvalidArgumentError`` for a peeked or settled message, a finished
+        transaction, or a processor handler that already returned.
         """
     def done_keys(self) -> set[str]:
-        """The keys recorded with ``mark_done`` in this delivery or earlier ones (one lookup)."""
+        """The keys recorded with ``mark_done`` in this delivery or earlier ones (one lookup).
+
+        For a received message, one received in a transaction, or a processor handler's
+        message; ``InvalidArgumentError`` for a peeked or settled one."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -1279,7 +1302,12 @@ class Processor:
         ``"DecodeFailed"``, as in Rust and C.
 
         While the handler runs, ``message.lock_lost`` and ``message.cancelled`` tell whether
-        its lock is gone or it should give up (see ``Message``).
+        its lock is gone or it should give up (see ``Message``). The handler's message works
+        on the processor's lock, which the processor keeps renewing: ``mark_done`` /
+        ``done_keys`` record and read checkpoints at once (in a transactional handler too, not
+        with ``tx``), so a redelivery skips the work recorded; ``renew_lock`` renews it now;
+        ``reply`` answers a request in the commit that completes the message (with a
+        transactional handler, in ``tx``), and sends nothing if the handler raises.
 
         ``autoscale=(min_workers, max_workers)`` (``min_workers`` may be 0) resizes the pool
         every ``check_interval`` (default 5 s) to the backlog divided by

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use postbox::binding::HeldMessage;
-use postbox::{Envelope, LockWatch, MessageId, Received, SettleError};
+use postbox::{Delivery, Envelope, LockWatch, MessageId, Received, SettleError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyDict, PySet, PyString, PyType};
@@ -22,8 +22,6 @@ pub struct PyMessage {
     /// The message and its lock state, as every binding keeps them.
     pub held: HeldMessage<TxLink>,
     body: PyOnceLock<Py<PyBytes>>,
-    /// The lock state of a processor's delivery (`None` for other messages).
-    watch: Option<LockWatch>,
 }
 
 impl PyMessage {
@@ -31,7 +29,6 @@ impl PyMessage {
         PyMessage {
             held,
             body: PyOnceLock::new(),
-            watch: None,
         }
     }
 
@@ -43,11 +40,8 @@ impl PyMessage {
         PyMessage::wrap(HeldMessage::received(r))
     }
 
-    pub fn for_processor(env: Envelope, locked_until: SystemTime, watch: LockWatch) -> PyMessage {
-        PyMessage {
-            watch: Some(watch),
-            ..PyMessage::wrap(HeldMessage::lent(env, locked_until))
-        }
+    pub fn for_processor(delivery: &Delivery) -> PyMessage {
+        PyMessage::wrap(HeldMessage::lent(delivery))
     }
 
     pub fn in_transaction(
@@ -89,7 +83,10 @@ impl PyMessage {
     /// Always `False` for a message that did not come from a processor.
     #[getter]
     fn lock_lost(&self) -> bool {
-        self.watch.as_ref().is_some_and(LockWatch::lock_lost)
+        self.held
+            .lock_watch()
+            .as_ref()
+            .is_some_and(LockWatch::lock_lost)
     }
 
     /// In a processor handler: whether the handler should give up, its lock being lost
@@ -97,7 +94,10 @@ impl PyMessage {
     /// message either way. Live, like `lock_lost`; always `False` outside a processor.
     #[getter]
     fn cancelled(&self) -> bool {
-        self.watch.as_ref().is_some_and(LockWatch::is_cancelled)
+        self.held
+            .lock_watch()
+            .as_ref()
+            .is_some_and(LockWatch::is_cancelled)
     }
 
     /// The store-wide id.
@@ -288,7 +288,9 @@ impl PyMessage {
     }
 
     /// Extends the lock by the queue's lock_duration from now; returns the new expiry. A
-    /// message received through a transaction renews through it (as long as it is open).
+    /// message received through a transaction renews through it (as long as it is open); a
+    /// processor handler's message renews the processor's lock (which the processor renews
+    /// anyway, up to `max_auto_renew`: this is for a handler that runs longer).
     fn renew_lock<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
         self.check_process()?;
         let id = self.env().id();
@@ -305,14 +307,22 @@ impl PyMessage {
         convert::datetime(py, until)
     }
 
-    /// Answers the message and completes it, in one commit: `body` (with `Queue.send`'s
-    /// keywords) goes to the queue named by the message's `reply_to`, with its `correlation_id`
-    /// set to the message's correlation id (or, if it has none, its id in decimal) — what
-    /// `Queue.request` waits for. Returns the reply's id. Raises `InvalidArgumentError` when the
-    /// message has no `reply_to` (or holds no lock of its own: peeked, in a transaction, in a
-    /// processor handler), `QueueNotFoundError` when that queue is gone, `LockLostError`.
-    /// Nothing is sent unless the completion commits; a failure other than a lost lock leaves
-    /// the message locked, so it can still be settled.
+    /// Answers the message: `body` (with `Queue.send`'s keywords) goes to the queue named by
+    /// the message's `reply_to`, with its `correlation_id` set to the message's correlation id
+    /// (or, if it has none, its id in decimal) — what `Queue.request` waits for. Returns the
+    /// reply's id.
+    ///
+    /// A received message is answered and completed in one commit; a failure other than a lost
+    /// lock sends nothing and leaves it locked, so it can still be settled. A message received
+    /// in a transaction is answered by that transaction: the reply is one of its sends, stored
+    /// at its commit (which completes the message) and discarded by an abort. In a processor
+    /// handler the reply goes in the commit that completes the message when the handler
+    /// returns (with a transactional handler, in its `tx`); nothing is sent if the handler
+    /// raises, asks for a dead letter or loses the lock, and a second reply raises.
+    ///
+    /// Raises `InvalidArgumentError` when the message has no `reply_to` (or was peeked, or the
+    /// processor handler already returned), `QueueNotFoundError` when that queue is gone,
+    /// `LockLostError`.
     #[pyo3(signature = (body, **props))]
     fn reply(
         &self,
@@ -322,22 +332,32 @@ impl PyMessage {
     ) -> PyResult<u64> {
         self.check_process()?;
         let m = convert::message(body, props, "reply")?;
-        let mut id = None;
-        self.settle(py, "completed", |r| {
-            id = Some(r.reply(m)?);
-            Ok(())
-        })?;
-        id.map(MessageId::get)
-            .ok_or_else(|| invalid("the reply was not sent"))
+        let id = match self.held.transaction() {
+            Some(link) => {
+                let request = self.env();
+                py.detach(|| tx::with_link(&link, |t| t.reply(request, m)))
+                    .map_err(invalid)?
+                    .py_err()?
+            }
+            None => py.detach(|| self.held.reply("completed", m)).py_err()?,
+        };
+        Ok(MessageId::get(id))
     }
 
-    /// Records progress keys on the message it holds (work items done: "recipient 17
-    /// notified"), persisted in one commit that also renews the lock; returns the new lock
-    /// expiry. A redelivery (after an abandon, a lock expiry or a crash) reads them with
-    /// `done_keys()` and skips that work. `keys` is one `str` or an iterable of them, each 1
-    /// to 1024 bytes of UTF-8 (`InvalidArgumentError` otherwise). Raises `LockLostError` (the
-    /// handle is spent then) and `InvalidArgumentError` for a message that holds no lock of its
-    /// own.
+    /// Records progress keys on the message (work items done: "recipient 17 notified"),
+    /// persisted at once in one commit that also renews its lock; returns the new lock expiry.
+    /// A redelivery (after an abandon, a lock expiry, a failed handler or a crash) reads them
+    /// with `done_keys()` and skips that work; the completion removes them with the message.
+    /// `keys` is one `str` or an iterable of them, each 1 to 1024 bytes of UTF-8
+    /// (`InvalidArgumentError` otherwise).
+    ///
+    /// Works on a received message (its own lock), on a message received in a transaction
+    /// (under the transaction's lock: the keys are written at once, not at commit, since they
+    /// record work done outside the transaction, which an abort cannot take back), and on a
+    /// processor handler's message (under the processor's lock, which the processor keeps
+    /// renewing; in a transactional handler too). Raises `LockLostError` (a received message's
+    /// handle is spent then) and `InvalidArgumentError` for a peeked or settled message, a
+    /// finished transaction, or a processor handler that already returned.
     fn mark_done<'py>(
         &self,
         py: Python<'py>,
@@ -362,20 +382,32 @@ impl PyMessage {
             }
             v
         };
-        let until = py
-            .detach(|| self.held.with_held(|r| r.mark_done(keys)))
-            .py_err()?;
+        let id = self.env().id();
+        let until = match self.held.transaction() {
+            Some(link) => py
+                .detach(|| tx::with_link(&link, |t| t.mark_done(id, keys)))
+                .map_err(invalid)?
+                .py_err()?,
+            None => py.detach(|| self.held.mark_done(keys)).py_err()?,
+        };
+        self.held.note_locked_until(until);
         convert::datetime(py, until)
     }
 
     /// The progress keys recorded with `mark_done()` on this message, in this delivery or
-    /// earlier ones, read in one lookup (a new `set` each call). Raises `InvalidArgumentError`
-    /// for a message that holds no lock of its own.
+    /// earlier ones, read in one lookup (a new `set` each call). For a received message, a
+    /// message received in a transaction, or a processor handler's message; raises
+    /// `InvalidArgumentError` for a peeked or settled one.
     fn done_keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PySet>> {
         self.check_process()?;
-        let keys = py
-            .detach(|| self.held.with_held(|r| r.done_keys()))
-            .py_err()?;
+        let id = self.env().id();
+        let keys = match self.held.transaction() {
+            Some(link) => py
+                .detach(|| tx::with_link(&link, |t| t.done_keys(id)))
+                .map_err(invalid)?
+                .py_err()?,
+            None => py.detach(|| self.held.done_keys()).py_err()?,
+        };
         PySet::new(py, keys)
     }
 

@@ -86,6 +86,10 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// never one group by two workers. The mode must match the queue (`InvalidArgumentError`
 /// otherwise); `prefetch` does not apply to it.
 ///
+/// A handler's message records checkpoints (`mark_done`, `done_keys`), renews the processor's
+/// lock (`renew_lock`) and answers a request (`reply`, sent with the completion) under the
+/// processor's lock, which the processor keeps renewing.
+///
 /// In a forked child the workers do not exist: every call raises `ForkedError`; leaving a
 /// `with` block and garbage collection let go of the handle without waiting.
 #[pyclass(frozen, module = "postbox._postbox", name = "Processor")]
@@ -121,8 +125,7 @@ fn failure_text(py: Python<'_>, e: &PyErr) -> String {
 
 fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
     let (msg, result) = Python::attach(|py| {
-        let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until(), d.lock_watch());
-        let msg = Bound::new(py, msg).map_err(|e| failure_text(py, &e))?;
+        let msg = Bound::new(py, PyMessage::for_processor(d)).map_err(|e| failure_text(py, &e))?;
         let result = handler
             .bind(py)
             .call1((&msg,))
@@ -130,7 +133,7 @@ fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
             .map_err(|e| failure_text(py, &e));
         Ok::<_, String>((msg.unbind(), result))
     })?;
-    finish_lent(d, &msg.get().held, result)
+    finish_lent(&msg.get().held, result)
 }
 
 /// A transactional handler call: `handler(message, tx)` with the processor's transaction lent
@@ -140,8 +143,7 @@ fn run_tx_handler(handler: &Py<PyAny>, d: &Delivery, tx: &mut Transaction) -> Re
         Py::new(py, PyTransaction::lent(take_transaction(tx))).map_err(|e| failure_text(py, &e))
     })?;
     let called = Python::attach(|py| {
-        let msg = PyMessage::for_processor(d.envelope().clone(), d.locked_until(), d.lock_watch());
-        let msg = Bound::new(py, msg).map_err(|e| failure_text(py, &e))?;
+        let msg = Bound::new(py, PyMessage::for_processor(d)).map_err(|e| failure_text(py, &e))?;
         let result = handler
             .bind(py)
             .call1((&msg, lent.bind(py)))
@@ -154,7 +156,7 @@ fn run_tx_handler(handler: &Py<PyAny>, d: &Delivery, tx: &mut Transaction) -> Re
         *tx = t;
     }
     let (msg, result) = called?;
-    finish_lent(d, &msg.get().held, result)
+    finish_lent(&msg.get().held, result)
 }
 
 /// Calls the `on_scale` callback with the live worker count, on whichever native thread

@@ -149,11 +149,8 @@ def test_only_a_held_message_takes_checkpoints(tmp_store: postbox.Store) -> None
     assert peeked is not None
     with pytest.raises(postbox.InvalidArgumentError):
         peeked.mark_done("k")
-    with tmp_store.transaction() as tx:
-        in_tx = tx.receive(q, timeout=1)
-        with pytest.raises(postbox.InvalidArgumentError):
-            in_tx.mark_done("k")
-        tx.abort()
+    with pytest.raises(postbox.InvalidArgumentError):
+        peeked.done_keys()
     m = q.receive(timeout=1)
     time.sleep(0.2)
     with pytest.raises(postbox.LockLostError):
@@ -162,3 +159,32 @@ def test_only_a_held_message_takes_checkpoints(tmp_store: postbox.Store) -> None
     again = q.receive(timeout=1)
     assert again.done_keys() == set(), "a refused checkpoint records nothing"
     again.complete()
+
+
+def test_a_message_received_in_a_transaction_checkpoints_through_it(
+    tmp_store: postbox.Store,
+) -> None:
+    """Issue 27 item 2: `mark_done` on a message received in a transaction records under the
+    transaction's lock, at once: the keys survive its abort (they record work done outside
+    it), and its commit removes them with the message."""
+    q = tmp_store.queue("q", lock_duration=60)
+    q.send(b"notify 3 users")
+    tx = tmp_store.transaction()
+    in_tx = tx.receive(q, timeout=1)
+    assert in_tx.done_keys() == set()
+    before = in_tx.locked_until
+    assert before is not None
+    time.sleep(0.01)
+    until = in_tx.mark_done(["user-1", "user-2"])
+    assert until > before and in_tx.locked_until == until
+    assert in_tx.done_keys() == {"user-1", "user-2"}
+    assert in_tx.state == "transaction", "the transaction still settles it"
+    tx.abort()
+    with pytest.raises(postbox.InvalidArgumentError, match="aborted"):
+        in_tx.mark_done("late")
+    with tmp_store.transaction() as tx2:
+        again = tx2.receive(q, timeout=1)
+        assert again.delivery_count == 2
+        assert again.done_keys() == {"user-1", "user-2"}, "the abort kept them"
+        again.mark_done("user-3")
+    assert len(q) == 0 and q.stats().locked == 0

@@ -593,6 +593,59 @@ static void test_transactional_processor(const std::string &dir) {
     CHECK(active(in) == 0 && active(out) == 10);
 }
 
+// A callback records checkpoints its redelivery skips, renews the processor's lock and replies
+// with the completion (postbox_processor_mark_done, _done_keys, _renew_lock, _reply).
+static void test_processor_message_calls(const std::string &dir) {
+    postbox::store s(dir + "/s.postbox");
+    auto q = s.queue("fanout");
+    auto replies = s.queue("replies");
+    postbox::send_options so;
+    so.reply_to = "replies";
+    const std::uint64_t id = q.send("notify 5 users", so);
+    std::mutex mu;
+    std::vector<std::string> notified;
+    std::atomic<int> errors{0};
+    postbox::processor_options po;
+    po.workers = 1;
+    po.retry_immediately = true;
+    {
+        auto p = postbox::processor::start(
+            q,
+            [&](postbox::processor_message &m) {
+                const std::vector<std::string> done = m.done_keys();
+                const std::set<std::string> skip(done.begin(), done.end());
+                if (m.delivery_count() == 2 && skip.size() != 2) errors++;
+                const std::uint64_t before = m.locked_until_ms();
+                if (m.renew_lock() < before) errors++;
+                for (int u = 0; u < 5; u++) {
+                    const std::string key = "user-" + std::to_string(u);
+                    if (skip.count(key) != 0) continue;
+                    {
+                        std::lock_guard<std::mutex> lock(mu);
+                        notified.push_back(key);
+                    }
+                    if (m.mark_done(key) == 0) errors++;
+                    if (m.delivery_count() == 1 && u == 1) return postbox::handler_result::abandon;
+                }
+                m.reply("all notified");
+                CHECK_THROWS(postbox::invalid_argument_error, POSTBOX_INVALID_ARGUMENT,
+                             m.reply("twice"));
+                return postbox::handler_result::complete;
+            },
+            po);
+        auto reply = replies.receive(20s);
+        CHECK(reply && reply->body() == "all notified");
+        CHECK(reply && reply->correlation_id() == std::to_string(id));
+        if (reply) reply->complete();
+        auto report = p.shutdown();
+        CHECK(report.processed == 1 && report.failed == 1);
+    }
+    CHECK(errors == 0);
+    CHECK((notified ==
+           std::vector<std::string>{"user-0", "user-1", "user-2", "user-3", "user-4"}));
+    CHECK(active(q) == 0 && active(replies) == 0);
+}
+
 static void test_binary_bodies(const std::string &dir) {
     postbox::store s(dir + "/s.postbox");
     auto q = s.queue("bin");
@@ -653,6 +706,7 @@ int main(int argc, char **argv) {
         {"processor", test_processor},
         {"processor_exceptions", test_processor_exceptions},
         {"transactional_processor", test_transactional_processor},
+        {"processor_message_calls", test_processor_message_calls},
         {"binary_bodies", test_binary_bodies},
     };
     const char *filter = argc > 1 ? argv[1] : nullptr;

@@ -3,24 +3,18 @@
 //! outcome instead of seeing a half-settled state; a settle that fails for any reason but a
 //! lost lock gives the lock back to the handle.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use crate::sync::Mutex;
 
+use super::lent::LentDelivery;
 use crate::clock::{from_system_time, to_system_time};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, MAX_REASON_LEN};
+use crate::message::{Envelope, Message, MessageId};
+use crate::processor::{Delivery, LockWatch};
 use crate::received::{Received, SettleError};
-
-/// A dead letter asked for by a processor handler, applied when the handler returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetterRequest {
-    /// Machine-readable reason (at most [`MAX_REASON_LEN`] bytes).
-    pub reason: String,
-    /// Human-readable description.
-    pub description: String,
-}
 
 /// Where a message handle stands with respect to its lock. `T` is what a binding keeps to reach
 /// the transaction a message belongs to (nothing, in C).
@@ -32,9 +26,10 @@ pub enum Hold<T> {
     Held(Box<Received>),
     /// Received through, or enlisted in, a transaction: its commit or abort settles it.
     Transaction(T),
-    /// Lent to a processor handler: the processor settles it when the handler returns, with
-    /// the dead letter the handler asked for, if any.
-    Processor(Option<DeadLetterRequest>),
+    /// Lent to a processor handler: the processor holds the lock and settles the message when
+    /// the handler returns; the handle's processor calls (checkpoints, renewal, reply,
+    /// dead-letter request) go to its [`LentDelivery`].
+    Processor,
     /// Settled; the text says how ("completed", "lock lost", ...).
     Settled(&'static str),
 }
@@ -46,7 +41,7 @@ impl<T> Hold<T> {
             Hold::Unlocked => "unlocked",
             Hold::Held(_) => "locked",
             Hold::Transaction(_) => "transaction",
-            Hold::Processor(_) => "processor",
+            Hold::Processor => "processor",
             Hold::Settled(how) => how,
         }
     }
@@ -64,6 +59,8 @@ pub struct HeldMessage<T> {
     /// Milliseconds since the Unix epoch while a lock is known, 0 otherwise.
     locked_until_ms: AtomicU64,
     opened_by: u32,
+    /// The delivery of a handle lent to a processor handler.
+    lent: Option<LentDelivery>,
 }
 
 impl<T> HeldMessage<T> {
@@ -79,6 +76,7 @@ impl<T> HeldMessage<T> {
             lock_token: token,
             locked_until_ms: AtomicU64::new(until.map_or(0, from_system_time)),
             opened_by: std::process::id(),
+            lent: None,
         }
     }
 
@@ -110,9 +108,17 @@ impl<T> HeldMessage<T> {
         Self::new(envelope, Hold::Transaction(link), token, until)
     }
 
-    /// A message lent to a processor handler for one call.
-    pub fn lent(envelope: Envelope, locked_until: SystemTime) -> Self {
-        Self::new(envelope, Hold::Processor(None), None, Some(locked_until))
+    /// The message of `delivery`, lent to a processor handler for one call.
+    pub fn lent(delivery: &Delivery) -> Self {
+        HeldMessage {
+            lent: Some(LentDelivery::of(delivery)),
+            ..Self::new(
+                delivery.envelope().clone(),
+                Hold::Processor,
+                None,
+                Some(delivery.locked_until()),
+            )
+        }
     }
 
     /// The message.
@@ -125,9 +131,15 @@ impl<T> HeldMessage<T> {
         self.lock_token
     }
 
-    /// When the lock expires, while one is known.
+    /// When the lock expires, while one is known. For a handle lent to a processor handler,
+    /// while the handler runs: the processor's lock, as renewed so far.
     pub fn locked_until(&self) -> Option<SystemTime> {
-        match self.locked_until_ms.load(Ordering::Acquire) {
+        let ms = self.locked_until_ms.load(Ordering::Acquire);
+        if let Some(l) = &self.lent {
+            // `end_loan` forgets the lock before the processor settles the message.
+            return (ms != 0 && !l.has_returned()).then(|| l.locked_until());
+        }
+        match ms {
             0 => None,
             ms => Some(to_system_time(ms)),
         }
@@ -178,7 +190,7 @@ impl<T> HeldMessage<T> {
             Hold::Transaction(_) => format!(
                 "message {id} belongs to a transaction: it is settled by the transaction's commit or abort"
             ),
-            Hold::Processor(_) => format!(
+            Hold::Processor => format!(
                 "message {id} is settled by the processor when the handler returns (ask for a dead letter to move it to the dead-letter queue)"
             ),
             Hold::Held(_) => format!("message {id} is being settled"),
@@ -310,10 +322,13 @@ impl<T> HeldMessage<T> {
     /// is spent then); storage errors (the lock stays with the handle).
     pub fn renew_lock(&self) -> Result<SystemTime> {
         self.check_process()?;
+        if let Some(l) = self.loan() {
+            return l.renew_lock();
+        }
         let mut hold = self.hold.lock();
         let Hold::Held(r) = &mut *hold else {
             return Err(match &*hold {
-                Hold::Unlocked | Hold::Processor(_) | Hold::Transaction(_) => {
+                Hold::Unlocked | Hold::Processor | Hold::Transaction(_) => {
                     Error::InvalidArgument(format!(
                         "message {} holds no lock to renew ({})",
                         self.envelope.id(),
@@ -351,7 +366,7 @@ impl<T> HeldMessage<T> {
         let mut hold = self.hold.lock();
         let Hold::Held(r) = &mut *hold else {
             return Err(match &*hold {
-                Hold::Unlocked | Hold::Processor(_) | Hold::Transaction(_) => {
+                Hold::Unlocked | Hold::Processor | Hold::Transaction(_) => {
                     Error::InvalidArgument(format!(
                         "message {} holds no lock of its own ({})",
                         self.envelope.id(),
@@ -376,45 +391,89 @@ impl<T> HeldMessage<T> {
         }
     }
 
+    /// The delivery of a handle lent to a processor handler whose loan has not ended.
+    fn loan(&self) -> Option<&LentDelivery> {
+        let l = self.lent.as_ref()?;
+        matches!(*self.hold.lock(), Hold::Processor).then_some(l)
+    }
+
+    /// Records progress keys on the message: on a held peek-lock ([`Received::mark_done`]) or
+    /// on the processor's lock of a lent handle ([`Delivery::mark_done`]); returns the new lock
+    /// expiry. A lost peek-lock ends the hold.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`]; [`Error::InvalidArgument`] when the handle holds neither (a
+    /// transaction's message records through the transaction); as the call it makes.
+    pub fn mark_done(&self, keys: Vec<String>) -> Result<SystemTime> {
+        self.check_process()?;
+        match self.loan() {
+            Some(l) => l.mark_done(keys),
+            None => self.with_held(|r| r.mark_done(keys)),
+        }
+    }
+
+    /// The progress keys recorded on the message, for a held peek-lock or a lent handle (see
+    /// [`mark_done`](Self::mark_done)).
+    ///
+    /// # Errors
+    ///
+    /// As [`mark_done`](Self::mark_done).
+    pub fn done_keys(&self) -> Result<BTreeSet<String>> {
+        self.check_process()?;
+        match self.loan() {
+            Some(l) => l.done_keys(),
+            None => self.with_held(|r| r.done_keys()),
+        }
+    }
+
+    /// Answers the message: a held peek-lock replies and completes in one commit
+    /// ([`Received::reply`], leaving `after` in its place); a lent handle's reply goes with the
+    /// processor's completion ([`Delivery::reply`]). Returns the reply's id.
+    ///
+    /// # Errors
+    ///
+    /// As [`settle`](Self::settle) and [`Delivery::reply`].
+    pub fn reply(&self, after: &'static str, reply: Message) -> Result<MessageId> {
+        self.check_process()?;
+        if let Some(l) = self.loan() {
+            return l.reply(reply);
+        }
+        let mut id = None;
+        self.settle(after, |r| {
+            id = Some(r.reply(reply)?);
+            Ok(())
+        })?;
+        id.ok_or_else(|| Error::invalid("the reply was not sent"))
+    }
+
     /// Asks, from inside a processor handler, for the message to be dead-lettered when the
     /// handler returns.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a reason longer than [`MAX_REASON_LEN`], a second
-    /// request, or a handle that was not lent to a processor handler.
+    /// [`Error::InvalidArgument`] for a handle that was not lent to a running processor
+    /// handler; as [`Delivery::dead_letter`].
     pub fn request_dead_letter(&self, reason: &str, description: &str) -> Result<()> {
         self.check_process()?;
-        // Refused now rather than after the handler returned, where nobody would see it.
-        if reason.len() > MAX_REASON_LEN {
-            return Err(Error::InvalidArgument(format!(
-                "a dead-letter reason is at most {MAX_REASON_LEN} bytes, got {}",
-                reason.len()
-            )));
-        }
-        let mut hold = self.hold.lock();
-        match &mut *hold {
-            Hold::Processor(slot @ None) => {
-                *slot = Some(DeadLetterRequest {
-                    reason: reason.to_owned(),
-                    description: description.to_owned(),
-                });
-                Ok(())
-            }
-            Hold::Processor(Some(_)) => Err(Error::InvalidArgument(format!(
-                "message {} is already marked for the dead-letter queue",
-                self.envelope.id()
-            ))),
-            _ => Err(Error::InvalidArgument(format!(
-                "message {} was not lent to a processor handler",
+        match self.loan() {
+            Some(l) => l.dead_letter(reason, description),
+            None => Err(Error::InvalidArgument(format!(
+                "message {} was not lent to a running processor handler",
                 self.envelope.id()
             ))),
         }
     }
 
+    /// The lock state of the delivery behind a handle lent to a processor handler (also after
+    /// the handler returned).
+    pub fn lock_watch(&self) -> Option<LockWatch> {
+        self.lent.as_ref().map(LentDelivery::lock_watch)
+    }
+
     /// Whether the handle was lent to a processor handler that is still running.
     pub fn is_lent(&self) -> bool {
-        matches!(*self.hold.lock(), Hold::Processor(_))
+        matches!(*self.hold.lock(), Hold::Processor)
     }
 
     /// The transaction link of a message that belongs to a transaction.
@@ -428,17 +487,13 @@ impl<T> HeldMessage<T> {
         }
     }
 
-    /// Ends a processor loan: the handle reads "settled by the processor" from now on; returns
-    /// the dead letter the handler asked for.
-    pub fn end_loan(&self) -> Option<DeadLetterRequest> {
-        let before = std::mem::replace(
-            &mut *self.hold.lock(),
-            Hold::Settled("settled by the processor"),
-        );
-        self.forget_lock();
-        match before {
-            Hold::Processor(request) => request,
-            _ => None,
+    /// Ends a processor loan: the handle reads "settled by the processor" from now on.
+    pub fn end_loan(&self) {
+        let mut hold = self.hold.lock();
+        if matches!(*hold, Hold::Processor) {
+            *hold = Hold::Settled("settled by the processor");
         }
+        drop(hold);
+        self.forget_lock();
     }
 }

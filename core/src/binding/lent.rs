@@ -1,29 +1,110 @@
 //! The bridge between a processor delivery and a handler written in another language: the
-//! handler gets a [`HeldMessage`] lent for one call, and what it asked for is applied here.
+//! handler gets a [`HeldMessage`] lent for one call, whose processor calls go to the
+//! delivery's [`LentDelivery`].
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::held::HeldMessage;
 use crate::Transaction;
-use crate::processor::{Delivery, RetryPolicy};
+use crate::error::Result;
+use crate::message::{Message, MessageId};
+use crate::processor::{Delivery, Lease, LockWatch, RetryPolicy};
 
-/// Ends the loan of `message` after its handler returned `handler`: a dead letter the handler
-/// asked for is handed to the processor whatever the handler returned (as
-/// [`Delivery::dead_letter`] promises), then the handler's own result is passed on.
+/// The processor's lock on a delivery, as a foreign handler's message handle reaches it: the
+/// calls of [`Delivery`] (checkpoints, renewal, reply, dead-letter request), shared with the
+/// processor, which keeps renewing the same lock. Owned (the handle may outlive the handler
+/// call, e.g. kept by Python code); every call fails with `InvalidArgument` once the handler
+/// has returned.
+#[derive(Clone)]
+pub struct LentDelivery(Arc<Lease>);
+
+impl std::fmt::Debug for LentDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LentDelivery")
+            .field("id", &self.0.envelope().id())
+            .field("returned", &self.0.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LentDelivery {
+    /// The lock of `delivery`.
+    pub fn of(delivery: &Delivery) -> LentDelivery {
+        LentDelivery(delivery.lease().clone())
+    }
+
+    /// As [`Delivery::mark_done`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::mark_done`].
+    pub fn mark_done(&self, keys: Vec<String>) -> Result<SystemTime> {
+        self.0.mark_done(keys)
+    }
+
+    /// As [`Delivery::done_keys`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::done_keys`].
+    pub fn done_keys(&self) -> Result<BTreeSet<String>> {
+        self.0.done_keys()
+    }
+
+    /// As [`Delivery::renew_lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::renew_lock`].
+    pub fn renew_lock(&self) -> Result<SystemTime> {
+        self.0.renew_lock()
+    }
+
+    /// As [`Delivery::reply`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::reply`].
+    pub fn reply(&self, reply: Message) -> Result<MessageId> {
+        self.0.reply(reply)
+    }
+
+    /// As [`Delivery::dead_letter`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::dead_letter`].
+    pub fn dead_letter(&self, reason: &str, description: &str) -> Result<()> {
+        self.0.dead_letter(reason, description)
+    }
+
+    /// As [`Delivery::lock_watch`].
+    pub fn lock_watch(&self) -> LockWatch {
+        self.0.lock_watch()
+    }
+
+    /// As [`Delivery::locked_until`].
+    pub fn locked_until(&self) -> SystemTime {
+        self.0.locked_until()
+    }
+
+    /// Whether the handler has returned (the processor settles the message).
+    pub fn has_returned(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// Ends the loan of `message` after its handler returned `handler`, and passes that result on.
+/// What the handler asked for through the message (a dead letter, a reply) is already with the
+/// delivery; the processor applies it whatever the handler returned, as [`Delivery`] promises.
 ///
 /// # Errors
 ///
-/// The handler's failure text, or the text of a dead-letter request the processor refused.
-pub fn finish_lent<T>(
-    delivery: &Delivery,
-    message: &HeldMessage<T>,
-    handler: Result<(), String>,
-) -> Result<(), String> {
-    if let Some(request) = message.end_loan() {
-        delivery
-            .dead_letter(&request.reason, &request.description)
-            .map_err(|e| e.to_string())?;
-    }
+/// The handler's failure text.
+pub fn finish_lent<T>(message: &HeldMessage<T>, handler: Result<(), String>) -> Result<(), String> {
+    message.end_loan();
     handler
 }
 

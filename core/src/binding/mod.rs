@@ -12,8 +12,8 @@ pub mod lent;
 pub mod request;
 pub mod send;
 
-pub use held::{DeadLetterRequest, HeldMessage, Hold};
-pub use lent::{finish_lent, retry_policy, take_transaction};
+pub use held::{HeldMessage, Hold};
+pub use lent::{LentDelivery, finish_lent, retry_policy, take_transaction};
 pub use request::{PendingRequest, send_request};
 pub use send::{FlatSend, FlatSendError};
 

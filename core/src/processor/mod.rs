@@ -4,6 +4,7 @@
 //! Layout: this file holds the public API and the shared state; `worker` runs one receiver;
 //! `renewal` renews locks and enforces handler time limits; `scaling` autoscales.
 
+mod delivery;
 mod renewal;
 mod scaling;
 mod worker;
@@ -16,21 +17,24 @@ use std::fmt;
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex};
 use serde::de::DeserializeOwned;
 
-use crate::clock::{Clock, to_system_time};
+use crate::clock::Clock;
 use crate::engine::{Cancel, Signal};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, MessageId};
+use crate::message::MessageId;
 use crate::queue::Queue;
 use crate::tx::Transaction;
 
 pub use crate::message::REASON_DECODE_FAILED;
+pub(crate) use delivery::Lease;
+use delivery::Track;
+pub use delivery::{Delivery, LockWatch};
 
 /// How long a failed message waits before it is delivered again: `initial` after the first
 /// delivery, multiplied by `multiplier` for every further delivery, never more than `max`.
@@ -241,139 +245,6 @@ pub struct ShutdownReport {
     /// `finished` is false, `still_running` 0, the counters are those copied at the fork, and
     /// the parent's processor runs on unaffected.
     pub forked: bool,
-}
-
-/// One message handed to a handler, locked for it while the handler runs.
-///
-/// Dereferences to the [`Envelope`]. The processor settles it from the handler's result; the
-/// handler may instead ask for a dead letter with [`Delivery::dead_letter`].
-pub struct Delivery {
-    envelope: Envelope,
-    track: Arc<Track>,
-    clock: Arc<dyn Clock>,
-    dead_letter: Mutex<Option<(String, String)>>,
-}
-
-impl fmt::Debug for Delivery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Delivery")
-            .field("id", &self.envelope.id())
-            .field("delivery_count", &self.envelope.delivery_count())
-            .field("cancelled", &self.is_cancelled())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Deref for Delivery {
-    type Target = Envelope;
-    fn deref(&self) -> &Envelope {
-        &self.envelope
-    }
-}
-
-impl Delivery {
-    /// The message.
-    pub fn envelope(&self) -> &Envelope {
-        &self.envelope
-    }
-
-    /// Whether the handler should give up: its lock was lost (renewal failed, or the lock
-    /// expired with renewal off or past `max_auto_renew`), or its time limit passed. The
-    /// processor will not complete the message in either case, so further work is wasted.
-    pub fn is_cancelled(&self) -> bool {
-        self.lock_lost() || self.track.timed_out.load(Ordering::Acquire)
-    }
-
-    /// Whether the lock is gone: a renewal was refused, or the lock's expiry passed.
-    pub fn lock_lost(&self) -> bool {
-        self.track.lock_lost.load(Ordering::Acquire)
-            || self.clock.now_ms() >= self.track.locked_until.load(Ordering::Acquire)
-    }
-
-    /// When the lock expires unless renewed again.
-    pub fn locked_until(&self) -> SystemTime {
-        to_system_time(self.track.locked_until.load(Ordering::Acquire))
-    }
-
-    /// A handle that answers [`lock_lost`](Self::lock_lost) and
-    /// [`is_cancelled`](Self::is_cancelled) for this delivery from anywhere, for as long as it
-    /// is kept: for a binding whose handler outlives the borrow of the `Delivery`, or a thread
-    /// the handler started.
-    pub fn lock_watch(&self) -> LockWatch {
-        LockWatch {
-            track: self.track.clone(),
-            clock: self.clock.clone(),
-        }
-    }
-
-    /// Decodes the body written by a [`TypedQueue`](crate::TypedQueue), as
-    /// [`decode_typed_body`](crate::decode_typed_body) does (JSON or bincode envelopes, legacy
-    /// bincode bodies).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Codec`] when the body is not a valid encoding of `T`.
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
-        crate::typed_body::decode_typed_body(self.envelope.body())
-    }
-
-    /// Asks the processor to move the message to the dead-letter queue when the handler
-    /// returns, whatever it returns.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] when a dead letter was already requested (single use).
-    pub fn dead_letter(&self, reason: &str, description: &str) -> Result<()> {
-        let mut slot = self.dead_letter.lock();
-        if slot.is_some() {
-            return Err(Error::invalid(
-                "this delivery is already marked for the dead-letter queue",
-            ));
-        }
-        *slot = Some((reason.to_owned(), description.to_owned()));
-        Ok(())
-    }
-}
-
-/// The lock state of one [`Delivery`], readable apart from it (see [`Delivery::lock_watch`]).
-#[derive(Clone)]
-pub struct LockWatch {
-    track: Arc<Track>,
-    clock: Arc<dyn Clock>,
-}
-
-impl fmt::Debug for LockWatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockWatch")
-            .field("lock_lost", &self.lock_lost())
-            .field("cancelled", &self.is_cancelled())
-            .finish_non_exhaustive()
-    }
-}
-
-impl LockWatch {
-    /// As [`Delivery::is_cancelled`].
-    pub fn is_cancelled(&self) -> bool {
-        self.lock_lost() || self.track.timed_out.load(Ordering::Acquire)
-    }
-
-    /// As [`Delivery::lock_lost`].
-    pub fn lock_lost(&self) -> bool {
-        self.track.lock_lost.load(Ordering::Acquire)
-            || self.clock.now_ms() >= self.track.locked_until.load(Ordering::Acquire)
-    }
-}
-
-/// The lock state of one locked message, shared by its worker, its [`Delivery`] and the
-/// watchdog that renews it.
-#[derive(Debug)]
-struct Track {
-    id: u64,
-    token: u64,
-    /// Store-clock milliseconds.
-    locked_until: AtomicU64,
-    lock_lost: AtomicBool,
-    timed_out: AtomicBool,
 }
 
 /// Why a handler did not succeed.

@@ -10,7 +10,7 @@ use crate::sync::MutexGuard;
 
 use super::{Shared, State, Track};
 use crate::engine::HeldLock;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub(super) fn spawn_watchdog(sh: &Arc<Shared>) -> Result<()> {
     super::spawn_background(sh, "postbox-watchdog", watchdog)
@@ -101,15 +101,14 @@ fn renew_all(sh: &Shared, due: &[Arc<Track>]) -> Vec<Result<u64>> {
 
 fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<Result<u64>>) {
     for (track, r) in due.iter().zip(results) {
+        if track.note(&r) {
+            continue;
+        }
         match r {
             Ok(until) => {
-                track.locked_until.store(until, Ordering::Release);
                 if let Some(w) = st.watched.get_mut(&track.token) {
                     w.next_renew = next_renewal(sh, until, w.renew_until);
                 }
-            }
-            Err(Error::LockLost(_) | Error::Closed | Error::Forked { .. }) => {
-                track.lock_lost.store(true, Ordering::Release);
             }
             Err(e) => {
                 // Possibly passing (e.g. a full disk): try again soon; the lock may still hold.

@@ -4,22 +4,20 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::sync::Mutex;
 use crate::sync::thread;
 
 use super::{
-    Delivery, Failure, Handler, ProcessorEvent, REASON_DECODE_FAILED, Shared, Track, WORKER_OF,
-    Watched, renewal,
+    Delivery, Failure, Handler, Lease, ProcessorEvent, REASON_DECODE_FAILED, Shared, Track,
+    WORKER_OF, Watched, renewal,
 };
 use crate::clock::duration_ms;
 use crate::engine::{HeldLock, queries};
 use crate::engine::{Locked, Settle};
 use crate::error::{Error, Result};
 use crate::message::MessageId;
-use crate::received::Received;
 use crate::tx::Transaction;
 
 /// Upper bound of one idle wait, so that an idle worker checks now and then whether the
@@ -145,12 +143,13 @@ impl Worker<'_> {
 
     fn handle(&mut self, (locked, track): (Locked, Arc<Track>)) {
         let sh = self.sh;
-        let delivery = Delivery {
-            envelope: locked.envelope,
-            track: track.clone(),
-            clock: sh.clock.clone(),
-            dead_letter: Mutex::new(None),
-        };
+        let lease = Arc::new(Lease::new(
+            locked.envelope,
+            track.clone(),
+            sh.clock.clone(),
+            sh.queue.engine.clone(),
+        ));
+        let delivery = Delivery::new(lease.clone());
         let mut tx = None;
         let result = match &sh.handler {
             Handler::PeekLock(f) => catch_unwind(AssertUnwindSafe(|| f(&delivery))),
@@ -159,8 +158,12 @@ impl Worker<'_> {
                 catch_unwind(AssertUnwindSafe(|| f(&delivery, t)))
             }
         };
-        let id = delivery.envelope.id();
-        let outcome = match (delivery.dead_letter.lock().take(), result) {
+        // From here on nothing the handler kept (a thread, a binding's message handle) can add
+        // a checkpoint, a reply or a dead letter: the settle below is decided.
+        let (dead_letter, reply) = lease.close();
+        let envelope = lease.envelope();
+        let id = envelope.id();
+        let outcome = match (dead_letter, result) {
             (Some((reason, description)), _) => Outcome::DeadLetter {
                 reason,
                 description,
@@ -183,26 +186,31 @@ impl Worker<'_> {
                 tracing::warn!(
                     queue = %sh.queue.name(),
                     message_id = id.0,
-                    delivery_count = delivery.envelope.delivery_count(),
+                    delivery_count = envelope.delivery_count(),
                     error = %text,
                     "processor handler panicked"
                 );
                 Outcome::Fail(text)
             }
         };
+        // The transaction that completes the message: the handler's, carrying its reply; or,
+        // for a plain handler that replied, the reply's own.
+        let tx = match (tx, reply) {
+            (Some(mut t), Some(r)) => {
+                t.absorb_sends(r);
+                Some(t)
+            }
+            (t, r) => t.or(r),
+        };
 
         let want = self.refill_wanted();
         let got = match (outcome, tx) {
             (Outcome::Complete, Some(mut tx)) => {
-                let received = Received {
-                    engine: sh.queue.engine.clone(),
-                    envelope: delivery.envelope,
+                let lock = HeldLock {
+                    id: track.id,
                     token: track.token,
-                    locked_until: track.locked_until.load(Ordering::Acquire),
-                    settled: false,
                 };
-                // Same store by construction: the transaction was begun on this queue's engine.
-                let _ = tx.complete(received);
+                tx.enlist(lock, track.locked_until.load(Ordering::Acquire));
                 let (committed, got) = if sh.config.combined_commit {
                     tx.commit_then_receive(&sh.queue, want)
                 } else {
@@ -223,10 +231,10 @@ impl Worker<'_> {
                 got
             }
             (outcome, tx) => {
-                // A failed or dead-lettered transactional run: its sends and receives are
-                // discarded before the message itself is settled.
+                // A failed or dead-lettered run: its transaction's sends and receives (and its
+                // reply) are discarded before the message itself is settled.
                 drop(tx);
-                let delivery_count = delivery.envelope.delivery_count();
+                let delivery_count = envelope.delivery_count();
                 let plan = self.plan(&outcome, delivery_count);
                 let combined = sh.config.combined_commit && tx_free(&sh.handler);
                 let (settled, got) = if combined && sh.config.sessions {
@@ -673,13 +681,7 @@ impl Worker<'_> {
         {
             let mut st = sh.state.lock();
             for l in got {
-                let track = Arc::new(Track {
-                    id: l.envelope.id().0,
-                    token: l.token,
-                    locked_until: AtomicU64::new(l.locked_until),
-                    lock_lost: AtomicBool::new(false),
-                    timed_out: AtomicBool::new(false),
-                });
+                let track = Arc::new(Track::new(l.envelope.id().0, l.token, l.locked_until));
                 let renew_until = (!auto_renew.is_zero())
                     .then(|| now.checked_add(auto_renew))
                     .flatten();
