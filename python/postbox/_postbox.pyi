@@ -1286,6 +1286,7 @@ class Processor:
         messages_per_worker: int | None = None,
         check_interval: _Seconds | None = None,
         on_scale: Callable[[int], object] | None = None,
+        reserve: int | None = None,
     ) -> Processor:
         """Runs ``handler(message)`` on ``workers`` threads for every message of ``queue``.
 
@@ -1311,16 +1312,17 @@ class Processor:
 
         ``autoscale=(min_workers, max_workers)`` (``min_workers`` may be 0) resizes the pool
         every ``check_interval`` (default 5 s) to the backlog divided by
-        ``messages_per_worker`` (default 20), within the bounds; both need ``autoscale`` and
-        must be positive (``InvalidArgumentError``). ``on_scale(workers)`` is called with the
+        ``messages_per_worker`` (default 20), plus ``reserve`` spare workers (default 0),
+        within the bounds; all three need ``autoscale``, the first two must be positive
+        (``InvalidArgumentError``). ``on_scale(workers)`` is called with the
         live worker count whenever it changes (start, autoscaling, stop), on a native thread;
         an exception it raises is logged to the ``postbox`` logger, not raised.
 
         ``sessions=True`` is session mode, for a queue that requires sessions: each worker
         holds one session at a time and handles its messages in order, so ``workers`` groups
         run in parallel and never one group on two workers. The mode must match the queue
-        (``InvalidArgumentError`` otherwise). ``workers`` and the autoscaler's bounds are at
-        most 1024 (``InvalidArgumentError`` above).
+        (``InvalidArgumentError`` otherwise). ``workers``, the autoscaler's bounds and
+        ``reserve`` are at most 1024 (``InvalidArgumentError`` above).
         """
     @property
     def queue(self) -> Queue: ...

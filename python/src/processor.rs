@@ -86,6 +86,9 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// never one group by two workers. The mode must match the queue (`InvalidArgumentError`
 /// otherwise); `prefetch` does not apply to it.
 ///
+/// `autoscale=(min_workers, max_workers)` resizes the pool every `check_interval` to the
+/// backlog divided by `messages_per_worker`, plus `reserve` spare workers, within the bounds.
+///
 /// A handler's message records checkpoints (`mark_done`, `done_keys`), renews the processor's
 /// lock (`renew_lock`) and answers a request (`reply`, sent with the completion) under the
 /// processor's lock, which the processor keeps renewing.
@@ -276,7 +279,7 @@ impl PyProcessor {
     #[pyo3(signature = (queue, handler, workers=4, *, retry_delay=None, max_retry_delay=None,
         handler_timeout=None, max_auto_renew=None, prefetch=0, autoscale=None, drop_timeout=None,
         sessions=false, transactional=false, codec=None, messages_per_worker=None,
-        check_interval=None, on_scale=None))]
+        check_interval=None, on_scale=None, reserve=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -296,6 +299,7 @@ impl PyProcessor {
         messages_per_worker: Option<u64>,
         check_interval: Option<&Bound<'_, PyAny>>,
         on_scale: Option<Bound<'_, PyAny>>,
+        reserve: Option<usize>,
     ) -> PyResult<PyProcessor> {
         if !handler.is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err(if transactional {
@@ -312,9 +316,11 @@ impl PyProcessor {
             ));
         }
         let check_interval = convert::opt_duration(check_interval, "check_interval")?;
-        if autoscale.is_none() && (messages_per_worker.is_some() || check_interval.is_some()) {
+        if autoscale.is_none()
+            && (messages_per_worker.is_some() || check_interval.is_some() || reserve.is_some())
+        {
             return Err(invalid(
-                "messages_per_worker and check_interval need autoscale=(min_workers, max_workers)",
+                "messages_per_worker, check_interval and reserve need autoscale=(min_workers, max_workers)",
             ));
         }
         if messages_per_worker == Some(0) {
@@ -366,6 +372,9 @@ impl PyProcessor {
             }
             if let Some(d) = check_interval {
                 a = a.check_interval(d);
+            }
+            if let Some(n) = reserve {
+                a = a.reserve(n);
             }
             b = b.autoscale(a);
         }

@@ -1,7 +1,7 @@
 """Issue 27: what a processor handler does with its message under the processor's lock —
 checkpoints (`mark_done`, `done_keys`) that survive a SIGKILL of the worker process, its own
 renewals (`renew_lock`), replies (`reply`) that answer `Queue.request` — in plain and
-transactional handlers.
+transactional handlers; and the autoscaler's `reserve`.
 """
 
 from __future__ import annotations
@@ -247,3 +247,29 @@ def test_a_transactional_handler_replies_in_its_transaction(tmp_store: postbox.S
     assert sorted(m.text for m in replies.browse()) == ["main 2", "side 2"]
     assert len(service) == 0 and len(side) == 0
 
+
+def test_reserve_keeps_spare_workers(tmp_store: postbox.Store) -> None:
+    """Issue 27 item 4: `reserve` workers are kept beyond what the backlog asks for: an idle
+    autoscaled processor starting at zero grows to the reserve and stays there."""
+    q = tmp_store.queue("jobs")
+    counts: list[int] = []
+    grown = threading.Event()
+
+    def on_scale(workers: int) -> None:
+        counts.append(workers)
+        if workers == 2:
+            grown.set()
+
+    p = postbox.Processor(q, lambda m: None, workers=0, autoscale=(0, 4), reserve=2,
+                          check_interval=0.05, on_scale=on_scale)
+    with p:
+        assert grown.wait(10), counts
+        time.sleep(0.3)  # six more checks of an empty queue
+        assert p.workers == 2, "the reserve does not retire"
+    assert counts[:2] == [1, 2] and max(counts) == 2
+    with pytest.raises(postbox.InvalidArgumentError, match="need autoscale"):
+        postbox.Processor(q, lambda m: None, reserve=1)
+    with pytest.raises(postbox.InvalidArgumentError, match="reserve"):
+        postbox.Processor(q, lambda m: None, autoscale=(0, 4), reserve=1025)
+    with pytest.raises(OverflowError):
+        postbox.Processor(q, lambda m: None, autoscale=(0, 4), reserve=-1)
