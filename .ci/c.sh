@@ -11,8 +11,8 @@
 # rounds and tmpfs size; that test mounts a tmpfs, so it needs root, and says SKIPPED without),
 # POSTBOX_C_STRESS (sizes of tests/c/test_tracking.c: small under valgrind; the static run uses
 # the issue's sizes, 1, unless set). tests/c/test_processor_calls.c (a processor callback's
-# checkpoints across a SIGKILL, its replies) runs as tests/c/test_tracking.c does: under
-# valgrind, then against the static library.
+# checkpoints across a SIGKILL, its replies, the report of a forked child) runs as
+# tests/c/test_tracking.c does: under valgrind, then against the static library.
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -1316,8 +1316,9 @@ typedef struct postbox_shutdown_report {
    */
   uint64_t unsettled;
   /**
-   * Non-zero when the processor was shut down in a forked child, where its threads do not
-   * exist: nothing was waited for or written.
+   * Non-zero when `postbox_processor_join` or `_shutdown` was called in a forked child,
+   * where the processor's threads do not exist: nothing was stopped, waited for or written,
+   * `finished` is 0 and the counters are those at the fork.
    */
   int forked;
 } postbox_shutdown_report;
@@ -2792,9 +2793,13 @@ int postbox_processor_stop(const struct postbox_processor *processor);
  * condition variable, not polling. `report_out` (may be NULL) receives the report; its
  * `finished` field says whether the processor finished in time.
  *
+ * In a forked child, where the processor's threads do not exist, it returns at once without
+ * waiting or writing anything: `report_out` receives `forked` = 1, `finished` = 0,
+ * `still_running` = 0 and the counters as they were at the fork; the parent's processor runs on.
+ *
  * # Returns
- * `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
- * processor); `POSTBOX_FORKED`.
+ * `POSTBOX_OK` (also when the timeout hit: see `finished`; and in a forked child: see
+ * `forked`); `POSTBOX_INVALID_ARGUMENT` (NULL processor).
  */
 int postbox_processor_join(const struct postbox_processor *processor,
                            int64_t timeout_ms,
@@ -2802,7 +2807,8 @@ int postbox_processor_join(const struct postbox_processor *processor,
 
 /**
  * Graceful shutdown: `postbox_processor_stop`, then `postbox_processor_join` with
- * `timeout_ms`. After a finished shutdown nothing is left locked by the processor.
+ * `timeout_ms`. After a finished shutdown nothing is left locked by the processor. In a forked
+ * child it stops nothing and reports at once with `forked` = 1, as `postbox_processor_join`.
  *
  * # Returns
  * As `postbox_processor_join`.

@@ -1131,7 +1131,8 @@ public:
     /// Stops taking messages, without waiting. Throws forked_error.
     void stop() { check(postbox_processor_stop(p_)); }
     /// Stops and waits up to `timeout` (postbox::forever: without limit) for the callbacks to
-    /// return; the report's `finished` says whether they all did. Throws forked_error.
+    /// return; the report's `finished` says whether they all did. In a forked child it returns
+    /// at once with `forked` set (the processor's threads are the parent's).
     postbox_shutdown_report shutdown(std::chrono::milliseconds timeout = forever) {
         postbox_shutdown_report r{};
         check(postbox_processor_shutdown(p_, detail::millis(timeout), &r));

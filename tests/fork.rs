@@ -192,3 +192,51 @@ fn a_child_opens_a_shared_store_while_parent_threads_write() {
         rounds as u64
     );
 }
+
+/// Issue 27 item 6: a processor inherited across `fork()` reports `forked` from `join` and
+/// `shutdown` in the child — at once, even without a time limit, with the counters of the
+/// fork — and stops nothing: the parent's processor runs on.
+#[test]
+fn a_forked_child_gets_the_processors_report_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::builder()
+        .multi_process(true)
+        .open(dir.path().join("s.postbox"))
+        .unwrap();
+    let q = store.queue("work").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = postbox::Processor::builder(&q)
+        .workers(2)
+        .start(move |_d| -> Result<(), String> {
+            let _ = tx.send(());
+            Ok(())
+        })
+        .unwrap();
+    for _ in 0..3 {
+        q.send("before the fork").unwrap();
+    }
+    for _ in 0..3 {
+        rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    }
+    // Each completion is counted once its commit returned: read until settled (a guard bound).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (p.stats().processed, p.in_flight()) != (3, 0) {
+        assert!(Instant::now() < deadline, "{:?}", p.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let code = fork_and_wait(|| {
+        let joined = p.join(Duration::MAX);
+        let shut = p.shutdown(Duration::MAX);
+        let ok = [joined, shut].iter().all(|r| {
+            r.forked && !r.finished && r.still_running == 0 && r.processed == 3 && r.failed == 0
+        });
+        if ok { 0 } else { 1 }
+    });
+    assert_eq!(code, 0);
+    assert!(!p.is_stopped(), "the child stopped nothing");
+    q.send("after the fork").unwrap();
+    rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let report = p.shutdown(Duration::from_secs(20));
+    assert!(report.finished && !report.forked, "{report:?}");
+    assert_eq!(report.processed, 4);
+}

@@ -198,8 +198,9 @@ pub struct postbox_shutdown_report {
     /// Messages the processor could not settle or return (e.g. the store was closed under it);
     /// their locks expire by themselves.
     pub unsettled: u64,
-    /// Non-zero when the processor was shut down in a forked child, where its threads do not
-    /// exist: nothing was waited for or written.
+    /// Non-zero when `postbox_processor_join` or `_shutdown` was called in a forked child,
+    /// where the processor's threads do not exist: nothing was stopped, waited for or written,
+    /// `finished` is 0 and the counters are those at the fork.
     pub forked: c_int,
 }
 
@@ -713,9 +714,13 @@ pub extern "C" fn postbox_processor_stop(processor: *const postbox_processor) ->
 /// condition variable, not polling. `report_out` (may be NULL) receives the report; its
 /// `finished` field says whether the processor finished in time.
 ///
+/// In a forked child, where the processor's threads do not exist, it returns at once without
+/// waiting or writing anything: `report_out` receives `forked` = 1, `finished` = 0,
+/// `still_running` = 0 and the counters as they were at the fork; the parent's processor runs on.
+///
 /// # Returns
-/// `POSTBOX_OK` (also when the timeout hit: see `finished`); `POSTBOX_INVALID_ARGUMENT` (NULL
-/// processor); `POSTBOX_FORKED`.
+/// `POSTBOX_OK` (also when the timeout hit: see `finished`; and in a forked child: see
+/// `forked`); `POSTBOX_INVALID_ARGUMENT` (NULL processor).
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_join(
     processor: *const postbox_processor,
@@ -723,7 +728,8 @@ pub extern "C" fn postbox_processor_join(
     report_out: *mut postbox_shutdown_report,
 ) -> c_int {
     guard(|| {
-        let p = self::processor(processor)?;
+        // No process check: in a forked child the engine's join reads only atomics and reports.
+        let p = arg_ref(processor, "processor")?;
         let out = Out::optional(report_out);
         out.write(report(p.processor.join(timeout(timeout_ms))));
         Ok(POSTBOX_OK)
@@ -731,7 +737,8 @@ pub extern "C" fn postbox_processor_join(
 }
 
 /// Graceful shutdown: `postbox_processor_stop`, then `postbox_processor_join` with
-/// `timeout_ms`. After a finished shutdown nothing is left locked by the processor.
+/// `timeout_ms`. After a finished shutdown nothing is left locked by the processor. In a forked
+/// child it stops nothing and reports at once with `forked` = 1, as `postbox_processor_join`.
 ///
 /// # Returns
 /// As `postbox_processor_join`.
@@ -742,7 +749,8 @@ pub extern "C" fn postbox_processor_shutdown(
     report_out: *mut postbox_shutdown_report,
 ) -> c_int {
     guard(|| {
-        let p = self::processor(processor)?;
+        // In a forked child `Processor::shutdown` stops nothing and reports `forked`.
+        let p = arg_ref(processor, "processor")?;
         let out = Out::optional(report_out);
         out.write(report(p.processor.shutdown(timeout(timeout_ms))));
         Ok(POSTBOX_OK)

@@ -1263,7 +1263,9 @@ class ShutdownReport:
         """Messages the processor could not settle or return (e.g. the store closed under it)."""
     @property
     def forked(self) -> bool:
-        """True when shut down in a forked child, where its threads do not exist."""
+        """True when ``join`` or ``shutdown`` was called in a forked child, where the workers
+        do not exist: nothing was stopped, waited for or written, ``finished`` is ``False`` and
+        the counters are those at the fork."""
 
 @final
 class Processor:
@@ -1334,8 +1336,19 @@ class Processor:
     def workers(self) -> int: ...
     def stop(self) -> None: ...
     def stats(self) -> dict[str, int]: ...
-    def join(self, timeout: _Seconds | None = None) -> ShutdownReport: ...
-    def shutdown(self, timeout: _Seconds | None = None) -> ShutdownReport: ...
+    def join(self, timeout: _Seconds | None = None) -> ShutdownReport:
+        """Waits up to ``timeout`` (``None``: until done) for the workers to finish after
+        ``stop()``. In a forked child: returns at once a report with ``forked=True``."""
+    def shutdown(self, timeout: _Seconds | None = None) -> ShutdownReport:
+        """Stops taking messages and waits up to ``timeout`` (``None``: until done) for every
+        running handler to return and its commit or abort to be applied; nothing is left locked
+        when the report says ``finished``. Raises once it has finished before.
+
+        In a forked child, where the workers do not exist, it stops nothing, waits for nothing
+        and writes nothing: it returns at once a report with ``forked=True``,
+        ``finished=False``, ``still_running=0`` and the counters as they were at the fork
+        (every other call raises ``ForkedError``); the parent's processor runs on.
+        """
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

@@ -22,6 +22,10 @@ use crate::tx::PyTransaction;
 struct Inner {
     /// `None` once shut down. An `Arc` so that waits happen without holding the mutex.
     processor: Mutex<Option<Arc<Processor>>>,
+    /// The same processor, reached without the mutex: in a forked child, where a parent thread
+    /// may have held the mutex at the fork, `join` and `shutdown` report through it. Weak, so
+    /// that dropping the handle in `processor` still shuts the processor down.
+    unlocked: Weak<Processor>,
     drop_timeout: Duration,
     /// The process that started the workers. In another (a forked child) they do not exist:
     /// nothing there may wait for them or take a lock they may have held at fork time.
@@ -34,6 +38,16 @@ impl Inner {
         self.processor
             .lock()
             .clone()
+            .ok_or_else(|| invalid("the processor was already shut down"))
+    }
+
+    /// What `join` and `shutdown` report in a forked child, where the workers do not exist: the
+    /// engine's report there (counters at the fork, `forked` set), without waiting and without
+    /// taking a lock.
+    fn forked_report(&self) -> PyResult<ShutdownReport> {
+        self.unlocked
+            .upgrade()
+            .map(|p| p.join(Duration::ZERO))
             .ok_or_else(|| invalid("the processor was already shut down"))
     }
 
@@ -93,8 +107,9 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 /// lock (`renew_lock`) and answers a request (`reply`, sent with the completion) under the
 /// processor's lock, which the processor keeps renewing.
 ///
-/// In a forked child the workers do not exist: every call raises `ForkedError`; leaving a
-/// `with` block and garbage collection let go of the handle without waiting.
+/// In a forked child the workers do not exist: `join` and `shutdown` return at once a report
+/// with `forked=True`, every other call raises `ForkedError`; leaving a `with` block and
+/// garbage collection let go of the handle without waiting.
 #[pyclass(frozen, module = "postbox._postbox", name = "Processor")]
 pub struct PyProcessor {
     inner: Arc<Inner>,
@@ -394,9 +409,11 @@ impl PyProcessor {
                 }
             })
             .py_err()?;
+        let p = Arc::new(p);
         let inner = Arc::new(Inner {
             drop_timeout: p.drop_timeout(),
-            processor: Mutex::new(Some(Arc::new(p))),
+            unlocked: Arc::downgrade(&p),
+            processor: Mutex::new(Some(p)),
             opened_by: std::process::id(),
         });
         let mut live = LIVE.lock();
@@ -459,7 +476,8 @@ impl PyProcessor {
         Ok(d)
     }
 
-    /// Waits up to `timeout` (`None`: until done) for the workers to finish after stop().
+    /// Waits up to `timeout` (`None`: until done) for the workers to finish after stop(). In a
+    /// forked child it returns at once a report with `forked=True` (see `shutdown`).
     #[pyo3(signature = (timeout=None))]
     fn join(
         &self,
@@ -467,6 +485,9 @@ impl PyProcessor {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyShutdownReport> {
         let timeout = convert::opt_duration(timeout, "timeout")?;
+        if is_forked(self.inner.opened_by) {
+            return self.inner.forked_report().map(report_to_py);
+        }
         let p = self.inner.get()?;
         join_sliced(py, &p, timeout).map(report_to_py)
     }
@@ -474,6 +495,11 @@ impl PyProcessor {
     /// Stops taking messages and waits up to `timeout` (`None`: until done) for every running
     /// handler to return and its commit or abort to be applied. Leaves nothing locked when the
     /// report says `finished`. Calling it again after it finished raises.
+    ///
+    /// In a forked child, where the workers do not exist, it stops nothing, waits for nothing
+    /// and writes nothing: it returns at once a report with `forked=True`, `finished=False`,
+    /// `still_running=0` and the counters as they were at the fork; the parent's processor runs
+    /// on.
     #[pyo3(signature = (timeout=None))]
     fn shutdown(
         &self,
@@ -481,6 +507,9 @@ impl PyProcessor {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyShutdownReport> {
         let timeout = convert::opt_duration(timeout, "timeout")?;
+        if is_forked(self.inner.opened_by) {
+            return self.inner.forked_report().map(report_to_py);
+        }
         self.inner.shutdown(py, timeout).map(report_to_py)
     }
 
@@ -535,7 +564,8 @@ pub struct PyShutdownReport {
     finished: bool,
     /// Messages the processor could not settle or return (e.g. the store closed under it).
     unsettled: u64,
-    /// Shut down in a forked child, where its threads do not exist: nothing was waited for.
+    /// Asked of a processor inherited across `fork()`, where its threads do not exist: nothing
+    /// was stopped, waited for or written, and the counters are those at the fork.
     forked: bool,
 }
 
@@ -543,7 +573,7 @@ pub struct PyShutdownReport {
 impl PyShutdownReport {
     fn __repr__(&self) -> String {
         format!(
-            "ShutdownReport(processed={}, failed={}, dead_lettered={}, lock_lost={}, returned={}, unsettled={}, still_running={}, finished={})",
+            "ShutdownReport(processed={}, failed={}, dead_lettered={}, lock_lost={}, returned={}, unsettled={}, still_running={}, finished={}{})",
             self.processed,
             self.failed,
             self.dead_lettered,
@@ -551,7 +581,8 @@ impl PyShutdownReport {
             self.returned,
             self.unsettled,
             self.still_running,
-            if self.finished { "True" } else { "False" }
+            if self.finished { "True" } else { "False" },
+            if self.forked { ", forked=True" } else { "" }
         )
     }
 }

@@ -1,7 +1,8 @@
 """Invariant 11: a handle belongs to the process that opened it.
 
 In a forked child every call on an inherited store, queue, message, transaction or processor
-raises ``ForkedError`` and writes nothing; closing, leaving ``with`` blocks, garbage collection
+raises ``ForkedError`` and writes nothing (but a processor's ``join`` and ``shutdown``, which
+report ``forked=True`` at once); closing, leaving ``with`` blocks, garbage collection
 and interpreter exit there neither hang nor touch the file; the parent carries on unaffected;
 the child opens the store itself.
 """
@@ -161,8 +162,6 @@ def test_every_inherited_handle_raises_forked_error(store_path: Path, multi_proc
                 "processor.workers": lambda: processor.workers,
                 "processor.is_stopped": lambda: processor.is_stopped,
                 "processor.stop": processor.stop,
-                "processor.join": lambda: processor.join(0),
-                "processor.shutdown": lambda: processor.shutdown(0),
                 "Processor(q)": lambda: postbox.Processor(q, lambda m: None),
             }
             out = {name: outcome(call) for name, call in calls.items()}
@@ -178,6 +177,13 @@ def test_every_inherited_handle_raises_forked_error(store_path: Path, multi_proc
             out["tx.__exit__(exc)"] = outcome(lambda: tx.__exit__(ValueError, None, None))
             out["tx.__exit__"] = outcome(lambda: tx.__exit__(None, None, None))
             out["processor.__exit__"] = outcome(lambda: processor.__exit__(None, None, None))
+            # join and shutdown report at once: the workers are the parent's.
+            for name, call in [
+                ("processor.join", lambda: processor.join(None)),
+                ("processor.shutdown", lambda: processor.shutdown(None)),
+            ]:
+                r = call()
+                out[name] = "forked" if (r.forked, r.finished) == (True, False) else repr(r)
             out["store.close"] = outcome(store.close)
             out["store.close again"] = outcome(store.close)
             out["after close"] = outcome(lambda: q.send(b"x"))
@@ -189,16 +195,24 @@ def test_every_inherited_handle_raises_forked_error(store_path: Path, multi_proc
         assert data == repr((b"m0", True, "m2", b"m2"))
         assert errors == repr([(19, True)])
         expect_returned = {
+            "processor.join",
+            "processor.shutdown",
             "held.__exit__(exc)",
             "tx.__exit__(exc)",
             "processor.__exit__",
             "store.close",
             "store.close again",
         }
+        forked_reports = {"processor.join", "processor.shutdown"}
         wrong = {
             name: got
             for name, got in out.items()
-            if got != ("returned" if name in expect_returned else "ForkedError")
+            if got
+            != (
+                "forked"
+                if name in forked_reports
+                else "returned" if name in expect_returned else "ForkedError"
+            )
         }
         assert wrong == {}
         # The child wrote nothing: the parent has not written since the digest either.
@@ -225,6 +239,49 @@ def test_every_inherited_handle_raises_forked_error(store_path: Path, multi_proc
     with postbox.Store(store_path) as again:
         bodies = sorted(m.body for m in again.queue("jobs").browse())
         assert bodies == [b"after the fork", b"m3", b"m4", b"m5"]
+
+
+def test_a_forked_child_sees_the_shutdown_report_of_the_fork(store_path: Path) -> None:
+    """Issue 27 item 6: `ShutdownReport.forked` is observable. In a child, `join` and `shutdown`
+    (even without a timeout) return at once a report with `forked=True` and the counters as
+    they were at the fork; they stop nothing, and the parent's processor runs on."""
+    with postbox.Store(store_path, multi_process=True) as store:
+        work = store.queue("work")
+        handled = threading.Semaphore(0)
+        processor = postbox.Processor(work, lambda m: handled.release(), workers=2)
+        work.send_batch([b"a", b"b", b"c"])
+        for _ in range(3):
+            assert handled.acquire(timeout=10)
+        # Each completion is counted once its commit returned: read until settled.
+        deadline = time.monotonic() + 10
+        while (processor.stats()["processed"], processor.in_flight) != (3, 0):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        digest = file_digest(store_path.parent)
+
+        def child() -> list[object]:
+            joined = processor.join()
+            shut = processor.shutdown()
+            again = processor.shutdown(0)
+            return [
+                [r.forked, r.finished, r.still_running, r.processed, r.failed, r.unsettled]
+                for r in (joined, shut, again)
+            ] + [repr(shut), outcome(processor.stop), outcome(processor.stats)]
+
+        code, got = in_child(child)
+        assert code == 0
+        *reports, text, stop, stats = got
+        assert reports == [[True, False, 0, 3, 0, 0]] * 3
+        assert "forked=True" in text
+        assert (stop, stats) == ("ForkedError", "ForkedError")
+        assert file_digest(store_path.parent) == digest, "the child wrote nothing"
+        # The parent's processor was not stopped.
+        assert not processor.is_stopped
+        work.send(b"d")
+        assert handled.acquire(timeout=10)
+        report = processor.shutdown(10)
+        assert (report.finished, report.forked, report.processed) == (True, False, 4)
+        assert "forked" not in repr(report)
 
 
 def _catch(call: Callable[[], object]) -> list[Any]:

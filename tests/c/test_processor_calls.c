@@ -3,8 +3,9 @@
  * processor's lock — checkpoints (postbox_processor_mark_done / _done_keys) that survive a
  * SIGKILL of the worker process, its own renewals (postbox_processor_renew_lock) and replies
  * (postbox_processor_reply) answering postbox_request — in plain and transactional callbacks;
- * and checkpoints of messages received in a transaction (postbox_tx_mark_done / _done_keys).
- * Run under valgrind by .ci/c.sh, and again against the static library.
+ * checkpoints of messages received in a transaction (postbox_tx_mark_done / _done_keys); and
+ * the shutdown report of a processor inherited across fork() (`forked`). Run under valgrind by
+ * .ci/c.sh, and again against the static library.
  *
  * Build: cc -std=c99 -Wall -Wextra -Werror -Iinclude tests/c/test_processor_calls.c \
  *           -Ltarget/debug -lpostbox -lpthread -o test_processor_calls
@@ -539,6 +540,93 @@ static void test_tx_checkpoints(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* fork(): join and shutdown report `forked`                                                  */
+
+/* Waits up to limit_ms for child pid; kills it if it is still running. Returns its exit code,
+ * or -1 if it hung or died of a signal. */
+static int wait_child(pid_t pid, long limit_ms) {
+    int status = 0;
+    for (long waited = 0; waited < limit_ms; waited += 5) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (r < 0) return -1;
+        sleep_ms(5);
+    }
+    fprintf(stderr, "  child %d still running after %ld ms: killed\n", (int)pid, limit_ms);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+static int count_handler(void *user_data, const postbox_message *m) {
+    (void)m;
+    int *n = (int *)user_data;
+    __atomic_add_fetch(n, 1, __ATOMIC_SEQ_CST);
+    return POSTBOX_OK;
+}
+
+static void test_forked_report(const char *dir) {
+    postbox_store *store = open_store_at(path_in(dir, "fork.postbox"), 1);
+    if (store == NULL) return;
+    postbox_queue *q = open_queue(store, "work", NULL);
+    if (q == NULL) return;
+    static int handled;
+    handled = 0;
+    postbox_processor *p = start(q, 0, count_handler, NULL, &handled, 2);
+    if (p == NULL) return;
+    for (int i = 0; i < 3; i++) send_text(q, "before the fork");
+    /* The fork below must find the counters settled: all three completed, nothing in flight.
+     * Read until then (the C API has no wait on counters; the bound guards against a hang). */
+    postbox_processor_counters pc;
+    for (int waited = 0; waited < 60000; waited += 5) {
+        CHECK_OK(postbox_processor_stats(p, &pc));
+        if (pc.processed == 3 && pc.in_flight == 0) break;
+        sleep_ms(5);
+    }
+    CHECK(pc.processed == 3 && pc.in_flight == 0);
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        harness_failed_checks = 0;
+        postbox_shutdown_report r;
+        /* Both return at once (a negative timeout would wait forever for threads that are
+         * not here) with the report of the fork. */
+        memset(&r, 0xff, sizeof r);
+        CHECK_OK(postbox_processor_join(p, -1, &r));
+        CHECK(r.forked == 1 && r.finished == 0 && r.still_running == 0);
+        CHECK(r.processed == 3 && r.failed == 0 && r.unsettled == 0);
+        memset(&r, 0xff, sizeof r);
+        CHECK_OK(postbox_processor_shutdown(p, -1, &r));
+        CHECK(r.forked == 1 && r.finished == 0 && r.processed == 3);
+        CHECK_OK(postbox_processor_shutdown(p, -1, NULL));
+        /* The other processor calls refuse the inherited handle. */
+        CHECK_RC(postbox_processor_stop(p), POSTBOX_FORKED);
+        CHECK_RC(postbox_processor_stats(p, &pc), POSTBOX_FORKED);
+        postbox_processor_free(p);
+        postbox_queue_free(q);
+        CHECK_OK(postbox_store_close(store));
+        child_exit(harness_failed_checks);
+    }
+    CHECK(pid > 0);
+    if (pid > 0) CHECK(wait_child(pid, 60000) == 0);
+    /* The parent's processor ran on, unstopped. */
+    send_text(q, "after the fork");
+    for (int waited = 0; waited < 60000; waited += 5) {
+        CHECK_OK(postbox_processor_stats(p, &pc));
+        if (pc.processed == 4) break;
+        sleep_ms(5);
+    }
+    postbox_shutdown_report r;
+    CHECK_OK(postbox_processor_shutdown(p, -1, &r));
+    CHECK(r.finished && r.forked == 0 && r.processed == 4);
+    postbox_processor_free(p);
+    postbox_queue_free(q);
+    CHECK_OK(postbox_store_close(store));
+}
+
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
         {"checkpoints_sigkill", test_checkpoints_sigkill},
@@ -547,6 +635,7 @@ int main(int argc, char **argv) {
         {"reply_requests_transactional", test_reply_requests_transactional},
         {"call_rules", test_call_rules},
         {"tx_checkpoints", test_tx_checkpoints},
+        {"forked_report", test_forked_report},
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
