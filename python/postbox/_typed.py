@@ -324,6 +324,20 @@ class TypedMessage(Generic[T]):
         """Extends the lock by the queue's ``lock_duration``; returns the new expiry."""
         return self._message.renew_lock()
 
+    def mark_done(self, keys: str | Iterable[str]) -> datetime:
+        """Records progress keys a redelivery skips (``Message.mark_done``: at once, under the
+        lock the message is held with, a processor's included); returns the new expiry."""
+        return self._message.mark_done(keys)
+
+    def done_keys(self) -> set[str]:
+        """The progress keys recorded so far (``Message.done_keys``)."""
+        return self._message.done_keys()
+
+    def reply(self, body: bytes | bytearray | memoryview | str, **props: Any) -> int:
+        """Answers the message with a raw ``body`` (``Message.reply``: in a processor handler,
+        sent with the completion); returns the reply's id."""
+        return self._message.reply(body, **props)
+
     @property
     def lock_lost(self) -> bool:
         """In a processor handler: whether the lock is gone (``Message.lock_lost``)."""

@@ -248,6 +248,32 @@ def test_a_transactional_handler_replies_in_its_transaction(tmp_store: postbox.S
     assert len(service) == 0 and len(side) == 0
 
 
+def test_a_typed_handler_checkpoints_and_replies(tmp_store: postbox.Store) -> None:
+    """A typed processor's `TypedMessage` passes the same calls to its message."""
+    q = tmp_store.queue("typed")
+    replies = tmp_store.queue("replies")
+    postbox.TypedQueue(q).send({"users": ["ann", "bob"]}, reply_to="replies")
+    runs: list[tuple[int, set[str]]] = []
+    handled = threading.Semaphore(0)
+
+    def handler(m: postbox.TypedMessage[dict[str, list[str]]]) -> None:
+        try:
+            runs.append((m.delivery_count, m.done_keys()))
+            for user in m.value["users"]:
+                m.mark_done(user)
+            m.reply(f"notified {len(m.value['users'])}", label="done")
+            if m.delivery_count == 1:
+                raise RuntimeError("once more")
+        finally:
+            handled.release()
+
+    with postbox.Processor(q, handler, workers=1, codec="json",
+                           retry_delay=0.001, max_retry_delay=0.001):
+        assert handled.acquire(timeout=10) and handled.acquire(timeout=10)
+    assert runs == [(1, set()), (2, {"ann", "bob"})]
+    assert [(m.text, m.label) for m in replies.browse()] == [("notified 2", "done")]
+
+
 def test_reserve_keeps_spare_workers(tmp_store: postbox.Store) -> None:
     """Issue 27 item 4: `reserve` workers are kept beyond what the backlog asks for: an idle
     autoscaled processor starting at zero grows to the reserve and stays there."""
