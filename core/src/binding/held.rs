@@ -313,13 +313,14 @@ impl<T> HeldMessage<T> {
         }
     }
 
-    /// Extends a held lock by the queue's lock duration; returns the new expiry.
+    /// Extends a held lock by the queue's lock duration — the handle's peek-lock, or the
+    /// processor's lock of a lent handle ([`Delivery::renew_lock`]); returns the new expiry.
     ///
     /// # Errors
     ///
-    /// [`Error::Forked`]; [`Error::InvalidArgument`] when the handle holds no peek-lock (a
-    /// transaction's message renews through the transaction); [`Error::LockLost`] (the handle
-    /// is spent then); storage errors (the lock stays with the handle).
+    /// [`Error::Forked`]; [`Error::InvalidArgument`] when the handle holds neither (a
+    /// transaction's message renews through the transaction); [`Error::LockLost`] (a
+    /// peek-lock handle is spent then); storage errors (the lock stays with the handle).
     pub fn renew_lock(&self) -> Result<SystemTime> {
         self.check_process()?;
         if let Some(l) = self.loan() {
