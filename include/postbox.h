@@ -143,6 +143,14 @@
 #define POSTBOX_REASON_DECODE_FAILED "DecodeFailed"
 
 /**
+ * Dead-letter reason of a message a commit promised to send (a receipt, a job's continuation)
+ * whose queue no longer exists: only in a store an older postbox wrote, since deleting a queue
+ * that something names fails with POSTBOX_IN_USE. It is kept in the dead-letter queue of the
+ * queue whose settle sent it.
+ */
+#define POSTBOX_REASON_DESTINATION_MISSING "DestinationMissing"
+
+/**
  * The dead-letter queue of queue q is named q followed by this suffix, e.g.
  * "orders/$deadletterqueue". Names ending in it are reserved for dead-letter queues; open one
  * with postbox_queue_dead_letters.
@@ -326,6 +334,13 @@
  * received messages are back in their queues); run the transaction again.
  */
 #define POSTBOX_CONFLICT 20
+
+/**
+ * The queue cannot be deleted because something names it: another queue's `forward_to`,
+ * `forward_dead_letters_to` or `receipts_to`, a collator (its destination), or a job that is
+ * not done (its continuation). The detailed message says which; remove that use first.
+ */
+#define POSTBOX_IN_USE 21
 
 /**
  * Major version of the header. `postbox_version()` returns the library's own version; the C
@@ -874,10 +889,13 @@ typedef struct postbox_queue_options {
   uint32_t reserved;
   /**
    * Auto-forwarding: every message sent to this queue lands in queue `forward_to` instead,
-   * in the same commit (chains are followed; a loop or a missing queue is refused with
-   * `POSTBOX_INVALID_ARGUMENT`). NUL-terminated UTF-8; NULL: not mentioned (default: none;
-   * `POSTBOX_OPTION_FORWARD_TO` clears it). From `postbox_queue_options_get`: a string owned
-   * by the queue handle, valid until it is freed (never free it), or NULL when not set.
+   * in the same commit (chains are followed; a loop, a missing queue or a temporary one is
+   * refused with `POSTBOX_INVALID_ARGUMENT`). The queue named is in use while named:
+   * `postbox_queue_delete` refuses it with `POSTBOX_IN_USE`, idle deletion skips it (as for
+   * `forward_dead_letters_to` and `receipts_to`). NUL-terminated UTF-8; NULL: not mentioned
+   * (default: none; `POSTBOX_OPTION_FORWARD_TO` clears it). From
+   * `postbox_queue_options_get`: a string owned by the queue handle, valid until it is freed
+   * (never free it), or NULL when not set.
    */
   const char *forward_to;
   /**
@@ -912,8 +930,11 @@ typedef struct postbox_queue_options {
    * the string properties `POSTBOX_RECEIPT_MESSAGE_ID`, `POSTBOX_RECEIPT_QUEUE`,
    * `POSTBOX_RECEIPT_OUTCOME` (`"completed"` or `"dead-lettered"`), `POSTBOX_RECEIPT_AT` (ms
    * since the Unix epoch, decimal) and, for a dead letter, `POSTBOX_RECEIPT_REASON`.
-   * Receipts are not held to the receipt queue's quotas; while no queue of that name exists,
-   * none are posted. As `forward_to`: NULL not mentioned (default: none),
+   * Receipts are not held to the receipt queue's quotas. A missing (or temporary) queue is
+   * refused with `POSTBOX_INVALID_ARGUMENT`, and the queue is in use, as for `forward_to`. In
+   * a store an older postbox wrote, where it may be missing, a receipt becomes a dead letter
+   * of this queue (`POSTBOX_REASON_DESTINATION_MISSING`). As `forward_to`: NULL not
+   * mentioned (default: none),
    * `POSTBOX_OPTION_RECEIPTS_TO` clears it, and `postbox_queue_options_get` writes a string
    * owned by the queue handle.
    */
@@ -1734,12 +1755,20 @@ void postbox_strings_free(struct postbox_strings *list);
  * with every subscription (their queues and messages); the name of a collator deletes the
  * collator and the messages it holds (its destination queue stays).
  *
+ * A queue that something names is in use and is not deleted: another queue's `forward_to`,
+ * `forward_dead_letters_to` or `receipts_to`, a collator releasing into it, or a job that is not
+ * done and sends its continuation there. Each promises to deliver into the queue, so the
+ * deletion is refused (`POSTBOX_IN_USE`; `postbox_last_error_message()` names the user) rather
+ * than losing what they deliver later; clear the option, free and delete the collator, or
+ * delete (or finish) the job first. `auto_delete_on_idle_ms` skips a queue in use too.
+ *
  * `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
  * missing queue is not an error).
  *
  * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name, or the name of a
- * dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+ * `POSTBOX_OK`; `POSTBOX_IN_USE` (something names the queue, or for a topic one of its
+ * subscriptions; nothing deleted); `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name,
+ * or the name of a dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */
 int postbox_queue_delete(struct postbox_store *store, const char *name, bool *existed_out);
 
@@ -3009,12 +3038,18 @@ int postbox_topic_stats_get(const struct postbox_topic *topic,
  * the messages it holds and must already release into `destination`. A collator, a queue and
  * a topic cannot share a name. `collator_out` receives a handle the caller owns and frees with
  * `postbox_collator_free`. Delete a collator, with the messages it holds, with
- * `postbox_queue_delete` (its destination stays).
+ * `postbox_queue_delete` (its destination stays). The destination is in use while the
+ * collator exists: `postbox_queue_delete` refuses it with `POSTBOX_IN_USE`.
+ *
+ * A collator whose destination no longer exists (only in a store an older postbox wrote)
+ * refuses `postbox_collate` with `POSTBOX_QUEUE_NOT_FOUND`, keeping what it holds; opening it
+ * with a `destination` makes that its destination and releases there what was ready.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, the name of a queue or
- * topic, a collator that releases into another queue, a destination that is not a plain
- * queue (a dead-letter queue, say) or that comes from another store handle);
+ * topic, a collator that releases into another queue that still exists, a destination that
+ * is not a plain queue (a dead-letter queue, say), is temporary, or comes from another store
+ * handle);
  * `POSTBOX_QUEUE_NOT_FOUND` (the destination was deleted); `POSTBOX_CLOSED`;
  * `POSTBOX_FORKED`; storage errors.
  */
@@ -3387,14 +3422,16 @@ int postbox_message_typed_body(const struct postbox_message *message,
  * message `body[0..body_len]` with `options` (NULL for none; as `postbox_send`) is sent to it
  * when the job is done, in the commit that ends its last piece (or in `postbox_job_seal`, if
  * every piece had ended by then): exactly once. With `continuation` NULL the job has no
- * continuation (`body_len` must then be 0 and `options` NULL). Everything is copied.
+ * continuation (`body_len` must then be 0 and `options` NULL). Everything is copied. The
+ * continuation queue is in use until the job is done or deleted: `postbox_queue_delete`
+ * refuses it with `POSTBOX_IN_USE`.
  *
  * `job_out` receives a handle the caller frees with `postbox_job_free`.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `job_out`, NULL body with a
  * length, bad options, a body or options without a continuation queue, a queue of another
- * store handle or that is not an ordinary queue); `POSTBOX_TOO_LARGE` (the continuation is
+ * store handle, that is not an ordinary queue or is temporary); `POSTBOX_TOO_LARGE` (the continuation is
  * above its queue's `max_message_size`); `POSTBOX_QUEUE_NOT_FOUND` (the continuation queue
  * was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
  */

@@ -87,6 +87,8 @@ enum class errc : int {
     codec = POSTBOX_CODEC,
     queue_not_found = POSTBOX_QUEUE_NOT_FOUND,
     forked = POSTBOX_FORKED,
+    conflict = POSTBOX_CONFLICT,
+    in_use = POSTBOX_IN_USE,
 };
 
 /// A failed postbox call: status() is the POSTBOX_* code, what() the detailed message
@@ -151,6 +153,8 @@ POSTBOX_HPP_ERROR(queue_not_found_error, POSTBOX_QUEUE_NOT_FOUND)
 POSTBOX_HPP_ERROR(forked_error, POSTBOX_FORKED)
 /// POSTBOX_CONFLICT: a table row the transaction read changed before its commit; run it again.
 POSTBOX_HPP_ERROR(conflict_error, POSTBOX_CONFLICT)
+/// POSTBOX_IN_USE: the queue is named by another queue, a collator or a pending job; not deleted.
+POSTBOX_HPP_ERROR(in_use_error, POSTBOX_IN_USE)
 #undef POSTBOX_HPP_ERROR
 
 /// POSTBOX_IO: an operating-system error; os_error() is its errno (postbox_last_os_error()).
@@ -189,6 +193,7 @@ private:
     case POSTBOX_QUEUE_NOT_FOUND: throw queue_not_found_error(m);
     case POSTBOX_FORKED: throw forked_error(m);
     case POSTBOX_CONFLICT: throw conflict_error(m);
+    case POSTBOX_IN_USE: throw in_use_error(m);
     default: throw error(rc, m);
     }
 }

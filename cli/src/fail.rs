@@ -82,7 +82,9 @@ pub fn code_of(kind: ErrorKind) -> i32 {
         ErrorKind::InvalidArgument | ErrorKind::Config | ErrorKind::Codec => USAGE,
         ErrorKind::NotFound | ErrorKind::QueueNotFound | ErrorKind::Timeout => NOT_FOUND,
         ErrorKind::AlreadyOpen => BUSY,
-        ErrorKind::QueueFull | ErrorKind::TooLarge | ErrorKind::LockLost => REFUSED,
+        ErrorKind::QueueFull | ErrorKind::TooLarge | ErrorKind::LockLost | ErrorKind::InUse => {
+            REFUSED
+        }
         _ => STORE,
     }
 }

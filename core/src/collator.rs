@@ -98,7 +98,10 @@ impl Collator {
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a message without a
     /// group or sequence number, a sequence number of 0 or beyond the series' declared length,
-    /// or a length that contradicts the series; the errors of [`Queue::send`].
+    /// or a length that contradicts the series; the errors of [`Queue::send`];
+    /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) naming the destination when it no
+    /// longer exists (only in a store an older postbox wrote: nothing deletes a queue a
+    /// collator names now), with nothing stored.
     pub fn send(&self, message: impl Into<Message>) -> Result<Collated> {
         Ok(self.send_batch([message.into()])?.pop().unwrap_or_default())
     }
@@ -117,8 +120,10 @@ impl Collator {
         for m in &msgs {
             m.validate()?;
         }
-        let (q, name) = (self.id, self.name.clone());
-        let got = self.engine.call(move |b| b.collate(q, &name, msgs))?;
+        let (q, name, dest) = (self.id, self.name.clone(), self.destination.name.clone());
+        let got = self
+            .engine
+            .call(move |b| b.collate(q, &name, &dest, msgs))?;
         Ok(got
             .into_iter()
             .map(|c| Collated {

@@ -80,6 +80,10 @@ error_kinds! {
     /// A transaction's commit found an application table row that its `increment` or `put_if`
     /// read changed by another commit since: nothing was applied; run the transaction again.
     Conflict = 20,
+    /// The queue cannot be deleted: another queue's `forward_to`, `forward_dead_letters_to` or
+    /// `receipts_to`, a collator (its destination) or a job that is not done (its
+    /// continuation) names it. Remove that use first.
+    InUse = 21,
 }
 
 /// Every error that postbox reports.
@@ -163,6 +167,16 @@ pub enum Error {
     /// The store has been closed.
     #[error("the store is closed")]
     Closed,
+    /// The queue is in use, so it cannot be deleted: `by` names what uses it (another queue's
+    /// forwarding or receipts option, a collator, a job's continuation). Kind
+    /// [`ErrorKind::InUse`].
+    #[error("queue {queue:?} is in use: it is {by}; remove that use before deleting it")]
+    QueueInUse {
+        /// The queue that was to be deleted.
+        queue: String,
+        /// What uses it, e.g. `the forward_to of queue "orders"`.
+        by: String,
+    },
     /// A typed body failed to encode or decode.
     #[error("cannot decode message body: {0}")]
     Codec(String),
@@ -220,6 +234,7 @@ impl Error {
             Error::Panic(_) => ErrorKind::Panic,
             Error::Forked { .. } => ErrorKind::Forked,
             Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::QueueInUse { .. } => ErrorKind::InUse,
         }
     }
 
@@ -304,6 +319,10 @@ impl Error {
             Error::Conflict { table, key } => Error::Conflict {
                 table: table.clone(),
                 key: key.clone(),
+            },
+            Error::QueueInUse { queue, by } => Error::QueueInUse {
+                queue: queue.clone(),
+                by: by.clone(),
             },
         }
     }

@@ -421,6 +421,12 @@ pub const REASON_TTL_EXPIRED: &str = "TTLExpired";
 pub const REASON_MAX_DELIVERIES: &str = "MaxDeliveryCountExceeded";
 /// Reason given to a message whose body a typed queue or typed processor could not decode.
 pub const REASON_DECODE_FAILED: &str = "DecodeFailed";
+/// Reason given to a message a commit promised to send — a receipt, a job's continuation —
+/// whose queue no longer exists. Nothing deletes a queue that something names now (such a
+/// deletion fails with [`Error::QueueInUse`](crate::Error::QueueInUse)); a store written by an
+/// older postbox may still name a deleted one. The message is kept as a dead letter of the
+/// queue whose settle sent it, with the missing queue in its description.
+pub const REASON_DESTINATION_MISSING: &str = "DestinationMissing";
 
 /// The label of a receipt posted by a queue with
 /// [`receipts_to`](crate::QueueOptions::receipts_to). A receipt has an empty body, the settled

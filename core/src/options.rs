@@ -151,10 +151,14 @@ pub struct QueueOptions {
     /// one message at a time. Fixed when the queue is created.
     pub requires_session: bool,
     /// Every message sent to this queue lands in this queue instead, in the same commit
-    /// (Service Bus's auto-forwarding). Chains are followed; a loop is refused when set.
+    /// (Service Bus's auto-forwarding). Chains are followed; a loop is refused when set. Like
+    /// every option that names a queue, the queue must exist and be a plain, non-temporary
+    /// queue when the option is set, and it is *in use* while named: deleting it fails with
+    /// [`Error::QueueInUse`](crate::Error::QueueInUse), and `auto_delete_on_idle` skips it.
     pub forward_to: Option<String>,
     /// Dead letters of this queue go to this queue (with their dead-letter reason and source)
     /// instead of its own dead-letter queue: dead letters of many queues collect in one place.
+    /// The queue it names is in use (see `forward_to`).
     pub forward_dead_letters_to: Option<String>,
     /// Completed messages are kept in the queue's journal ([`Queue::journal`](crate::Queue::journal)),
     /// at most this many (the oldest dropped first); MSMQ's journal queue.
@@ -166,7 +170,9 @@ pub struct QueueOptions {
     pub auto_delete_on_idle: Option<Duration>,
     /// A receipt is posted to this queue, in the same commit, whenever a message of this queue
     /// is completed or dead-lettered: an empty-bodied message labelled `"receipt"` whose
-    /// properties say what happened (see [`RECEIPT_LABEL`](crate::RECEIPT_LABEL)).
+    /// properties say what happened (see [`RECEIPT_LABEL`](crate::RECEIPT_LABEL)). A missing
+    /// queue is refused when the option is set, as for `forward_to`, and the queue it names is
+    /// in use (see `forward_to`).
     pub receipts_to: Option<String>,
     /// The options named by builder methods (bit per [`Opt`]).
     mentioned: u16,

@@ -370,13 +370,21 @@ impl Store {
         }
     }
 
-    /// Opens collator `name`, which releases into `destination`, creating it if missing.
+    /// Opens collator `name`, which releases into `destination`, creating it if missing. The
+    /// destination is then in use (see [`Store::delete_queue`]) until the collator is deleted.
+    ///
+    /// A collator whose destination no longer exists — possible only in a store an older
+    /// postbox wrote, since deleting a queue a collator names is refused now — refuses sends
+    /// ([`Error::QueueNotFound`] naming that queue) and keeps what it holds; opening it with a
+    /// `destination` makes that its destination and releases there, in order, everything that
+    /// was ready.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name, the name of a queue or topic, a collator that
-    /// releases into another queue, or a destination that is not a plain queue;
-    /// [`Error::QueueNotFound`] if `destination` was deleted; storage errors.
+    /// releases into another queue that still exists, or a destination that is not a plain
+    /// queue or is temporary; [`Error::QueueNotFound`] if `destination` was deleted; storage
+    /// errors.
     pub fn collator(&self, name: &str, destination: &Queue) -> Result<Collator> {
         validate_queue_name(name)?;
         let (owned, dest, dest_name) = (name.to_owned(), destination.id, destination.name.clone());
@@ -424,12 +432,14 @@ impl Store {
         Ok(Queue::new(self.engine.clone(), &name, rec))
     }
 
-    /// Creates a job (see [`Job`]).
+    /// Creates a job (see [`Job`]). The queue of its continuation is in use (see
+    /// [`Store::delete_queue`]) until the job is done or deleted.
     ///
     /// # Errors
     ///
     /// For a continuation: [`Error::QueueNotFound`], [`Error::MessageTooLarge`],
-    /// [`Error::InvalidArgument`]; storage errors.
+    /// [`Error::InvalidArgument`] (also for a temporary queue, which goes with its process
+    /// while the job outlives it); storage errors.
     pub fn create_job(&self, options: JobOptions) -> Result<Job> {
         Job::create(&self.engine, options)
     }
@@ -523,7 +533,8 @@ impl Store {
             && matches!(rec.kind, QueueKind::Topic | QueueKind::Collator)
         {
             return Err(Error::invalid(format!(
-                "{name:?} is a topic or collator, not a queue"
+                "{name:?} is {}, not a queue",
+                rec.kind.described()
             )));
         }
         validate_queue_name(name)?;
@@ -561,11 +572,33 @@ impl Store {
 
     /// Deletes queue `name`, its dead-letter queue, and all their messages. Returns whether it
     /// existed. Handles to the queue fail with [`Error::QueueNotFound`] afterwards. A topic's
-    /// name deletes the topic with every subscription.
+    /// name deletes the topic with every subscription; a collator's the collator.
+    ///
+    /// A queue that something names is *in use* and is not deleted: another queue's
+    /// `forward_to`, `forward_dead_letters_to` or `receipts_to`, a collator that releases into
+    /// it, or a job that is not done and sends its continuation there. Each of those promises
+    /// to deliver into the queue, so the deletion is refused instead of losing what they
+    /// deliver later. Clear the option, delete the collator or the job (or let it finish)
+    /// first. `auto_delete_on_idle` skips a queue in use the same way.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::{ErrorKind, QueueOptions};
+    /// store.queue("audit")?;
+    /// store.queue_with("orders", QueueOptions::default().receipts_to("audit"))?;
+    /// let e = store.delete_queue("audit").unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::InUse); // "… it is the receipts_to of queue \"orders\" …"
+    /// store.queue_with("orders", QueueOptions::default().no_receipts_to())?;
+    /// assert!(store.delete_queue("audit")?);
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when `name` is a dead-letter queue.
+    /// [`Error::QueueInUse`] when something names the queue (for a topic: one of its
+    /// subscriptions), with nothing deleted; [`Error::InvalidArgument`] when `name` is a
+    /// dead-letter queue or a journal.
     pub fn delete_queue(&self, name: &str) -> Result<bool> {
         validate_queue_name(name)?;
         let owned = name.to_owned();

@@ -119,7 +119,8 @@ impl Topic {
     ///
     /// # Errors
     ///
-    /// Storage errors.
+    /// [`Error::QueueInUse`](crate::Error::QueueInUse) when something names the subscription's
+    /// queue (see [`Store::delete_queue`](crate::Store::delete_queue)); storage errors.
     pub fn unsubscribe(&self, name: &str) -> Result<bool> {
         let qname = subscription_name(&self.name, name);
         let (t, tname) = (self.id, self.name.clone());

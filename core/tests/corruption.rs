@@ -28,18 +28,19 @@ const HANG: Duration = Duration::from_secs(120);
 fn build_base(dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let path = dir.join("base.postbox");
     let store = Store::open(&path).unwrap();
+    // The receipt queue first: receipts_to names an existing queue.
+    let audit = store
+        .queue_with(
+            "audit",
+            QueueOptions::default().dedup_window(Duration::from_secs(3600)),
+        )
+        .unwrap();
     let orders = store
         .queue_with(
             "orders",
             QueueOptions::default()
                 .max_deliveries(3)
                 .receipts_to("audit"),
-        )
-        .unwrap();
-    let audit = store
-        .queue_with(
-            "audit",
-            QueueOptions::default().dedup_window(Duration::from_secs(3600)),
         )
         .unwrap();
     let billing = store.queue("billing/eu").unwrap();

@@ -57,12 +57,18 @@ fn live<'a>(c: *const postbox_collator) -> Outcome<&'a postbox_collator> {
 /// the messages it holds and must already release into `destination`. A collator, a queue and
 /// a topic cannot share a name. `collator_out` receives a handle the caller owns and frees with
 /// `postbox_collator_free`. Delete a collator, with the messages it holds, with
-/// `postbox_queue_delete` (its destination stays).
+/// `postbox_queue_delete` (its destination stays). The destination is in use while the
+/// collator exists: `postbox_queue_delete` refuses it with `POSTBOX_IN_USE`.
+///
+/// A collator whose destination no longer exists (only in a store an older postbox wrote)
+/// refuses `postbox_collate` with `POSTBOX_QUEUE_NOT_FOUND`, keeping what it holds; opening it
+/// with a `destination` makes that its destination and releases there what was ready.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL argument, bad name, the name of a queue or
-/// topic, a collator that releases into another queue, a destination that is not a plain
-/// queue (a dead-letter queue, say) or that comes from another store handle);
+/// topic, a collator that releases into another queue that still exists, a destination that
+/// is not a plain queue (a dead-letter queue, say), is temporary, or comes from another store
+/// handle);
 /// `POSTBOX_QUEUE_NOT_FOUND` (the destination was deleted); `POSTBOX_CLOSED`;
 /// `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]

@@ -74,6 +74,7 @@ pub fn status_of(kind: ErrorKind) -> c_int {
         ErrorKind::QueueNotFound => POSTBOX_QUEUE_NOT_FOUND,
         ErrorKind::Forked => POSTBOX_FORKED,
         ErrorKind::Conflict => POSTBOX_CONFLICT,
+        ErrorKind::InUse => POSTBOX_IN_USE,
         // A kind added to the engine without a C code is a bug of this binding; the test
         // `every_error_kind_has_its_own_status` catches it before a release.
         _ => POSTBOX_PANIC,

@@ -145,14 +145,16 @@ fn fill<T: Copy>(items: &[T], slots: &mut [T], count: Out<usize>) {
 /// message `body[0..body_len]` with `options` (NULL for none; as `postbox_send`) is sent to it
 /// when the job is done, in the commit that ends its last piece (or in `postbox_job_seal`, if
 /// every piece had ended by then): exactly once. With `continuation` NULL the job has no
-/// continuation (`body_len` must then be 0 and `options` NULL). Everything is copied.
+/// continuation (`body_len` must then be 0 and `options` NULL). Everything is copied. The
+/// continuation queue is in use until the job is done or deleted: `postbox_queue_delete`
+/// refuses it with `POSTBOX_IN_USE`.
 ///
 /// `job_out` receives a handle the caller frees with `postbox_job_free`.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store` or `job_out`, NULL body with a
 /// length, bad options, a body or options without a continuation queue, a queue of another
-/// store handle or that is not an ordinary queue); `POSTBOX_TOO_LARGE` (the continuation is
+/// store handle, that is not an ordinary queue or is temporary); `POSTBOX_TOO_LARGE` (the continuation is
 /// above its queue's `max_message_size`); `POSTBOX_QUEUE_NOT_FOUND` (the continuation queue
 /// was deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]

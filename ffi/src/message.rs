@@ -594,6 +594,10 @@ mod tests {
                 "POSTBOX_REASON_DECODE_FAILED",
                 postbox::REASON_DECODE_FAILED,
             ),
+            (
+                "POSTBOX_REASON_DESTINATION_MISSING",
+                postbox::REASON_DESTINATION_MISSING,
+            ),
             // The engine keeps its suffix private; the C suite checks a dead-letter queue's
             // name against the macro.
             ("POSTBOX_DEAD_LETTER_SUFFIX", "/$deadletterqueue"),

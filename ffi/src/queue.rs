@@ -165,10 +165,13 @@ pub struct postbox_queue_options {
     /// Reserved (the padding before `forward_to`, spelt out); ignored, written as 0.
     pub reserved: u32,
     /// Auto-forwarding: every message sent to this queue lands in queue `forward_to` instead,
-    /// in the same commit (chains are followed; a loop or a missing queue is refused with
-    /// `POSTBOX_INVALID_ARGUMENT`). NUL-terminated UTF-8; NULL: not mentioned (default: none;
-    /// `POSTBOX_OPTION_FORWARD_TO` clears it). From `postbox_queue_options_get`: a string owned
-    /// by the queue handle, valid until it is freed (never free it), or NULL when not set.
+    /// in the same commit (chains are followed; a loop, a missing queue or a temporary one is
+    /// refused with `POSTBOX_INVALID_ARGUMENT`). The queue named is in use while named:
+    /// `postbox_queue_delete` refuses it with `POSTBOX_IN_USE`, idle deletion skips it (as for
+    /// `forward_dead_letters_to` and `receipts_to`). NUL-terminated UTF-8; NULL: not mentioned
+    /// (default: none; `POSTBOX_OPTION_FORWARD_TO` clears it). From
+    /// `postbox_queue_options_get`: a string owned by the queue handle, valid until it is freed
+    /// (never free it), or NULL when not set.
     pub forward_to: *const c_char,
     /// Dead letters of this queue land in queue `forward_dead_letters_to` (with their
     /// dead-letter reason and source queue) instead of its own dead-letter queue. As
@@ -193,8 +196,11 @@ pub struct postbox_queue_options {
     /// the string properties `POSTBOX_RECEIPT_MESSAGE_ID`, `POSTBOX_RECEIPT_QUEUE`,
     /// `POSTBOX_RECEIPT_OUTCOME` (`"completed"` or `"dead-lettered"`), `POSTBOX_RECEIPT_AT` (ms
     /// since the Unix epoch, decimal) and, for a dead letter, `POSTBOX_RECEIPT_REASON`.
-    /// Receipts are not held to the receipt queue's quotas; while no queue of that name exists,
-    /// none are posted. As `forward_to`: NULL not mentioned (default: none),
+    /// Receipts are not held to the receipt queue's quotas. A missing (or temporary) queue is
+    /// refused with `POSTBOX_INVALID_ARGUMENT`, and the queue is in use, as for `forward_to`. In
+    /// a store an older postbox wrote, where it may be missing, a receipt becomes a dead letter
+    /// of this queue (`POSTBOX_REASON_DESTINATION_MISSING`). As `forward_to`: NULL not
+    /// mentioned (default: none),
     /// `POSTBOX_OPTION_RECEIPTS_TO` clears it, and `postbox_queue_options_get` writes a string
     /// owned by the queue handle.
     pub receipts_to: *const c_char,

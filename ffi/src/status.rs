@@ -58,6 +58,10 @@ pub const POSTBOX_FORKED: c_int = 19;
 /// `postbox_table_put_if` read changed by another commit since: nothing was applied (the
 /// received messages are back in their queues); run the transaction again.
 pub const POSTBOX_CONFLICT: c_int = 20;
+/// The queue cannot be deleted because something names it: another queue's `forward_to`,
+/// `forward_dead_letters_to` or `receipts_to`, a collator (its destination), or a job that is
+/// not done (its continuation). The detailed message says which; remove that use first.
+pub const POSTBOX_IN_USE: c_int = 21;
 
 /// Major version of the header. `postbox_version()` returns the library's own version; the C
 /// test suite asserts that the two agree.
@@ -98,6 +102,7 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
             POSTBOX_QUEUE_NOT_FOUND => c"the queue does not exist",
             POSTBOX_FORKED => c"the handle belongs to the parent process (inherited across fork)",
             POSTBOX_CONFLICT => c"a table row changed since the transaction read it",
+            POSTBOX_IN_USE => c"the queue is in use (named by another queue, a collator or a job)",
             _ => c"unknown status",
         };
         Ok(text.as_ptr())

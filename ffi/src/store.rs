@@ -343,12 +343,20 @@ pub extern "C" fn postbox_strings_free(list: *mut postbox_strings) {
 /// with every subscription (their queues and messages); the name of a collator deletes the
 /// collator and the messages it holds (its destination queue stays).
 ///
+/// A queue that something names is in use and is not deleted: another queue's `forward_to`,
+/// `forward_dead_letters_to` or `receipts_to`, a collator releasing into it, or a job that is not
+/// done and sends its continuation there. Each promises to deliver into the queue, so the
+/// deletion is refused (`POSTBOX_IN_USE`; `postbox_last_error_message()` names the user) rather
+/// than losing what they deliver later; clear the option, free and delete the collator, or
+/// delete (or finish) the job first. `auto_delete_on_idle_ms` skips a queue in use too.
+///
 /// `existed_out` may be NULL; on success it receives whether the queue existed (deleting a
 /// missing queue is not an error).
 ///
 /// # Returns
-/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name, or the name of a
-/// dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
+/// `POSTBOX_OK`; `POSTBOX_IN_USE` (something names the queue, or for a topic one of its
+/// subscriptions; nothing deleted); `POSTBOX_INVALID_ARGUMENT` (NULL `store`/`name`, a bad name,
+/// or the name of a dead-letter queue); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_queue_delete(
     store: *mut postbox_store,

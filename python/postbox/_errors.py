@@ -19,6 +19,7 @@ __all__ = [
     "MessageTooLargeError",
     "NotFoundError",
     "QueueNotFoundError",
+    "InUseError",
     "MessageNotFoundError",
     "InvalidArgumentError",
     "ConfigError",
@@ -94,6 +95,17 @@ class QueueNotFoundError(NotFoundError):
 
     code = 18
     queue: str
+
+
+class InUseError(PostboxError):
+    """The queue cannot be deleted: something names it — another queue's ``forward_to``,
+    ``forward_dead_letters_to`` or ``receipts_to``, a collator (its destination), or a job that
+    is not done (its continuation). ``queue`` is the queue, ``used_by`` what uses it; remove
+    that use first."""
+
+    code = 21
+    queue: str
+    used_by: str
 
 
 class MessageNotFoundError(NotFoundError):

@@ -85,6 +85,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "REASON_TTL_EXPIRED",
     "REASON_MAX_DELIVERIES",
+    "REASON_DESTINATION_MISSING",
     "RECEIPT_LABEL",
     "RECEIPT_MESSAGE_ID",
     "RECEIPT_QUEUE",
@@ -99,6 +100,7 @@ MIN_PRIORITY: int
 DEFAULT_PRIORITY: int
 REASON_TTL_EXPIRED: str
 REASON_MAX_DELIVERIES: str
+REASON_DESTINATION_MISSING: str
 RECEIPT_LABEL: str
 """The label of a receipt (``"receipt"``), posted to a queue's ``receipts_to``."""
 RECEIPT_MESSAGE_ID: str
@@ -206,6 +208,10 @@ class Store:
         ``message_id``, ``queue``, ``outcome`` (``"completed"`` or ``"dead-lettered"``),
         ``at`` (milliseconds since the epoch) and, for a dead letter, ``reason`` (the
         ``RECEIPT_*`` constants name them). Both are cleared with ``None``.
+
+        ``forward_to``, ``forward_dead_letters_to`` and ``receipts_to`` must name an existing,
+        plain, non-temporary queue (``InvalidArgumentError`` otherwise), which is then in use:
+        ``delete_queue`` raises ``InUseError`` for it and ``auto_delete_on_idle`` skips it.
         """
     def open_queue(self, name: str) -> Queue:
         """Opens queue ``name`` only if it exists, never creating it.
@@ -234,8 +240,10 @@ class Store:
         ``continuation=(queue, message)`` sends ``message`` to ``queue`` once the job is done,
         in the commit that ends its last piece (or seals it): exactly once. ``message`` is a
         body or a dict with a ``"body"`` key and ``Queue.send``'s keywords (a ``send_batch``
-        item); ``queue`` a ``Queue`` or the name of an existing queue. A bad continuation
-        raises ``QueueNotFoundError``, ``MessageTooLargeError`` or ``InvalidArgumentError``.
+        item); ``queue`` a ``Queue`` or the name of an existing queue, which is then in use
+        (``delete_queue`` raises ``InUseError``) until the job is done or deleted. A bad
+        continuation raises ``QueueNotFoundError``, ``MessageTooLargeError`` or
+        ``InvalidArgumentError`` (also for a temporary queue, which goes with its process).
         """
     def job(self, id: int) -> Job:
         """Opens job ``id`` (created here or in another process).
@@ -262,13 +270,21 @@ class Store:
         """Opens collator ``name``, which releases into ``destination``, creating it if missing.
 
         An existing collator keeps the messages it holds and must already release into
-        ``destination`` (``InvalidArgumentError`` otherwise).
+        ``destination`` (``InvalidArgumentError`` otherwise), which is in use while the collator
+        exists (``delete_queue`` raises ``InUseError``). A collator whose destination no longer
+        exists (only in a store an older postbox wrote) refuses sends with
+        ``QueueNotFoundError`` naming it; opened with a ``destination``, it takes that one and
+        releases there what was ready.
         """
     def delete_queue(self, name: str) -> bool:
         """Deletes a queue, its dead-letter queue and their messages; whether it existed.
 
         The name of a topic deletes it with every subscription; the name of a collator deletes
-        it with the messages it holds.
+        it with the messages it holds. A queue that something names is in use and is not
+        deleted: another queue's ``forward_to``, ``forward_dead_letters_to`` or
+        ``receipts_to``, a collator releasing into it, or a job that is not done and sends its
+        continuation there. Raises ``InUseError`` (``used_by`` says which) then, with nothing
+        deleted; ``auto_delete_on_idle`` skips such a queue too.
         """
     def transaction(self) -> Transaction:
         """A new transaction; raises ``ClosedError`` at once on a closed store."""

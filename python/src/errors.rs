@@ -47,6 +47,7 @@ pub fn kind_class_name(kind: ErrorKind) -> &'static str {
         ErrorKind::QueueNotFound => "QueueNotFoundError",
         ErrorKind::Forked => "ForkedError",
         ErrorKind::Conflict => "ConflictError",
+        ErrorKind::InUse => "InUseError",
         _ => "PostboxError",
     }
 }
@@ -83,6 +84,10 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
         Error::LockLost(id) | Error::MessageNotFound(id) => exc.setattr("message_id", id.get())?,
         Error::SessionLockLost(group) => exc.setattr("group", group)?,
         Error::QueueNotFound(q) => exc.setattr("queue", q)?,
+        Error::QueueInUse { queue, by } => {
+            exc.setattr("queue", queue)?;
+            exc.setattr("used_by", by)?;
+        }
         Error::JobNotFound(id) => exc.setattr("job_id", id)?,
         Error::QueueFull { queue, limit } => {
             exc.setattr("queue", queue)?;

@@ -68,6 +68,10 @@ mod _postbox {
         m.add("DEFAULT_PRIORITY", postbox::DEFAULT_PRIORITY)?;
         m.add("REASON_TTL_EXPIRED", postbox::REASON_TTL_EXPIRED)?;
         m.add("REASON_MAX_DELIVERIES", postbox::REASON_MAX_DELIVERIES)?;
+        m.add(
+            "REASON_DESTINATION_MISSING",
+            postbox::REASON_DESTINATION_MISSING,
+        )?;
         m.add("RECEIPT_LABEL", postbox::RECEIPT_LABEL)?;
         m.add("RECEIPT_MESSAGE_ID", postbox::RECEIPT_MESSAGE_ID)?;
         m.add("RECEIPT_QUEUE", postbox::RECEIPT_QUEUE)?;

@@ -362,7 +362,9 @@ impl PyStore {
     }
 
     /// Opens collator `name`, which releases into `destination`, creating it if missing; an
-    /// existing collator keeps what it holds and must release into `destination`.
+    /// existing collator keeps what it holds and must release into `destination` (unless that
+    /// queue is gone: then it takes `destination`). The destination is in use while the
+    /// collator exists.
     fn collator(
         &self,
         py: Python<'_>,
@@ -466,7 +468,9 @@ impl PyStore {
 
     /// Deletes a queue, its dead-letter queue and their messages; returns whether it existed.
     /// The name of a topic deletes it with every subscription; the name of a collator deletes
-    /// it with the messages it holds.
+    /// it with the messages it holds. Raises `InUseError` when something names the queue
+    /// (another queue's `forward_to`, `forward_dead_letters_to` or `receipts_to`, a collator, a
+    /// job that is not done): nothing is deleted.
     fn delete_queue(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
         self.check_process()?;
         let store = &self.store;

@@ -33,6 +33,7 @@ LEAVES = {
     "QueueNotFoundError": 18,
     "ForkedError": 19,
     "ConflictError": 20,
+    "InUseError": 21,
 }
 
 

@@ -35,8 +35,8 @@ def test_the_option_is_stored_and_read_back(tmp_store: postbox.Store) -> None:
 
 
 def test_queue_infos_list_options_and_activity(tmp_store: postbox.Store) -> None:
+    tmp_store.queue("receipts")  # receipts_to names an existing queue
     q = tmp_store.queue("work", auto_delete_on_idle=600, receipts_to="receipts", max_deliveries=4)
-    tmp_store.queue("receipts")
     t = tmp_store.temporary_queue()
     before = time.time()
     q.send(b"x")

@@ -62,7 +62,7 @@ static int use_everything(void) {
                POSTBOX_OPTION_JOURNAL;
     size_t bounds = POSTBOX_MAX_TEXT_PROPERTY_LEN + POSTBOX_MAX_PROPERTY_KEY_LEN +
                     POSTBOX_MAX_REASON_LEN + POSTBOX_MAX_DESCRIPTION_LEN;
-    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + POSTBOX_QUEUE_NOT_FOUND + POSTBOX_FORKED +
+    return (int)b.len + POSTBOX_OK + POSTBOX_CODEC + POSTBOX_QUEUE_NOT_FOUND + POSTBOX_FORKED + POSTBOX_IN_USE +
            (int)POSTBOX_VERSION_NUMBER + (int)POSTBOX_DURABILITY_NONE +
            (int)POSTBOX_PROPERTY_BYTES + (int)qo.clear + (int)bounds + (reasons[0][0] == 'T') +
            po.sessions + qo.requires_session;

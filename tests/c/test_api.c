@@ -85,7 +85,8 @@ static void test_status_codes(const char *dir) {
                          POSTBOX_INCOMPATIBLE_VERSION, POSTBOX_ALREADY_OPEN,
                          POSTBOX_OUTCOME_UNKNOWN, POSTBOX_CONFIG,
                          POSTBOX_STORAGE_FULL, POSTBOX_CODEC,
-                         POSTBOX_QUEUE_NOT_FOUND, POSTBOX_FORKED};
+                         POSTBOX_QUEUE_NOT_FOUND, POSTBOX_FORKED,
+                         POSTBOX_CONFLICT,    POSTBOX_IN_USE};
     size_t n = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < n; i++) {
         CHECK(codes[i] == (int)i); /* explicit numbers, in ErrorKind's order */

@@ -1053,6 +1053,96 @@ static void test_receipts(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* Deleting `name` fails with POSTBOX_IN_USE and a message naming `user`; nothing is deleted. */
+static void delete_refused(postbox_store *store, const char *name, const char *user) {
+    bool existed = false;
+    CHECK_RC(postbox_queue_delete(store, name, &existed), POSTBOX_IN_USE);
+    CHECK(strstr(postbox_last_error_message(), user) != NULL);
+    CHECK(store_has_queue(store, name) == 1);
+}
+
+/* Queues in use: a queue that receipts_to, forward_to, a collator or a pending job's
+ * continuation names is not deleted, and receipts_to a missing queue is refused like
+ * forward_to. */
+static void test_queues_in_use(const char *dir) {
+    postbox_store *store = open_store(dir);
+    if (store == NULL) return;
+    postbox_queue_options o;
+    postbox_queue_options_init(&o);
+    o.receipts_to = "audti";
+    postbox_queue *q = NULL;
+    CHECK_RC(postbox_queue_open(store, "work", &o, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "\"audti\": no such queue") != NULL);
+    o.receipts_to = NULL;
+    o.forward_to = "audti";
+    CHECK_RC(postbox_queue_open(store, "work", &o, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK(store_has_queue(store, "work") == 0);
+
+    postbox_queue *audit = open_queue(store, "audit", NULL);
+    postbox_queue *fwd = open_queue(store, "fwd", NULL);
+    postbox_queue_options_init(&o);
+    o.receipts_to = "audit";
+    o.forward_to = "fwd";
+    postbox_queue *work = open_queue(store, "work", &o);
+    postbox_queue *tiles = open_queue(store, "tiles", NULL);
+    postbox_queue *stitch = open_queue(store, "stitch", NULL);
+    postbox_queue *pieces = open_queue(store, "pieces", NULL);
+    if (audit == NULL || fwd == NULL || work == NULL || tiles == NULL || stitch == NULL ||
+        pieces == NULL)
+        return;
+    delete_refused(store, "audit", "the receipts_to of queue \"work\"");
+    delete_refused(store, "fwd", "the forward_to of queue \"work\"");
+
+    postbox_collator *c = NULL;
+    REQUIRE_OK(postbox_collator_open(store, "tiles-in", tiles, &c));
+    delete_refused(store, "tiles", "the destination of collator \"tiles-in\"");
+    postbox_collator_free(c);
+    CHECK_OK(postbox_queue_delete(store, "tiles-in", NULL));
+    CHECK_OK(postbox_queue_delete(store, "tiles", NULL));
+    CHECK(store_has_queue(store, "tiles") == 0);
+
+    postbox_job *job = NULL;
+    REQUIRE_OK(postbox_job_create(store, stitch, (const uint8_t *)"stitch it", 9, NULL, &job));
+    CHECK_OK(postbox_job_send(job, pieces, NULL, (const uint8_t *)"p1", 2, NULL, NULL));
+    CHECK_OK(postbox_job_seal(job, NULL));
+    delete_refused(store, "stitch", "continuation");
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(pieces, NULL, 1000, &m));
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+    CHECK(progress_of(job).done);
+    CHECK(counts_of(stitch).active == 1); /* the continuation, once */
+    CHECK_OK(postbox_queue_delete(store, "stitch", NULL));
+    postbox_job_free(job);
+
+    /* A temporary queue goes with its process: no option may name it. */
+    postbox_queue *t = NULL;
+    REQUIRE_OK(postbox_queue_open_temporary(store, NULL, &t));
+    postbox_bytes tn = postbox_queue_name(t);
+    char tname[256];
+    snprintf(tname, sizeof tname, "%.*s", (int)tn.len, (const char *)tn.data);
+    postbox_queue_options_init(&o);
+    o.receipts_to = tname;
+    CHECK_RC(postbox_queue_open(store, "work", &o, &q), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_job_create(store, t, NULL, 0, NULL, &job), POSTBOX_INVALID_ARGUMENT);
+    postbox_queue_free(t);
+
+    /* Once the options are cleared, the queues go. */
+    postbox_queue_options_init(&o);
+    o.clear = POSTBOX_OPTION_RECEIPTS_TO | POSTBOX_OPTION_FORWARD_TO;
+    postbox_queue *again = open_queue(store, "work", &o);
+    CHECK_OK(postbox_queue_delete(store, "audit", NULL));
+    CHECK_OK(postbox_queue_delete(store, "fwd", NULL));
+    postbox_queue_free(again);
+    postbox_queue_free(pieces);
+    postbox_queue_free(stitch);
+    postbox_queue_free(tiles);
+    postbox_queue_free(work);
+    postbox_queue_free(fwd);
+    postbox_queue_free(audit);
+    CHECK_OK(postbox_store_close(store));
+}
+
 /* Whether `name` begins with the temporary-queue prefix. */
 static int is_temporary_name(postbox_bytes name) {
     size_t n = strlen(POSTBOX_TEMPORARY_QUEUE_PREFIX);
@@ -2207,6 +2297,7 @@ int main(int argc, char **argv) {
         {"reply", test_reply},
         {"request_response", test_request_response},
         {"receipts", test_receipts},
+        {"queues_in_use", test_queues_in_use},
         {"temporary_queues", test_temporary_queues},
         {"queue_options_and_listing", test_queue_options_and_listing},
         {"idle_queue_deleted", test_idle_queue_deleted},

@@ -393,6 +393,20 @@ pub enum QueueKind {
     Journal,
 }
 
+impl QueueKind {
+    /// What a name of this kind is, for errors that refuse a name of the wrong kind
+    /// ("\"c\" is a collator, not a topic").
+    pub fn described(self) -> &'static str {
+        match self {
+            QueueKind::Normal => "a queue",
+            QueueKind::DeadLetter => "a dead-letter queue",
+            QueueKind::Topic => "a topic",
+            QueueKind::Collator => "a collator",
+            QueueKind::Journal => "a journal",
+        }
+    }
+}
+
 /// A topic subscription: the topic it belongs to and which published messages it takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscription {

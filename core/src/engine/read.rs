@@ -402,20 +402,38 @@ pub fn queue_records(txn: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>
 }
 
 /// Whether some queue is due for idle deletion now (the writer checks again before deleting),
-/// and whether any queue has `auto_delete_on_idle` at all.
+/// and whether any queue has `auto_delete_on_idle` at all. A queue in use (see
+/// `batch::in_use`) is never due, so the janitor does not ask the writer for it every second.
 pub fn idle_due(txn: &ReadTransaction, now: u64) -> Result<(bool, bool)> {
     let (mut due, mut any) = (false, false);
-    for (_, rec) in queue_records(txn)? {
+    for (name, rec) in queue_records(txn)? {
         let Some(idle) = rec.options.auto_delete_on_idle else {
             continue;
         };
         any = true;
+        if due {
+            continue;
+        }
         let c = counts(txn, rec.id)?;
-        if c.locked == 0 && super::batch::idle_expired(c.last_activity, idle, now) {
+        if c.locked == 0
+            && super::batch::idle_expired(c.last_activity, idle, now)
+            && !in_use(txn, &name, &rec)?
+        {
             due = true;
         }
     }
     Ok((due, any))
+}
+
+/// Whether something names queue `name` (record `rec`): the rule `Batch::queue_user` applies.
+fn in_use(txn: &ReadTransaction, name: &str, rec: &QueueRecord) -> Result<bool> {
+    let except = [rec.id, rec.peer, rec.journal];
+    let queues = txn.open_table(QUEUES)?;
+    if super::batch::option_user(&queues, name, rec.id, &except)?.is_some() {
+        return Ok(true);
+    }
+    let jobs = txn.open_table(JOBS)?;
+    Ok(super::batch::continuation_user(&jobs, &Default::default(), rec.id)?.is_some())
 }
 
 /// A job's record, if it exists.

@@ -93,7 +93,8 @@ impl<'t> Batch<'t> {
         if let Some(mut rec) = self.queue_by_name(name)? {
             if matches!(rec.kind, QueueKind::Topic | QueueKind::Collator) {
                 return Err(Error::invalid(format!(
-                    "{name:?} is a topic or collator, not a queue"
+                    "{name:?} is {}, not a queue",
+                    rec.kind.described()
                 )));
             }
             if let Some(o) = options {
@@ -221,24 +222,25 @@ impl<'t> Batch<'t> {
         Ok(id)
     }
 
-    /// Checks the forwarding options of queue `name`: each target exists, is a plain queue, and
-    /// following `forward_to` from it neither loops back nor runs longer than
-    /// [`MAX_FORWARD_HOPS`].
+    /// Checks the options of queue `name` that name other queues (`forward_to`,
+    /// `forward_dead_letters_to`, `receipts_to`): each target exists and is a plain queue that
+    /// is not temporary, and following `forward_to` from it neither loops back nor runs longer
+    /// than [`MAX_FORWARD_HOPS`].
     pub(super) fn check_forwarding(&mut self, name: &str, o: &QueueSettings) -> Result<()> {
-        for target in [&o.forward_to, &o.forward_dead_letters_to]
-            .into_iter()
-            .flatten()
-        {
+        for (option, target) in [
+            ("forward_to", &o.forward_to),
+            ("forward_dead_letters_to", &o.forward_dead_letters_to),
+            ("receipts_to", &o.receipts_to),
+        ] {
+            let Some(target) = target else {
+                continue;
+            };
             let rec = self.queue_by_name(target)?.ok_or_else(|| {
                 Error::invalid(format!(
-                    "queue {name:?} cannot forward to {target:?}: no such queue"
+                    "{option} of queue {name:?} names {target:?}: no such queue"
                 ))
             })?;
-            if rec.kind != QueueKind::Normal {
-                return Err(Error::invalid(format!(
-                    "queue {name:?} can only forward to a plain queue, not {target:?}"
-                )));
-            }
+            self.check_reference(&format!("{option} of queue {name:?}"), &rec, target)?;
         }
         let mut hop = o.forward_to.clone();
         let mut hops = 0;
@@ -280,32 +282,49 @@ impl<'t> Batch<'t> {
         )))
     }
 
-    /// Deletes a queue, its dead-letter queue and every message in either. Returns whether it
-    /// existed.
+    /// Deletes a queue, its dead-letter queue and every message in either, as a caller asks
+    /// (the name of a topic deletes it with its subscriptions, that of a collator the
+    /// collator). Returns whether it existed.
+    ///
+    /// # Errors
+    ///
+    /// `QueueInUse` when something names the queue (see `in_use`); `InvalidArgument` for a
+    /// dead-letter queue or a journal.
     pub fn delete_queue(&mut self, name: &str) -> Result<bool> {
         let Some(rec) = self.queue_by_name(name)? else {
             return Ok(false);
         };
-        if rec.kind == QueueKind::DeadLetter {
-            return Err(Error::invalid(
-                "a dead-letter queue is deleted with its source queue",
-            ));
-        }
         match rec.kind {
             QueueKind::Topic => return self.delete_topic(name, &rec),
             QueueKind::Collator => return self.delete_collator(name, &rec),
             QueueKind::Journal => {
                 return Err(Error::invalid("a journal is deleted with its source queue"));
             }
-            QueueKind::Normal | QueueKind::DeadLetter => {}
+            QueueKind::DeadLetter => {
+                return Err(Error::invalid(
+                    "a dead-letter queue is deleted with its source queue",
+                ));
+            }
+            QueueKind::Normal => {}
         }
-        let mut parts = vec![
-            (rec.id, name.to_owned()),
-            (rec.peer, dead_letter_name(name)),
-        ];
+        self.refuse_if_in_use(name, rec.id, &[rec.id, rec.peer, rec.journal])?;
+        self.drop_queue(name, &rec)?;
+        Ok(true)
+    }
+
+    /// Deletes plain queue `name` (record `rec`), its dead-letter queue, its journal and their
+    /// messages, whether or not something names it: the callers decided (a caller's deletion
+    /// checked `in_use`, idle deletion skips queues in use, a temporary queue goes with its
+    /// process, and nothing may name one).
+    pub(super) fn drop_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
+        // The dead-letter queue goes first: a piece of a job removed with the queue may end
+        // its job, and a continuation that cannot be delivered must not be dead-lettered into
+        // a queue about to be deleted (see `finish_if_done`).
+        let mut parts = vec![(rec.peer, dead_letter_name(name))];
         if rec.journal != 0 {
             parts.push((rec.journal, journal_name(name)));
         }
+        parts.push((rec.id, name.to_owned()));
         for (q, qname) in parts {
             self.purge(q)?;
             self.drop_sessions(q)?;
@@ -335,7 +354,7 @@ impl<'t> Batch<'t> {
                 }
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Removes every message of queue `q` (receivable, scheduled, deferred and locked). Returns

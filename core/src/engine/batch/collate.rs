@@ -19,22 +19,32 @@ pub struct Collated {
 }
 
 impl<'t> Batch<'t> {
-    /// Opens collator `name` releasing into queue `dest`, creating it if missing.
+    /// Opens collator `name` releasing into queue `dest`, creating it if missing. A collator
+    /// whose destination no longer exists (deleted by an older postbox, which allowed it)
+    /// takes `dest` as its destination and releases there what is ready.
     pub fn open_collator(&mut self, name: &str, dest: u32, dest_name: &str) -> Result<QueueRecord> {
         let target = self.require_queue(dest, dest_name)?;
-        if target.1.kind != QueueKind::Normal {
-            return Err(Error::invalid(
-                "a collator releases into a queue (not a dead-letter queue, topic or collator)",
-            ));
-        }
-        if let Some(rec) = self.queue_by_name(name)? {
-            return match rec.kind {
-                QueueKind::Collator if rec.peer == dest => Ok(rec),
-                QueueKind::Collator => Err(Error::invalid(format!(
-                    "collator {name:?} releases into another queue"
-                ))),
-                _ => Err(Error::invalid(format!("{name:?} is not a collator"))),
-            };
+        self.check_reference(&format!("collator {name:?}"), &target.1, dest_name)?;
+        if let Some(mut rec) = self.queue_by_name(name)? {
+            if rec.kind != QueueKind::Collator {
+                return Err(Error::invalid(format!(
+                    "{name:?} is {}, not a collator",
+                    rec.kind.described()
+                )));
+            }
+            if rec.peer == dest {
+                return Ok(rec);
+            }
+            if let Some(current) = self.queue(rec.peer)? {
+                return Err(Error::invalid(format!(
+                    "collator {name:?} releases into queue {:?}, not {dest_name:?}",
+                    current.0
+                )));
+            }
+            rec.peer = dest;
+            self.put_queue(name, &rec)?;
+            self.release_all(rec.id, &target)?;
+            return Ok(rec);
         }
         if name.ends_with(DEAD_LETTER_SUFFIX) || name.contains(SUBSCRIPTIONS_INFIX) {
             return Err(Error::invalid(format!("{name:?} is a reserved name")));
@@ -58,16 +68,29 @@ impl<'t> Batch<'t> {
     pub fn require_collator(&mut self, q: u32, name: &str) -> Result<QueueRecord> {
         let rec = self.require_queue(q, name)?;
         if rec.1.kind != QueueKind::Collator {
-            return Err(Error::invalid(format!("{name:?} is not a collator")));
+            return Err(Error::invalid(format!(
+                "{name:?} is {}, not a collator",
+                rec.1.kind.described()
+            )));
         }
         Ok(rec.1.clone())
     }
 
-    /// Sends `msgs` through collator `q`: each is held, then everything contiguous from its
-    /// series' next number on is released to the destination, in order.
-    pub fn collate(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<Collated>> {
+    /// Sends `msgs` through collator `q`, which releases into queue `dest_name` (as its
+    /// handle knows it): each is held, then everything contiguous from its series' next number
+    /// on is released to the destination, in order.
+    pub fn collate(
+        &mut self,
+        q: u32,
+        name: &str,
+        dest_name: &str,
+        msgs: Vec<Message>,
+    ) -> Result<Vec<Collated>> {
         let rec = self.require_collator(q, name)?;
-        let dest = self.require_queue(rec.peer, "")?;
+        // Missing only in a store an older postbox wrote (nothing deletes a queue a collator
+        // names now): the sends are refused, naming the queue, and what is held stays held
+        // until the collator is opened with a destination again.
+        let dest = self.require_queue(rec.peer, dest_name)?;
         let mut out = Vec::with_capacity(msgs.len());
         for m in msgs {
             validate_message(&m, dest.1.options.max_message_size)?;
@@ -121,6 +144,25 @@ impl<'t> Batch<'t> {
             });
         }
         Ok(out)
+    }
+
+    /// Releases, from every series of collator `q`, what is contiguous from its next number on
+    /// into `dest`: what a collator whose destination was gone held back.
+    fn release_all(&mut self, q: u32, dest: &(String, QueueRecord)) -> Result<()> {
+        let rows: Vec<(String, SeriesState)> = self
+            .t_series()?
+            .range((q, "")..(q.saturating_add(1), ""))?
+            .map(|e| e.map(|(k, v)| (k.value().1.to_owned(), SeriesState::decode(&v.value()))))
+            .collect::<std::result::Result<_, _>>()?;
+        for (series, mut s) in rows {
+            if s.held == 0 {
+                continue;
+            }
+            if !self.release(q, dest, &series, &mut s)?.is_empty() {
+                self.t_series()?.insert((q, series.as_str()), s.encode())?;
+            }
+        }
+        Ok(())
     }
 
     /// Series `series` of collator `q` as stored (a new one starts at 1).

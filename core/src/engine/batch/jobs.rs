@@ -165,11 +165,7 @@ impl<'t> Batch<'t> {
         let continuation = match continuation {
             Some((q, name, m)) => {
                 let rec = self.require_queue(q, &name)?;
-                if rec.1.kind != QueueKind::Normal {
-                    return Err(Error::invalid(
-                        "a job's continuation goes to an ordinary queue",
-                    ));
-                }
+                self.check_reference("a job's continuation", &rec.1, &name)?;
                 validate_message(&m, rec.1.options.max_message_size)?;
                 Some((q, codec::encode_held("job", 0, &m)))
             }
@@ -227,7 +223,7 @@ impl<'t> Batch<'t> {
             PieceEnd::Completed => rec.completed += 1,
             PieceEnd::DeadLettered => rec.dead_lettered += 1,
         }
-        self.finish_if_done(job, &mut rec)?;
+        self.finish_if_done(job, &mut rec, Some(st.queue))?;
         self.put_job(job, &rec)
     }
 
@@ -236,28 +232,53 @@ impl<'t> Batch<'t> {
         let mut rec = self.load_job(job)?.ok_or(Error::JobNotFound(job))?;
         if !rec.sealed {
             rec.sealed = true;
-            self.finish_if_done(job, &mut rec)?;
+            self.finish_if_done(job, &mut rec, None)?;
             self.put_job(job, &rec)?;
         }
         Ok(rec)
     }
 
     /// Marks a sealed job with nothing pending as done and sends its continuation, once.
-    fn finish_if_done(&mut self, job: u64, rec: &mut JobRecord) -> Result<()> {
+    /// `source` is the queue of the piece whose end finished the job (`None` for a seal).
+    ///
+    /// Nothing deletes the queue of a pending continuation now (see `in_use`), but a store that
+    /// an older postbox wrote may lack it. The continuation is then dead-lettered, reason
+    /// `DestinationMissing`, where the finishing piece's dead letters go. Where there is no
+    /// such place, a seal is refused (nothing written yet), and a piece removed with its
+    /// deleted queue leaves the job not done, its continuation kept in its record: a removal
+    /// cannot be refused half way. The continuation never vanishes.
+    fn finish_if_done(&mut self, job: u64, rec: &mut JobRecord, source: Option<u32>) -> Result<()> {
         if !rec.sealed || rec.pending() != 0 || rec.is_done() {
             return Ok(());
         }
-        rec.done_at = self.now.max(1);
-        self.woken.insert(job_signal(job));
         if let Some((q, raw)) = &rec.continuation {
             let m =
                 codec::decode_held("job", 0, raw).map_err(|e| corrupted("job continuation", e))?;
-            // A continuation whose queue was deleted since has nowhere to go.
             if let Some(target) = self.queue(*q)? {
                 let settings = target.1.options.clone();
                 self.insert_message(*q, &settings, m)?;
+            } else {
+                let why = format!("the queue of job {job}'s continuation no longer exists");
+                let Some(source) = source else {
+                    return Err(Error::invalid(format!(
+                        "job {job} cannot be done: {why} (deleted by an older postbox); delete the job to drop its continuation"
+                    )));
+                };
+                let delivered = match self.queue(source)? {
+                    Some(source) => self.dead_letter_undeliverable(&source, m, &why)?,
+                    None => false,
+                };
+                if !delivered {
+                    tracing::warn!(
+                        job,
+                        "{why} and its last piece went with its deleted queue: the job stays not done, its continuation kept"
+                    );
+                    return Ok(());
+                }
             }
         }
+        rec.done_at = self.now.max(1);
+        self.woken.insert(job_signal(job));
         Ok(())
     }
 

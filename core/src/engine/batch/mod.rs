@@ -6,13 +6,14 @@
 //!
 //! This file holds the batch itself: its lazily opened tables, the id sequences and the exact
 //! per-queue counts it writes back in `flush`. The operations are split by concern: `catalog`
-//! (queues), `state` (a message's status transitions), `send`, `settle` (receive, settle,
+//! (queues), `in_use` (which queues may not be deleted), `state` (a message's status transitions), `send`, `settle` (receive, settle,
 //! renew), `sweep` (time-driven work) and `reaping` (processes and their locks).
 
 mod app_rows;
 mod catalog;
 mod checkpoints;
 mod collate;
+mod in_use;
 mod jobs;
 mod reaping;
 mod receipts;
@@ -29,6 +30,7 @@ pub use app_rows::{
     validate_app_value,
 };
 pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
+pub use in_use::{continuation_user, option_user};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;
 pub use temporary::{TEMPORARY_PREFIX, idle_expired};

@@ -15,9 +15,11 @@ pub enum Outcome<'a> {
 }
 
 impl<'t> Batch<'t> {
-    /// Posts the receipt for message `id` of queue `rec` if the queue asks for receipts. A
-    /// receipt queue deleted since the option was set gets nothing; receipts are not held to
-    /// the receipt queue's quotas (refusing one would refuse the settle that caused it).
+    /// Posts the receipt for message `id` of queue `rec` if the queue asks for receipts.
+    /// Receipts are not held to the receipt queue's quotas (refusing one would refuse the
+    /// settle that caused it). Nothing deletes a receipt queue in use now; a store an older
+    /// postbox wrote may lack it, and the receipt is then a dead letter of `rec`
+    /// (`DestinationMissing`).
     pub(super) fn post_receipt(
         &mut self,
         rec: &(String, QueueRecord),
@@ -27,12 +29,9 @@ impl<'t> Batch<'t> {
         let Some(target) = rec.1.options.receipts_to.as_deref() else {
             return Ok(());
         };
-        let Some(to) = self
+        let to = self
             .queue_by_name(target)?
-            .filter(|r| r.kind == QueueKind::Normal)
-        else {
-            return Ok(());
-        };
+            .filter(|r| r.kind == QueueKind::Normal);
         let mut m = Message::new(Vec::new())
             .label(RECEIPT_LABEL)
             .correlation_id(id.to_string())
@@ -45,7 +44,19 @@ impl<'t> Batch<'t> {
                 .property(RECEIPT_OUTCOME, RECEIPT_DEAD_LETTERED)
                 .property(RECEIPT_REASON, reason),
         };
-        self.insert_message(to.id, &to.options, m)?;
+        match to {
+            Some(to) => {
+                self.insert_message(to.id, &to.options, m)?;
+            }
+            None => {
+                let why = format!("the receipts_to queue {target:?} no longer exists");
+                // Only a queue being deleted in this very batch has nowhere for its dead
+                // letters, and its messages are removed, not settled; refuse rather than drop.
+                if !self.dead_letter_undeliverable(rec, m, &why)? {
+                    return Err(Error::QueueNotFound(target.to_owned()));
+                }
+            }
+        }
         Ok(())
     }
 }

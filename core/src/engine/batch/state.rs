@@ -233,16 +233,62 @@ impl<'t> Batch<'t> {
             source_queue: st.queue,
             at_ms: self.now,
         };
-        // Dead letters forwarded elsewhere keep their reason and source; a target deleted
-        // since the option was set falls back to the queue's own dead-letter queue.
-        let to = match &rec.1.options.forward_dead_letters_to {
+        let to = self.dead_letter_target(&rec.1)?;
+        self.move_to_queue(id, st, to, Some(&dl))?;
+        Ok(())
+    }
+
+    /// Where the dead letters of plain queue `rec` go: its `forward_dead_letters_to` (with
+    /// their reason and source), or its own dead-letter queue if that target is missing (only
+    /// in a store an older postbox wrote: nothing deletes a queue in use now).
+    fn dead_letter_target(&mut self, rec: &QueueRecord) -> Result<u32> {
+        Ok(match &rec.options.forward_dead_letters_to {
             Some(target) => self
                 .queue_by_name(target)?
                 .filter(|r| r.kind == QueueKind::Normal)
-                .map_or(rec.1.peer, |r| r.id),
-            None => rec.1.peer,
+                .map_or(rec.peer, |r| r.id),
+            None => rec.peer,
+        })
+    }
+
+    /// Keeps `m`, a message a commit promised to send (a receipt, a job's continuation) whose
+    /// queue no longer exists, as a dead letter of plain queue `source` — the queue whose
+    /// settle sent it — with reason `DestinationMissing` and `description` saying which.
+    /// Returns false, storing nothing, when `source`'s dead letters have nowhere to go (its
+    /// dead-letter queue is being deleted in this batch).
+    pub(super) fn dead_letter_undeliverable(
+        &mut self,
+        source: &(String, QueueRecord),
+        mut m: Message,
+        description: &str,
+    ) -> Result<bool> {
+        if source.1.kind != QueueKind::Normal {
+            return Ok(false);
+        }
+        let to = self.dead_letter_target(&source.1)?;
+        let Some(target) = self.queue(to)? else {
+            return Ok(false);
         };
-        self.move_to_queue(id, st, to, Some(&dl))?;
-        Ok(())
+        tracing::warn!(queue = %source.0, "{description}: the message is dead-lettered");
+        // Dead letters never expire and wait for no schedule.
+        m.expiry = Expiry::QueueDefault;
+        m.visibility = Visibility::Now;
+        let settings = QueueSettings {
+            default_ttl: None,
+            ..target.1.options.clone()
+        };
+        let id = self.insert_message(to, &settings, m)?;
+        let env = self.load_envelope(id)?;
+        let dl = DeadLetter {
+            reason: crate::message::REASON_DESTINATION_MISSING.to_owned(),
+            description: crate::message::truncate_description(description).to_owned(),
+            source_queue: source.1.id,
+            at_ms: self.now,
+        };
+        self.t_data()?.insert(
+            id,
+            codec::encode_envelope(id, &env.props, Some(&dl), &env.body).as_slice(),
+        )?;
+        Ok(true)
     }
 }

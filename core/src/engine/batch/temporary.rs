@@ -1,6 +1,7 @@
 //! Queues that go away on their own: temporary queues, which belong to the process that
 //! created them and are deleted when it closes the store or dies, and queues with
-//! `auto_delete_on_idle`, deleted after a period without activity.
+//! `auto_delete_on_idle`, deleted after a period without activity unless it is in use (see
+//! `in_use`).
 
 use redb::ReadableTable;
 
@@ -49,7 +50,9 @@ impl<'t> Batch<'t> {
                 && rec.temporary_owner != 0
                 && owner.is_none_or(|o| o == rec.temporary_owner)
             {
-                self.delete_queue(&name)?;
+                // Nothing may name a temporary queue (`check_reference`), so nothing is left
+                // without its queue.
+                self.drop_queue(&name, &rec)?;
                 n += 1;
             }
         }
@@ -57,7 +60,8 @@ impl<'t> Batch<'t> {
     }
 
     /// Deletes every queue with `auto_delete_on_idle` whose last activity is older than its
-    /// idle period and that holds no locked message. Returns the names deleted.
+    /// idle period, that holds no locked message and that is not in use. Returns the names
+    /// deleted.
     pub fn delete_idle_queues(&mut self) -> Result<Vec<String>> {
         let records: Vec<(String, Vec<u8>)> = self
             .t_queues()?
@@ -74,8 +78,13 @@ impl<'t> Batch<'t> {
                 continue;
             }
             let c = self.counters(rec.id)?;
-            if c.locked == 0 && idle_expired(c.last_activity, idle, self.now) {
-                self.delete_queue(&name)?;
+            if c.locked == 0
+                && idle_expired(c.last_activity, idle, self.now)
+                && self
+                    .queue_user(&name, rec.id, &[rec.id, rec.peer, rec.journal])?
+                    .is_none()
+            {
+                self.drop_queue(&name, &rec)?;
                 deleted.push(name);
             }
         }

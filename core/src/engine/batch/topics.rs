@@ -50,7 +50,10 @@ impl<'t> Batch<'t> {
         if let Some(rec) = self.queue_by_name(name)? {
             return match rec.kind {
                 QueueKind::Topic => Ok(rec),
-                _ => Err(Error::invalid(format!("{name:?} is a queue, not a topic"))),
+                kind => Err(Error::invalid(format!(
+                    "{name:?} is {}, not a topic",
+                    kind.described()
+                ))),
             };
         }
         if name.ends_with(DEAD_LETTER_SUFFIX) || name.contains(SUBSCRIPTIONS_INFIX) {
@@ -77,7 +80,10 @@ impl<'t> Batch<'t> {
     fn require_topic(&mut self, topic: u32, name: &str) -> Result<QueueRecord> {
         let rec = self.require_queue(topic, name)?;
         if rec.1.kind != QueueKind::Topic {
-            return Err(Error::invalid(format!("{name:?} is not a topic")));
+            return Err(Error::invalid(format!(
+                "{name:?} is {}, not a topic",
+                rec.1.kind.described()
+            )));
         }
         Ok(rec.1.clone())
     }
@@ -192,10 +198,26 @@ impl<'t> Batch<'t> {
             .unwrap_or_default())
     }
 
-    /// Deletes topic `name` and every subscription of it (their messages included).
+    /// Deletes topic `name` and every subscription of it (their messages included), unless a
+    /// subscription is in use (see `in_use`).
     pub(super) fn delete_topic(&mut self, name: &str, rec: &QueueRecord) -> Result<bool> {
+        let mut subs = Vec::new();
         for (_, sub, _) in self.subscriptions(rec.id, name)? {
-            self.delete_queue(&sub)?;
+            let sub_rec = self
+                .queue_by_name(&sub)?
+                .ok_or_else(|| Error::QueueNotFound(sub.clone()))?;
+            subs.push((sub, sub_rec));
+        }
+        // Subscriptions naming each other go together.
+        let going: Vec<u32> = subs
+            .iter()
+            .flat_map(|(_, r)| [r.id, r.peer, r.journal])
+            .collect();
+        for (sub, sub_rec) in &subs {
+            self.refuse_if_in_use(sub, sub_rec.id, &going)?;
+        }
+        for (sub, sub_rec) in &subs {
+            self.drop_queue(sub, sub_rec)?;
         }
         self.mutations += 1;
         self.t_queues()?.remove(name)?;
