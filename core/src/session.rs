@@ -124,6 +124,11 @@ impl Queue {
     /// Accepts the next available session: a group whose next message is receivable and that
     /// no other receiver holds, waiting up to `timeout` for one.
     ///
+    /// A session lock lasts the queue's `lock_duration` unless renewed, and goes with its
+    /// holder's process: a clean close releases it, and so does the process's death (noticed
+    /// by a shared store's next writer, or by the next single-process open), with its message
+    /// locks. The group can then be accepted at once, its state kept.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if the queue does not require sessions;

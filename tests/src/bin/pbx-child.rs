@@ -17,9 +17,9 @@
 //! ```
 //!
 //! Usage: `pbx-child <mode> <store> <queue> [args…]`; the modes are documented on their
-//! functions. Every mode opens the store with `multi_process(true)` except `hold-single`,
-//! `logged` (single-process, through the write-ahead log) and `open-only` (a single-process
-//! open, to be killed during it).
+//! functions. Every mode opens the store with `multi_process(true)` except those ending in
+//! `-single` (`hold-single`, `session-hold-single`), `logged` (single-process, through the
+//! write-ahead log) and `open-only` (a single-process open, to be killed during it).
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -137,6 +137,31 @@ fn hold(q: &Queue, args: &[String]) {
     say!("HELD");
     wait_for_stdin_eof();
     std::mem::forget(held);
+}
+
+/// `session-hold <group>`: accepts session `group` of the queue (which requires sessions),
+/// receives its next message, prints `LOCKED <id> <dc>` and `HELD`, then holds the session
+/// lock and the message lock until killed (or until stdin closes, when it exits without
+/// settling or releasing).
+fn session_hold(q: &Queue, args: &[String]) {
+    let group = &args[0];
+    say!("READY");
+    let Some(session) = q
+        .accept_named_session(group, Duration::from_secs(60))
+        .or_die()
+    else {
+        say!("ERR Timeout session {group} not accepted");
+        std::process::exit(2);
+    };
+    let Some(m) = session.receive(Duration::from_secs(60)).or_die() else {
+        say!("ERR Timeout no message in session {group}");
+        std::process::exit(2);
+    };
+    say!("LOCKED {} {}", m.id(), m.delivery_count());
+    say!("HELD");
+    wait_for_stdin_eof();
+    std::mem::forget(m);
+    std::mem::forget(session);
 }
 
 /// `observe <n> <timeout_ms>`: blocks in receive until it got `n` messages, completing each;
@@ -389,7 +414,7 @@ fn main() {
         wait_for_stdin_eof();
         return;
     }
-    let store = open(path, mode != "hold-single");
+    let store = open(path, !mode.ends_with("-single"));
     if mode == "send-keys" {
         send_keys(&store, name, rest);
     } else if mode == "collate" {
@@ -401,6 +426,7 @@ fn main() {
         match mode.as_str() {
             "mixed" => mixed(&q, rest),
             "hold" | "hold-single" => hold(&q, rest),
+            "session-hold" | "session-hold-single" => session_hold(&q, rest),
             "observe" => observe(&q, rest),
             "crash" => crash(&q, rest),
             "send" => send(&q, rest),

@@ -7,8 +7,10 @@ use super::sweep::index_ids;
 use super::*;
 
 impl<'t> Batch<'t> {
-    /// Releases every lock held by `owner` (all owners when `None`), keeping delivery counts.
+    /// Releases every lock held by `owner` (all owners when `None`), keeping delivery counts:
+    /// its message locks and its session locks. Returns how many message locks.
     pub fn release_locks_of(&mut self, owner: Option<u64>) -> Result<u64> {
+        self.release_sessions_of(owner)?;
         let mut victims = Vec::new();
         for id in index_ids(self.t_lock_expiry()?)? {
             if let Some(st) = self.load_state(id)?

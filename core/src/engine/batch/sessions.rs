@@ -343,6 +343,32 @@ impl<'t> Batch<'t> {
         Ok(self.session(q, group)?.state)
     }
 
+    /// Releases the session locks held by `owner` (every owner's with `None`), keeping each
+    /// session's state: what a process that closed or died leaves must be free at once, as its
+    /// message locks are (`release_locks_of`). Returns how many.
+    pub(super) fn release_sessions_of(&mut self, owner: Option<u64>) -> Result<u64> {
+        let mut held = Vec::new();
+        for e in self.t_sessions()?.iter()? {
+            let (k, v) = e?;
+            let (q, group) = k.value();
+            let s =
+                SessionRecord::decode(q, group, v.value()).map_err(|e| corrupted("session", e))?;
+            if s.token != 0 && owner.is_none_or(|o| s.owner == o) {
+                held.push((q, group.to_owned(), s));
+            }
+        }
+        let n = held.len() as u64;
+        for (q, group, mut s) in held {
+            s.owner = 0;
+            s.token = 0;
+            s.locked_until = 0;
+            self.put_session(q, &group, &s)?;
+            // Receivers waiting for this session (or any free one) may go now.
+            self.woken.insert(q);
+        }
+        Ok(n)
+    }
+
     /// Forgets every session of queue `q` (it is being deleted).
     pub(super) fn drop_sessions(&mut self, q: u32) -> Result<()> {
         let groups: Vec<String> = self
