@@ -124,12 +124,13 @@ pub fn queues(store: &Store, as_json: bool) -> Outcome {
         "OPTIONS",
     ]);
     for info in store.queue_infos()? {
-        // A queue deleted since the listing is simply gone.
-        let Ok(q) = store.open_queue(&info.name) else {
-            continue;
-        };
-        let s = match q.stats() {
-            Ok(s) => s,
+        // A queue deleted since the listing is simply gone; any other failure is reported,
+        // never a queue silently left out.
+        let opened = store
+            .open_queue(&info.name)
+            .and_then(|q| q.stats().map(|s| (q, s)));
+        let (q, s) = match opened {
+            Ok(found) => found,
             Err(e) if e.kind() == postbox::ErrorKind::QueueNotFound => continue,
             Err(e) => return Err(e.into()),
         };

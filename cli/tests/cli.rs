@@ -862,3 +862,32 @@ fn export_files_are_readable_by_their_owner_only() {
     // The store's own file is 0600 too: the export is no easier to read than the store.
     assert_eq!(mode(&path), 0o600);
 }
+
+/// Listings leave no queue out: a subscription whose queue name is over 255 bytes (which an
+/// older postbox allowed; `core/tests/fixtures/dangling-v5.postbox` has one, with a message)
+/// is listed, checked and backed up like any queue.
+#[test]
+fn queues_check_and_backup_cover_an_over_long_subscription() {
+    let (dir, path) = store_path();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/dangling-v5.postbox");
+    std::fs::copy(fixture, &path).expect("copy the fixture");
+    let long = format!("news/$subscriptions/{}", "x".repeat(300));
+    let doc = json_out(pb().args(["--json", "queues"]).arg(&path));
+    let listed = doc["queues"].as_array().expect("queues");
+    let entry = listed
+        .iter()
+        .find(|q| q["name"] == long.as_str())
+        .expect("the long subscription is listed");
+    assert_eq!(entry["counts"]["active"], 1);
+    let infos = open(&path).queue_infos().expect("queue_infos").len();
+    assert_eq!(listed.len(), infos, "every queue, none left out");
+    pb().arg("check").arg(&path).assert().success();
+    let dest = dir.path().join("backup.postbox");
+    pb().arg("backup").arg(&path).arg(&dest).assert().success();
+    let copy = Store::open(&dest).expect("the backup opens");
+    assert_eq!(
+        copy.open_queue(&long).expect("queue").len().expect("len"),
+        1
+    );
+}

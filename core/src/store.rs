@@ -297,7 +297,7 @@ impl Store {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name (empty, over 255 bytes, control characters, or
-    /// the reserved dead-letter suffix on a queue that does not exist).
+    /// the reserved dead-letter suffix) of a queue that does not exist.
     pub fn queue(&self, name: &str) -> Result<Queue> {
         self.open_or_create(name, None)
     }
@@ -332,10 +332,29 @@ impl Store {
     /// # Errors
     ///
     /// [`Error::QueueNotFound`] when no such queue exists; [`Error::InvalidArgument`] for a bad
-    /// name; storage errors.
+    /// name (unless a queue has it: see [`Store::queues`]); storage errors.
     pub fn open_queue(&self, name: &str) -> Result<Queue> {
-        validate_queue_name(name)?;
+        self.check_existing_name(name)?;
         Queue::open_existing(&self.engine, name)
+    }
+
+    /// Checks a name given to find a queue that exists. Besides valid names, the name of a
+    /// queue that exists passes: an older postbox let a topic subscription's queue name run
+    /// past 255 bytes, and such a queue must still open, list and go.
+    fn check_existing_name(&self, name: &str) -> Result<()> {
+        let Err(e) = validate_queue_name(name) else {
+            return Ok(());
+        };
+        if !name.is_empty()
+            && self
+                .engine
+                .read(|t| read::queue_by_name(t, name))?
+                .is_some()
+        {
+            Ok(())
+        } else {
+            Err(e)
+        }
     }
 
     /// Opens topic `name`, creating it if missing. A topic and a queue cannot share a name.
@@ -528,7 +547,7 @@ impl Store {
     }
 
     fn open_or_create(&self, name: &str, options: Option<QueueOptions>) -> Result<Queue> {
-        validate_queue_name(name)?;
+        self.check_existing_name(name)?;
         if let Some(rec) = self.engine.read(|t| read::queue_by_name(t, name))?
             && matches!(rec.kind, QueueKind::Topic | QueueKind::Collator)
         {
@@ -537,7 +556,6 @@ impl Store {
                 rec.kind.described()
             )));
         }
-        validate_queue_name(name)?;
         // Opening an existing queue with nothing to change needs no write transaction.
         let existing = self.engine.read(|t| read::queue_by_name(t, name))?;
         let rec: QueueRecord = match existing {
@@ -561,7 +579,10 @@ impl Store {
     }
 
     /// The names of all queues, topic subscriptions included (dead-letter queues are reached
-    /// through [`Queue::dead_letters`], topics through [`Store::topics`]).
+    /// through [`Queue::dead_letters`], topics through [`Store::topics`]). Every queue is
+    /// listed, and every name listed opens with [`Store::open_queue`] and deletes with
+    /// [`Store::delete_queue`] — also the over-long subscription names an older postbox
+    /// allowed (a subscription's whole queue name is at most 255 bytes now).
     ///
     /// # Errors
     ///
@@ -600,7 +621,7 @@ impl Store {
     /// subscriptions), with nothing deleted; [`Error::InvalidArgument`] when `name` is a
     /// dead-letter queue or a journal.
     pub fn delete_queue(&self, name: &str) -> Result<bool> {
-        validate_queue_name(name)?;
+        self.check_existing_name(name)?;
         let owned = name.to_owned();
         self.engine.call(move |b| b.delete_queue(&owned))
     }
@@ -714,19 +735,4 @@ impl Store {
     }
 }
 
-/// Checks a queue name: 1–255 bytes of UTF-8 without control characters.
-pub(crate) fn validate_queue_name(name: &str) -> Result<()> {
-    if name.is_empty() || name.len() > 255 {
-        return Err(Error::invalid(format!(
-            "queue names are 1 to 255 bytes long, got {} bytes",
-            name.len()
-        )));
-    }
-    if let Some(c) = name.chars().find(|c| c.is_control()) {
-        return Err(Error::invalid(format!(
-            "queue names cannot contain control characters (found U+{:04X})",
-            c as u32
-        )));
-    }
-    Ok(())
-}
+use crate::engine::validate_queue_name;

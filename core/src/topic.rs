@@ -61,12 +61,15 @@ impl Topic {
     }
 
     /// Opens subscription `name` with `filter`, creating it if missing; an existing one takes
-    /// the new filter and keeps its messages and options.
+    /// the new filter and keeps its messages and options. Its queue is named
+    /// `<topic>/$subscriptions/<name>`, and that whole name is a queue name: at most 255 bytes
+    /// of UTF-8 without control characters.
     ///
     /// # Errors
     ///
     /// [`Error::QueueNotFound`] if the topic was deleted; [`Error::InvalidArgument`] for an
-    /// empty name or one with a `/`, or a filter field out of bounds; storage errors.
+    /// empty name or one with a `/`, a queue name over 255 bytes or with control characters,
+    /// or a filter field out of bounds; storage errors.
     pub fn subscribe(&self, name: &str, filter: Filter) -> Result<Queue> {
         self.subscribe_inner(name, filter, None)
     }

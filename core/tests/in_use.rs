@@ -233,7 +233,9 @@ fn idle_deletion_skips_a_queue_in_use() {
 ///   series `img`; `tiles` then deleted;
 /// - a sealed job with continuation `stitch it` to `stitch` and two pending pieces `p1`, `p2`
 ///   in queue `pieces`; an unsealed job with no pieces and continuation `never` to `stitch2`;
-///   `stitch` and `stitch2` then deleted.
+///   `stitch` and `stitch2` then deleted;
+/// - topic `news` with subscription `"x" * 300`, whose queue name is over 255 bytes, holding
+///   one published message (for `topics.rs`).
 fn dangling_fixture(dir: &Path) -> Store {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dangling-v5.postbox");
     let path = dir.join("dangling.postbox");

@@ -238,3 +238,73 @@ fn subscriptions_come_and_go_while_publishers_run() {
     assert_eq!(brief.len().unwrap_err().kind(), ErrorKind::QueueNotFound);
     assert_eq!(topic.stats().unwrap().published, published);
 }
+
+/// A subscription's queue is named `<topic>/$subscriptions/<name>`, and that whole name is
+/// bounded like every queue name (255 bytes of UTF-8, no control characters): a longer one
+/// could be neither opened, listed by the command line, nor deleted by name.
+#[test]
+fn subscription_names_keep_the_queue_name_within_255_bytes() {
+    let t = TestStore::new();
+    let store = t.store();
+    let topic = store.topic("orders").unwrap();
+    let room = 255 - "orders/$subscriptions/".len();
+    let fits = "s".repeat(room);
+    let q = topic.subscribe(&fits, Filter::All).unwrap();
+    assert_eq!(q.name().len(), 255);
+    for bad in [
+        "s".repeat(room + 1),
+        "é".repeat(room / 2 + 1),
+        "x".repeat(1 << 20),
+        "tab\there".to_string(),
+    ] {
+        let e = topic.subscribe(&bad, Filter::All).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("at most {room} bytes")), "{text}");
+        assert!(text.len() < 600, "the message does not repeat a huge name");
+    }
+    // Nothing was created; what is listed opens, and deletes, by its name.
+    assert_eq!(store.queues().unwrap(), vec![q.name().to_string()]);
+    assert_eq!(topic.publish("m").unwrap(), 1);
+    for info in store.queue_infos().unwrap() {
+        assert_eq!(store.open_queue(&info.name).unwrap().len().unwrap(), 1);
+    }
+    assert!(store.delete_queue(q.name()).unwrap());
+}
+
+/// A store an older postbox wrote may hold a subscription whose queue name is over 255 bytes
+/// (`fixtures/dangling-v5.postbox`: topic `news`, subscription of 300 `x`, one message). It is
+/// listed, opens and counts by its name, and goes with `unsubscribe` or `delete_queue`.
+#[test]
+fn an_over_long_subscription_an_older_postbox_made_is_listed_and_deletable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.postbox");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dangling-v5.postbox"),
+        &path,
+    )
+    .unwrap();
+    let store = postbox::Store::open(&path).unwrap();
+    let long = format!("news/$subscriptions/{}", "x".repeat(300));
+    assert!(store.queues().unwrap().contains(&long));
+    assert!(store.queue_infos().unwrap().iter().any(|i| i.name == long));
+    let q = store.open_queue(&long).unwrap();
+    assert_eq!(q.stats().unwrap().active, 1);
+    assert_eq!(store.queue(&long).unwrap().len().unwrap(), 1);
+    // Publishing still reaches it; new names that long are refused.
+    let news = store.topic("news").unwrap();
+    assert_eq!(news.publish("again").unwrap(), 1);
+    assert_eq!(
+        news.subscribe(&"y".repeat(300), Filter::All)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert!(store.delete_queue(&long).unwrap());
+    assert!(!store.queues().unwrap().contains(&long));
+    // A name that long that nothing has is still refused as a name.
+    assert_eq!(
+        store.open_queue(&long).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+}

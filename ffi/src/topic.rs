@@ -269,7 +269,8 @@ fn filter_of(filter: *const postbox_filter) -> Outcome<Filter> {
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `topic`/`name`/`queue_out`, an empty name or
-/// one with a `/`, a bad `struct_size`, a filter string that is not UTF-8 or longer than
+/// one with a `/`, one that makes the subscription's queue name, `<topic>/$subscriptions/<name>`,
+/// longer than 255 bytes or gives it control characters, a bad `struct_size`, a filter string that is not UTF-8 or longer than
 /// `POSTBOX_MAX_TEXT_PROPERTY_LEN`, a bad filter property, invalid options as for
 /// `postbox_queue_open`); `POSTBOX_QUEUE_NOT_FOUND` (the topic was deleted); `POSTBOX_CLOSED`;
 /// `POSTBOX_FORKED`; storage errors.

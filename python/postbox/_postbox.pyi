@@ -1138,6 +1138,8 @@ class Topic:
     ) -> Queue:
         """Opens subscription ``name`` (no ``/``), creating it if missing; returns its queue.
 
+        The queue is named ``<topic>/$subscriptions/<name>``; that whole name is a queue name
+        (at most 255 bytes of UTF-8, no control characters): ``InvalidArgumentError`` otherwise.
         Every filter keyword given (``label`` ... ``group``, and each of ``properties``) must
         equal the message's; with none, every message matches. An existing subscription takes
         the new filter and keeps its messages. The queue options work as in ``Store.queue``.

@@ -206,3 +206,19 @@ def test_a_forked_child_gets_forked_errors(tmp_store: postbox.Store) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert topic.stats().published == 0 and c.held() == 0
+
+
+def test_a_subscription_queue_name_is_at_most_255_bytes(tmp_store: postbox.Store) -> None:
+    news = tmp_store.topic("news")
+    room = 255 - len("news/$subscriptions/")
+    q = news.subscribe("s" * room)
+    assert len(q.name) == 255
+    for bad in ("s" * (room + 1), "x" * (1 << 20), "tab\there"):
+        with pytest.raises(postbox.InvalidArgumentError, match=f"at most {room} bytes"):
+            news.subscribe(bad)
+    # Nothing else was created; every listed queue opens and deletes by its name.
+    assert tmp_store.queues() == [q.name]
+    assert [i.name for i in tmp_store.queue_infos()] == [q.name]
+    assert news.publish(b"m") == 1
+    assert len(tmp_store.open_queue(q.name)) == 1
+    assert tmp_store.delete_queue(q.name)

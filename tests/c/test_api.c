@@ -3855,6 +3855,37 @@ static void test_topic_subscriptions(const char *dir) {
     CHECK(strings_are(names, "news/$subscriptions/all,news/$subscriptions/sports,"
                              "news/$subscriptions/weather,plain"));
 
+    /* A subscription's whole queue name ("news/$subscriptions/<name>") is at most 255 bytes:
+     * 235 for the name here. Longer ones, up to 1 MiB, are refused and create nothing. */
+    {
+        const size_t room = 255 - strlen("news/$subscriptions/");
+        const size_t big = (size_t)1 << 20;
+        char *name = malloc(big + 1);
+        if (name == NULL) {
+            CHECK(name != NULL);
+            return;
+        }
+        memset(name, 's', big);
+        name[room] = 0;
+        REQUIRE_OK(postbox_topic_subscribe(news, name, NULL, NULL, &q));
+        CHECK(postbox_queue_name(q).len == 255);
+        postbox_queue_free(q);
+        q = NULL;
+        CHECK_OK(postbox_topic_unsubscribe(news, name, NULL));
+        name[room] = 's';
+        name[room + 1] = 0;
+        CHECK_RC(postbox_topic_subscribe(news, name, NULL, NULL, &q), POSTBOX_INVALID_ARGUMENT);
+        CHECK(strstr(postbox_last_error_message(), "at most 235 bytes") != NULL);
+        name[room + 1] = 's';
+        name[big] = 0;
+        CHECK_RC(postbox_topic_subscribe(news, name, NULL, NULL, &q), POSTBOX_INVALID_ARGUMENT);
+        CHECK(q == NULL);
+        free(name);
+        REQUIRE_OK(postbox_store_queues(store, &names));
+        CHECK(strings_are(names, "news/$subscriptions/all,news/$subscriptions/sports,"
+                                 "news/$subscriptions/weather,plain"));
+    }
+
     /* Existing subscriptions open by name; missing ones are not created. */
     REQUIRE_OK(postbox_topic_subscription(news, "sports", &q));
     CHECK(bytes_is(postbox_queue_name(q), "news/$subscriptions/sports"));

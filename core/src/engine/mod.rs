@@ -32,7 +32,7 @@ mod watch;
 // else stays inside.
 pub(crate) use batch::{
     Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, journal_name,
-    subscription_name, validate_message,
+    subscription_name, validate_message, validate_queue_name,
 };
 pub(crate) use batch::{
     JOB_SIGNAL_BASE, JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite,

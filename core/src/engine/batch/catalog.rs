@@ -385,6 +385,27 @@ impl<'t> Batch<'t> {
     }
 }
 
+/// The longest queue name, in bytes of UTF-8: queues, topics, collators, and the whole
+/// `<topic>/$subscriptions/<name>` of a subscription's queue.
+pub const MAX_QUEUE_NAME_LEN: usize = 255;
+
+/// Checks a queue name: 1–255 bytes of UTF-8 without control characters.
+pub fn validate_queue_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_QUEUE_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "queue names are 1 to {MAX_QUEUE_NAME_LEN} bytes long, got {} bytes",
+            name.len()
+        )));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(Error::invalid(format!(
+            "queue names cannot contain control characters (found U+{:04X})",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
 /// The suffix that names a queue's journal after its source.
 pub const JOURNAL_SUFFIX: &str = "/$journal";
 

@@ -29,7 +29,9 @@ pub use app_rows::{
     MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite, add_to_counter, validate_app_key,
     validate_app_value,
 };
-pub use catalog::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
+pub use catalog::{
+    DEAD_LETTER_SUFFIX, MAX_QUEUE_NAME_LEN, dead_letter_name, journal_name, validate_queue_name,
+};
 pub use in_use::{continuation_user, option_user};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;

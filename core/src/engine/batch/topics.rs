@@ -107,6 +107,15 @@ impl<'t> Batch<'t> {
             )));
         }
         let name = subscription_name(topic_name, sub);
+        // The subscription's queue is a queue like any other: its whole name is bounded, or
+        // it could be neither listed, opened nor deleted by name.
+        validate_queue_name(&name).map_err(|e| match e {
+            Error::InvalidArgument(why) => Error::invalid(format!(
+                "the queue of a subscription is named \"<topic>{SUBSCRIPTIONS_INFIX}<name>\", so the subscription names of topic {topic_name:?} are at most {} bytes: {why}",
+                MAX_QUEUE_NAME_LEN.saturating_sub(topic_name.len() + SUBSCRIPTIONS_INFIX.len())
+            )),
+            other => other,
+        })?;
         let link = Subscription {
             topic,
             filter: filter.clone(),
