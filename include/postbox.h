@@ -1828,7 +1828,9 @@ int postbox_store_log_stats(const struct postbox_store *store, struct postbox_lo
  * seconds. It takes longer the more live data the store holds.
  *
  * `bytes_before` and `bytes_after` may be NULL; on success they receive the size of the store
- * file before and after, in bytes.
+ * file just before and just after the compaction itself, in bytes (after the log's checkpoint
+ * and after waiting for other processes' reads, so what others wrote meanwhile is in both):
+ * `bytes_before - bytes_after` is what it freed.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`); `POSTBOX_CLOSED`; `POSTBOX_FORKED`;

@@ -199,11 +199,18 @@ pub struct LogTiming {
     pub sync: Duration,
 }
 
-/// What [`Store::compact`] did: the store file's size before and after, in bytes.
+/// What [`Store::compact`] did: the store file's size just before and just after the
+/// compaction itself, in bytes, so that `bytes_before - bytes_after` is what it freed.
+///
+/// Both are measured with the store to the compaction alone: after the write-ahead log's
+/// checkpoint and, in a shared store, after waiting for other processes' reads, so what other
+/// processes wrote while it waited is counted in both, not reported as a change. (In a shared
+/// store a commit of another process can still land in the instant between the measurement
+/// and the compaction taking the file, or right after it lets go.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CompactStats {
-    /// The file's size when the compaction started.
+    /// The file's size when the compaction began.
     pub bytes_before: u64,
     /// The file's size when it ended: smaller when deleted queues, purged or completed
     /// messages had left free space, the same or a little larger when there was none.

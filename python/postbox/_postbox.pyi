@@ -302,7 +302,10 @@ class Store:
         """Returns the space of deleted queues and purged messages to the file system.
 
         The store file is rewritten in place with its live data at the front and truncated;
-        returns its size ``(bytes_before, bytes_after)``. Nothing the store holds changes:
+        returns its size ``(bytes_before, bytes_after)`` just before and just after the
+        compaction itself (after the log's checkpoint and after waiting for other processes'
+        reads, so what they wrote meanwhile is in both): their difference is what it freed.
+        Nothing the store holds changes:
         messages, locks (a message received before can be completed after), counts, dead
         letters and options stay as they were, and every handle stays valid. The file never
         shrinks on its own: freed space is only reused by later writes.

@@ -510,7 +510,8 @@ impl PyStore {
     }
 
     /// Gives the space of deleted queues and purged, completed or expired messages back to the
-    /// file system and returns the file's size before and after, in bytes. Nothing the store
+    /// file system and returns the file's size just before and just after the compaction itself,
+    /// in bytes (what others wrote while it waited is in both). Nothing the store
     /// holds changes (messages, locks, counts, dead letters), and every handle stays valid.
     /// Every other operation on the store waits while it runs; the GIL is released meanwhile.
     /// Raises `AlreadyOpenError` when the store could not be had alone within a few seconds

@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 const WAIT: Duration = Duration::from_secs(5);
 
 impl Engine {
-    /// Compacts the store file; returns its size before and after, in bytes.
+    /// Compacts the store file; returns its size just before and just after the compaction
+    /// itself, in bytes (see [`compact_file`]).
     ///
     /// # Errors
     ///
@@ -36,14 +37,12 @@ impl Engine {
         let stats = self.stats.clone();
         let started = Instant::now();
         self.db.exclusive(WAIT, |db, log| {
-            let before = file_size(&path)?;
             if let Some(log) = log {
                 checkpoint(db, log)?;
                 stats.checkpoints.fetch_add(1, Ordering::Relaxed);
             }
             let deadline = started.checked_add(WAIT);
-            compact_file(db, &path, deadline)?;
-            let after = file_size(&path)?;
+            let (before, after) = compact_file(db, &path, deadline)?;
             tracing::info!(
                 path = %path.display(),
                 before,
@@ -67,16 +66,25 @@ fn checkpoint(db: &Database, log: &Wal) -> Result<()> {
 }
 
 /// Runs redb's compaction, again while another process is reading the file (a shared store),
-/// until `deadline`.
-fn compact_file(db: &mut Database, path: &Path, deadline: Option<Instant>) -> Result<()> {
+/// until `deadline`. Returns the file's size just before the attempt that ran and just after
+/// it: what the compaction freed, not what the checkpoint wrote before it, nor what other
+/// processes of a shared store wrote while it waited for their reads to end.
+fn compact_file(db: &mut Database, path: &Path, deadline: Option<Instant>) -> Result<(u64, u64)> {
     let mut pause = Duration::from_millis(1);
     loop {
+        let before = file_size(path)?;
         match attempt(db, path) {
-            ControlFlow::Break(result) => return result,
+            ControlFlow::Break(result) => {
+                return result.and_then(|()| Ok((before, file_size(path)?)));
+            }
             ControlFlow::Continue(busy) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(busy);
                 }
+                tracing::debug!(
+                    path = %path.display(),
+                    "compaction waits: another process is reading the store file"
+                );
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
