@@ -506,8 +506,9 @@
 #define POSTBOX_CODEC_PICKLE 3
 
 /**
- * The first codec id left to applications: 128 to 255 are user codecs. 0 and 4 to 127 are
- * reserved; functions given one return `POSTBOX_INVALID_ARGUMENT`.
+ * The first codec id left to applications: 128 to 255 are user codecs, which postbox carries
+ * but decodes nowhere (the programs that agree on one decode its payload themselves). 0 and 4
+ * to 127 are reserved; functions given one return `POSTBOX_INVALID_ARGUMENT`.
  */
 #define POSTBOX_CODEC_USER_FIRST 128
 
@@ -3358,6 +3359,14 @@ void postbox_session_free(struct postbox_session *session);
  * `payload` may sit at `out + POSTBOX_TYPED_BODY_HEADER_LEN` already (only the header is
  * written then: build the payload in place, without a copy); otherwise the two buffers must
  * not overlap. `payload` may be NULL when `payload_len` is 0. Pure: touches no store.
+ *
+ * `codec` is `POSTBOX_CODEC_JSON`, `POSTBOX_CODEC_BINCODE`, `POSTBOX_CODEC_PICKLE`, or a user
+ * codec from `POSTBOX_CODEC_USER_FIRST` (128) to 255 (docs/typed-bodies.md). postbox decodes
+ * no user codec: it carries the id and the payload unchanged, for programs that agree on what
+ * the id means (Protobuf, MessagePack, …). A C reader takes the payload out with
+ * `postbox_message_typed_body(msg, codec, &payload)` or `postbox_typed_body_view` and decodes
+ * it itself; Python reads it through a codec object with that id; Rust's typed receives
+ * refuse it as an unsupported codec (`Codec`, dead-lettered `DecodeFailed`).
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `out`, a too small `out_capacity`, overlapping

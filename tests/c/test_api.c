@@ -5195,6 +5195,17 @@ static void test_typed_body_decode_failed(const char *dir) {
     CHECK_OK(postbox_message_complete(m));
     postbox_message_free(m);
 
+    /* A user codec (128-255, here 255) is the application's: postbox decodes none, carries
+     * the body through the store unchanged, and a reader naming the codec gets the payload
+     * for its own decoder. */
+    uint64_t user = send_typed(q, 255, "\x01\x02 my own encoding");
+    REQUIRE_OK(postbox_receive(q, NULL, 1000, &m));
+    CHECK(postbox_message_id(m) == user);
+    CHECK_OK(postbox_message_typed_body(m, 255, &payload));
+    CHECK(bytes_is(payload, "\x01\x02 my own encoding"));
+    CHECK_OK(postbox_message_complete(m));
+    postbox_message_free(m);
+
     postbox_stats s = stats_of(q);
     CHECK(s.active == 0 && s.locked == 0 && s.dead_lettered == 3);
     postbox_queue *dlq = NULL;
