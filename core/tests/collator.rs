@@ -158,3 +158,39 @@ fn held_messages_survive_a_restart_and_deleting_the_collator_drops_them() {
     let s = dest.stats().unwrap();
     assert_eq!((s.active, s.bytes), (0, 0));
 }
+
+/// A name of the wrong kind is refused with what it is: a collator is not a topic or a queue,
+/// a topic not a collator.
+#[test]
+fn a_name_of_another_kind_says_what_it_is() {
+    let t = TestStore::new();
+    let s = t.store();
+    let dest = s.queue("dest").unwrap();
+    s.collator("c", &dest).unwrap();
+    s.topic("t").unwrap();
+    let said = |e: postbox::Error, what: &str| {
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains(what), "{e} should say {what:?}");
+    };
+    said(
+        s.topic("c").unwrap_err(),
+        "\"c\" is a collator, not a topic",
+    );
+    said(
+        s.queue("c").unwrap_err(),
+        "\"c\" is a collator, not a queue",
+    );
+    said(s.queue("t").unwrap_err(), "\"t\" is a topic, not a queue");
+    said(
+        s.collator("t", &dest).unwrap_err(),
+        "\"t\" is a topic, not a collator",
+    );
+    said(
+        s.collator("dest", &dest).unwrap_err(),
+        "\"dest\" is a queue, not a collator",
+    );
+    said(
+        s.topic("dest").unwrap_err(),
+        "\"dest\" is a queue, not a topic",
+    );
+}

@@ -100,10 +100,12 @@ def test_names_restart_and_deletion(store_path: Path) -> None:
         for n in (2, 3):
             assert part(c, "s", n).released == []
         other = store.queue("other")
-        with pytest.raises(postbox.InvalidArgumentError):
+        with pytest.raises(postbox.InvalidArgumentError, match='into queue "d", not "other"'):
             store.collator("c", other)  # a collator keeps its destination
-        with pytest.raises(postbox.InvalidArgumentError):
+        with pytest.raises(postbox.InvalidArgumentError, match='"c" is a collator, not a queue'):
             store.queue("c")
+        with pytest.raises(postbox.InvalidArgumentError, match='"c" is a collator, not a topic'):
+            store.topic("c")
         with pytest.raises(postbox.InvalidArgumentError):
             store.collator("x", dest.dead_letters)
     with postbox.Store(store_path) as store:

@@ -4156,11 +4156,14 @@ static void test_collator(const char *dir) {
     /* Names: a collator is no queue or topic, and keeps its destination. */
     postbox_queue *clash = NULL;
     CHECK_RC(postbox_queue_open(store, "ordered-in", NULL, &clash), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "\"ordered-in\" is a collator, not a queue") != NULL);
     postbox_topic *t = NULL;
     CHECK_RC(postbox_topic_open(store, "ordered-in", &t), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "\"ordered-in\" is a collator, not a topic") != NULL);
     postbox_queue *other = open_queue(store, "other", NULL);
     postbox_collator *c2 = NULL;
     CHECK_RC(postbox_collator_open(store, "ordered-in", other, &c2), POSTBOX_INVALID_ARGUMENT);
+    CHECK(strstr(postbox_last_error_message(), "releases into queue \"ordered\", not \"other\"") != NULL);
     CHECK_RC(postbox_collator_open(store, "x", NULL, &c2), POSTBOX_INVALID_ARGUMENT);
     CHECK_RC(postbox_collator_open(store, NULL, dest, &c2), POSTBOX_INVALID_ARGUMENT);
     CHECK_RC(postbox_collator_open(store, "x", dest, NULL), POSTBOX_INVALID_ARGUMENT);
