@@ -12,8 +12,13 @@ use crate::tx::{TxLink, with_link};
 
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// A key or value: bytes-like, or a `str` (stored as UTF-8), as message bodies are.
+/// A key or value: bytes-like, or a `str` (stored as UTF-8), as message bodies are. A `str`
+/// that UTF-8 cannot hold (lone surrogates) raises `UnicodeEncodeError`, as a queue name or a
+/// body does; only another type is a `TypeError`.
 fn bytes_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if obj.cast::<pyo3::types::PyString>().is_ok() {
+        return convert::body(obj);
+    }
     convert::body(obj).map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "a table {what} must be bytes, bytearray, memoryview or str, not {}",

@@ -83,6 +83,37 @@ def test_bad_names_keys_and_values(tmp_store: postbox.Store) -> None:
         tmp_store.transaction().table("")
 
 
+def test_a_str_utf8_cannot_hold_is_a_unicode_error(tmp_store: postbox.Store) -> None:
+    # Lone surrogates: UnicodeEncodeError, as for a queue name or a body, never a TypeError
+    # that says "str, not str". Nothing is written.
+    bad = "k\udc80"
+    with pytest.raises(UnicodeEncodeError):
+        tmp_store.queue(bad)
+    with pytest.raises(UnicodeEncodeError):
+        tmp_store.queue("q").send(bad)
+    with pytest.raises(UnicodeEncodeError):
+        tmp_store.table(bad)
+    t = tmp_store.table("t")
+    with tmp_store.transaction() as tx:
+        tt = tx.table("t")
+        for table in (t, tt):
+            with pytest.raises(UnicodeEncodeError):
+                table.put(bad, b"v")
+            with pytest.raises(UnicodeEncodeError):
+                table.put(b"k", bad)
+            with pytest.raises(UnicodeEncodeError):
+                table.get(bad)
+            with pytest.raises(UnicodeEncodeError):
+                table[bad]
+            with pytest.raises(UnicodeEncodeError):
+                bad in table
+            with pytest.raises(UnicodeEncodeError):
+                table.delete(bad)
+            with pytest.raises(UnicodeEncodeError):
+                table.range(bad)
+    assert t.range() == []
+
+
 def test_an_aborted_outbox_transaction_leaves_neither_row_nor_message(
     tmp_store: postbox.Store,
 ) -> None:
