@@ -943,8 +943,9 @@ typedef struct postbox_queue_options {
   /**
    * The queue, its dead-letter queue and its messages are deleted once this many ms have
    * passed without activity (a send, receive, settle or lock renewal; a queue holding locked
-   * messages is never idle) — within a second after that, never before, as activity is
-   * recorded to the second (default: never; 0: not mentioned;
+   * messages is never idle) — within a second after that (usually about a tenth of a
+   * second: activity is recorded to a tenth of a second), never before (default: never; 0:
+   * not mentioned;
    * `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
    */
   uint64_t auto_delete_on_idle_ms;
@@ -1547,8 +1548,8 @@ typedef struct postbox_queue_info {
   const char *name;
   /**
    * When the queue last saw a send, receive, settle or lock renewal (ms since the Unix
-   * epoch, recorded to the second); 0 if never since the store was written by a version
-   * that records it.
+   * epoch, recorded to a tenth of a second); 0 if never since the store was written by a
+   * version that records it.
    */
   uint64_t last_activity_ms;
 } postbox_queue_info;

@@ -165,8 +165,9 @@ pub struct QueueOptions {
     pub journal: Option<u64>,
     /// The queue, its dead-letter queue and its messages are deleted after this long without
     /// activity (a send, receive, settle or lock renewal); a queue holding locked messages is
-    /// never idle (Service Bus's `AutoDeleteOnIdle`). Activity is recorded to the second, so
-    /// the queue goes between this long and a second more after its last activity.
+    /// never idle (Service Bus's `AutoDeleteOnIdle`). The queue goes within a second after
+    /// that (usually about a tenth of a second: activity is recorded to a tenth of a second),
+    /// never before; a send in the meantime starts the period again.
     pub auto_delete_on_idle: Option<Duration>,
     /// A receipt is posted to this queue, in the same commit, whenever a message of this queue
     /// is completed or dead-lettered: an empty-bodied message labelled `"receipt"` whose

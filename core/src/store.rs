@@ -154,8 +154,7 @@ impl StoreBuilder {
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store> {
         let engine = Arc::new(Engine::open(path.as_ref(), &self.config)?);
         // Queues that delete themselves when idle need someone watching the clock.
-        let now = engine.clock.now_ms();
-        if engine.read(|t| read::idle_due(t, now))?.1 {
+        if engine.read(read::idle_schedule)?.any {
             engine.ensure_janitor();
         }
         Ok(Store { engine })
@@ -231,8 +230,8 @@ pub struct QueueInfo {
     pub options: QueueOptions,
     /// Created by [`Store::temporary_queue`]: it goes with its process.
     pub temporary: bool,
-    /// When it last saw a send, receive, settle or lock renewal (recorded to the second), if
-    /// ever since the store was written by a version that records it.
+    /// When it last saw a send, receive, settle or lock renewal (recorded to a tenth of a
+    /// second), if ever since the store was written by a version that records it.
     pub last_activity: Option<std::time::SystemTime>,
 }
 

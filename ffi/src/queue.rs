@@ -206,8 +206,9 @@ pub struct postbox_queue_options {
     pub receipts_to: *const c_char,
     /// The queue, its dead-letter queue and its messages are deleted once this many ms have
     /// passed without activity (a send, receive, settle or lock renewal; a queue holding locked
-    /// messages is never idle) — within a second after that, never before, as activity is
-    /// recorded to the second (default: never; 0: not mentioned;
+    /// messages is never idle) — within a second after that (usually about a tenth of a
+    /// second: activity is recorded to a tenth of a second), never before (default: never; 0:
+    /// not mentioned;
     /// `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
     pub auto_delete_on_idle_ms: u64,
 }

@@ -326,8 +326,8 @@ pub struct postbox_queue_info {
     /// The queue's name, NUL-terminated UTF-8, owned by the list: valid until it is freed.
     pub name: *const c_char,
     /// When the queue last saw a send, receive, settle or lock renewal (ms since the Unix
-    /// epoch, recorded to the second); 0 if never since the store was written by a version
-    /// that records it.
+    /// epoch, recorded to a tenth of a second); 0 if never since the store was written by a
+    /// version that records it.
     pub last_activity_ms: u64,
 }
 

@@ -200,8 +200,9 @@ class Store:
 
         ``auto_delete_on_idle`` (seconds or ``timedelta``) deletes the queue, its dead-letter
         queue and their messages once that long has passed without a send, receive, settle or
-        lock renewal — within a second after it, never before (activity is recorded to the
-        second); a queue holding locked messages is never idle.
+        lock renewal — within a second after it (usually about a tenth of a second: activity
+        is recorded to a tenth of a second), never before; a queue holding locked messages is
+        never idle.
         ``receipts_to`` posts a receipt to that queue, in the same commit, whenever a message
         of this queue is completed or dead-lettered: an empty body labelled ``"receipt"``, its
         ``correlation_id`` the settled message's id in decimal, and string properties
@@ -940,7 +941,7 @@ class QueueInfo:
         """Created by ``Store.temporary_queue``: it goes with its store handle."""
     @property
     def last_activity(self) -> datetime | None:
-        """Its last send, receive, settle or lock renewal (to the second, UTC), if recorded."""
+        """Its last send, receive, settle or lock renewal (to a tenth of a second, UTC), if recorded."""
 
 @final
 class Job:

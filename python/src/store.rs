@@ -184,8 +184,8 @@ impl PyQueueInfo {
         self.0.temporary
     }
 
-    /// When it last saw a send, receive, settle or lock renewal (to the second), as an aware
-    /// UTC `datetime`; `None` if never recorded.
+    /// When it last saw a send, receive, settle or lock renewal (to a tenth of a second), as an
+    /// aware UTC `datetime`; `None` if never recorded.
     #[getter]
     fn last_activity<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
         convert::opt_datetime(py, self.0.last_activity)

@@ -47,7 +47,7 @@ pub(crate) use wait_async::AsyncReceive;
 pub(crate) mod queries {
     pub(crate) use super::read::{
         BrowsePosition, app_get, app_range, browse_all_next, browse_next, checkpoints, counts,
-        dedup_lookup, get, has_candidate, idle_due, job, job_pieces, jobs, list_queues,
+        dedup_lookup, get, has_candidate, idle_schedule, job, job_pieces, jobs, list_queues,
         list_topics, next_due, queue_by_id, queue_by_name, queue_records, sessions,
     };
 }

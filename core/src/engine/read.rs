@@ -401,28 +401,34 @@ pub fn queue_records(txn: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>
     Ok(out)
 }
 
-/// Whether some queue is due for idle deletion now (the writer checks again before deleting),
-/// and whether any queue has `auto_delete_on_idle` at all. A queue in use (see
-/// `batch::in_use`) is never due, so the janitor does not ask the writer for it every second.
-pub fn idle_due(txn: &ReadTransaction, now: u64) -> Result<(bool, bool)> {
-    let (mut due, mut any) = (false, false);
+/// Whether any queue asks for idle deletion, and when the first of them falls due.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IdleSchedule {
+    pub any: bool,
+    /// When (ms) the first queue without locked messages is due (`idle_due_at`); none while
+    /// every such queue holds locked messages.
+    pub next: Option<u64>,
+}
+
+/// The idle-deletion schedule as stored now (the writer checks again before deleting). A
+/// queue in use (see `batch::in_use`) is never due, so the janitor does not ask the writer for
+/// it every second.
+pub fn idle_schedule(txn: &ReadTransaction) -> Result<IdleSchedule> {
+    let mut s = IdleSchedule::default();
     for (name, rec) in queue_records(txn)? {
         let Some(idle) = rec.options.auto_delete_on_idle else {
             continue;
         };
-        any = true;
-        if due {
+        s.any = true;
+        let c = counts(txn, rec.id)?;
+        if c.locked != 0 || in_use(txn, &name, &rec)? {
             continue;
         }
-        let c = counts(txn, rec.id)?;
-        if c.locked == 0
-            && super::batch::idle_expired(c.last_activity, idle, now)
-            && !in_use(txn, &name, &rec)?
-        {
-            due = true;
+        if let Some(at) = super::batch::idle_due_at(c.last_activity, idle) {
+            s.next = Some(s.next.map_or(at, |n| n.min(at)));
         }
     }
-    Ok((due, any))
+    Ok(s)
 }
 
 /// Whether something names queue `name` (record `rec`): the rule `Batch::queue_user` applies.

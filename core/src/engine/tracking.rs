@@ -71,31 +71,54 @@ impl Engine {
         })
     }
 
-    /// Starts the thread that deletes idle queues, unless it runs already.
+    /// Starts the thread that deletes idle queues, or makes a running one look again now (a
+    /// queue just opened with a short idle period may be due before its next look).
     pub fn ensure_janitor(self: &Arc<Self>) {
         let mut slot = self.janitor.lock();
-        if slot.is_some() || self.is_closed() || self.is_forked() {
+        if self.is_closed() || self.is_forked() {
+            return;
+        }
+        if let Some(j) = slot.as_ref()
+            && !j.is_finished()
+        {
+            j.poke();
             return;
         }
         let weak = Arc::downgrade(self);
         *slot = janitor::Janitor::start(move || {
-            let Some(engine) = weak.upgrade() else {
-                return false;
-            };
-            if engine.check_open().is_err() {
-                return false;
-            }
-            let now = engine.clock.now_ms();
-            match engine.read(|t| read::idle_due(t, now)) {
-                Ok((true, _)) => {
-                    let _ = engine.call(|b: &mut Batch<'_>| b.delete_idle_queues().map(drop));
-                    true
-                }
-                // No queue asks for idle deletion any more: the thread can go.
-                Ok((false, any)) => any,
-                Err(_) => true,
-            }
+            let engine = weak.upgrade()?;
+            engine.check_open().ok()?;
+            engine.idle_tick()
         });
+    }
+
+    /// One look of the janitor: deletes the queues whose idle period is over and says how long
+    /// to sleep before the next look — until the next queue falls due, at most a second —
+    /// or `None` when no queue asks for idle deletion any more.
+    fn idle_tick(&self) -> Option<std::time::Duration> {
+        let Ok(mut due) = self.read(read::idle_schedule) else {
+            return Some(janitor::PERIOD);
+        };
+        let mut now = self.clock.now_ms();
+        if due.next.is_some_and(|at| at <= now) {
+            // The deleting batch checks every queue again (`delete_idle_queues`).
+            let _ = self.call(|b: &mut Batch<'_>| b.delete_idle_queues().map(drop));
+            let Ok(after) = self.read(read::idle_schedule) else {
+                return Some(janitor::PERIOD);
+            };
+            due = after;
+            now = self.clock.now_ms();
+            // Still due: the deletion failed; try again in a while rather than at once.
+            if due.next.is_some_and(|at| at <= now) {
+                return due.any.then_some(janitor::PERIOD);
+            }
+        }
+        if !due.any {
+            return None;
+        }
+        Some(due.next.map_or(janitor::PERIOD, |at| {
+            std::time::Duration::from_millis(at - now).min(janitor::PERIOD)
+        }))
     }
 
     /// This store handle's reply queue for requests, `(id, name)`: a temporary queue created

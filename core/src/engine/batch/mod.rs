@@ -35,7 +35,7 @@ pub use catalog::{
 pub use in_use::{continuation_user, option_user};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;
-pub use temporary::{TEMPORARY_PREFIX, idle_expired};
+pub use temporary::{TEMPORARY_PREFIX, idle_due_at};
 pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 
 use std::collections::{HashMap, HashSet};
@@ -120,8 +120,9 @@ impl DueHints {
     }
 }
 
-/// How finely a queue's last activity is recorded (ms).
-pub const ACTIVITY_RESOLUTION_MS: u64 = 1000;
+/// How finely a queue's last activity is recorded (ms): the recorded time is less than this
+/// behind the true last activity. Idle deletion waits this much longer (`idle_due_at`).
+pub const ACTIVITY_RESOLUTION_MS: u64 = 100;
 
 pub struct Batch<'t> {
     txn: LoggedTxn<'t>,
@@ -340,8 +341,8 @@ impl<'t> Batch<'t> {
             if self.deleted.contains(&q) {
                 continue;
             }
-            // Activity is recorded at most once a second per queue, so a busy queue pays for
-            // it in one batch a second, not in every one.
+            // Activity is recorded at most once per `ACTIVITY_RESOLUTION_MS` per queue, so a
+            // busy queue pays for it in a few batches a second, not in every one.
             if let Some(w) = written.as_mut() {
                 let last = w.entry(q).or_insert(0);
                 if now >= last.saturating_add(ACTIVITY_RESOLUTION_MS) || c.last_activity == 0 {

@@ -92,11 +92,21 @@ impl<'t> Batch<'t> {
     }
 }
 
-/// Whether a queue last active at `last_activity` (ms, as recorded: up to
-/// [`ACTIVITY_RESOLUTION_MS`] behind the true last activity) has been idle for `idle` at `now`.
-/// The slack keeps a busy queue whose idle period is shorter than the recording interval from
-/// being deleted: a queue goes between `idle` and `idle` + one second after its last activity.
-pub fn idle_expired(last_activity: u64, idle: std::time::Duration, now: u64) -> bool {
-    let idle_ms = crate::clock::duration_ms(idle).saturating_add(ACTIVITY_RESOLUTION_MS);
-    last_activity != 0 && now >= last_activity.saturating_add(idle_ms)
+/// When a queue last active at `last_activity` (ms, as recorded: less than
+/// [`ACTIVITY_RESOLUTION_MS`] behind the true last activity) becomes idle for `idle`: `idle`
+/// plus that resolution after the recorded activity, so never before `idle` has passed since
+/// the true last activity — a busy queue whose idle period is shorter than the recording
+/// interval is never deleted. `None` for a queue with no recorded activity.
+pub fn idle_due_at(last_activity: u64, idle: std::time::Duration) -> Option<u64> {
+    (last_activity != 0).then(|| {
+        last_activity
+            .saturating_add(crate::clock::duration_ms(idle))
+            .saturating_add(ACTIVITY_RESOLUTION_MS)
+    })
+}
+
+/// Whether a queue last active at `last_activity` has been idle for `idle` at `now` (see
+/// [`idle_due_at`]).
+fn idle_expired(last_activity: u64, idle: std::time::Duration, now: u64) -> bool {
+    idle_due_at(last_activity, idle).is_some_and(|at| now >= at)
 }
