@@ -289,9 +289,11 @@
 #define POSTBOX_INCOMPATIBLE_VERSION 12
 
 /**
- * The store is already open in single-process mode: by another process, or by another
- * `postbox_store_open` of this process (the detailed message says which; share the first handle
- * instead). Also returned by `postbox_store_compact` when it could not have the store alone.
+ * The store is already open in single-process mode: by another process, by another
+ * `postbox_store_open` of this process (share the first handle instead), or — in a `fork()`
+ * child — by the parent (open the store with `multi_process` set in both). The detailed
+ * message says which. Also returned by `postbox_store_compact` when it could not have the
+ * store alone.
  */
 #define POSTBOX_ALREADY_OPEN 13
 

@@ -153,6 +153,31 @@ fn the_child_can_open_a_shared_store_itself() {
 }
 
 #[test]
+fn a_child_is_told_how_to_open_a_store_the_parent_holds() {
+    // The advice of the refusal must work in the child: "share that Store" would hand it the
+    // parent's handle, which fails with `Forked` there.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let store = Store::open(&path).unwrap();
+    store.queue("q").unwrap().send("parent").unwrap();
+    let code = fork_and_wait(|| match Store::open(&path) {
+        Ok(_) => 1,
+        Err(e) if e.kind() != ErrorKind::AlreadyOpen => 2,
+        Err(e) => {
+            let text = e.to_string();
+            let advises = text.contains("forked")
+                && text.contains("Store::builder().multi_process(true)")
+                && !text.contains("clone");
+            if advises { 0 } else { 3 }
+        }
+    });
+    assert_eq!(code, 0);
+    // In the parent, a second open is this process's own: share the handle.
+    let e = Store::open(&path).unwrap_err();
+    assert!(e.to_string().contains("clone that Store"), "{e}");
+}
+
+#[test]
 fn a_child_opens_a_shared_store_while_parent_threads_write() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.postbox");

@@ -377,22 +377,27 @@ pub fn open_with(path: &Path, builder: postbox::StoreBuilder) -> Outcome<Store> 
         )));
     }
     builder.open(path).map_err(|e| match e.kind() {
-        ErrorKind::AlreadyOpen => busy(path, &e),
+        ErrorKind::AlreadyOpen => busy(path),
         _ => Failure::from(e),
     })
 }
 
-fn busy(path: &Path, e: &postbox::Error) -> Failure {
+/// The refusal of a store held in single-process mode, with the fix spelt in every language:
+/// the command cannot know which one the holder is written in.
+fn busy(path: &Path) -> Failure {
+    let spellings: Vec<String> = postbox::binding::Language::ALL
+        .iter()
+        .map(|l| format!("{}: {}", l.name(), l.multi_process()))
+        .collect();
     Failure::new(
         fail::BUSY,
         format!(
-            "{} is held by another process in single-process mode ({e}).\n\
-             That mode keeps every other process out. Either open the store in that \
-             application with multi_process (Rust: Store::builder().multi_process(true); \
-             C: options.multi_process = 1; Python: postbox.Store(path, multi_process=True)), \
-             or use the application's admin endpoint: postbox --admin http://127.0.0.1:PORT \
-             <command>.",
-            path.display()
+            "{} is held by another process in single-process mode, which keeps every other \
+             process out.\nEither open the store in that application in multi-process mode \
+             ({}), or use the application's admin endpoint: postbox --admin \
+             http://127.0.0.1:PORT <command>.",
+            path.display(),
+            spellings.join("; ")
         ),
     )
 }

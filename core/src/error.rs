@@ -86,6 +86,77 @@ error_kinds! {
     InUse = 21,
 }
 
+/// The language a caller speaks: error messages that give advice name that language's way of
+/// doing it (Rust's `multi_process(true)` is Python's `multi_process=True`). A program in Rust
+/// gets Rust's spelling; the C and Python bindings set theirs when they load
+/// ([`set_language`]). One table, so that a new piece of advice is spelt for every language.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// The `postbox` crate.
+    Rust,
+    /// `libpostbox` and `postbox.h`.
+    C,
+    /// The `postbox` Python package.
+    Python,
+}
+
+impl Language {
+    /// Every language, in the order advice lists them.
+    pub const ALL: [Language; 3] = [Language::Rust, Language::C, Language::Python];
+
+    /// The language's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Rust => "Rust",
+            Language::C => "C",
+            Language::Python => "Python",
+        }
+    }
+
+    /// How a program opens a store that several processes share.
+    pub fn multi_process(self) -> &'static str {
+        match self {
+            Language::Rust => "Store::builder().multi_process(true)",
+            Language::C => "postbox_store_options.multi_process = 1",
+            Language::Python => "postbox.Store(path, multi_process=True)",
+        }
+    }
+
+    /// How a program uses one open store from several places (threads, modules).
+    pub fn share_store(self) -> &'static str {
+        match self {
+            Language::Rust => "clone that Store (a clone is cheap)",
+            Language::C => "use that postbox_store handle (it is thread-safe)",
+            Language::Python => "use that postbox.Store object (it is thread-safe)",
+        }
+    }
+}
+
+static LANGUAGE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Makes this copy of the library's advice speak `language` (the bindings call it once, as they
+/// load; each binding links its own copy of the engine).
+#[doc(hidden)]
+pub fn set_language(language: Language) {
+    let n = match language {
+        Language::Rust => 0,
+        Language::C => 1,
+        Language::Python => 2,
+    };
+    LANGUAGE.store(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The language this copy of the library speaks (see [`Language`]).
+#[doc(hidden)]
+pub fn language() -> Language {
+    match LANGUAGE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Language::C,
+        2 => Language::Python,
+        _ => Language::Rust,
+    }
+}
+
 /// Every error that postbox reports.
 ///
 /// Match on [`Error::kind`] to react to a class of failure; the variants carry the details.
@@ -450,9 +521,11 @@ impl From<redb::CommitError> for Error {
 impl From<redb::DatabaseError> for Error {
     fn from(e: redb::DatabaseError) -> Self {
         match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen(
-                "the store is already open in another process (open every handle with multi_process(true) to share it)".into(),
-            ),
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen(format!(
+                "the store is already open in another process: to share it, open it in every \
+                 process with {}",
+                language().multi_process()
+            )),
             redb::DatabaseError::Storage(s) => match Error::from(s) {
                 Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
                     Error::NotAStore(io.to_string())

@@ -596,6 +596,7 @@ fn opening_a_store_twice_in_single_process_mode_is_refused() {
     let r = catch_unwind(AssertUnwindSafe(|| Store::open(&path))).expect("no panic");
     let e = r.expect_err("a second single-process open must fail");
     assert_eq!(e.kind(), ErrorKind::AlreadyOpen, "{e:?}");
+    assert!(e.to_string().contains("clone that Store"), "{e}");
     assert_clear(&e);
     // The first handle is unaffected.
     assert_eq!(counts(&store.queue("q").unwrap()), (1, 0, 0, 0, 4));

@@ -445,7 +445,10 @@ fn an_idle_queue_goes_within_a_second_after_its_idle_period_and_never_before() {
 
     // A send in the window starts the period again.
     let q = s
-        .queue_with("restarted", QueueOptions::default().auto_delete_on_idle(idle))
+        .queue_with(
+            "restarted",
+            QueueOptions::default().auto_delete_on_idle(idle),
+        )
         .unwrap();
     let first = std::time::Instant::now();
     q.send("a").unwrap();

@@ -168,6 +168,9 @@ impl FfiReturn for *const c_char {
 /// Runs the body of an export: a failure becomes its status code (and this thread's error
 /// message), a panic becomes `POSTBOX_PANIC` instead of unwinding into C.
 pub fn guard<T: FfiReturn>(body: impl FnOnce() -> Outcome<T>) -> T {
+    // Advice in error messages names C's spelling (`multi_process = 1`). C has no call that
+    // comes first, so every call says it: one relaxed store.
+    postbox::binding::set_language(postbox::binding::Language::C);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
         Ok(Err(failure)) => {

@@ -35,9 +35,11 @@ pub const POSTBOX_PANIC: c_int = 10;
 pub const POSTBOX_NOT_A_STORE: c_int = 11;
 /// The store was written by a newer, incompatible version of postbox.
 pub const POSTBOX_INCOMPATIBLE_VERSION: c_int = 12;
-/// The store is already open in single-process mode: by another process, or by another
-/// `postbox_store_open` of this process (the detailed message says which; share the first handle
-/// instead). Also returned by `postbox_store_compact` when it could not have the store alone.
+/// The store is already open in single-process mode: by another process, by another
+/// `postbox_store_open` of this process (share the first handle instead), or — in a `fork()`
+/// child — by the parent (open the store with `multi_process` set in both). The detailed
+/// message says which. Also returned by `postbox_store_compact` when it could not have the
+/// store alone.
 pub const POSTBOX_ALREADY_OPEN: c_int = 13;
 /// The commit failed after it may have reached the disk: the operation may or may not have taken
 /// effect (retrying a send is safe with a `message_key` and a `dedup_window`).

@@ -149,8 +149,11 @@ class IncompatibleVersionError(StoreError):
 
 
 class AlreadyOpenError(StoreError):
-    """Another process holds the store open in single-process mode; also raised by
-    ``Store.compact()`` when it could not have the store to itself."""
+    """Another process holds the store open in single-process mode (or this process holds it
+    already; or, in a forked child, the parent does); also raised by ``Store.compact()`` when it
+    could not have the store to itself. The message says what to do in Python's terms: use the
+    same ``postbox.Store`` object within a process, and open the store with
+    ``multi_process=True`` in every process that shares it (in a forked child, a new one)."""
 
     code = 13
 

@@ -62,6 +62,8 @@ mod _postbox {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        // Advice in error messages names Python's spelling (`multi_process=True`).
+        postbox::binding::set_language(postbox::binding::Language::Python);
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("MAX_PRIORITY", postbox::MAX_PRIORITY)?;
         m.add("MIN_PRIORITY", postbox::MIN_PRIORITY)?;

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import queue as stdlib_queue
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,8 +183,35 @@ def test_truncated_store(store_path: Path, tmp_path: Path) -> None:
 
 def test_already_open(store_path: Path) -> None:
     with postbox.Store(store_path):
-        with pytest.raises(postbox.AlreadyOpenError):
+        with pytest.raises(postbox.AlreadyOpenError) as e:
             postbox.Store(store_path)
+        # Advice in Python's terms.
+        assert "this process" in str(e.value) and "postbox.Store object" in str(e.value)
+
+
+def test_already_open_in_another_process_advises_in_python_terms(store_path: Path) -> None:
+    postbox.Store(store_path).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(store_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"open\n"
+        with pytest.raises(postbox.AlreadyOpenError) as e:
+            postbox.Store(store_path)
+        assert "multi_process=True" in str(e.value), str(e.value)
+        assert "multi_process(true)" not in str(e.value), str(e.value)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+HOLD = """
+import sys, postbox
+with postbox.Store(sys.argv[1]):
+    print("open", flush=True)
+    sys.stdin.read()
+"""
 
 
 def test_closed(store_path: Path) -> None:

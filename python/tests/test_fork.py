@@ -449,6 +449,33 @@ def test_child_cannot_open_a_single_process_store_the_parent_holds(store_path: P
         assert code == 0
         assert got == "AlreadyOpenError"
 
+        def message() -> str:
+            try:
+                postbox.Store(store_path)
+            except postbox.AlreadyOpenError as e:
+                return str(e)
+            return "opened"
+
+        # The advice must work in the child: the parent's handle raises ForkedError here, so
+        # "share that Store" would not; opening both with multi_process=True does.
+        code, text = in_child(message)
+        assert code == 0
+        assert "forked" in text and "multi_process=True" in text, text
+        assert "share" not in text and "multi_process(true)" not in text, text
+
+
+def test_a_child_opens_a_store_the_parent_holds_as_its_error_advises(store_path: Path) -> None:
+    with postbox.Store(store_path, multi_process=True) as store:
+        store.queue("jobs").send(b"parent")
+
+        def child() -> str:
+            with postbox.Store(store_path, multi_process=True) as own:
+                return own.queue("jobs").peek().text  # type: ignore[union-attr]
+
+        code, got = in_child(child)
+        assert code == 0
+        assert got == "parent"
+
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("multi_process", [False, True], ids=["single", "multi"])

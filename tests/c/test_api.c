@@ -153,6 +153,8 @@ static void test_store_open_close(const char *dir) {
     postbox_store *again = NULL;
     CHECK_RC(postbox_store_open(path_in(dir, "a"), NULL, &again), POSTBOX_ALREADY_OPEN);
     CHECK(strstr(postbox_last_error_message(), "this process") != NULL);
+    /* Advice in C's terms. */
+    CHECK(strstr(postbox_last_error_message(), "postbox_store handle") != NULL);
     CHECK(again == NULL);
     CHECK_OK(postbox_store_close(store));
     CHECK_OK(postbox_store_close(NULL));

@@ -17,6 +17,8 @@ pub use lent::{LentDelivery, finish_lent, retry_policy, take_transaction};
 pub use request::{PendingRequest, send_request};
 pub use send::{FlatSend, FlatSendError};
 
+pub use crate::error::{Language, language, set_language};
+
 /// Fails with [`Error::Forked`](crate::Error::Forked) in a process other than `opened_by`.
 ///
 /// Bindings check this before taking any mutex of theirs: one that a parent thread held at

@@ -80,6 +80,8 @@ pub struct Engine {
     /// The process that opened the store: a handle inherited across `fork()` must not touch
     /// the file (invariant 11).
     opened_by: u32,
+    /// This store's note in `in_process` (freed at close).
+    opened_note: Option<usize>,
     pipeline: Pipeline,
     pub signals: Arc<Signals>,
     pub clock: Arc<dyn Clock>,
@@ -147,11 +149,26 @@ impl Engine {
     fn open_file(path: &Path, b: &EngineConfig) -> Result<Engine> {
         let opened = match file::open(path, b) {
             Ok(opened) => opened,
-            Err(Error::AlreadyOpen(_)) if in_process::is_open(path) => {
-                return Err(Error::AlreadyOpen(format!(
-                    "{} is already open in this process (or in the process it was forked from): share that Store (it is a cheap clone) instead of opening it twice",
-                    path.display()
-                )));
+            Err(Error::AlreadyOpen(m)) => {
+                let language = crate::error::language();
+                return Err(Error::AlreadyOpen(match in_process::holder(path) {
+                    None => m,
+                    Some(in_process::Holder::ThisProcess) => format!(
+                        "{} is already open in this process: {} instead of opening it twice",
+                        path.display(),
+                        language.share_store()
+                    ),
+                    // The parent's handle cannot be used here (it raises `Forked`), and the
+                    // parent's lock keeps every single-process opener out.
+                    Some(in_process::Holder::Parent) => format!(
+                        "{} is open in the process this one was forked from, and a store \
+                         handle does not cross fork(): open the store in every process, the \
+                         parent included, with {} (here in the child with a new handle), or \
+                         close it in the parent before forking",
+                        path.display(),
+                        language.multi_process()
+                    ),
+                }));
             }
             Err(e) => return Err(e),
         };
@@ -236,6 +253,7 @@ impl Engine {
         Ok(Engine {
             db: slot,
             opened_by: std::process::id(),
+            opened_note: in_process::note_open(path),
             pipeline,
             signals,
             clock,
@@ -371,6 +389,7 @@ impl Engine {
         // caught panic); that must not escape to the caller either.
         let (db, wal) = self.db.close();
         let dropped = guarded::catch(move || drop(db));
+        in_process::note_closed(self.opened_note);
         // The closing batch was a checkpoint: the store file holds everything, and the log
         // goes, so that a closed store is one file. (Left behind, it would only be skipped.)
         if let Some(wal) = wal
@@ -411,31 +430,94 @@ impl Drop for Engine {
     }
 }
 
-/// Whether this process has the store file open, to tell "open in this process" from "open in
-/// another" when the file lock is taken. Looks at the process's open files instead of keeping a
-/// registry: a process-wide lock would be inherited locked by a `fork()` child if another
-/// thread held it at that moment, and the child must be able to open stores.
+/// Who has the store file open in this process, to tell "open in this process" from "open in
+/// another" when the file lock is taken, and "opened here" from "inherited from the process
+/// this one was forked from". Looks at the process's open files, and notes each store this
+/// process opens in a small table of atomics instead of a registry behind a lock: a
+/// process-wide lock would be inherited locked by a `fork()` child if another thread held it at
+/// that moment, and the child must be able to open stores.
 mod in_process {
     use std::path::Path;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Who holds a store file this process has open.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Holder {
+        /// A store handle of this process (or a file opened some other way).
+        ThisProcess,
+        /// A handle inherited across `fork()`: the parent opened it.
+        Parent,
+    }
+
+    /// `file key << 32 | pid` of the stores this process image opened (0: free). A process
+    /// with more stores open at once than slots is told "this process", the safe guess.
+    static OPENED: [AtomicU64; 32] = [const { AtomicU64::new(0) }; 32];
 
     #[cfg(target_os = "linux")]
-    pub fn is_open(path: &Path) -> bool {
+    fn file_key(path: &Path) -> Option<u64> {
         use std::os::unix::fs::MetadataExt;
-        let Ok(target) = std::fs::metadata(path) else {
-            return false;
-        };
-        let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
-            return false;
-        };
-        fds.flatten().any(|fd| {
+        let m = std::fs::metadata(path).ok()?;
+        let folded = m.dev().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ m.ino();
+        Some(((folded ^ (folded >> 32)) & 0xFFFF_FFFF) | 1)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn file_key(_path: &Path) -> Option<u64> {
+        None
+    }
+
+    /// Notes that this process opened the store at `path`; returns the slot to free at close.
+    pub fn note_open(path: &Path) -> Option<usize> {
+        let value = (file_key(path)? << 32) | u64::from(std::process::id());
+        OPENED.iter().position(|slot| {
+            slot.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    /// Frees a slot of `note_open` (at a clean close, in the process that opened the store).
+    pub fn note_closed(slot: Option<usize>) {
+        if let Some(s) = slot.and_then(|i| OPENED.get(i)) {
+            s.store(0, Ordering::Release);
+        }
+    }
+
+    /// Who holds the store at `path` in this process, if this process has it open.
+    #[cfg(target_os = "linux")]
+    pub fn holder(path: &Path) -> Option<Holder> {
+        use std::os::unix::fs::MetadataExt;
+        let target = std::fs::metadata(path).ok()?;
+        let fds = std::fs::read_dir("/proc/self/fd").ok()?;
+        let open = fds.flatten().any(|fd| {
             std::fs::metadata(fd.path())
                 .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
+        });
+        if !open {
+            return None;
+        }
+        let key = file_key(path)?;
+        let me = u64::from(std::process::id());
+        let (mut mine, mut inherited) = (false, false);
+        for slot in &OPENED {
+            let v = slot.load(Ordering::Acquire);
+            if v != 0 && v >> 32 == key {
+                if v & 0xFFFF_FFFF == me {
+                    mine = true;
+                } else {
+                    inherited = true;
+                }
+            }
+        }
+        Some(if inherited && !mine {
+            Holder::Parent
+        } else {
+            Holder::ThisProcess
         })
     }
 
     #[cfg(not(target_os = "linux"))]
-    pub fn is_open(_path: &Path) -> bool {
-        false
+    pub fn holder(_path: &Path) -> Option<Holder> {
+        None
     }
 }
 
