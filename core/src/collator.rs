@@ -98,10 +98,12 @@ impl Collator {
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a message without a
     /// group or sequence number, a sequence number of 0 or beyond the series' declared length,
-    /// or a length that contradicts the series; the errors of [`Queue::send`];
-    /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) naming the destination when it no
-    /// longer exists (only in a store an older postbox wrote: nothing deletes a queue a
-    /// collator names now), with nothing stored.
+    /// or a length that contradicts the series (another declared length, or fewer messages
+    /// than a number already sent) — a resend of a number the series has included: it is not
+    /// the same message, so it is refused rather than taken as a duplicate; the errors of
+    /// [`Queue::send`]; [`Error::QueueNotFound`](crate::Error::QueueNotFound) naming the
+    /// destination when it no longer exists (only in a store an older postbox wrote: nothing
+    /// deletes a queue a collator names now), with nothing stored.
     pub fn send(&self, message: impl Into<Message>) -> Result<Collated> {
         Ok(self.send_batch([message.into()])?.pop().unwrap_or_default())
     }

@@ -123,6 +123,34 @@ fn gaps_are_reported_and_duplicates_recognised() {
 }
 
 #[test]
+fn a_resend_that_contradicts_its_series_is_refused_not_taken_as_a_duplicate() {
+    let t = TestStore::new();
+    let dest = t.store().queue("d").unwrap();
+    let c = t.store().collator("c", &dest).unwrap();
+    c.send(part("po-1", 1).series_length(3)).unwrap();
+    c.send(part("po-1", 3)).unwrap();
+    // The same numbers again with another length (released 1, held 3): refused, not a duplicate.
+    for bad in [
+        part("po-1", 1).series_length(2),
+        part("po-1", 3).series_length(4),
+        part("po-1", 3).last_in_series().series_length(5),
+    ] {
+        let e = c.send(bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
+    // Agreeing with the series, a resend is a duplicate as before.
+    assert!(c.send(part("po-1", 1).series_length(3)).unwrap().duplicate);
+    assert!(c.send(part("po-1", 3).last_in_series()).unwrap().duplicate);
+    assert!(c.send(part("po-1", 1)).unwrap().duplicate);
+    // A length shorter than a number already held cannot be the series' length either.
+    c.send(part("q", 5)).unwrap();
+    let e = c.send(part("q", 2).series_length(3)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert_eq!(c.incomplete().unwrap()[1].length, None, "nothing recorded");
+    assert_eq!(c.held().unwrap(), 2, "po-1 #3 and q #5");
+}
+
+#[test]
 fn held_messages_survive_a_restart_and_deleting_the_collator_drops_them() {
     let mut t = TestStore::new();
     {

@@ -105,6 +105,28 @@ impl<'t> Batch<'t> {
             let declared = series_length(&m)?;
             let mut s = self.series(q, &series)?;
             let held = self.t_held()?.get((q, series.as_str(), seq))?.is_some();
+            // A declared length is checked before the duplicate test: a resend that contradicts
+            // the series is not the same message, and is refused rather than ignored.
+            if let Some(n) = declared {
+                let highest_held = self
+                    .t_held()?
+                    .range((q, series.as_str(), 0)..=(q, series.as_str(), u64::MAX))?
+                    .next_back()
+                    .transpose()?
+                    .map_or(0, |(k, _)| k.value().2);
+                let highest = s.next.saturating_sub(1).max(seq).max(highest_held);
+                if s.length != 0 && s.length != n {
+                    return Err(Error::invalid(format!(
+                        "series {series:?} was declared {} long; message {seq} says {n}",
+                        s.length
+                    )));
+                }
+                if n < highest {
+                    return Err(Error::invalid(format!(
+                        "series {series:?} cannot be {n} long: it has message {highest}"
+                    )));
+                }
+            }
             if seq < s.next || held {
                 out.push(Collated {
                     released: Vec::new(),
@@ -119,13 +141,6 @@ impl<'t> Batch<'t> {
                 )));
             }
             if let Some(n) = declared {
-                let highest = s.next.saturating_sub(1).max(seq);
-                if (s.length != 0 && s.length != n) || n < highest {
-                    return Err(Error::invalid(format!(
-                        "series {series:?} cannot be {n} long: it was declared {} long and has message {highest}",
-                        s.length
-                    )));
-                }
                 s.length = n;
             }
             let held = codec::encode_held(&series, seq, &m);
