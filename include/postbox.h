@@ -158,14 +158,18 @@
 #define POSTBOX_DEAD_LETTER_SUFFIX "/$deadletterqueue"
 
 /**
- * The user property (a string, the length in decimal, e.g. "6") with which a message sent
- * through a collator (postbox_collate) declares the length of its series.
+ * The user property (a string, the length in decimal, e.g. "6") in which a message sent
+ * through a collator (postbox_collate) carries the length of its series: set by
+ * postbox_send_options.series_length, and carried by the released message. Setting it by
+ * hand instead of the field is deprecated (it still works).
  */
 #define POSTBOX_SERIES_LENGTH_PROPERTY "postbox.series_length"
 
 /**
  * The user property (a string, e.g. "1") that marks a message sent through a collator
- * (postbox_collate) as the last of its series: its sequence number is the series' length.
+ * (postbox_collate) as the last of its series (its sequence number is the series' length):
+ * set by postbox_send_options.series_last, and carried by the released message. Setting it
+ * by hand instead of the field is deprecated (it still works).
  */
 #define POSTBOX_SERIES_LAST_PROPERTY "postbox.series_last"
 
@@ -571,9 +575,11 @@ typedef struct postbox_browser postbox_browser;
  * sending commit, so a crash loses or duplicates nothing, and a number sent again is
  * recognised as a duplicate and stored nowhere.
  *
- * A series ends when one of its messages declares the series' length (user property
- * `POSTBOX_SERIES_LENGTH_PROPERTY`) or marks itself last (`POSTBOX_SERIES_LAST_PROPERTY`);
- * `postbox_collator_incomplete` lists the series with gaps.
+ * A series ends when one of its messages declares the series' length
+ * (`postbox_send_options.series_length`) or marks itself last (`series_last`);
+ * `postbox_collator_incomplete` lists the series with gaps. A completed series is remembered,
+ * so that a late resend of one of its numbers is a duplicate, until `postbox_collator_forget`
+ * retires it (or the collator is deleted).
  *
  * Created by `postbox_collator_open`; freed with `postbox_collator_free`. Thread-safe: any
  * number of threads may send through one handle at once.
@@ -1147,6 +1153,22 @@ typedef struct postbox_send_options {
    * Number of entries in `properties`.
    */
   size_t property_count;
+  /**
+   * For a collator (`postbox_collate`): non-zero declares the length of the message's
+   * series, how many messages it has (any message of the series may declare it; several if
+   * they agree). 0: not declared. Kept with the message as the string user property
+   * `POSTBOX_SERIES_LENGTH_PROPERTY`, which released messages carry.
+   */
+  uint64_t series_length;
+  /**
+   * For a collator: non-zero marks this message as the last of its series (its `sequence`
+   * is the series' length). Kept as the user property `POSTBOX_SERIES_LAST_PROPERTY`.
+   */
+  int series_last;
+  /**
+   * Reserved (keeps the struct free of padding); ignored.
+   */
+  uint32_t reserved;
 } postbox_send_options;
 
 /**
@@ -3094,10 +3116,14 @@ int postbox_collator_destination(const struct postbox_collator *collator,
  * message is held until every number before it has arrived, then released to the destination
  * queue with every held message that follows it without a gap, all in this commit.
  *
- * To declare the series' length, give one of its messages (any, and more than one if they
- * agree) the string user property `POSTBOX_SERIES_LENGTH_PROPERTY` with the length in decimal
- * (e.g. "6"); or give its last message the string user property
- * `POSTBOX_SERIES_LAST_PROPERTY` (value "1"). Numbers beyond a declared length are refused.
+ * To declare the series' length, set `options.series_length` on one of its messages (any, and
+ * more than one if they agree), or `options.series_last` on its last message. Numbers beyond
+ * a declared length are refused, and so is a declaration that contradicts the series (another
+ * length, or fewer messages than a number already sent) — on a resend of a number the series
+ * has too: it is not the same message, so it is not taken as a duplicate. (Setting the user
+ * properties `POSTBOX_SERIES_LENGTH_PROPERTY` to the length in decimal, or
+ * `POSTBOX_SERIES_LAST_PROPERTY`, still works with a struct from an older header; it is
+ * deprecated.)
  *
  * `released_out` (may be NULL) receives how many messages this send released to the
  * destination: 0 while a gap remains before this message, 1 + the held messages that followed
@@ -3109,8 +3135,9 @@ int postbox_collator_destination(const struct postbox_collator *collator,
  * # Returns
  * `POSTBOX_OK` (also for a duplicate); `POSTBOX_INVALID_ARGUMENT` (NULL `collator`, NULL body
  * with a length, bad options as for `postbox_send`, no group or no sequence, a sequence of 0
- * or beyond the series' declared length, a length property that is not a positive decimal
- * string or contradicts the series); `POSTBOX_TOO_LARGE` (above the destination's
+ * or beyond the series' declared length, a length that contradicts the series, a length
+ * property that is not a positive decimal string, the fields and the deprecated properties
+ * set together); `POSTBOX_TOO_LARGE` (above the destination's
  * `max_message_size`); `POSTBOX_QUEUE_NOT_FOUND` (the collator or its destination was
  * deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. Released messages are not
  * refused by the destination's `max_messages` / `max_bytes` quotas.
@@ -3121,6 +3148,27 @@ int postbox_collate(const struct postbox_collator *collator,
                     const struct postbox_send_options *options,
                     size_t *released_out,
                     bool *duplicate_out);
+
+/**
+ * Forgets series `series` (NUL-terminated UTF-8) of the collator: its progress goes, so that
+ * its name starts a new series from 1 (after forgetting "po-1", "po-1" #1 is a new message,
+ * no longer a duplicate). `forgotten_out` (may be NULL) receives whether the collator knew
+ * the series.
+ *
+ * A collator keeps each series' progress after the series completes, so that a late resend
+ * of one of its numbers is still recognised as a duplicate; nothing retires it on its own.
+ * Forget a series once no resend of it can come any more, or give each run of work a series
+ * name of its own (an order number, a date). Deleting the collator forgets every series.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `collator` or `series`, invalid UTF-8, a
+ * series of which the collator holds messages waiting for a gap to close: forgetting would
+ * lose them); `POSTBOX_QUEUE_NOT_FOUND` (the collator was deleted); `POSTBOX_CLOSED`;
+ * `POSTBOX_FORKED`; storage errors.
+ */
+int postbox_collator_forget(const struct postbox_collator *collator,
+                            const char *series,
+                            bool *forgotten_out);
 
 /**
  * Reads how many messages the collator holds now, waiting for gaps to close (exact).

@@ -44,6 +44,8 @@ pub struct SeriesGap {
 ///
 /// A series ends when a message declares its length ([`Message::series_length`]) or marks
 /// itself last ([`Message::last_in_series`]); [`Collator::incomplete`] lists series with gaps.
+/// A completed series is remembered (a late resend is a duplicate) until
+/// [`Collator::forget`] retires it.
 /// Released messages are not refused by the destination's quotas (they were accepted when
 /// sent); their size is checked against its `max_message_size` when sent.
 ///
@@ -146,6 +148,42 @@ impl Collator {
             b.require_collator(q, &name)?;
             Ok(b.counters(q)?.held)
         })
+    }
+
+    /// Forgets a series: its progress goes, so that its name starts a new series from 1
+    /// (after `forget("po-1")`, `po-1` #1 is a new message, no longer a duplicate). Returns
+    /// whether the collator knew the series.
+    ///
+    /// A collator keeps each series' progress after the series completes, so that a late
+    /// resend of one of its numbers is still recognised as a duplicate; nothing retires it on
+    /// its own. Forget a series once no resend of it can come any more, or give each run of
+    /// work a series name of its own (an order number, a date). Deleting the collator forgets
+    /// every series.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::Message;
+    /// let done = store.queue("done")?;
+    /// let c = store.collator("parts", &done)?;
+    /// let part = |n| Message::new("part").group("po-1").sequence(n).series_length(1);
+    /// assert!(!c.send(part(1))?.duplicate);
+    /// assert!(c.send(part(1))?.duplicate); // the series is complete and remembered
+    /// assert!(c.forget("po-1")?);
+    /// assert!(!c.send(part(1))?.duplicate); // a new series of the same name
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) while the collator holds
+    /// messages of the series (waiting for a gap to close: forgetting would lose them);
+    /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) if the collator was deleted;
+    /// storage errors.
+    pub fn forget(&self, series: &str) -> Result<bool> {
+        let (q, name, series) = (self.id, self.name.clone(), series.to_owned());
+        self.engine
+            .call(move |b| b.forget_series(q, &name, &series))
     }
 
     /// The series not yet complete, with their gaps.

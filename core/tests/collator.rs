@@ -151,6 +151,36 @@ fn a_resend_that_contradicts_its_series_is_refused_not_taken_as_a_duplicate() {
 }
 
 #[test]
+fn a_forgotten_series_starts_again_from_one() {
+    let t = TestStore::new();
+    let dest = t.store().queue("d").unwrap();
+    let c = t.store().collator("c", &dest).unwrap();
+    c.send(part("po-1", 1)).unwrap();
+    c.send(part("po-1", 2).last_in_series()).unwrap();
+    assert_eq!(drain(&dest), ["po-1:1", "po-1:2"]);
+    // Complete, and remembered: the name cannot be used again...
+    assert!(c.send(part("po-1", 1)).unwrap().duplicate);
+    // ...until the series is forgotten.
+    assert!(c.forget("po-1").unwrap());
+    assert!(!c.forget("po-1").unwrap(), "nothing left to forget");
+    let again = c.send(part("po-1", 1).series_length(1)).unwrap();
+    assert!(!again.duplicate && again.released.len() == 1);
+    assert_eq!(drain(&dest), ["po-1:1"]);
+    // A series that holds messages is not forgotten: they would be lost.
+    c.send(part("po-2", 2)).unwrap();
+    let e = c.forget("po-2").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert_eq!(c.held().unwrap(), 1);
+    assert_eq!(c.incomplete().unwrap()[0].held, vec![2]);
+    // Deleted with the collator, like everything it holds.
+    t.store().delete_queue("c").unwrap();
+    assert_eq!(
+        c.forget("po-1").unwrap_err().kind(),
+        ErrorKind::QueueNotFound
+    );
+}
+
+#[test]
 fn held_messages_survive_a_restart_and_deleting_the_collator_drops_them() {
     let mut t = TestStore::new();
     {

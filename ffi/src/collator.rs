@@ -18,9 +18,11 @@ use crate::{StoreTag, postbox_bytes};
 /// sending commit, so a crash loses or duplicates nothing, and a number sent again is
 /// recognised as a duplicate and stored nowhere.
 ///
-/// A series ends when one of its messages declares the series' length (user property
-/// `POSTBOX_SERIES_LENGTH_PROPERTY`) or marks itself last (`POSTBOX_SERIES_LAST_PROPERTY`);
-/// `postbox_collator_incomplete` lists the series with gaps.
+/// A series ends when one of its messages declares the series' length
+/// (`postbox_send_options.series_length`) or marks itself last (`series_last`);
+/// `postbox_collator_incomplete` lists the series with gaps. A completed series is remembered,
+/// so that a late resend of one of its numbers is a duplicate, until `postbox_collator_forget`
+/// retires it (or the collator is deleted).
 ///
 /// Created by `postbox_collator_open`; freed with `postbox_collator_free`. Thread-safe: any
 /// number of threads may send through one handle at once.
@@ -149,10 +151,14 @@ pub extern "C" fn postbox_collator_destination(
 /// message is held until every number before it has arrived, then released to the destination
 /// queue with every held message that follows it without a gap, all in this commit.
 ///
-/// To declare the series' length, give one of its messages (any, and more than one if they
-/// agree) the string user property `POSTBOX_SERIES_LENGTH_PROPERTY` with the length in decimal
-/// (e.g. "6"); or give its last message the string user property
-/// `POSTBOX_SERIES_LAST_PROPERTY` (value "1"). Numbers beyond a declared length are refused.
+/// To declare the series' length, set `options.series_length` on one of its messages (any, and
+/// more than one if they agree), or `options.series_last` on its last message. Numbers beyond
+/// a declared length are refused, and so is a declaration that contradicts the series (another
+/// length, or fewer messages than a number already sent) — on a resend of a number the series
+/// has too: it is not the same message, so it is not taken as a duplicate. (Setting the user
+/// properties `POSTBOX_SERIES_LENGTH_PROPERTY` to the length in decimal, or
+/// `POSTBOX_SERIES_LAST_PROPERTY`, still works with a struct from an older header; it is
+/// deprecated.)
 ///
 /// `released_out` (may be NULL) receives how many messages this send released to the
 /// destination: 0 while a gap remains before this message, 1 + the held messages that followed
@@ -164,8 +170,9 @@ pub extern "C" fn postbox_collator_destination(
 /// # Returns
 /// `POSTBOX_OK` (also for a duplicate); `POSTBOX_INVALID_ARGUMENT` (NULL `collator`, NULL body
 /// with a length, bad options as for `postbox_send`, no group or no sequence, a sequence of 0
-/// or beyond the series' declared length, a length property that is not a positive decimal
-/// string or contradicts the series); `POSTBOX_TOO_LARGE` (above the destination's
+/// or beyond the series' declared length, a length that contradicts the series, a length
+/// property that is not a positive decimal string, the fields and the deprecated properties
+/// set together); `POSTBOX_TOO_LARGE` (above the destination's
 /// `max_message_size`); `POSTBOX_QUEUE_NOT_FOUND` (the collator or its destination was
 /// deleted); `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors. Released messages are not
 /// refused by the destination's `max_messages` / `max_bytes` quotas.
@@ -186,6 +193,36 @@ pub extern "C" fn postbox_collate(
         let got = c.collator.send(m)?;
         released.write(got.released.len());
         duplicate.write(got.duplicate);
+        Ok(POSTBOX_OK)
+    })
+}
+
+/// Forgets series `series` (NUL-terminated UTF-8) of the collator: its progress goes, so that
+/// its name starts a new series from 1 (after forgetting "po-1", "po-1" #1 is a new message,
+/// no longer a duplicate). `forgotten_out` (may be NULL) receives whether the collator knew
+/// the series.
+///
+/// A collator keeps each series' progress after the series completes, so that a late resend
+/// of one of its numbers is still recognised as a duplicate; nothing retires it on its own.
+/// Forget a series once no resend of it can come any more, or give each run of work a series
+/// name of its own (an order number, a date). Deleting the collator forgets every series.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `collator` or `series`, invalid UTF-8, a
+/// series of which the collator holds messages waiting for a gap to close: forgetting would
+/// lose them); `POSTBOX_QUEUE_NOT_FOUND` (the collator was deleted); `POSTBOX_CLOSED`;
+/// `POSTBOX_FORKED`; storage errors.
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_collator_forget(
+    collator: *const postbox_collator,
+    series: *const c_char,
+    forgotten_out: *mut bool,
+) -> c_int {
+    guard(|| {
+        let c = live(collator)?;
+        let series = arg_str(series, "series")?;
+        let out = Out::optional(forgotten_out);
+        out.write(c.collator.forget(series)?);
         Ok(POSTBOX_OK)
     })
 }

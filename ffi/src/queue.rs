@@ -321,6 +321,16 @@ pub struct postbox_send_options {
     pub properties: *const postbox_property,
     /// Number of entries in `properties`.
     pub property_count: usize,
+    /// For a collator (`postbox_collate`): non-zero declares the length of the message's
+    /// series, how many messages it has (any message of the series may declare it; several if
+    /// they agree). 0: not declared. Kept with the message as the string user property
+    /// `POSTBOX_SERIES_LENGTH_PROPERTY`, which released messages carry.
+    pub series_length: u64,
+    /// For a collator: non-zero marks this message as the last of its series (its `sequence`
+    /// is the series' length). Kept as the user property `POSTBOX_SERIES_LAST_PROPERTY`.
+    pub series_last: c_int,
+    /// Reserved (keeps the struct free of padding); ignored.
+    pub reserved: u32,
 }
 
 impl Default for postbox_send_options {
@@ -343,11 +353,30 @@ impl Default for postbox_send_options {
             expires_at_ms: 0,
             properties: std::ptr::null(),
             property_count: 0,
+            series_length: 0,
+            series_last: 0,
+            reserved: 0,
         }
     }
 }
 
-const SEND_OPTIONS_V1: usize = size_of::<postbox_send_options>();
+/// The size of the struct before `series_length` was added: callers built against that header
+/// pass it, and declare a collator series' length through the user property.
+const SEND_OPTIONS_V1: usize = std::mem::offset_of!(postbox_send_options, series_length);
+const SEND_OPTIONS_FULL: usize = size_of::<postbox_send_options>();
+
+// The layout older headers compiled against, and no padding anywhere (a later field must not
+// land in bytes an older caller left unset).
+const _: () = {
+    assert!(
+        SEND_OPTIONS_V1
+            == 4 * size_of::<u32>()
+                + 5 * size_of::<u64>()
+                + 7 * size_of::<*const c_char>()
+                + size_of::<usize>()
+    );
+    assert!(SEND_OPTIONS_FULL == SEND_OPTIONS_V1 + size_of::<u64>() + 2 * size_of::<u32>());
+};
 
 /// One message of `postbox_send_batch`.
 #[repr(C)]
@@ -871,7 +900,7 @@ pub extern "C" fn postbox_queue_purge(queue: *mut postbox_queue, removed_out: *m
 pub extern "C" fn postbox_send_options_init(options: *mut postbox_send_options) -> c_int {
     guard(|| {
         Out::required(options, "options")?.write(postbox_send_options {
-            struct_size: SEND_OPTIONS_V1 as u32,
+            struct_size: SEND_OPTIONS_FULL as u32,
             ..Default::default()
         });
         Ok(POSTBOX_OK)
@@ -971,8 +1000,25 @@ pub(crate) fn build_message(
             }
         })
     })?;
+    let mut declared_by_property = false;
     for (key, value) in user_properties(o.properties, o.property_count, "options.properties")? {
+        declared_by_property |=
+            key == postbox::SERIES_LENGTH_PROPERTY || key == postbox::SERIES_LAST_PROPERTY;
         m = m.property(key, value);
+    }
+    if o.series_length != 0 || o.series_last != 0 {
+        if declared_by_property {
+            return Err(Failure::invalid(
+                "options.series_length / series_last and the (deprecated) series properties \
+                 say the same thing: set the fields only",
+            ));
+        }
+        if o.series_length != 0 {
+            m = m.series_length(o.series_length);
+        }
+        if o.series_last != 0 {
+            m = m.last_in_series();
+        }
     }
     Ok(m)
 }

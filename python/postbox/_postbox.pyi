@@ -1199,7 +1199,10 @@ class Collator:
 
     A series is the messages of one ``group``, numbered by ``sequence`` from 1. Holding and
     releasing happen in the sending commit: a crash loses or duplicates nothing, and a number
-    sent again is recognised (``Collated.duplicate``).
+    sent again is recognised (``Collated.duplicate``). A completed series is remembered, so
+    that a late resend is still a duplicate, until ``forget`` retires it (or the collator is
+    deleted): give each run of work its own series name, or forget a series once no resend of
+    it can come any more.
     """
 
     @property
@@ -1229,11 +1232,17 @@ class Collator:
         """Sends message ``sequence`` of series ``group``; held until the gap before it closes.
 
         ``series_length`` declares the series' length; ``last=True`` marks this message as
-        its last. Numbers beyond a declared length, 0, or a contradicting length raise
-        ``InvalidArgumentError``.
+        its last. Numbers beyond a declared length, 0, or a length that contradicts the series
+        raise ``InvalidArgumentError`` — also on a resend of a number the series has: it is
+        not the same message, so it is not taken as a duplicate.
         """
     def held(self) -> int:
         """How many messages the collator holds now."""
+    def forget(self, series: str) -> bool:
+        """Forgets ``series``: its name starts a new series from 1 (``po-1`` #1 is then a new
+        message, no longer a duplicate). Returns whether the collator knew it. Raises
+        ``InvalidArgumentError`` while the collator holds messages of the series (they would
+        be lost)."""
     def incomplete(self) -> list[SeriesGap]:
         """The series not yet complete (length unknown, or not all released)."""
 

@@ -46,7 +46,9 @@ impl PyCollator {
     /// Sends message `sequence` (from 1) of series `group`: held until every number before it
     /// has arrived, then released with the held messages that follow it without a gap.
     /// `series_length` declares the series' length; `last=True` marks this message as the last
-    /// one (its number is the length). The other keywords are those of `Queue.send`.
+    /// one (its number is the length). A declaration that contradicts the series raises
+    /// `InvalidArgumentError`, also on a resend of a number the series has (it is not the same
+    /// message). The other keywords are those of `Queue.send`.
     #[pyo3(signature = (body, *, group, sequence, series_length=None, last=false, label=None,
         content_type=None, priority=None, correlation_id=None, reply_to=None, ttl=None,
         delay=None, visible_at=None, expires_at=None, properties=None, message_key=None))]
@@ -107,6 +109,17 @@ impl PyCollator {
         check_process(self.opened_by)?;
         let c = &self.c;
         py.detach(|| c.held()).py_err()
+    }
+
+    /// Forgets series `series`: its progress goes, so that its name starts a new series from
+    /// 1. Returns whether the collator knew it. A completed series is remembered (a late
+    /// resend is a duplicate) until forgotten; forget it once no resend can come any more.
+    /// Raises `InvalidArgumentError` while the collator holds messages of the series (waiting
+    /// for a gap: forgetting would lose them).
+    fn forget(&self, py: Python<'_>, series: &str) -> PyResult<bool> {
+        check_process(self.opened_by)?;
+        let c = &self.c;
+        py.detach(|| c.forget(series)).py_err()
     }
 
     /// The series not yet complete (length unknown, or not all released), in series order.

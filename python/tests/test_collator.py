@@ -93,6 +93,34 @@ def test_gaps_are_reported_and_duplicates_recognised(tmp_store: postbox.Store) -
     assert part(c, "a", 3).duplicate, "a completed series remembers what it released"
 
 
+def test_a_contradicting_resend_is_refused_and_a_finished_series_can_be_forgotten(
+    tmp_store: postbox.Store,
+) -> None:
+    dest = tmp_store.queue("done")
+    c = tmp_store.collator("parts", dest)
+    part(c, "po-1", 1, series_length=2)
+    part(c, "po-1", 2)
+    assert bodies(dest) == ["po-1:1", "po-1:2"]
+    # The same number with another length is not the same message: refused.
+    with pytest.raises(postbox.InvalidArgumentError):
+        part(c, "po-1", 1, series_length=3)
+    with pytest.raises(postbox.InvalidArgumentError):
+        part(c, "po-1", 1, last=True)
+    assert part(c, "po-1", 1, series_length=2).duplicate
+    # A finished series is remembered: po-1 #1 is a duplicate until the series is forgotten.
+    assert part(c, "po-1", 1).duplicate
+    assert c.forget("po-1") is True
+    assert c.forget("po-1") is False
+    again = part(c, "po-1", 1, last=True)
+    assert not again.duplicate and len(again.released) == 1
+    assert bodies(dest) == ["po-1:1"]
+    # Not while it holds messages: they would be lost.
+    part(c, "po-2", 2)
+    with pytest.raises(postbox.InvalidArgumentError):
+        c.forget("po-2")
+    assert c.held() == 1
+
+
 def test_names_restart_and_deletion(store_path: Path) -> None:
     with postbox.Store(store_path) as store:
         dest = store.queue("d")

@@ -4235,6 +4235,108 @@ static char collate_then_wait(const char *path) {
 /* A collator killed with SIGKILL between two arrivals loses and duplicates nothing: a child
  * process sends 1, 2, 3, 5, 6 (1, 2, 3 released, 5 and 6 held) and is killed; after a reopen
  * 4 releases 4, 5, 6 exactly once, in order. */
+/* One part of a series through the collator, declaring the series with the fields. */
+static int collate_series(postbox_collator *c, const char *series, uint64_t n, uint64_t length,
+                          int last, size_t *released, bool *duplicate) {
+    char body[64];
+    snprintf(body, sizeof body, "%s:%llu", series, (unsigned long long)n);
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.group = series;
+    o.has_sequence = 1;
+    o.sequence = n;
+    o.series_length = length;
+    o.series_last = last;
+    return postbox_collate(c, (const uint8_t *)body, strlen(body), &o, released, duplicate);
+}
+
+/* A series declared with the fields, a contradicting resend refused, a series forgotten. */
+static void test_collator_series(const char *dir) {
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "series.postbox"), NULL, &store));
+    postbox_queue *dest = open_queue(store, "done", NULL);
+    if (dest == NULL) return;
+    postbox_collator *c = NULL;
+    REQUIRE_OK(postbox_collator_open(store, "parts", dest, &c));
+    size_t released = 99;
+    bool duplicate = true;
+
+    /* The fields declare the length; the released messages carry it as the property. */
+    CHECK_OK(collate_series(c, "po-1", 1, 3, 0, &released, &duplicate));
+    CHECK(released == 1 && !duplicate);
+    CHECK_GAPS(c, "po-1:2:3:");
+    CHECK_OK(collate_series(c, "po-1", 2, 0, 0, &released, &duplicate));
+    CHECK(released == 1);
+    postbox_message *m = NULL;
+    REQUIRE_OK(postbox_receive(dest, NULL, 0, &m));
+    postbox_bytes v = {0};
+    uint32_t kind = 0;
+    CHECK_OK(postbox_message_property(m, POSTBOX_SERIES_LENGTH_PROPERTY, &kind, &v));
+    CHECK(kind == POSTBOX_PROPERTY_STRING && v.len == 1 && memcmp(v.data, "3", 1) == 0);
+    CHECK_OK(postbox_message_abandon(m, 0));
+    postbox_message_free(m);
+    CHECK_OK(collate_series(c, "po-1", 3, 0, 1, &released, &duplicate));
+    CHECK(released == 1 && !duplicate);
+    CHECK_BODIES(dest, "po-1:1,po-1:2,po-1:3");
+    CHECK_GAPS(c, "");
+
+    /* A resend that contradicts the series is refused, not taken as a duplicate. */
+    CHECK_RC(collate_series(c, "po-1", 1, 2, 0, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(collate_series(c, "po-1", 2, 4, 0, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(collate_series(c, "po-1", 2, 0, 1, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_OK(collate_series(c, "po-1", 3, 3, 1, &released, &duplicate));
+    CHECK(duplicate && released == 0);
+    /* The fields and the deprecated property together: refused. */
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.group = "p";
+    o.has_sequence = 1;
+    o.sequence = 1;
+    o.series_length = 2;
+    postbox_property p = {POSTBOX_SERIES_LENGTH_PROPERTY, POSTBOX_PROPERTY_STRING,
+                          (const uint8_t *)"2", 1};
+    o.properties = &p;
+    o.property_count = 1;
+    CHECK_RC(postbox_collate(c, (const uint8_t *)"x", 1, &o, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+
+    /* A finished series is remembered until forgotten; then its name starts again. */
+    CHECK_OK(collate_series(c, "po-1", 1, 0, 0, &released, &duplicate));
+    CHECK(duplicate);
+    bool forgotten = false;
+    CHECK_OK(postbox_collator_forget(c, "po-1", &forgotten));
+    CHECK(forgotten);
+    CHECK_OK(postbox_collator_forget(c, "po-1", &forgotten));
+    CHECK(!forgotten);
+    CHECK_OK(postbox_collator_forget(c, "never", NULL));
+    CHECK_OK(collate_series(c, "po-1", 1, 1, 0, &released, &duplicate));
+    CHECK(released == 1 && !duplicate);
+    CHECK_BODIES(dest, "po-1:1");
+    /* A series that holds messages is not forgotten (they would be lost). */
+    CHECK_OK(collate_series(c, "po-2", 2, 0, 0, NULL, NULL));
+    CHECK_RC(postbox_collator_forget(c, "po-2", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_GAPS(c, "po-2:1:0:2");
+    CHECK_RC(postbox_collator_forget(NULL, "po-2", NULL), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_collator_forget(c, NULL, NULL), POSTBOX_INVALID_ARGUMENT);
+
+    /* A struct from the header before the fields still declares through the property. */
+    postbox_send_options_init(&o);
+    o.struct_size = (uint32_t)offsetof(postbox_send_options, series_length);
+    o.group = "old";
+    o.has_sequence = 1;
+    o.sequence = 1;
+    p.value = (const uint8_t *)"1";
+    o.properties = &p;
+    o.property_count = 1;
+    CHECK_OK(postbox_collate(c, (const uint8_t *)"old:1", 5, &o, &released, NULL));
+    CHECK(released == 1);
+    CHECK_BODIES(dest, "old:1");
+    CHECK_GAPS(c, "po-2:1:0:2");
+
+    postbox_collator_free(c);
+    postbox_queue_free(dest);
+    CHECK_OK(postbox_store_close(store));
+}
+
 static void test_collator_sigkill(const char *dir) {
     const char *p = path_in(dir, "collate.postbox");
     char path[1024];
@@ -5389,6 +5491,7 @@ int main(int argc, char **argv) {
         {"topic_subscriptions", test_topic_subscriptions},
         {"collator", test_collator},
         {"collator_sigkill", test_collator_sigkill},
+        {"collator_series", test_collator_series},
         {"sessions", test_sessions},
         {"session_exclusive", test_session_exclusive},
         {"session_processor", test_session_processor},

@@ -246,6 +246,30 @@ impl<'t> Batch<'t> {
         Ok(out)
     }
 
+    /// Forgets series `series` of collator `q`: its progress goes, so that its name starts a
+    /// new series from 1. Returns whether there was one. Refused while the collator holds
+    /// messages of it (they wait for a gap to close; forgetting would lose them).
+    pub fn forget_series(&mut self, q: u32, name: &str, series: &str) -> Result<bool> {
+        self.require_collator(q, name)?;
+        let Some(s) = self
+            .t_series()?
+            .get((q, series))?
+            .map(|g| SeriesState::decode(&g.value()))
+        else {
+            return Ok(false);
+        };
+        if s.held != 0 {
+            return Err(Error::invalid(format!(
+                "series {series:?} holds {} messages waiting for number {}: send the missing \
+                 ones (or delete the collator, with everything it holds) before forgetting it",
+                s.held, s.next
+            )));
+        }
+        self.mutations += 1;
+        self.t_series()?.remove((q, series))?;
+        Ok(true)
+    }
+
     /// Deletes collator `name` with the messages it holds and its series' progress.
     pub(super) fn delete_collator(&mut self, name: &str, rec: &QueueRecord) -> Result<bool> {
         let q = rec.id;
