@@ -478,6 +478,26 @@
 #define POSTBOX_MAX_DESCRIPTION_LEN 4096
 
 /**
+ * State of a message in its queue (`postbox_message_queue_state`): receivable.
+ */
+#define POSTBOX_MESSAGE_ACTIVE 0
+
+/**
+ * State of a message in its queue: locked by a receiver or a transaction.
+ */
+#define POSTBOX_MESSAGE_LOCKED 1
+
+/**
+ * State of a message in its queue: scheduled for later (a delay, or abandoned with one).
+ */
+#define POSTBOX_MESSAGE_SCHEDULED 2
+
+/**
+ * State of a message in its queue: deferred (receivable by id only).
+ */
+#define POSTBOX_MESSAGE_DEFERRED 3
+
+/**
  * The most workers a processor runs: `workers`, `autoscale_max_workers` and `autoscale_reserve`
  * above it make `postbox_processor_start` return `POSTBOX_INVALID_ARGUMENT`.
  */
@@ -2111,7 +2131,7 @@ int postbox_peek_wait(const struct postbox_queue *queue,
 /**
  * Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled,
  * deferred), without locking it. `message_out` receives a handle the caller frees with
- * `postbox_message_free`.
+ * `postbox_message_free`; `postbox_message_queue_state` says which state it found.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
@@ -2514,6 +2534,22 @@ int postbox_message_property(const struct postbox_message *message,
                              const char *key,
                              uint32_t *kind_out,
                              struct postbox_bytes *value_out);
+
+/**
+ * The message's state in its queue when this handle read it, one of `POSTBOX_MESSAGE_*`, the
+ * `postbox_queue_counts` count it was in (the rule `postbox_queue_stats` counts by: an expired
+ * lock or a due scheduled message is already active): `postbox_get` reports whatever it found
+ * (`POSTBOX_MESSAGE_LOCKED` for a message another receiver holds, `POSTBOX_MESSAGE_DEFERRED`,
+ * ...); `postbox_peek`, `postbox_peek_wait` and `postbox_browse_next` read active messages;
+ * receives (and processor callbacks) locked ones. A dead letter is in its dead-letter queue:
+ * active there, or locked while held. Read once, at that moment: settling the handle does not
+ * change it.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (a message not read from a queue: the reply
+ * `postbox_request` hands out, completed already); `POSTBOX_INVALID_ARGUMENT` (NULL).
+ */
+int postbox_message_queue_state(const struct postbox_message *message, uint32_t *state_out);
 
 /**
  * Whether the message is in a dead-letter queue (and so carries the dead-letter details below);

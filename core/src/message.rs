@@ -476,6 +476,27 @@ pub enum MessageState {
     Deferred,
 }
 
+impl MessageState {
+    /// Every state, in the order of [`QueueStats`](crate::QueueStats)' fields.
+    pub const ALL: [MessageState; 4] = [
+        MessageState::Active,
+        MessageState::Locked,
+        MessageState::Scheduled,
+        MessageState::Deferred,
+    ];
+
+    /// The state's name as the bindings report it: `"active"`, `"locked"`, `"scheduled"` or
+    /// `"deferred"` (Python's `Message.state` of a message read without a lock).
+    pub fn name(self) -> &'static str {
+        match self {
+            MessageState::Active => "active",
+            MessageState::Locked => "locked",
+            MessageState::Scheduled => "scheduled",
+            MessageState::Deferred => "deferred",
+        }
+    }
+}
+
 /// A stored message as read back by `peek`, `browse`, `get` or `receive`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {

@@ -293,16 +293,43 @@ impl Queue {
         }
     }
 
-    /// Looks a message of this queue up by id, whatever its status.
+    /// Looks a message of this queue up by id, whatever its state, without locking it; `None`
+    /// when the queue has no such message. [`Queue::get_with_state`] also says its state.
     ///
     /// # Errors
     ///
     /// Storage errors only.
     pub fn get(&self, id: MessageId) -> Result<Option<Envelope>> {
+        Ok(self.get_with_state(id)?.map(|(env, _)| env))
+    }
+
+    /// [`Queue::get`], with the message's state in the queue: active, locked (by any
+    /// receiver), scheduled or deferred — the count of [`Queue::stats`] it is in, by the rule
+    /// [`Queue::browse_all`] applies (an expired lock or a due scheduled message is already
+    /// `Active`; a dead letter is `Active` in its dead-letter queue, or `Locked` while held).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = postbox::Store::open(dir.path().join("s")).unwrap();
+    /// use postbox::MessageState;
+    /// let q = store.queue("jobs")?;
+    /// let id = q.send("work")?;
+    /// let held = q.receive(std::time::Duration::ZERO)?.expect("a message");
+    /// assert_eq!(q.get_with_state(id)?.map(|(_, s)| s), Some(MessageState::Locked));
+    /// held.defer()?;
+    /// assert_eq!(q.get_with_state(id)?.map(|(_, s)| s), Some(MessageState::Deferred));
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Storage errors only.
+    pub fn get_with_state(&self, id: MessageId) -> Result<Option<(Envelope, MessageState)>> {
         let name = self.name.clone();
+        let now = self.engine.clock.now_ms();
         self.engine
-            .read(|t| read::get(t, id.0))
-            .map(|e| e.filter(|e| *e.queue() == *name))
+            .read(|t| read::get(t, id.0, now))
+            .map(|e| e.filter(|(e, _)| *e.queue() == *name))
     }
 
     /// Locks the head message if there is one, without waiting.

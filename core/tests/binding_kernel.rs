@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{SEC, TestStore};
 use postbox::binding::{FlatSend, FlatSendError, HeldMessage, finish_lent, retry_policy};
-use postbox::{ErrorKind, Message, MessageId, Processor, RetryPolicy};
+use postbox::{ErrorKind, Message, MessageId, MessageState, Processor, RetryPolicy};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -68,7 +68,8 @@ fn take_all_is_all_or_none() {
     other.send(Message::new("c")).unwrap();
     let (a, b) = (receive(&t, "jobs"), receive(&t, "jobs"));
     let c = receive(&t, "other");
-    let peeked: Handle = HeldMessage::unlocked(q.peek().unwrap().expect("a message"));
+    let peeked: Handle =
+        HeldMessage::read(q.peek().unwrap().expect("a message"), MessageState::Active);
 
     for (handles, why) in [
         (vec![&a, &b, &a], "listed twice"),
@@ -148,7 +149,7 @@ fn a_lent_message_reaches_the_processors_lock_until_its_handler_returns() {
     assert_eq!((s.active, s.locked), (0, 0));
     // An unlocked handle cannot ask for a dead letter.
     q.send(Message::new("b")).unwrap();
-    let peeked: Handle = HeldMessage::unlocked(q.peek().unwrap().unwrap());
+    let peeked: Handle = HeldMessage::read(q.peek().unwrap().unwrap(), MessageState::Active);
     assert!(peeked.request_dead_letter("bad", "").is_err());
 }
 
@@ -234,4 +235,32 @@ fn flat_retry_options_fill_in_the_defaults() {
     );
     let p = retry_policy(None, Some(3), Some(SEC)).unwrap();
     assert_eq!((p.initial, p.multiplier, p.max), (d.initial, 3, SEC));
+}
+
+#[test]
+fn a_handle_read_without_a_lock_reports_its_queue_state() {
+    let t = TestStore::new();
+    let q = t.store().queue("jobs").unwrap();
+    let id = q.send(Message::new("a")).unwrap();
+    let env = q.peek().unwrap().unwrap();
+    let peeked: Handle = HeldMessage::read(env.clone(), MessageState::Active);
+    assert_eq!(
+        (peeked.state(), peeked.read_state()),
+        ("active", Some(MessageState::Active))
+    );
+    let held = receive(&t, "jobs");
+    assert_eq!(held.read_state(), Some(MessageState::Locked));
+    let (env, state) = q.get_with_state(id).unwrap().unwrap();
+    let looked_up: Handle = HeldMessage::read(env.clone(), state);
+    assert_eq!(looked_up.state(), "locked", "held by another handle");
+    assert!(looked_up.settle("completed", |r| r.complete()).is_err());
+    let reply: Handle = HeldMessage::settled(env.clone(), "completed");
+    assert_eq!((reply.state(), reply.read_state()), ("completed", None));
+    // A transaction's message reads as its transaction's outcome once it has one.
+    let in_tx: HeldMessage<bool> = HeldMessage::in_transaction(env, true, None, None);
+    assert_eq!(in_tx.state_with(|_| None), "transaction");
+    assert_eq!(
+        in_tx.state_with(|finished| finished.then_some("abandoned")),
+        "abandoned"
+    );
 }

@@ -14,7 +14,17 @@ fn all(q: &Queue) -> Vec<(Envelope, MessageState)> {
 }
 
 fn ids_and_states(q: &Queue) -> Vec<(MessageId, MessageState)> {
-    all(q).into_iter().map(|(e, s)| (e.id(), s)).collect()
+    let listed: Vec<_> = all(q).into_iter().map(|(e, s)| (e.id(), s)).collect();
+    // One rule: a lookup by id reports each message in the state the listing gives it.
+    for (id, state) in &listed {
+        let got = q.get_with_state(*id).unwrap().map(|(e, s)| (e.id(), s));
+        assert_eq!(
+            got,
+            Some((*id, *state)),
+            "get_with_state disagrees with browse_all"
+        );
+    }
+    listed
 }
 
 #[test]
@@ -190,6 +200,9 @@ fn due_time_driven_changes_count_as_done_as_stats_counts_them() {
     }
     let s2 = q.receive_by_id(spent_id, Duration::ZERO).unwrap().unwrap();
     assert_eq!(s2.delivery_count(), 3);
+    // Another queue's message is not this queue's to look up.
+    let elsewhere = t.store().queue("elsewhere").unwrap().send("x").unwrap();
+    assert_eq!(q.get_with_state(elsewhere).unwrap(), None);
     assert_eq!(
         ids_and_states(&q),
         [

@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::time::SystemTime;
 
 use postbox::binding::HeldMessage;
-use postbox::{Envelope, PropertyValue, Queue, Received, SettleError};
+use postbox::{Envelope, MessageState, PropertyValue, Queue, Received, SettleError};
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK};
@@ -493,6 +493,59 @@ pub extern "C" fn postbox_message_property(
     })
 }
 
+/// State of a message in its queue (`postbox_message_queue_state`): receivable.
+pub const POSTBOX_MESSAGE_ACTIVE: u32 = 0;
+/// State of a message in its queue: locked by a receiver or a transaction.
+pub const POSTBOX_MESSAGE_LOCKED: u32 = 1;
+/// State of a message in its queue: scheduled for later (a delay, or abandoned with one).
+pub const POSTBOX_MESSAGE_SCHEDULED: u32 = 2;
+/// State of a message in its queue: deferred (receivable by id only).
+pub const POSTBOX_MESSAGE_DEFERRED: u32 = 3;
+
+/// The C code of each state (a test checks that every state has its own).
+fn state_code(state: MessageState) -> u32 {
+    match state {
+        MessageState::Active => POSTBOX_MESSAGE_ACTIVE,
+        MessageState::Locked => POSTBOX_MESSAGE_LOCKED,
+        MessageState::Scheduled => POSTBOX_MESSAGE_SCHEDULED,
+        MessageState::Deferred => POSTBOX_MESSAGE_DEFERRED,
+        // `MessageState` is non-exhaustive: a state added later reads as locked (not
+        // receivable) until it gets a code.
+        _ => POSTBOX_MESSAGE_LOCKED,
+    }
+}
+
+/// The message's state in its queue when this handle read it, one of `POSTBOX_MESSAGE_*`, the
+/// `postbox_queue_counts` count it was in (the rule `postbox_queue_stats` counts by: an expired
+/// lock or a due scheduled message is already active): `postbox_get` reports whatever it found
+/// (`POSTBOX_MESSAGE_LOCKED` for a message another receiver holds, `POSTBOX_MESSAGE_DEFERRED`,
+/// ...); `postbox_peek`, `postbox_peek_wait` and `postbox_browse_next` read active messages;
+/// receives (and processor callbacks) locked ones. A dead letter is in its dead-letter queue:
+/// active there, or locked while held. Read once, at that moment: settling the handle does not
+/// change it.
+///
+/// # Returns
+/// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (a message not read from a queue: the reply
+/// `postbox_request` hands out, completed already); `POSTBOX_INVALID_ARGUMENT` (NULL).
+#[unsafe(no_mangle)]
+pub extern "C" fn postbox_message_queue_state(
+    message: *const postbox_message,
+    state_out: *mut u32,
+) -> c_int {
+    guard(|| {
+        let m = msg(message)?;
+        let out = Out::required(state_out, "state_out")?;
+        let state = m.held.read_state().ok_or_else(|| {
+            Failure::new(
+                POSTBOX_NOT_FOUND,
+                "the message was not read from a queue (a request's reply, completed already)",
+            )
+        })?;
+        out.write(state_code(state));
+        Ok(POSTBOX_OK)
+    })
+}
+
 /// Whether the message is in a dead-letter queue (and so carries the dead-letter details below);
 /// false for NULL.
 #[unsafe(no_mangle)]
@@ -581,6 +634,17 @@ pub(crate) fn take_batch(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_message_state_has_a_code_of_its_own() {
+        let mut codes: Vec<u32> = postbox::MessageState::ALL
+            .iter()
+            .map(|s| super::state_code(*s))
+            .collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), postbox::MessageState::ALL.len());
+    }
+
     #[test]
     fn header_string_macros_match_the_engine() {
         let config = include_str!("../cbindgen.toml");

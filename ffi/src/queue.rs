@@ -6,8 +6,8 @@ use std::time::Duration;
 use postbox::binding::{FlatSend, FlatSendError, HeldMessage};
 use postbox::sync::Mutex;
 use postbox::{
-    Browse, Envelope, Message, MessageId, PropertyValue, Queue, QueueOptions, Received, Store,
-    Transaction,
+    Browse, Envelope, Message, MessageId, MessageState, PropertyValue, Queue, QueueOptions,
+    Received, Store, Transaction,
 };
 
 use crate::guard::{
@@ -1143,7 +1143,9 @@ pub extern "C" fn postbox_peek(
             .queue
             .peek()?
             .ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "the queue has nothing receivable"))?;
-        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
+        out.write(
+            postbox_message::new(HeldMessage::read(env, MessageState::Active), q.tag).into_raw(),
+        );
         Ok(POSTBOX_OK)
     })
 }
@@ -1172,14 +1174,16 @@ pub extern "C" fn postbox_peek_wait(
                 ),
             )
         })?;
-        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
+        out.write(
+            postbox_message::new(HeldMessage::read(env, MessageState::Active), q.tag).into_raw(),
+        );
         Ok(POSTBOX_OK)
     })
 }
 
 /// Looks up message `id` of this queue, whatever its state (receivable, locked, scheduled,
 /// deferred), without locking it. `message_out` receives a handle the caller frees with
-/// `postbox_message_free`.
+/// `postbox_message_free`; `postbox_message_queue_state` says which state it found.
 ///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_NOT_FOUND` (no such message in this queue);
@@ -1193,13 +1197,13 @@ pub extern "C" fn postbox_get(
     guard(|| {
         let q = live(queue)?;
         let out = Out::required(message_out, "message_out")?;
-        let env = q.queue.get(MessageId(id))?.ok_or_else(|| {
+        let (env, state) = q.queue.get_with_state(MessageId(id))?.ok_or_else(|| {
             Failure::new(
                 POSTBOX_NOT_FOUND,
                 format!("message {id} is not in queue {:?}", q.queue.name()),
             )
         })?;
-        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
+        out.write(postbox_message::new(HeldMessage::read(env, state), q.tag).into_raw());
         Ok(POSTBOX_OK)
     })
 }
@@ -1246,7 +1250,9 @@ pub extern "C" fn postbox_browse_next(
         let next = b.it.lock().next();
         let env =
             next.ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "no further message to browse"))??;
-        out.write(postbox_message::new(HeldMessage::unlocked(env), b.tag).into_raw());
+        out.write(
+            postbox_message::new(HeldMessage::read(env, MessageState::Active), b.tag).into_raw(),
+        );
         Ok(POSTBOX_OK)
     })
 }

@@ -99,7 +99,7 @@ pub extern "C" fn postbox_request(
                 ),
             )
         })?;
-        out.write(postbox_message::new(HeldMessage::unlocked(env), q.tag).into_raw());
+        out.write(postbox_message::new(HeldMessage::settled(env, "completed"), q.tag).into_raw());
         Ok(POSTBOX_OK)
     })
 }

@@ -513,7 +513,7 @@ class Queue:
         temporary queue, replacing any ``reply_to`` given) and a fresh ``correlation_id``
         unless one is given; the responder answers with ``Message.reply``. The reply is
         received, completed and returned as a read-only ``Message`` (``state`` is
-        ``"unlocked"``: nothing to settle). Replies to other requests, from any thread, stay
+        ``"completed"``: nothing to settle). Replies to other requests, from any thread, stay
         for their own requesters. Raises ``Empty`` when no reply comes in time; a late reply
         stays in the reply queue until the store closes. Ctrl-C interrupts the wait.
         """
@@ -524,7 +524,10 @@ class Queue:
         does not wait. Another receiver may take the message meanwhile.
         """
     def browse(self) -> Browse: ...
-    def get(self, id: int) -> Message | None: ...
+    def get(self, id: int) -> Message | None:
+        """The message ``id`` of this queue, whatever its state, without locking it; ``None``
+        if the queue has none. Its ``state`` is its state in the queue: ``"active"``,
+        ``"locked"`` (by any receiver), ``"scheduled"`` or ``"deferred"``."""
     def receive(self, timeout: _Seconds | None = None) -> Message: ...
     def receive_nowait(self) -> Message: ...
     def receive_by_id(self, id: int, timeout: _Seconds | None = None) -> Message:
@@ -627,19 +630,33 @@ class Message:
     def state(
         self,
     ) -> Literal[
-        "unlocked",
+        "active",
         "locked",
+        "scheduled",
+        "deferred",
         "transaction",
         "completed",
         "abandoned",
         "dead-lettered",
         "resubmitted",
-        "deferred",
         "enlisted",
         "processor",
         "lock lost",
         "settled by the processor",
-    ]: ...
+        "outcome unknown",
+    ]:
+        """Where the message stands for this handle.
+
+        Read without a lock (``peek``, ``browse``, ``get``): its state in its queue when it
+        was read — ``"active"``, ``"locked"`` (by any receiver), ``"scheduled"`` or
+        ``"deferred"`` (peek and browse read active messages). Received: ``"locked"`` while
+        this handle holds it, then how it was settled (``"completed"``, ``"abandoned"``,
+        ``"dead-lettered"``, ``"resubmitted"``, ``"deferred"``, ``"lock lost"``). In a
+        transaction: ``"transaction"`` while it is open, then ``"completed"`` (committed),
+        ``"abandoned"`` (aborted, dropped, or its commit failed) or ``"outcome unknown"``. In
+        a processor handler: ``"processor"``, then ``"settled by the processor"``. A
+        request's reply: ``"completed"``.
+        """
     def complete(self) -> None: ...
     def abandon(self, delay: _Seconds | None = None) -> None: ...
     def dead_letter(self, reason: str, description: str = "") -> None:
@@ -804,8 +821,10 @@ class Session:
 @final
 class Transaction:
     @property
-    def state(self) -> Literal["open", "committed", "aborted", "closed"]:
-        """``"closed"`` only for a transactional processor's, once its handler returned."""
+    def state(self) -> Literal["open", "committed", "aborted", "outcome unknown", "closed"]:
+        """``"aborted"`` also after a commit that failed (nothing was applied);
+        ``"outcome unknown"`` after a commit whose outcome is unknown; ``"closed"`` only for a
+        transactional processor's, once its handler returned."""
     def receive(self, queue: Queue, timeout: _Seconds | None = None) -> Message: ...
     def receive_by_id(self, queue: Queue, id: int, timeout: _Seconds | None = None) -> Message:
         """Receives message ``id`` of ``queue`` into the transaction (see ``Queue``).

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use postbox::binding::HeldMessage;
-use postbox::{Delivery, Envelope, LockWatch, MessageId, Received, SettleError};
+use postbox::{Delivery, Envelope, LockWatch, MessageId, MessageState, Received, SettleError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDateTime, PyDict, PySet, PyString, PyType};
@@ -32,8 +32,19 @@ impl PyMessage {
         }
     }
 
-    pub fn unlocked(env: Envelope) -> PyMessage {
-        PyMessage::wrap(HeldMessage::unlocked(env))
+    /// A message read by peek or browse: receivable (`"active"`) when read.
+    pub fn peeked(env: Envelope) -> PyMessage {
+        PyMessage::read(env, MessageState::Active)
+    }
+
+    /// A message read without a lock, in `state` in its queue.
+    pub fn read(env: Envelope, state: MessageState) -> PyMessage {
+        PyMessage::wrap(HeldMessage::read(env, state))
+    }
+
+    /// A message no longer in a queue, handed out settled as `how` (a request's reply).
+    pub fn settled(env: Envelope, how: &'static str) -> PyMessage {
+        PyMessage::wrap(HeldMessage::settled(env, how))
     }
 
     pub fn received(r: Received) -> PyMessage {
@@ -228,13 +239,19 @@ impl PyMessage {
         let until = self.held.locked_until();
         convert::opt_datetime(py, until)
     }
-    /// `"unlocked"` (peeked), `"locked"`, `"transaction"`, `"completed"`, `"abandoned"`,
-    /// `"dead-lettered"`, `"resubmitted"`, `"deferred"`, `"enlisted"`, `"processor"`,
-    /// `"lock lost"` (a settle failed because the lock was lost: the handle is spent) or
-    /// `"settled by the processor"`.
+    /// Where the message stands for this handle. Read without a lock (`peek`, `browse`,
+    /// `get`): its state in its queue when it was read — `"active"`, `"locked"` (by any
+    /// receiver), `"scheduled"` or `"deferred"` (peek and browse read active messages). Received:
+    /// `"locked"` while this handle holds it, then how it was settled: `"completed"`,
+    /// `"abandoned"`, `"dead-lettered"`, `"resubmitted"`, `"deferred"`, or `"lock lost"` (a
+    /// settle failed because the lock was lost: the handle is spent). In a transaction:
+    /// `"transaction"` while it is open, then `"completed"` (committed), `"abandoned"`
+    /// (aborted, dropped, or its commit failed) or `"outcome unknown"` (its commit's outcome
+    /// is unknown). In a processor handler: `"processor"`, then `"settled by the
+    /// processor"`. A request's reply: `"completed"`.
     #[getter]
     fn state(&self) -> &'static str {
-        self.held.state()
+        self.held.state_with(tx::finished)
     }
 
     /// Removes the message for good.
@@ -456,7 +473,7 @@ impl PyMessage {
             "<postbox.Message id={} queue={:?}{label} state={} delivery_count={} body={:?}{}>",
             self.env().id(),
             self.env().queue(),
-            self.held.state(),
+            self.held.state_with(tx::finished),
             self.env().delivery_count(),
             shown,
             if body.len() > 40 { "…" } else { "" }

@@ -225,7 +225,7 @@ impl PyQueue {
             .detach(|| postbox::binding::send_request(q, m))
             .py_err()?;
         match wait_sliced(py, deadline, |slice| pending.receive(slice))? {
-            Some(env) => Ok(PyMessage::unlocked(env)),
+            Some(env) => Ok(PyMessage::settled(env, "completed")),
             None => Err(empty_because(format!(
                 "no reply with correlation id {:?} came to the request sent to queue {:?}",
                 pending.correlation_id(),
@@ -252,7 +252,7 @@ impl PyQueue {
                 wait_sliced(py, deadline, |slice| q.peek_wait(slice))?
             }
         };
-        Ok(env.map(PyMessage::unlocked))
+        Ok(env.map(PyMessage::peeked))
     }
 
     /// Locks and returns message `id` of this queue, waiting up to `timeout` seconds (`None`:
@@ -311,12 +311,14 @@ impl PyQueue {
         })
     }
 
-    /// The message with this id in this queue, whatever its state; `None` if there is none.
+    /// The message with this id in this queue, whatever its state, without locking it; `None`
+    /// if there is none. Its `state` is its state in the queue: `"active"`, `"locked"` (by any
+    /// receiver), `"scheduled"` or `"deferred"`.
     fn get(&self, py: Python<'_>, id: u64) -> PyResult<Option<PyMessage>> {
         check_process(self.opened_by)?;
         let q = &self.q;
-        let env = py.detach(|| q.get(MessageId(id))).py_err()?;
-        Ok(env.map(PyMessage::unlocked))
+        let got = py.detach(|| q.get_with_state(MessageId(id))).py_err()?;
+        Ok(got.map(|(env, state)| PyMessage::read(env, state)))
     }
 
     /// Locks and returns the next message, waiting up to `timeout` seconds (`None`: forever).
@@ -648,7 +650,7 @@ impl PyBrowse {
         let next = py.detach(|| self.it.lock().next());
         match next {
             None => Ok(None),
-            Some(env) => Ok(Some(PyMessage::unlocked(env.py_err()?))),
+            Some(env) => Ok(Some(PyMessage::peeked(env.py_err()?))),
         }
     }
 

@@ -47,6 +47,32 @@ pub fn renew_lock(link: &TxLink, id: MessageId) -> Result<postbox::Result<System
     }
 }
 
+/// What became of the messages of the transaction behind `link`, for `Message.state`: `None`
+/// while it is open (or busy: its mutex is only tried, so this never blocks, not even in a
+/// forked child), else `"completed"` (committed), `"abandoned"` (aborted, dropped, or its
+/// commit failed), `"outcome unknown"`, or `"settled by the processor"` (a transactional
+/// processor's, whose handler returned).
+pub fn finished(link: &TxLink) -> Option<&'static str> {
+    let Some(state) = link.upgrade() else {
+        return Some("abandoned");
+    };
+    let state = state.try_lock()?;
+    match &*state {
+        State::Open(_) => None,
+        State::Finished(how) => Some(match *how {
+            COMMITTED => "completed",
+            ABORTED => "abandoned",
+            UNKNOWN => "outcome unknown",
+            _ => "settled by the processor",
+        }),
+    }
+}
+
+/// How a transaction finished (`Transaction.state`).
+const COMMITTED: &str = "committed";
+const ABORTED: &str = "aborted";
+const UNKNOWN: &str = "outcome unknown";
+
 /// Runs `f` on the open transaction behind `link`; called without the GIL. `Err` explains why
 /// there is none (dropped, committed or aborted).
 pub fn with_link<T>(
@@ -133,13 +159,24 @@ impl PyTransaction {
     fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
         check_process(self.opened_by)?;
         self.refuse_lent()?;
-        let how = if commit { "committed" } else { "aborted" };
         let r = py.detach(|| {
-            let prev = std::mem::replace(&mut *self.state.lock(), State::Finished(how));
-            match prev {
-                State::Open(tx) => Ok(if commit { tx.commit() } else { tx.abort() }),
+            // Held through the commit, so that the state says how it really ended: a failed
+            // commit aborted the transaction (its messages went back), unless its outcome is
+            // unknown. Messages only try this mutex, so they read "transaction" meanwhile.
+            let mut state = self.state.lock();
+            match std::mem::replace(&mut *state, State::Finished(ABORTED)) {
+                State::Open(tx) if commit => {
+                    let r = tx.commit();
+                    *state = State::Finished(match &r {
+                        Ok(()) => COMMITTED,
+                        Err(e) if e.kind() == postbox::ErrorKind::OutcomeUnknown => UNKNOWN,
+                        Err(_) => ABORTED,
+                    });
+                    Ok(r)
+                }
+                State::Open(tx) => Ok(tx.abort()),
                 State::Finished(earlier) => {
-                    *self.state.lock() = State::Finished(earlier);
+                    *state = State::Finished(earlier);
                     Err(earlier)
                 }
             }
@@ -438,8 +475,10 @@ impl PyTransaction {
         self.finish(py, false)
     }
 
-    /// `"open"`, `"committed"` or `"aborted"`; `"closed"` for a transactional processor's
-    /// once its handler returned.
+    /// `"open"`, `"committed"` or `"aborted"` (by `abort()`, by leaving a `with` block with
+    /// an exception, or by a commit that failed: nothing was applied); `"outcome unknown"`
+    /// when the commit's outcome is unknown (`OutcomeUnknownError`); `"closed"` for a
+    /// transactional processor's once its handler returned.
     #[getter]
     fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
         check_process(self.opened_by)?;

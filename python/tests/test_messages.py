@@ -218,3 +218,27 @@ def test_message_repr_and_unicode_errors(queue: postbox.Queue) -> None:
     with pytest.raises(UnicodeDecodeError):
         m.text  # noqa: B018
     m.complete()
+
+
+def test_a_message_looked_up_by_id_has_its_queue_state(tmp_store: postbox.Store) -> None:
+    q = tmp_store.queue("q", lock_duration=60)
+    a, b, c = q.send_batch([b"a", b"b", b"c"])
+    later = q.send(b"later", delay=60)
+    first = q.receive(timeout=0)
+    assert first.id == a
+    q.receive(timeout=0).defer()  # b
+    # What another receiver holds reads "locked", not "unlocked".
+    assert q.get(a).state == "locked"  # type: ignore[union-attr]
+    first.abandon()
+    assert q.get(a).state == "active"  # type: ignore[union-attr]
+    assert q.get(b).state == "deferred"  # type: ignore[union-attr]
+    assert q.get(later).state == "scheduled"  # type: ignore[union-attr]
+    assert q.get(10_000) is None
+    peeked = q.peek()
+    assert peeked is not None and peeked.state == "active"
+    assert {m.state for m in q.browse()} == {"active"}
+    # A dead letter is active in its dead-letter queue (locked while held there).
+    held = q.receive_by_id(c, timeout=0)
+    held.dead_letter("Bad")
+    assert q.dead_letters.get(c).state == "active"  # type: ignore[union-attr]
+    assert q.get(c) is None

@@ -100,7 +100,7 @@ def test_request_returns_the_reply_or_raises_empty(tmp_store: postbox.Store) -> 
     t.start()
     reply = service.request(b"hello", timeout=10, label="question")
     t.join()
-    assert (reply.body, reply.label, reply.state) == (b"re: hello", "answer", "unlocked")
+    assert (reply.body, reply.label, reply.state) == (b"re: hello", "answer", "completed")
     req = got[0]
     assert req.label == "question"
     assert req.reply_to is not None and req.reply_to.startswith("$temporary/")

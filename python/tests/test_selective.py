@@ -96,7 +96,7 @@ def test_peek_waits_only_when_asked(queue: postbox.Queue) -> None:
     started.wait()
     sent = queue.send(b"hello")
     t.join()
-    assert seen[0] is not None and seen[0].id == sent and seen[0].state == "unlocked"
+    assert seen[0] is not None and seen[0].id == sent and seen[0].state == "active"
     assert queue.stats().locked == 0
 
 

@@ -137,7 +137,7 @@ def test_settle_once(queue: postbox.Queue) -> None:
 def test_peeked_messages_cannot_be_settled(queue: postbox.Queue) -> None:
     queue.send(b"x")
     m = queue.peek()
-    assert m is not None and m.state == "unlocked" and m.lock_token is None and m.locked_until is None
+    assert m is not None and m.state == "active" and m.lock_token is None and m.locked_until is None
     with pytest.raises(postbox.InvalidArgumentError, match="holds no lock"):
         m.complete()
     with pytest.raises(ValueError):

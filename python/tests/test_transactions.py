@@ -19,6 +19,7 @@ def test_receive_and_send_commit_together(tmp_store: postbox.Store) -> None:
                 properties={"order": str(order.id)})
         assert len(invoices) == 0  # invisible until the commit
     assert tx.state == "committed"
+    assert order.state == "completed"
     assert len(orders) == 0 and orders.stats().locked == 0
     inv = invoices.receive(timeout=1)
     assert inv.body == b"invoice for order 7" and inv.label == "invoice" and inv.priority == 5
@@ -40,6 +41,46 @@ def test_exception_aborts_and_propagates(tmp_store: postbox.Store) -> None:
     assert len(invoices) == 0
     back = orders.receive(timeout=1)
     assert back.delivery_count == 2
+
+
+def test_a_transactions_message_says_how_it_ended(tmp_store: postbox.Store) -> None:
+    q = tmp_store.queue("q", lock_duration=0.1)
+    q.send_batch([b"a", b"b", b"c", b"d"])
+    # Aborted: the message went back to its queue.
+    tx = tmp_store.transaction()
+    m = tx.receive(q, timeout=1)
+    assert m.state == "transaction"
+    tx.abort()
+    assert m.state == "abandoned"
+    # Dropped (and so aborted).
+    tx = tmp_store.transaction()
+    dropped = tx.receive(q, timeout=1)
+    del tx
+    import gc
+
+    gc.collect()
+    assert dropped.state == "abandoned"
+    # A commit that failed applied nothing: its messages went back too.
+    tx = tmp_store.transaction()
+    late = tx.receive(q, timeout=1)
+    import time
+
+    time.sleep(0.2)  # past the lock: the commit fails with LockLostError
+    with pytest.raises(postbox.LockLostError):
+        tx.commit()
+    assert tx.state == "aborted" and late.state == "abandoned"
+    # An enlisted message follows its transaction too.
+    held = q.receive(timeout=1)
+    tx = tmp_store.transaction()
+    tx.complete(held)
+    assert held.state == "transaction"
+    tx.abort()
+    assert held.state == "abandoned"
+    # Committed: completed.
+    with tmp_store.transaction() as tx:
+        done = tx.receive(q, timeout=1)
+    assert done.state == "completed"
+    assert "completed" in repr(done)
 
 
 def test_reentering_a_finished_transaction_raises(tmp_store: postbox.Store) -> None:

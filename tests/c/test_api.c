@@ -3488,6 +3488,9 @@ static void test_deferral(const char *dir) {
     CHECK(none == NULL);
     REQUIRE_OK(postbox_get(q, first, &m)); /* a lookup by id still finds it, unlocked */
     CHECK_RC(postbox_message_defer(m), POSTBOX_INVALID_ARGUMENT);
+    uint32_t state = 99;
+    CHECK_OK(postbox_message_queue_state(m, &state));
+    CHECK(state == POSTBOX_MESSAGE_DEFERRED);
     postbox_message_free(m);
 
     /* Counted as deferred; postbox_stats leaves it out of its counts but not of its bytes. */
@@ -4334,6 +4337,53 @@ static void test_collator_series(const char *dir) {
 
     postbox_collator_free(c);
     postbox_queue_free(dest);
+    CHECK_OK(postbox_store_close(store));
+}
+
+/* A message's state in its queue: what postbox_get found, what peek and receives read. */
+static void test_message_queue_state(const char *dir) {
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "state.postbox"), NULL, &store));
+    postbox_queue *q = open_queue(store, "q", NULL);
+    if (q == NULL) return;
+    uint64_t a = 0, later = 0;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"a", 1, NULL, &a));
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.delay_ms = 60000;
+    CHECK_OK(postbox_send(q, NULL, (const uint8_t *)"later", 5, &o, &later));
+    uint32_t state = 99;
+
+    postbox_message *peeked = NULL, *held = NULL, *got = NULL;
+    REQUIRE_OK(postbox_peek(q, &peeked));
+    CHECK_OK(postbox_message_queue_state(peeked, &state));
+    CHECK(state == POSTBOX_MESSAGE_ACTIVE);
+    REQUIRE_OK(postbox_receive(q, NULL, 0, &held));
+    CHECK_OK(postbox_message_queue_state(held, &state));
+    CHECK(state == POSTBOX_MESSAGE_LOCKED);
+    /* Locked by another handle: the lookup says so (it used to read as unlocked). */
+    REQUIRE_OK(postbox_get(q, a, &got));
+    CHECK_OK(postbox_message_queue_state(got, &state));
+    CHECK(state == POSTBOX_MESSAGE_LOCKED);
+    postbox_message_free(got);
+    REQUIRE_OK(postbox_get(q, later, &got));
+    CHECK_OK(postbox_message_queue_state(got, &state));
+    CHECK(state == POSTBOX_MESSAGE_SCHEDULED);
+    postbox_message_free(got);
+    /* Read once: settling the handle does not change what it read. */
+    CHECK_OK(postbox_message_abandon(held, 0));
+    CHECK_OK(postbox_message_queue_state(held, &state));
+    CHECK(state == POSTBOX_MESSAGE_LOCKED);
+    REQUIRE_OK(postbox_get(q, a, &got));
+    CHECK_OK(postbox_message_queue_state(got, &state));
+    CHECK(state == POSTBOX_MESSAGE_ACTIVE);
+    postbox_message_free(got);
+
+    CHECK_RC(postbox_message_queue_state(NULL, &state), POSTBOX_INVALID_ARGUMENT);
+    CHECK_RC(postbox_message_queue_state(peeked, NULL), POSTBOX_INVALID_ARGUMENT);
+    postbox_message_free(peeked);
+    postbox_message_free(held);
+    postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
 }
 
@@ -5492,6 +5542,7 @@ int main(int argc, char **argv) {
         {"collator", test_collator},
         {"collator_sigkill", test_collator_sigkill},
         {"collator_series", test_collator_series},
+        {"message_queue_state", test_message_queue_state},
         {"sessions", test_sessions},
         {"session_exclusive", test_session_exclusive},
         {"session_processor", test_session_processor},

@@ -820,6 +820,9 @@ static void test_settle(const char *dir) {
     MISUSE_THAT(postbox_message_dead_lettered_at_ms(NULL) == 0);
     uint64_t seq = 0;
     MISUSE(postbox_message_sequence(NULL, &seq), INVALID);
+    uint32_t state = 77;
+    MISUSE(postbox_message_queue_state(NULL, &state), INVALID);
+    MISUSE_THAT(state == 77);
 
     postbox_bytes key, value;
     uint32_t kind;
@@ -828,6 +831,7 @@ static void test_settle(const char *dir) {
     send_one(q);
     REQUIRE_OK(postbox_peek(q, &m));
     MISUSE(postbox_message_sequence(m, NULL), INVALID);
+    MISUSE(postbox_message_queue_state(m, NULL), INVALID);
     MISUSE(postbox_message_sequence(m, &seq), POSTBOX_NOT_FOUND);
     MISUSE(postbox_message_property_at(m, 0, &key, &kind, &value), POSTBOX_NOT_FOUND);
     MISUSE(postbox_message_property_at(m, SIZE_MAX, NULL, NULL, NULL), POSTBOX_NOT_FOUND);

@@ -937,6 +937,10 @@ static void *rr_requester_main(void *arg) {
         }
         if (!bytes_is(postbox_message_body(reply), want)) rr_error(r->sh, "someone else's reply");
         if (postbox_message_is_held(reply)) rr_error(r->sh, "a reply handle holds a lock");
+        uint32_t state = 0;
+        if (postbox_message_queue_state(reply, &state) != POSTBOX_NOT_FOUND) {
+            rr_error(r->sh, "a completed reply has a queue state");
+        }
         postbox_message_free(reply);
     }
     return NULL;

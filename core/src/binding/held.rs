@@ -12,7 +12,7 @@ use crate::sync::Mutex;
 use super::lent::LentDelivery;
 use crate::clock::{from_system_time, to_system_time};
 use crate::error::{Error, Result};
-use crate::message::{Envelope, Message, MessageId};
+use crate::message::{Envelope, Message, MessageId, MessageState};
 use crate::processor::{Delivery, LockWatch};
 use crate::received::{Received, SettleError};
 
@@ -20,7 +20,8 @@ use crate::received::{Received, SettleError};
 /// the transaction a message belongs to (nothing, in C).
 #[derive(Debug)]
 pub enum Hold<T> {
-    /// Read by peek, browse or get: no lock, nothing to settle.
+    /// Read by peek, browse or get: no lock, nothing to settle. Its state reads as the
+    /// message's state in its queue when it was read ([`HeldMessage::read_state`]).
     Unlocked,
     /// Received with peek-lock: this handle holds the lock and settles it once.
     Held(Box<Received>),
@@ -37,10 +38,17 @@ pub enum Hold<T> {
 impl<T> Hold<T> {
     /// A short name of the state, as bindings report it.
     pub fn state(&self) -> &'static str {
+        self.state_with(|_| None)
+    }
+
+    /// [`state`](Self::state), asking `finished` whether the transaction behind a link has
+    /// finished, and so what became of its messages (`"completed"`, `"abandoned"`, ...):
+    /// `None` while it may still settle them. It must not block.
+    pub fn state_with(&self, finished: impl FnOnce(&T) -> Option<&'static str>) -> &'static str {
         match self {
             Hold::Unlocked => "unlocked",
             Hold::Held(_) => "locked",
-            Hold::Transaction(_) => "transaction",
+            Hold::Transaction(link) => finished(link).unwrap_or("transaction"),
             Hold::Processor => "processor",
             Hold::Settled(how) => how,
         }
@@ -61,6 +69,9 @@ pub struct HeldMessage<T> {
     opened_by: u32,
     /// The delivery of a handle lent to a processor handler.
     lent: Option<LentDelivery>,
+    /// The message's state in its queue when this handle read it (`None`: it was not read
+    /// from a queue, e.g. a reply already completed for its requester).
+    read_state: Option<MessageState>,
 }
 
 impl<T> HeldMessage<T> {
@@ -70,6 +81,11 @@ impl<T> HeldMessage<T> {
         token: Option<u64>,
         until: Option<SystemTime>,
     ) -> Self {
+        // Every way a handle holds a lock read the message locked.
+        let read_state = Some(match hold {
+            Hold::Unlocked => MessageState::Active,
+            _ => MessageState::Locked,
+        });
         HeldMessage {
             envelope,
             hold: Mutex::new(hold),
@@ -77,12 +93,34 @@ impl<T> HeldMessage<T> {
             locked_until_ms: AtomicU64::new(until.map_or(0, from_system_time)),
             opened_by: std::process::id(),
             lent: None,
+            read_state,
         }
     }
 
-    /// A message read without a lock (peek, browse, get).
-    pub fn unlocked(envelope: Envelope) -> Self {
-        Self::new(envelope, Hold::Unlocked, None, None)
+    /// A message read without a lock, in state `state` in its queue: peek and browse read
+    /// [`MessageState::Active`] messages, a lookup by id whatever it finds
+    /// ([`Queue::get_with_state`](crate::Queue::get_with_state)).
+    pub fn read(envelope: Envelope, state: MessageState) -> Self {
+        HeldMessage {
+            read_state: Some(state),
+            ..Self::new(envelope, Hold::Unlocked, None, None)
+        }
+    }
+
+    /// A message that is no longer in any queue, handed out settled as `how` (a request's
+    /// reply, completed for its requester): nothing to settle, and no queue state.
+    pub fn settled(envelope: Envelope, how: &'static str) -> Self {
+        HeldMessage {
+            read_state: None,
+            ..Self::new(envelope, Hold::Settled(how), None, None)
+        }
+    }
+
+    /// The message's state in its queue when this handle read it: peek and browse read active
+    /// messages, receives locked ones, a lookup by id whatever it found. `None` for a message
+    /// not read from a queue ([`settled`](Self::settled)).
+    pub fn read_state(&self) -> Option<MessageState> {
+        self.read_state
     }
 
     /// A message received with peek-lock; the handle holds its lock.
@@ -169,10 +207,21 @@ impl<T> HeldMessage<T> {
     /// The state's short name. In a forked child the mutex is only tried: a parent thread may
     /// have held it at fork time, and then it stays locked there.
     pub fn state(&self) -> &'static str {
+        self.state_with(|_| None)
+    }
+
+    /// The state's short name, asking `finished` about the transaction of a transaction's
+    /// message (see [`Hold::state_with`]). A handle that holds no lock reads as its queue state
+    /// when it was read ([`MessageState::name`]: `"active"`, `"locked"`, ...).
+    pub fn state_with(&self, finished: impl FnOnce(&T) -> Option<&'static str>) -> &'static str {
+        let of = |h: &Hold<T>| match h {
+            Hold::Unlocked => self.read_state.map_or("unlocked", MessageState::name),
+            h => h.state_with(finished),
+        };
         if self.is_forked() {
-            return self.hold.try_lock().map_or("locked", |h| h.state());
+            return self.hold.try_lock().map_or("locked", |h| of(&h));
         }
-        self.hold.lock().state()
+        of(&self.hold.lock())
     }
 
     /// Whether the handle holds a peek-lock it can settle.

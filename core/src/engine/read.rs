@@ -89,13 +89,16 @@ fn list_kind(txn: &ReadTransaction, kind: QueueKind) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// Reads message `id` as an envelope, if it exists (in any queue).
-pub fn get(txn: &ReadTransaction, id: u64) -> Result<Option<Envelope>> {
+/// Reads message `id` as an envelope, if it exists (in any queue), with its state at `now`
+/// (see [`current_state`]: the rule `browse_all_next` applies).
+pub fn get(txn: &ReadTransaction, id: u64, now: u64) -> Result<Option<(Envelope, MessageState)>> {
     let states = txn.open_table(STATE)?;
     let Some(g) = states.get(id)? else {
         return Ok(None);
     };
     let st = State::decode(id, &g.value()).map_err(|e| corrupted("message state", e))?;
+    let max_deliveries = queue_by_id(txn, st.queue)?.map_or(u32::MAX, |r| r.options.max_deliveries);
+    let state = current_state(&st, max_deliveries, now);
     let data = txn.open_table(DATA)?;
     let raw = data
         .get(id)?
@@ -106,7 +109,7 @@ pub fn get(txn: &ReadTransaction, id: u64) -> Result<Option<Envelope>> {
         Some(d) => Some(queue_name(txn, d.source_queue)?.unwrap_or_default()),
         None => None,
     };
-    Ok(Some(build_envelope(id, &st, qname, env, source)))
+    Ok(Some((build_envelope(id, &st, qname, env, source), state)))
 }
 
 /// Where a browse stopped: `(7 - priority, message id)` of the last message returned.
