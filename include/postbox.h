@@ -3727,7 +3727,8 @@ int postbox_message_reply(struct postbox_message *message,
  * `options` sets one. The first message on the reply queue with that correlation id (a
  * responder's `postbox_message_reply`) is received, completed and handed out: replies to
  * other requests, from any thread, stay for their own requesters. A reply that comes after
- * the timeout waits in the reply queue until the store is closed.
+ * the timeout is dropped: this handle's next request removes every reply on the reply queue
+ * that no waiting request expects, so late replies never pile up there.
  *
  * `reply_out` receives a handle to the reply, already completed (read it with the
  * `postbox_message_*` accessors; it cannot be settled), which the caller frees with

@@ -153,7 +153,9 @@ impl Queue {
     /// first use) and a fresh correlation id (unless it has one), and the first message on the
     /// reply queue with that correlation id is received, completed and returned. Replies to
     /// other requests, from any thread, stay for their own requesters. `None` when no reply
-    /// came in time (a late reply waits in the reply queue until the store closes).
+    /// came in time. A reply that comes later is dropped: the handle's next request that looks
+    /// at the reply queue removes every reply no waiting request expects, so late replies
+    /// never pile up in front of later ones.
     ///
     /// The responder answers with [`Received::reply`], which sets the correlation id.
     ///
@@ -166,25 +168,38 @@ impl Queue {
         timeout: Duration,
     ) -> Result<Option<Envelope>> {
         let deadline = Instant::now().checked_add(timeout);
+        let sent = self.send_request(message.into())?;
+        self.receive_reply(&sent, deadline)
+    }
+
+    /// The first half of [`Queue::request`]: sends the request, registered as waiting for its
+    /// reply until the result is dropped.
+    pub(crate) fn send_request(&self, mut m: Message) -> Result<SentRequest> {
         let replies = self.engine.reply_queue()?;
-        let mut m = message.into();
-        let correlation = match m.props.correlation_id.clone() {
-            Some(c) => c,
-            None => {
-                let c = self.engine.new_correlation_id();
-                m.props.correlation_id = Some(c.clone());
-                c
-            }
-        };
+        let correlation = m
+            .props
+            .correlation_id
+            .get_or_insert_with(|| self.engine.new_correlation_id())
+            .clone();
+        // Before the send: its reply cannot come earlier, so no request drops it meanwhile.
+        let awaiting = self.engine.await_reply(correlation);
         m.props.reply_to = Some(replies.1.clone());
         self.send(m)?;
-        let got = self.engine.receive_selected(
-            replies.0,
-            &replies.1,
-            Select::CorrelationId(correlation),
-            deadline,
-        )?;
-        match got {
+        Ok(SentRequest { replies, awaiting })
+    }
+
+    /// The second half of [`Queue::request`]: waits until `deadline` for the reply of `sent`;
+    /// receives, completes and returns it.
+    pub(crate) fn receive_reply(
+        &self,
+        sent: &SentRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Envelope>> {
+        let (q, name) = (sent.replies.0, &sent.replies.1);
+        match self
+            .engine
+            .receive_reply(q, name, &sent.awaiting, deadline)?
+        {
             None => Ok(None),
             Some(l) => {
                 let r = self.wrap(l);
@@ -788,5 +803,20 @@ impl Iterator for BrowseAll {
                 Some(Err(e))
             }
         }
+    }
+}
+
+/// A request sent by [`Queue::send_request`] and waiting for its reply (until dropped).
+#[derive(Debug)]
+pub(crate) struct SentRequest {
+    /// The reply queue, `(id, name)`.
+    replies: (u32, String),
+    awaiting: crate::engine::AwaitingReply,
+}
+
+impl SentRequest {
+    /// The correlation id the reply will carry.
+    pub(crate) fn correlation_id(&self) -> &str {
+        self.awaiting.correlation_id()
     }
 }

@@ -173,6 +173,80 @@ fn requests_get_only_their_own_replies() {
 }
 
 #[test]
+fn late_replies_are_dropped_and_do_not_slow_later_requests() {
+    let (_d, s) = store();
+    let service = s.queue("service").unwrap();
+    // A request nobody answers in time.
+    assert!(
+        service
+            .request("anyone?", Duration::from_millis(20))
+            .unwrap()
+            .is_none()
+    );
+    let late = service.receive(SEC).unwrap().unwrap();
+    let reply_to = late.reply_to().unwrap().to_owned();
+    let replies = s.open_queue(&reply_to).unwrap();
+    // Its reply, after the timeout, and a pile of other late ones (as if 50,000 requests had
+    // timed out): before, they stayed until the store closed and every correlated receive read
+    // through all of them (31 ms behind 50,000).
+    late.reply("too late").unwrap();
+    let n = knob("POSTBOX_LATE_REPLIES", 50_000);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        replies
+            .send_batch(
+                chunk
+                    .iter()
+                    .map(|i| Message::new("late").correlation_id(format!("request-gone-{i}"))),
+            )
+            .unwrap();
+    }
+    assert_eq!(replies.len().unwrap(), n as u64 + 1);
+    std::thread::scope(|sc| {
+        let responder = service.clone();
+        sc.spawn(move || {
+            for _ in 0..21 {
+                let m = responder.receive(10 * SEC).unwrap().unwrap();
+                m.reply("answer").unwrap();
+            }
+        });
+        // The next request takes its reply and drops every reply nobody waits for.
+        let got = service.request("now", 10 * SEC).unwrap().unwrap();
+        assert_eq!(got.body(), b"answer");
+        assert_eq!(replies.len().unwrap(), 0, "the late replies are gone");
+        // So later requests read no pile: each reply is the only message in the queue.
+        for _ in 0..20 {
+            let before = replies.stats().unwrap();
+            assert_eq!(before.active + before.locked + before.scheduled, 0);
+            assert!(service.request("again", 10 * SEC).unwrap().is_some());
+        }
+    });
+    // The requests' own replies were taken; nothing is left behind.
+    assert_eq!(replies.len().unwrap(), 0);
+}
+
+#[test]
+fn a_reply_is_kept_while_its_request_waits_in_another_thread() {
+    // Dropping only what no request waits for: a slow reply to a request still waiting in
+    // another thread survives the scans of quicker requests.
+    let (_d, s) = store();
+    let service = s.queue("service").unwrap();
+    std::thread::scope(|sc| {
+        let slow = service.clone();
+        let waiting = sc.spawn(move || slow.request("slow", 20 * SEC).unwrap());
+        let first = service.receive(10 * SEC).unwrap().unwrap();
+        assert_eq!(first.body(), b"slow");
+        let quick = service.clone();
+        let answered = sc.spawn(move || quick.request("quick", 20 * SEC).unwrap());
+        let second = service.receive(10 * SEC).unwrap().unwrap();
+        // The slow request's reply goes first, so the quick request's scan passes it.
+        first.reply("slow answer").unwrap();
+        second.reply("quick answer").unwrap();
+        assert_eq!(answered.join().unwrap().unwrap().body(), b"quick answer");
+        assert_eq!(waiting.join().unwrap().unwrap().body(), b"slow answer");
+    });
+}
+
+#[test]
 fn reply_needs_a_reply_to_and_commits_with_the_completion() {
     let (_d, s) = store();
     let q = s.queue("q").unwrap();

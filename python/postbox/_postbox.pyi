@@ -514,8 +514,9 @@ class Queue:
         unless one is given; the responder answers with ``Message.reply``. The reply is
         received, completed and returned as a read-only ``Message`` (``state`` is
         ``"completed"``: nothing to settle). Replies to other requests, from any thread, stay
-        for their own requesters. Raises ``Empty`` when no reply comes in time; a late reply
-        stays in the reply queue until the store closes. Ctrl-C interrupts the wait.
+        for their own requesters. Raises ``Empty`` when no reply comes in time; a reply that
+        comes later is dropped (the handle's next request removes it), so late replies never
+        pile up. Ctrl-C interrupts the wait.
         """
     def peek(self, timeout: _Seconds | None = None) -> Message | None:
         """The message ``receive`` would take next, without locking it; ``None`` if none.

@@ -206,9 +206,9 @@ impl PyQueue {
     /// reply, which is returned as a read-only `Message` (already completed: nothing to settle).
     /// The request goes out with `reply_to` set to the store handle's reply queue (a temporary
     /// queue) and a fresh `correlation_id` unless one is given; the responder answers with
-    /// `Message.reply`. Raises `postbox.Empty` when no reply comes in time (a late reply stays
-    /// in the reply queue until the store closes). Takes `send`'s keywords (`reply_to` is
-    /// replaced).
+    /// `Message.reply`. Raises `postbox.Empty` when no reply comes in time; a reply that comes
+    /// later is dropped (the handle's next request removes it). Takes `send`'s keywords
+    /// (`reply_to` is replaced).
     #[pyo3(signature = (body, timeout=None, **props))]
     fn request(
         &self,

@@ -153,6 +153,34 @@ def test_four_requesters_each_get_only_their_own_replies(tmp_store: postbox.Stor
     assert len(service) == 0
 
 
+def test_late_replies_are_dropped_not_piled_up(tmp_store: postbox.Store) -> None:
+    service = tmp_store.queue("service")
+    with pytest.raises(postbox.Empty):
+        service.request(b"anyone?", timeout=0.02)
+    late = service.receive(timeout=1)
+    assert late.reply_to is not None
+    replies = tmp_store.open_queue(late.reply_to)
+    late.reply(b"too late")
+    n = int(os.environ.get("POSTBOX_LATE_REPLIES", "20000"))
+    replies.send_batch([{"body": b"late", "correlation_id": f"gone-{i}"} for i in range(n)])
+    assert len(replies) == n + 1
+
+    def respond(count: int) -> None:
+        for _ in range(count):
+            service.receive(timeout=10).reply(b"answer")
+
+    t = threading.Thread(target=respond, args=(6,))
+    t.start()
+    try:
+        assert service.request(b"now", timeout=10).body == b"answer"
+        assert len(replies) == 0, "the late replies were dropped"
+        for _ in range(5):
+            assert replies.stats().active == 0  # nothing for the next request to read through
+            assert service.request(b"again", timeout=10).body == b"answer"
+    finally:
+        t.join()
+
+
 def test_receipts_are_posted_in_the_settling_commit(tmp_store: postbox.Store) -> None:
     receipts = tmp_store.queue("receipts")
     q = tmp_store.queue("work", receipts_to=receipts)  # a Queue or a name

@@ -40,6 +40,7 @@ pub(crate) use batch::{
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
+pub(crate) use tracking::AwaitingReply;
 pub(crate) use wait::Cancel;
 pub(crate) use wait_async::AsyncReceive;
 
@@ -99,11 +100,13 @@ pub struct Engine {
     watch: crate::sync::Mutex<Option<watch::FileWatch>>,
     /// Single-process mode: the next message id (shared with the writer's batches).
     ids: Option<Arc<AtomicU64>>,
-    /// Deletes idle queues once a second while the store has queues with
-    /// `auto_delete_on_idle` (started on demand).
+    /// Deletes queues whose `auto_delete_on_idle` period is over (started on demand).
     janitor: crate::sync::Mutex<Option<janitor::Janitor>>,
     /// The reply queue of this handle's requests, once one was made (see `reply_queue`).
     replies: crate::sync::Mutex<Option<(u32, String)>>,
+    /// The correlation ids of this handle's requests that wait for their reply now (see
+    /// `await_reply`).
+    awaited: tracking::Awaited,
     /// Opened with `accept_log_loss`: what the store needed of its log and did not get.
     pub log_loss: Option<String>,
 }
@@ -270,6 +273,7 @@ impl Engine {
             ids,
             janitor: crate::sync::Mutex::new(None),
             replies: crate::sync::Mutex::new(None),
+            awaited: Default::default(),
             log_loss,
         })
     }

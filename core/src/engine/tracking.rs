@@ -1,11 +1,12 @@
 //! Engine operations behind jobs, reserved ids, replies and idle deletion: the parts that are
 //! more than one batch call (waiting for a job, the janitor's loop).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::batch::{Batch, JobRecord, job_signal};
+use super::batch::{Batch, JobRecord, Locked, job_signal};
 use super::{Engine, HeldLock, janitor, read};
 use crate::error::{Error, Result};
 use crate::message::{Message, MessageId};
@@ -121,6 +122,48 @@ impl Engine {
         }))
     }
 
+    /// Notes that a request with `correlation_id` waits for its reply, until the returned
+    /// guard is dropped. A reply on this handle's reply queue that no waiting request expects
+    /// is dropped by the next request that looks at the queue ([`Engine::receive_reply`]), so
+    /// register before the request is sent: its reply cannot arrive earlier.
+    pub fn await_reply(&self, correlation_id: String) -> AwaitingReply {
+        *self
+            .awaited
+            .lock()
+            .entry(correlation_id.clone())
+            .or_default() += 1;
+        AwaitingReply {
+            awaited: self.awaited.clone(),
+            correlation_id,
+            process: std::process::id(),
+        }
+    }
+
+    /// Locks the reply of the request `awaiting` in reply queue `q` (`name`), waiting until
+    /// `deadline` (forever if `None`) as a receive by correlation id does, and drops the
+    /// replies it passes that no waiting request of this handle expects (late replies to
+    /// requests that timed out).
+    pub fn receive_reply(
+        &self,
+        q: u32,
+        name: &str,
+        awaiting: &AwaitingReply,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Locked>> {
+        self.check_open()?;
+        let owner = self.owner;
+        self.wait_for(q, deadline, None, || {
+            let (qname, cid) = (name.to_owned(), awaiting.correlation_id.clone());
+            let awaited = self.awaited.clone();
+            self.call(move |b| {
+                // Read inside the batch: a reply the batch can see was committed before it,
+                // so its request had registered (it registers before it sends).
+                let waiting: HashSet<String> = awaited.lock().keys().cloned().collect();
+                b.receive_reply(q, &qname, owner, &cid, &waiting)
+            })
+        })
+    }
+
     /// This store handle's reply queue for requests, `(id, name)`: a temporary queue created
     /// on first use (and again if it was deleted since).
     pub fn reply_queue(&self) -> Result<(u32, String)> {
@@ -137,5 +180,42 @@ impl Engine {
         })?;
         *slot = Some(made.clone());
         Ok(made)
+    }
+}
+
+/// The correlation ids of a store handle's requests that wait for their reply now, each with
+/// the number of requests waiting for it (a caller may reuse one).
+pub type Awaited = Arc<crate::sync::Mutex<HashMap<String, usize>>>;
+
+/// A request waiting for its reply ([`Engine::await_reply`]); dropping it stops the wait, and
+/// a reply that comes afterwards is dropped.
+#[derive(Debug)]
+pub struct AwaitingReply {
+    awaited: Awaited,
+    correlation_id: String,
+    /// The process that registered it: a forked child never takes the mutex, which a parent
+    /// thread may have held at fork time.
+    process: u32,
+}
+
+impl AwaitingReply {
+    /// The correlation id the reply will carry.
+    pub fn correlation_id(&self) -> &str {
+        &self.correlation_id
+    }
+}
+
+impl Drop for AwaitingReply {
+    fn drop(&mut self) {
+        if std::process::id() != self.process {
+            return;
+        }
+        let mut awaited = self.awaited.lock();
+        if let Some(n) = awaited.get_mut(&self.correlation_id) {
+            *n -= 1;
+            if *n == 0 {
+                awaited.remove(&self.correlation_id);
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@ mod in_use;
 mod jobs;
 mod reaping;
 mod receipts;
+mod replies;
 mod send;
 mod sessions;
 mod settle;
