@@ -77,6 +77,11 @@ impl Topic {
     /// Like [`Topic::subscribe`], and the subscription queue takes the options `options`
     /// mentions (as [`Store::queue_with`](crate::Store::queue_with)).
     ///
+    /// A subscription that requires sessions (`requires_session(true)`, or forwarding to a
+    /// queue that does) takes only published messages with a group: a message without one
+    /// skips it, as if its filter refused it, and still reaches the other subscriptions (it
+    /// could not be delivered there, and failing the publish would fail it for all).
+    ///
     /// # Errors
     ///
     /// As [`Topic::subscribe`], plus [`Error::InvalidArgument`] for invalid options.
@@ -152,7 +157,9 @@ impl Topic {
     }
 
     /// Publishes `message`: every subscription whose filter it passes gets a copy, all in one
-    /// commit. Returns how many did (0: counted as unmatched in [`Topic::stats`]).
+    /// commit. Returns how many did (0: counted as unmatched in [`Topic::stats`]). A message
+    /// without a group skips the subscriptions that require sessions
+    /// ([`Topic::subscribe_with`]).
     ///
     /// # Errors
     ///

@@ -131,6 +131,60 @@ fn a_full_subscription_refuses_the_whole_publish() {
 }
 
 #[test]
+fn an_ungrouped_message_skips_a_session_subscription_and_reaches_the_others() {
+    // A session subscription used to make every publish without a group fail, for every
+    // subscription: it now takes grouped messages only.
+    let t = TestStore::new();
+    let store = t.store();
+    let topic = store.topic("orders").unwrap();
+    let plain = topic.subscribe("audit", Filter::All).unwrap();
+    let sessions = topic
+        .subscribe_with(
+            "by-customer",
+            Filter::All,
+            QueueOptions::default().requires_session(true),
+        )
+        .unwrap();
+    // Forwarding to a session queue counts as requiring sessions too.
+    let ordered = store
+        .queue_with("ordered", QueueOptions::default().requires_session(true))
+        .unwrap();
+    let forwarding = topic
+        .subscribe_with(
+            "forwarded",
+            Filter::All,
+            QueueOptions::default().forward_to("ordered"),
+        )
+        .unwrap();
+    assert_eq!(topic.publish("no group").unwrap(), 1);
+    assert_eq!(
+        topic.publish(Message::new("grouped").group("c-1")).unwrap(),
+        3
+    );
+    assert_eq!(bodies(&plain), ["no group", "grouped"]);
+    assert_eq!(sessions.len().unwrap(), 1);
+    assert_eq!((forwarding.len().unwrap(), ordered.len().unwrap()), (0, 1));
+    let s = sessions.accept_session(Duration::ZERO).unwrap().unwrap();
+    assert_eq!(s.group(), "c-1");
+    // With no other subscription, an ungrouped message is unmatched, not refused.
+    let only = store.topic("only-sessions").unwrap();
+    only.subscribe_with(
+        "s",
+        Filter::All,
+        QueueOptions::default().requires_session(true),
+    )
+    .unwrap();
+    assert_eq!(only.publish_batch(["a", "b"]).unwrap(), [0, 0]);
+    assert_eq!(only.stats().unwrap().unmatched, 2);
+    // In a transaction, the fan-out at commit follows the same rule.
+    let mut tx = store.begin();
+    tx.publish(&topic, "in tx").unwrap();
+    tx.commit().unwrap();
+    assert_eq!(bodies(&plain), ["in tx"]);
+    assert_eq!(sessions.stats().unwrap().active, 1);
+}
+
+#[test]
 fn topics_subscriptions_and_filters_survive_a_restart_and_names_do_not_clash() {
     let mut t = TestStore::new();
     {

@@ -267,6 +267,10 @@ fn filter_of(filter: *const postbox_filter) -> Outcome<Filter> {
 /// `queue_out` receives the subscription's queue: a handle like any other (receive, peek,
 /// stats, dead letters) that the caller owns and frees with `postbox_queue_free`.
 ///
+/// A subscription that requires sessions (`options.requires_session`, or `forward_to` a queue
+/// that does) takes only published messages with a `group`: a message without one skips it,
+/// as if its filter refused it, and still reaches the other subscriptions.
+///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `topic`/`name`/`queue_out`, an empty name or
 /// one with a `/`, one that makes the subscription's queue name, `<topic>/$subscriptions/<name>`,
@@ -365,6 +369,7 @@ pub extern "C" fn postbox_topic_subscriptions(
 /// Publishes one message with body `body[0..body_len]` (copied; NULL allowed when `body_len`
 /// is 0) and the properties in `options` (NULL for none; as for `postbox_send`): every
 /// subscription whose filter it passes gets a copy of its own, all in one commit, or none does.
+/// A message without a `group` skips the subscriptions that require sessions.
 ///
 /// With `tx` NULL the publish commits on its own, and `reached_out` (may be NULL) receives how
 /// many subscriptions got a copy; 0 means it matched none, which the topic counts as unmatched

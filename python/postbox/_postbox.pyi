@@ -1167,6 +1167,9 @@ class Topic:
         Every filter keyword given (``label`` ... ``group``, and each of ``properties``) must
         equal the message's; with none, every message matches. An existing subscription takes
         the new filter and keeps its messages. The queue options work as in ``Store.queue``.
+        A subscription that requires sessions (``requires_session=True``, or ``forward_to`` a
+        queue that does) takes only messages with a ``group``: one without skips it, as if the
+        filter refused it, and still reaches the other subscriptions.
         """
     def subscription(self, name: str) -> Queue:
         """The queue of existing subscription ``name``; ``QueueNotFoundError`` if none."""
@@ -1195,7 +1198,8 @@ class Topic:
         """Publishes one message; returns how many subscriptions got a copy.
 
         0 means it matched none (counted in ``stats().unmatched``). A full subscription
-        refuses the whole publish, which then delivers nowhere.
+        refuses the whole publish, which then delivers nowhere. A message without a ``group``
+        skips the subscriptions that require sessions.
         """
     def stats(self) -> TopicStats: ...
 

@@ -44,7 +44,9 @@ impl PyTopic {
     /// message's (`properties`: each user property present with exactly that value). With no
     /// filter keyword it receives every message. An existing subscription takes the new filter
     /// and keeps its messages. The other keywords are queue options, as `Store.queue` takes
-    /// them (only those given change an existing subscription).
+    /// them (only those given change an existing subscription). A subscription that requires
+    /// sessions (`requires_session=True`, or `forward_to` a queue that does) takes only
+    /// messages with a `group`: one without skips it and still reaches the others.
     #[pyo3(signature = (name, *, label=None, correlation_id=None, content_type=None,
         reply_to=None, group=None, properties=None, **options))]
     #[allow(clippy::too_many_arguments)]
@@ -119,7 +121,8 @@ impl PyTopic {
 
     /// Publishes one message (same keywords as `Queue.send`): every subscription whose filter
     /// it passes gets a copy, in one commit. Returns how many did; 0 counts as unmatched in
-    /// `stats()`. A full subscription refuses the whole publish.
+    /// `stats()`. A full subscription refuses the whole publish. A message without a `group`
+    /// skips the subscriptions that require sessions.
     #[pyo3(signature = (body, *, label=None, content_type=None, priority=None, correlation_id=None,
         reply_to=None, ttl=None, delay=None, visible_at=None, expires_at=None, group=None,
         sequence=None, properties=None, message_key=None))]

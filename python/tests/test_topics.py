@@ -114,6 +114,21 @@ def test_a_full_subscription_refuses_the_whole_publish(tmp_store: postbox.Store)
         t.subscribe("x", lable="typo")  # type: ignore[call-arg]
 
 
+def test_an_ungrouped_message_skips_a_session_subscription(tmp_store: postbox.Store) -> None:
+    orders = tmp_store.topic("orders")
+    audit = orders.subscribe("audit")
+    by_customer = orders.subscribe("by-customer", requires_session=True)
+    # It used to fail for every subscription: the session one refuses ungrouped messages.
+    assert orders.publish(b"no group") == 1
+    assert orders.publish(b"grouped", group="c-1") == 2
+    assert len(audit) == 2 and by_customer.stats().active == 1
+    with by_customer.accept_session(timeout=0) as s:
+        assert s.group == "c-1" and s.receive(timeout=0).body == b"grouped"
+    only = tmp_store.topic("only-sessions")
+    only.subscribe("s", requires_session=True)
+    assert only.publish(b"x") == 0 and only.stats().unmatched == 1
+
+
 def test_subscriptions_listing_and_deleted_topics(tmp_store: postbox.Store) -> None:
     news = tmp_store.topic("news")
     sports = news.subscribe("sports", label="sports")

@@ -3835,6 +3835,34 @@ static void test_topic_transaction(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+/* A session subscription takes grouped messages only: an ungrouped publish skips it. */
+static void test_topic_session_subscription(const char *dir) {
+    postbox_store *store = NULL;
+    REQUIRE_OK(postbox_store_open(path_in(dir, "topic-sessions.postbox"), NULL, &store));
+    postbox_topic *orders = NULL;
+    REQUIRE_OK(postbox_topic_open(store, "orders", &orders));
+    postbox_queue *audit = NULL, *by_customer = NULL;
+    REQUIRE_OK(postbox_topic_subscribe(orders, "audit", NULL, NULL, &audit));
+    postbox_queue_options qo;
+    postbox_queue_options_init(&qo);
+    qo.requires_session = 1;
+    REQUIRE_OK(postbox_topic_subscribe(orders, "by-customer", NULL, &qo, &by_customer));
+    size_t reached = 99;
+    /* It used to fail for every subscription (the session one refuses ungrouped messages). */
+    CHECK_OK(postbox_publish(orders, NULL, (const uint8_t *)"no group", 8, NULL, &reached));
+    CHECK(reached == 1);
+    postbox_send_options o;
+    postbox_send_options_init(&o);
+    o.group = "c-1";
+    CHECK_OK(postbox_publish(orders, NULL, (const uint8_t *)"grouped", 7, &o, &reached));
+    CHECK(reached == 2);
+    CHECK(stats_of(audit).active == 2 && stats_of(by_customer).active == 1);
+    postbox_queue_free(audit);
+    postbox_queue_free(by_customer);
+    postbox_topic_free(orders);
+    CHECK_OK(postbox_store_close(store));
+}
+
 static void test_topic_subscriptions(const char *dir) {
     postbox_store *store = open_store(dir);
     if (store == NULL) return;
@@ -5543,6 +5571,7 @@ int main(int argc, char **argv) {
         {"collator_sigkill", test_collator_sigkill},
         {"collator_series", test_collator_series},
         {"message_queue_state", test_message_queue_state},
+        {"topic_session_subscription", test_topic_session_subscription},
         {"sessions", test_sessions},
         {"session_exclusive", test_session_exclusive},
         {"session_processor", test_session_processor},

@@ -169,10 +169,23 @@ impl<'t> Batch<'t> {
 
     /// Publishes `msgs` to topic `topic`: each goes, as a message of its own, to every
     /// subscription whose filter it passes, all in this batch (all or nothing: a full
-    /// subscription refuses the whole publish). Returns, per message, how many subscriptions
-    /// took it; a message that none took is counted as unmatched.
+    /// subscription refuses the whole publish). A subscription whose messages land in a queue
+    /// that requires sessions (its own, or where it forwards) takes only messages with a
+    /// group: an ungrouped message skips it, as one its filter refuses, instead of failing
+    /// the publish for every subscription. Returns, per message, how many subscriptions took
+    /// it; a message that none took is counted as unmatched.
     pub fn publish(&mut self, topic: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<usize>> {
         let subs = self.subscriptions(topic, name)?;
+        let mut needs_group = Vec::with_capacity(subs.len());
+        for (q, sub, _) in &subs {
+            let (end, end_name) = self.forward_target(*q, sub)?;
+            needs_group.push(
+                self.require_queue(end, &end_name)?
+                    .1
+                    .options
+                    .requires_session,
+            );
+        }
         let mut groups: Vec<(u32, String, Vec<Message>)> = subs
             .iter()
             .map(|(q, n, _)| (*q, n.clone(), Vec::new()))
@@ -180,8 +193,10 @@ impl<'t> Batch<'t> {
         let mut reached = Vec::with_capacity(msgs.len());
         for m in msgs {
             let mut n = 0;
-            for ((_, _, filter), group) in subs.iter().zip(groups.iter_mut()) {
-                if filter.matches(&m) {
+            for (((_, _, filter), group), needs) in
+                subs.iter().zip(groups.iter_mut()).zip(&needs_group)
+            {
+                if (!needs || m.props.group.is_some()) && filter.matches(&m) {
                     group.2.push(m.clone());
                     n += 1;
                 }
