@@ -72,7 +72,10 @@ fn a_job_survives_a_killed_worker_process() {
     }
     victim.kill9();
 
-    let p = job.wait(Duration::from_secs(120)).unwrap();
+    let p = job
+        .wait(Duration::from_secs(120))
+        .unwrap()
+        .expect("done in time");
     assert!(p.done, "{p:?}");
     let mut done: Vec<u64> = done_by_victim;
     let mut dead: Vec<u64> = Vec::new();

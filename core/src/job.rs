@@ -35,7 +35,7 @@ use crate::queue::Queue;
 /// while let Some(piece) = tiles.try_receive()? {
 ///     piece.complete()?;
 /// }
-/// assert!(job.wait(Duration::from_secs(5))?.done);
+/// assert!(job.wait(Duration::from_secs(5))?.is_some_and(|p| p.done));
 /// assert_eq!(stitch.len()?, 1); // "stitch the tiles", sent once
 /// # Ok::<(), postbox::Error>(())
 /// ```
@@ -256,17 +256,19 @@ impl Job {
             .collect())
     }
 
-    /// Waits up to `timeout` for the job to be done; returns its progress then (check
-    /// [`JobProgress::done`]). Woken by the commit that ends the last piece, in this process or
-    /// (through the store's wake-up) in another.
+    /// Waits up to `timeout` for the job to be done; returns its progress then, or `None` when
+    /// the time ran out first ([`Job::progress`] says how far it got), as every wait does.
+    /// Woken by the commit that ends the last piece, in this process or (through the store's
+    /// wake-up) in another.
     ///
     /// # Errors
     ///
     /// As [`Job::progress`].
-    pub fn wait(&self, timeout: Duration) -> Result<JobProgress> {
+    pub fn wait(&self, timeout: Duration) -> Result<Option<JobProgress>> {
         let deadline = Instant::now().checked_add(timeout);
         let r = self.engine.wait_job(self.id, deadline)?;
-        Ok(progress(&r))
+        let p = progress(&r);
+        Ok(p.done.then_some(p))
     }
 
     /// Deletes the job and its tracking table. Pieces still pending stay in their queues as

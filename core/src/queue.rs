@@ -622,7 +622,9 @@ impl Queue {
         })
     }
 
-    /// Messages receivable now (`stats().active`).
+    /// Messages receivable now ([`QueueStats::active`]) — only those: a queue whose only
+    /// message is locked by a receiver (or scheduled, or deferred) has length 0.
+    /// [`Queue::stats`] counts every state in one snapshot.
     ///
     /// # Errors
     ///

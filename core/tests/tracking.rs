@@ -91,7 +91,7 @@ fn a_job_is_done_when_its_last_piece_settles_and_continues_once() {
             });
         }
     });
-    let p = job.wait(10 * SEC).unwrap();
+    let p = job.wait(10 * SEC).unwrap().expect("done in time");
     assert!(p.done, "{p:?}");
     assert_eq!(p.completed + p.dead_lettered, pieces);
     assert_eq!(p.pending, 0);

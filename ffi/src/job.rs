@@ -395,10 +395,14 @@ pub extern "C" fn postbox_job_wait(
     guard(|| {
         let j = live(job)?;
         let out = self::progress_out(progress_out)?;
-        let p = j.job.wait(timeout(timeout_ms))?;
+        let p = match j.job.wait(timeout(timeout_ms))? {
+            Some(p) => p,
+            None => j.job.progress()?,
+        };
         if let Some(out) = out {
             out.write(progress_of(p));
         }
+        // Done since the wait gave up: that is done, too.
         if p.done {
             Ok(POSTBOX_OK)
         } else {

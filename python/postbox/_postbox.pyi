@@ -555,8 +555,13 @@ class Queue:
     def complete_batch_and_receive(
         self, messages: Iterable[Message], max_messages: int, timeout: _Seconds | None = None
     ) -> list[Message]: ...
-    def stats(self) -> QueueStats: ...
-    def __len__(self) -> int: ...
+    def stats(self) -> QueueStats:
+        """Exact counts of every state in one snapshot: ``active``, ``locked``, ``scheduled``,
+        ``deferred``, ``dead_lettered`` and ``bytes``."""
+    def __len__(self) -> int:
+        """Messages receivable now (``stats().active``) — only those: a queue whose only
+        message is locked by a receiver (or scheduled, or deferred) has length 0, though it is
+        not empty; ``stats()`` counts every state."""
     def purge(self) -> int: ...
     def consume(self, timeout: _Seconds | None = None) -> Consumer: ...
 
@@ -995,8 +1000,9 @@ class Job:
     def wait(self, timeout: _Seconds | None = None) -> JobProgress:
         """Waits up to ``timeout`` (``None``: forever) for the job to be done.
 
-        Returns the progress then: check ``done``, false when the time ran out. Woken by the
-        commit that ends the last piece, in this or another process; Ctrl-C interrupts it.
+        Returns the progress then (``done`` is true); raises ``Empty`` when the time runs out
+        first, as every wait does (``progress()`` says how far it got). Woken by the commit
+        that ends the last piece, in this or another process; Ctrl-C interrupts it.
         """
     def delete(self) -> bool:
         """Deletes the job and its tracking table (pending pieces stay as plain messages)."""

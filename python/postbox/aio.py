@@ -7,9 +7,11 @@
     async def main(store: postbox.Store) -> None:
         jobs = postbox.aio.AsyncQueue(store.queue("jobs"))
         await jobs.send(b"resize 42.png")
-        msg = await jobs.receive(timeout=1)       # None when nothing arrived in time
-        if msg is not None:
-            await msg.complete()
+        try:
+            msg = await jobs.receive(timeout=1)
+        except postbox.Empty:                     # nothing arrived in time, as q.receive
+            return
+        await msg.complete()
 
 **Receives** (``AsyncQueue.receive``, ``async for``) wait in the store, not in a thread: one
 native driver thread per process (started by the first async receive) polls every waiting
@@ -43,7 +45,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import _postbox
-from ._errors import ClosedError
+from ._errors import ClosedError, Empty
 from ._postbox import Message, Queue, Store, Transaction
 
 __all__ = ["AsyncMessage", "AsyncProcessor", "AsyncQueue", "AsyncTransaction", "begin"]
@@ -76,7 +78,8 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-async def _receive(queue: Queue, timeout: float | None) -> Message | None:
+async def _receive(queue: Queue, timeout: float | None) -> Message:
+    """Waits for the next message of ``queue``; raises ``Empty`` when none came in time."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
     handle = _postbox._receive_async(
@@ -88,7 +91,10 @@ async def _receive(queue: Queue, timeout: float | None) -> Message | None:
         # Cancelled (or the loop is going away): withdraw the wait, give back what it got.
         handle.cancel()
         raise
-    return handle.result()
+    msg = handle.result()
+    if msg is None:
+        raise Empty(f"no message arrived in queue {queue.name!r} in time")
+    return msg
 
 
 class AsyncMessage:
@@ -163,20 +169,18 @@ class AsyncQueue:
         """``Queue.send`` on the shared pool; returns the message id."""
         return await _run(self.queue.send, body, **props)
 
-    async def receive(self, timeout: float | None = None) -> AsyncMessage | None:
+    async def receive(self, timeout: float | None = None) -> AsyncMessage:
         """Locks the next message, waiting up to ``timeout`` seconds (``None``: forever)
-        without blocking the loop or a thread. ``None`` when nothing arrived in time."""
-        msg = await _receive(self.queue, timeout)
-        return None if msg is None else AsyncMessage(msg)
+        without blocking the loop or a thread. Raises ``postbox.Empty`` when nothing arrived
+        in time, as ``Queue.receive`` does."""
+        return AsyncMessage(await _receive(self.queue, timeout))
 
     def __aiter__(self) -> AsyncIterator[AsyncMessage]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[AsyncMessage]:
         while True:
-            msg = await _receive(self.queue, None)
-            if msg is not None:
-                yield AsyncMessage(msg)
+            yield AsyncMessage(await _receive(self.queue, None))
 
     def __repr__(self) -> str:
         return f"<postbox.aio.AsyncQueue {self.queue.name!r}>"
@@ -197,15 +201,11 @@ class AsyncTransaction:
     async def send(self, queue: Queue | AsyncQueue, body: Any, **props: Any) -> int:
         return await _run(self.transaction.send, _plain(queue), body, **props)
 
-    async def receive(
-        self, queue: Queue | AsyncQueue, timeout: float | None = None
-    ) -> Message | None:
-        """Receives into the transaction; ``None`` when nothing arrived in time. The wait holds
-        a pool thread: keep ``timeout`` short."""
-        try:
-            return await _run(self.transaction.receive, _plain(queue), timeout)
-        except _postbox_empty():
-            return None
+    async def receive(self, queue: Queue | AsyncQueue, timeout: float | None = None) -> Message:
+        """Receives into the transaction; raises ``postbox.Empty`` when nothing arrived in
+        time, as ``Transaction.receive`` does. The wait holds a pool thread: keep ``timeout``
+        short."""
+        return await _run(self.transaction.receive, _plain(queue), timeout)
 
     async def complete(self, message: Message | AsyncMessage) -> None:
         """Completes ``message`` (received outside) at commit."""
@@ -244,12 +244,6 @@ def begin(store: Store) -> AsyncTransaction:
 
 def _plain(queue: Queue | AsyncQueue) -> Queue:
     return queue.queue if isinstance(queue, AsyncQueue) else queue
-
-
-def _postbox_empty() -> type[BaseException]:
-    from ._errors import Empty
-
-    return Empty
 
 
 class AsyncProcessor:
@@ -303,8 +297,6 @@ class AsyncProcessor:
                 return
             finally:
                 self._receiving.discard(me)
-            if msg is None:
-                continue
             try:
                 await self.handler(msg)
             except Exception:

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDateTime, PyDict};
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process};
+use crate::errors::{IntoPy, check_process, empty_because};
 use crate::queue::{PyQueue, wait_sliced};
 
 /// A job: a piece of work split into messages (its pieces), from `Store.create_job()` or, by
@@ -112,25 +112,28 @@ impl PyJob {
             .collect())
     }
 
-    /// Waits up to `timeout` seconds (`None`: forever) for the job to be done; returns its
-    /// progress then — check `.done`, which is false when the time ran out. Woken by the commit
-    /// that ends the last piece, in this process or (through the store's wake-up) in another.
-    /// The GIL is released while waiting, and Ctrl-C interrupts it.
+    /// Waits up to `timeout` seconds (`None`: forever) for the job to be done and returns its
+    /// progress then; raises `postbox.Empty` when the time runs out first (as every wait
+    /// does; `progress()` says how far it got). Woken by the commit that ends the last piece,
+    /// in this process or (through the store's wake-up) in another. The GIL is released while
+    /// waiting, and Ctrl-C interrupts it.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyJobProgress> {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let job = &self.job;
-        let mut last = None;
-        let done = wait_sliced(py, deadline, |slice| {
-            let p = job.wait(slice)?;
-            last = Some(p);
-            Ok(p.done.then_some(p))
-        })?;
-        match done.or(last) {
+        match wait_sliced(py, deadline, |slice| job.wait(slice))? {
             Some(p) => Ok(p.into()),
-            // A zero timeout still reads the progress once.
-            None => self.progress(py),
+            None => {
+                let p = self.call(py, Job::progress)?;
+                Err(empty_because(format!(
+                    "job {} was not done in time ({} of {} pieces pending{})",
+                    job.id(),
+                    p.pending,
+                    p.total,
+                    if p.sealed { "" } else { ", not sealed" }
+                )))
+            }
         }
     }
 

@@ -427,7 +427,9 @@ impl PyQueue {
         })
     }
 
-    /// Messages receivable now (`stats().active`).
+    /// Messages receivable now (`stats().active`) — only those: a queue whose only message is
+    /// locked by a receiver (or scheduled, or deferred) has length 0. `stats()` counts every
+    /// state (locked, scheduled, deferred, dead-lettered) in one snapshot.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         check_process(self.opened_by)?;
         let q = &self.q;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue as stdlib_queue
 import threading
 import time
 from pathlib import Path
@@ -37,12 +38,21 @@ async def test_send_receive_round_trip(queue: postbox.Queue) -> None:
     assert queue.stats().active == 0 and queue.stats().locked == 0
 
 
-async def test_receive_timeout_gives_none(queue: postbox.Queue) -> None:
+async def test_receive_timeout_raises_empty_as_the_blocking_receive(
+    queue: postbox.Queue,
+) -> None:
     q = aio.AsyncQueue(queue)
     start = time.monotonic()
-    assert await q.receive(timeout=0.2) is None
+    with pytest.raises(postbox.Empty):
+        await q.receive(timeout=0.2)
     assert 0.15 < time.monotonic() - start < 3
-    assert await q.receive(timeout=0) is None
+    with pytest.raises(postbox.Empty):
+        await q.receive(timeout=0)
+    # The same rule as the blocking receive: Empty is also the stdlib's queue.Empty.
+    with pytest.raises(stdlib_queue.Empty):
+        queue.receive(timeout=0)
+    with pytest.raises(stdlib_queue.Empty):
+        await q.receive(timeout=0)
 
 
 async def test_send_from_another_thread_wakes_a_waiting_receive(queue: postbox.Queue) -> None:
@@ -67,7 +77,8 @@ async def test_the_loop_is_never_blocked(queue: postbox.Queue) -> None:
 
     beat = asyncio.ensure_future(heartbeat())
     receives = [asyncio.ensure_future(q.receive(timeout=0.5)) for _ in range(50)]
-    assert await asyncio.gather(*receives) == [None] * 50
+    got = await asyncio.gather(*receives, return_exceptions=True)
+    assert all(isinstance(r, postbox.Empty) for r in got), got
     beat.cancel()
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
     assert len(ticks) >= 20
@@ -77,7 +88,8 @@ async def test_the_loop_is_never_blocked(queue: postbox.Queue) -> None:
 async def test_a_thousand_waiting_receives_cost_no_threads(queue: postbox.Queue) -> None:
     q = aio.AsyncQueue(queue)
     # Start the driver thread (once per process) before counting.
-    assert await q.receive(timeout=0) is None
+    with pytest.raises(postbox.Empty):
+        await q.receive(timeout=0)
     before = threads()
     receives = [asyncio.ensure_future(q.receive(timeout=60)) for _ in range(1000)]
     await asyncio.sleep(0.3)
@@ -208,8 +220,9 @@ async def test_transaction_commit_and_rollback(tmp_store: postbox.Store) -> None
     assert src.queue.stats().active == 1 and src.queue.stats().locked == 0
 
     async with aio.begin(tmp_store) as tx:
-        assert await tx.receive(dst, timeout=0.05) is not None
-        assert await tx.receive(dst, timeout=0.05) is None
+        assert (await tx.receive(dst, timeout=0.05)).body == b"from a"
+        with pytest.raises(postbox.Empty):
+            await tx.receive(dst, timeout=0.05)
 
 
 async def test_processor_runs_async_handlers_and_retries(tmp_store: postbox.Store) -> None:
@@ -264,7 +277,8 @@ async def test_shared_store_receive_is_woken(store_path: Path) -> None:
         msg = await asyncio.wait_for(waiting, 10)
         assert msg is not None and msg.body == b"shared"
         await msg.complete()
-        assert await q.receive(timeout=0.1) is None
+        with pytest.raises(postbox.Empty):
+            await q.receive(timeout=0.1)
 
 
 async def test_wait_for_running_out_gives_nothing_up(queue: postbox.Queue) -> None:

@@ -242,3 +242,15 @@ def test_a_message_looked_up_by_id_has_its_queue_state(tmp_store: postbox.Store)
     held.dead_letter("Bad")
     assert q.dead_letters.get(c).state == "active"  # type: ignore[union-attr]
     assert q.get(c) is None
+
+
+def test_len_counts_receivable_messages_only_stats_counts_all(tmp_store: postbox.Store) -> None:
+    # The trap: a queue whose only message is locked has length 0 but is not empty.
+    q = tmp_store.queue("q")
+    q.send(b"x")
+    held = q.receive(timeout=0)
+    assert len(q) == 0
+    s = q.stats()
+    assert (s.active, s.locked) == (0, 1)
+    held.abandon()
+    assert len(q) == 1
