@@ -1,8 +1,8 @@
-//! Commands that change queues: send, receive, purge, redrive, move.
+//! Commands that change queues: create, send, receive, purge, redrive, move.
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,6 +39,47 @@ pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
 }
 
 /// Opens queue `name`, creating it only when asked: a typo should not make a queue.
+/// `postbox create`: `store` (at `path`, which held a store already when `existed`) and the
+/// queues `queues`, each made if missing; nothing that exists changes.
+pub fn create(
+    store: &Store,
+    path: &Path,
+    existed: bool,
+    queues: &[String],
+    as_json: bool,
+) -> Outcome {
+    let before: BTreeSet<String> = store.queues()?.into_iter().collect();
+    let mut made = Vec::with_capacity(queues.len());
+    for name in queues {
+        store.queue(name)?;
+        made.push((name.as_str(), !before.contains(name)));
+    }
+    if as_json {
+        let queues: Vec<_> = made
+            .iter()
+            .map(|(name, created)| json!({ "name": name, "created": created }))
+            .collect();
+        say!(
+            "{}",
+            json!({ "store": path.display().to_string(), "created": !existed, "queues": queues })
+        );
+        return Ok(());
+    }
+    if existed {
+        say!("{} is a store already: kept as it is", path.display());
+    } else {
+        say!("created store {}", path.display());
+    }
+    for (name, created) in made {
+        if created {
+            say!("created queue {name}");
+        } else {
+            say!("queue {name} exists already");
+        }
+    }
+    Ok(())
+}
+
 pub fn target_queue(store: &Store, name: &str, create: bool) -> Outcome<Queue> {
     if create {
         Ok(store.queue(name)?)

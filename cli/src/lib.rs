@@ -166,6 +166,13 @@ pub enum Command {
         queue: QueueArg,
         id: u64,
     },
+    /// Create a store (an empty file that applications and the other commands open) and the
+    /// queues named; a store or queue that exists is kept as it is.
+    Create {
+        store: PathBuf,
+        /// Queues to create in it.
+        queues: Vec<String>,
+    },
     /// Send a message: the body as argument, from --file, or from standard input.
     Send {
         store: PathBuf,
@@ -175,7 +182,7 @@ pub enum Command {
         /// Read the body from this file.
         #[arg(long, short, conflicts_with = "body")]
         file: Option<PathBuf>,
-        /// Create the queue if it does not exist.
+        /// Create the queue if it does not exist, and the store too.
         #[arg(long)]
         create: bool,
         #[command(flatten)]
@@ -270,7 +277,7 @@ pub enum Command {
         store: PathBuf,
         queue: String,
         file: Option<PathBuf>,
-        /// Create the queue if it does not exist.
+        /// Create the queue if it does not exist, and the store too.
         #[arg(long)]
         create: bool,
     },
@@ -371,11 +378,21 @@ pub fn open_store(path: &Path) -> Outcome<Store> {
 pub fn open_with(path: &Path, builder: postbox::StoreBuilder) -> Outcome<Store> {
     if !path.exists() {
         return Err(Failure::not_found(format!(
-            "no store at {} (postbox demo {} creates one to try)",
+            "no store at {} (postbox create {} makes one; --create on send and import does too)",
             path.display(),
             path.display()
         )));
     }
+    open_or_create(path, builder)
+}
+
+/// Opens the store at `path` in multi-process mode, creating it if it does not exist (as
+/// `sqlite3 FILE` does); an existing store is opened as it is.
+pub fn create_store(path: &Path) -> Outcome<Store> {
+    open_or_create(path, Store::builder().multi_process(true))
+}
+
+fn open_or_create(path: &Path, builder: postbox::StoreBuilder) -> Outcome<Store> {
     builder.open(path).map_err(|e| match e.kind() {
         ErrorKind::AlreadyOpen => busy(path),
         _ => Failure::from(e),
@@ -440,6 +457,14 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
             None => open_store(path),
         }
     };
+    // `--create` makes a missing store too (a served store exists: it is the application's).
+    let open_or_create = |path: &Path, create: bool| -> Outcome<Store> {
+        match served {
+            Some(s) => Ok(s.clone()),
+            None if create => create_store(path),
+            None => open_store(path),
+        }
+    };
     let local_only = |what: &str| -> Outcome {
         match served {
             Some(_) => Err(Failure::usage(format!(
@@ -475,6 +500,16 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
             queue,
             limit,
         } => inspect::dead_letters(&open_store(&store)?.open_queue(&queue)?, limit, json),
+        Command::Create { store, queues } => {
+            let existed = served.is_some() || store.exists();
+            act::create(
+                &open_or_create(&store, true)?,
+                &store,
+                existed,
+                &queues,
+                json,
+            )
+        }
         Command::Send {
             store,
             queue,
@@ -483,7 +518,7 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
             create,
             props,
         } => act::send(
-            &open_store(&store)?,
+            &open_or_create(&store, create)?,
             &queue,
             body,
             their_file(file),
@@ -560,7 +595,7 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
             file,
             create,
         } => transfer::import(
-            &open_store(&store)?,
+            &open_or_create(&store, create)?,
             &queue,
             their_file(file).as_deref(),
             create,

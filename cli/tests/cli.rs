@@ -627,6 +627,89 @@ fn check_and_backup_of_a_store_in_use() {
 }
 
 #[test]
+fn create_makes_a_store_and_send_create_does_too() {
+    let (dir, path) = store_path();
+    // A new store, with queues, as `sqlite3 FILE` would make one.
+    pb().arg("create")
+        .arg(&path)
+        .args(["orders", "emails"])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("created store")
+                .and(predicate::str::contains("created queue orders"))
+                .and(predicate::str::contains("created queue emails")),
+        );
+    assert_eq!(open(&path).queues().expect("queues"), ["emails", "orders"]);
+    // Again: nothing that exists changes; a new queue is added.
+    open(&path)
+        .queue("orders")
+        .expect("orders")
+        .send("kept")
+        .expect("send");
+    let v = json_out(
+        pb().args(["--json", "create"])
+            .arg(&path)
+            .args(["orders", "audit"]),
+    );
+    assert_eq!(v["created"], false);
+    assert_eq!(
+        v["queues"][0],
+        serde_json::json!({"name": "orders", "created": false})
+    );
+    assert_eq!(
+        v["queues"][1],
+        serde_json::json!({"name": "audit", "created": true})
+    );
+    assert_eq!(
+        open(&path)
+            .queue("orders")
+            .expect("orders")
+            .len()
+            .expect("len"),
+        1
+    );
+    // Without the store, send says how to make one; with --create it makes store and queue.
+    let fresh = dir.path().join("fresh.postbox");
+    pb().arg("send")
+        .arg(&fresh)
+        .args(["jobs", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("postbox create"));
+    assert!(!fresh.exists(), "a typo makes nothing");
+    pb().arg("send")
+        .arg(&fresh)
+        .args(["jobs", "first", "--create"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("sent message"));
+    let s = open(&fresh);
+    assert_eq!(s.queue("jobs").expect("jobs").len().expect("len"), 1);
+    drop(s);
+    // Import --create too.
+    let imported = dir.path().join("imported.postbox");
+    pb().arg("import")
+        .arg(&imported)
+        .args(["jobs", "--create"])
+        .write_stdin("{\"body\":\"a\"}\n")
+        .assert()
+        .success();
+    assert_eq!(
+        open(&imported)
+            .queue("jobs")
+            .expect("jobs")
+            .len()
+            .expect("len"),
+        1
+    );
+    // A file that is not a store is not made one.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 8192]).expect("write");
+    pb().arg("create").arg(&junk).assert().code(4);
+}
+
+#[test]
 fn a_store_held_in_single_process_mode_is_busy() {
     let (_d, path) = store_path();
     Store::open(&path).expect("create").close().expect("close");
