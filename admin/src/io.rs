@@ -1,89 +1,131 @@
 //! Where a command's output goes and whether it should stop: the terminal for the `postbox`
 //! binary, or a remote caller's stream when an application runs the command for
-//! `postbox --admin` (see `admin::remote`).
+//! `postbox --admin`.
 //!
 //! Commands write through `say!`, `say_raw!` and `tell!` (standard output, standard
 //! output without a newline, standard error) and read standard input through [`stdin`]. A
-//! thread that runs a command for a remote caller first [`enter`]s its [`Console`]; every
-//! other thread uses the process's own streams.
+//! thread that runs a command first [`enter`]s its [`Scope`]: the [`Stop`] token it checks,
+//! and for a remote caller the [`Console`] its streams go to; without a console a command uses
+//! the process's own streams.
 
 use std::cell::RefCell;
 use std::io::{IsTerminal, Read, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::STOP;
+use crate::Stop;
+use crate::wire;
 
 /// The streams of a command run for a remote caller.
-pub struct Console {
+pub(crate) struct Console {
     sink: std::sync::Mutex<Box<dyn Write + Send>>,
     stdin: std::sync::Mutex<Option<Vec<u8>>>,
-    /// Set when the caller went away (its connection closed): the command stops between two
-    /// commits, as after Ctrl-C.
-    stop: AtomicBool,
+    /// Set when the caller went away (its connection closed) or the endpoint stops: the
+    /// command stops between two commits, as after Ctrl-C.
+    stop: Stop,
 }
 
 impl Console {
-    /// A console whose output goes to `sink` as frames (`admin::wire`) and whose standard
-    /// input is `stdin`.
-    pub fn new(sink: Box<dyn Write + Send>, stdin: Vec<u8>) -> Arc<Console> {
+    /// A console whose output goes to `sink` as frames ([`wire`]) and whose standard input is
+    /// `stdin`.
+    pub(crate) fn new(sink: Box<dyn Write + Send>, stdin: Vec<u8>) -> Arc<Console> {
         Arc::new(Console {
             sink: std::sync::Mutex::new(sink),
             stdin: std::sync::Mutex::new(Some(stdin)),
-            stop: AtomicBool::new(false),
+            stop: Stop::new(),
         })
     }
 
     /// Makes the command stop between two commits, as if its caller had gone (the endpoint
     /// stops).
-    pub fn cancel(&self) {
-        self.stop.store(true, Ordering::SeqCst);
+    pub(crate) fn cancel(&self) {
+        self.stop.stop();
+    }
+
+    /// The scope a command run for this console enters: its streams and its stop token.
+    pub(crate) fn scope(self: &Arc<Console>) -> Scope {
+        Scope {
+            console: Some(self.clone()),
+            stop: self.stop.clone(),
+        }
     }
 
     /// Writes one frame; a caller gone makes the command stop.
-    pub fn send(&self, tag: u8, bytes: &[u8]) {
+    pub(crate) fn send(&self, tag: u8, bytes: &[u8]) {
         let mut sink = self
             .sink
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if crate::admin::wire_write(&mut **sink, tag, bytes).is_err() {
-            self.stop.store(true, Ordering::SeqCst);
+        if wire::write_frame(&mut **sink, tag, bytes).is_err() {
+            self.stop.stop();
+        }
+    }
+}
+
+/// What a thread running a command works in: the token it stops on, and the remote caller's
+/// console, if any.
+#[derive(Clone)]
+pub(crate) struct Scope {
+    console: Option<Arc<Console>>,
+    stop: Stop,
+}
+
+impl Scope {
+    /// A command run here, on the process's own streams, stopping on `stop`.
+    pub(crate) fn local(stop: &Stop) -> Scope {
+        Scope {
+            console: None,
+            stop: stop.clone(),
         }
     }
 }
 
 thread_local! {
-    static CURRENT: RefCell<Option<Arc<Console>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
 }
 
-/// Makes `console` this thread's streams (None: the process's own).
-pub fn enter(console: Option<Arc<Console>>) {
-    CURRENT.with(|c| *c.borrow_mut() = console);
+/// Makes `scope` this thread's (None: no command runs here).
+pub(crate) fn enter(scope: Option<Scope>) {
+    CURRENT.with(|c| *c.borrow_mut() = scope);
 }
 
-/// This thread's console, to hand to a thread a command starts.
-pub fn current() -> Option<Arc<Console>> {
+/// Leaves this thread's scope when dropped, even by a panic.
+pub(crate) struct Entered(());
+
+/// Enters `scope` until the returned guard is dropped.
+pub(crate) fn entered(scope: Scope) -> Entered {
+    enter(Some(scope));
+    Entered(())
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        enter(None);
+    }
+}
+
+/// This thread's scope, to hand to a thread a command starts.
+pub(crate) fn current() -> Option<Scope> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
-/// Whether this thread runs a command for a remote caller.
-pub fn is_remote() -> bool {
-    CURRENT.with(|c| c.borrow().is_some())
+fn console() -> Option<Arc<Console>> {
+    CURRENT.with(|c| c.borrow().as_ref().and_then(|s| s.console.clone()))
 }
 
-/// Whether the command should stop between two commits: Ctrl-C, or a remote caller gone.
-pub fn stopping() -> bool {
-    STOP.load(Ordering::SeqCst)
-        || CURRENT.with(|c| {
-            c.borrow()
-                .as_ref()
-                .is_some_and(|c| c.stop.load(Ordering::SeqCst))
-        })
+/// Whether this thread runs a command for a remote caller.
+pub(crate) fn is_remote() -> bool {
+    console().is_some()
+}
+
+/// Whether the command should stop between two commits: its stop token is set (Ctrl-C in the
+/// `postbox` binary, a remote caller gone).
+pub(crate) fn stopping() -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|s| s.stop.is_stopped()))
 }
 
 /// Standard output (buffered: flush or drop it).
-pub fn stdout() -> Box<dyn Write> {
-    match current() {
+pub(crate) fn stdout() -> Box<dyn Write> {
+    match console() {
         Some(c) => Box::new(Remote {
             console: c,
             err: false,
@@ -93,8 +135,8 @@ pub fn stdout() -> Box<dyn Write> {
 }
 
 /// Standard error.
-pub fn stderr() -> Box<dyn Write> {
-    match current() {
+pub(crate) fn stderr() -> Box<dyn Write> {
+    match console() {
         Some(c) => Box::new(Remote {
             console: c,
             err: true,
@@ -104,8 +146,8 @@ pub fn stderr() -> Box<dyn Write> {
 }
 
 /// Standard input: the process's, or what the remote caller uploaded.
-pub fn stdin() -> Box<dyn Read> {
-    match current() {
+pub(crate) fn stdin() -> Box<dyn Read> {
+    match console() {
         Some(c) => {
             let bytes = c
                 .stdin
@@ -121,17 +163,17 @@ pub fn stdin() -> Box<dyn Read> {
 
 /// Whether standard output is a terminal a person watches (never for a remote caller: its
 /// own terminal is on the other end).
-pub fn stdout_is_terminal() -> bool {
+pub(crate) fn stdout_is_terminal() -> bool {
     !is_remote() && std::io::stdout().is_terminal()
 }
 
 /// Whether standard error is a terminal (progress bars are drawn only there).
-pub fn stderr_is_terminal() -> bool {
+pub(crate) fn stderr_is_terminal() -> bool {
     !is_remote() && std::io::stderr().is_terminal()
 }
 
 /// Whether standard input is a terminal (then `send` says it waits for a body).
-pub fn stdin_is_terminal() -> bool {
+pub(crate) fn stdin_is_terminal() -> bool {
     !is_remote() && std::io::stdin().is_terminal()
 }
 
@@ -170,17 +212,13 @@ struct Remote {
 
 impl Write for Remote {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.console.stop.load(Ordering::SeqCst) {
+        if self.console.stop.is_stopped() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::BrokenPipe,
                 "the admin caller went away",
             ));
         }
-        let tag = if self.err {
-            crate::admin::STDERR_FRAME
-        } else {
-            crate::admin::STDOUT_FRAME
-        };
+        let tag = if self.err { wire::ERR } else { wire::OUT };
         self.console.send(tag, buf);
         Ok(buf.len())
     }
@@ -191,7 +229,6 @@ impl Write for Remote {
 }
 
 /// `println!` to the command's standard output.
-#[macro_export]
 macro_rules! say {
     () => {{
         let _ = ::std::io::Write::write_all(&mut $crate::io::stdout(), b"\n");
@@ -205,7 +242,6 @@ macro_rules! say {
 }
 
 /// `print!` to the command's standard output.
-#[macro_export]
 macro_rules! say_raw {
     ($($arg:tt)*) => {{
         let _ = ::std::io::Write::write_fmt(&mut $crate::io::stdout(), format_args!($($arg)*));
@@ -213,7 +249,6 @@ macro_rules! say_raw {
 }
 
 /// `eprintln!` to the command's standard error.
-#[macro_export]
 macro_rules! tell {
     ($($arg:tt)*) => {{
         let _ = ::std::io::Write::write_fmt(

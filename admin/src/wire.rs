@@ -7,6 +7,9 @@
 
 use std::io::{self, Read, Write};
 
+/// The header that carries the endpoint's token.
+pub const TOKEN_HEADER: &str = "X-Postbox-Token";
+
 /// The request a remote command is: its command line and the standard input it reads.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct CommandRequest {
@@ -22,9 +25,13 @@ pub struct CommandRequest {
 /// import of about 6 MiB. `postbox --admin` refuses a larger one before sending it.
 pub const MAX_REQUEST: usize = 8 << 20;
 
+/// A frame of standard output.
 pub const OUT: u8 = b'O';
+/// A frame of standard error.
 pub const ERR: u8 = b'E';
+/// The last frame: the exit code, i32 little-endian.
 pub const EXIT: u8 = b'X';
+/// An empty frame that only shows the caller is still there.
 pub const HEARTBEAT: u8 = b'H';
 
 /// Longest frame accepted: output is written in pieces far smaller than this.

@@ -2,25 +2,25 @@
 //! with a live status line and, given `bind`, the dashboard with the bridge's counters on
 //! `/metrics`.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postbox::Store;
+use postbox_admin::fail::{Failure, Outcome};
+use postbox_admin::{AdminOptions, AdminServer, ExtraMetrics, Stop, serve_admin};
 use postbox_bridge::{Bridge, BridgeConfig};
-
-use crate::admin::{AdminOptions, AdminServer, ExtraMetrics, serve_admin};
-use crate::fail::{Failure, Outcome};
-use crate::io::{stderr_is_terminal, stopping};
 
 /// How often a status line is written when standard error is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
-pub(crate) fn bridge(
+pub fn bridge(
     config: &Path,
     store: Option<PathBuf>,
     bind: Option<String>,
     json: bool,
+    stop: &Stop,
 ) -> Outcome {
     let mut config = BridgeConfig::from_file(config)?;
     let path = store.or_else(|| config.store.take()).ok_or_else(|| {
@@ -32,16 +32,14 @@ pub(crate) fn bridge(
     let server = match &bind {
         Some(addr) => {
             let b = bridge.clone();
-            let options = AdminOptions {
-                extra_metrics: Some(ExtraMetrics(Arc::new(move || b.stats().prometheus()))),
-                ..AdminOptions::default()
-            };
+            let mut options = AdminOptions::read_only();
+            options.extra_metrics = Some(ExtraMetrics(Arc::new(move || b.stats().prometheus())));
             Some(serve_admin(&store, addr, options)?)
         }
         None => None,
     };
     if json {
-        say!(
+        println!(
             "{}",
             serde_json::json!({
                 "store": path.display().to_string(),
@@ -52,21 +50,21 @@ pub(crate) fn bridge(
             })
         );
     } else {
-        say!(
+        println!(
             "postbox bridge for {}: {} links",
             path.display(),
             bridge.stats().links.len()
         );
         if let Some(s) = &server {
-            say!("  dashboard: {}", s.page_url());
-            say!("  metrics:   {}metrics", s.url());
-            say!("  token:     {} (dead letters on the page)", s.token());
+            println!("  dashboard: {}", s.page_url());
+            println!("  metrics:   {}metrics", s.url());
+            println!("  token:     {} (dead letters on the page)", s.token());
         }
-        say!("Ctrl-C to stop.");
+        println!("Ctrl-C to stop.");
     }
-    let live = !json && stderr_is_terminal();
+    let live = !json && std::io::stderr().is_terminal();
     let mut logged = Instant::now();
-    while !stopping() {
+    while !stop.is_stopped() {
         std::thread::sleep(Duration::from_millis(250));
         let stats = bridge.stats();
         if live {
@@ -74,14 +72,14 @@ pub(crate) fn bridge(
         } else if logged.elapsed() >= LOG_EVERY {
             logged = Instant::now();
             if json {
-                say!("{}", stats_json(&stats));
+                println!("{}", stats_json(&stats));
             } else {
-                tell!("{}", stats.status_line());
+                eprintln!("{}", stats.status_line());
             }
         }
     }
     if live {
-        tell!("");
+        eprintln!();
     }
     if let Some(s) = server {
         s.stop();
@@ -91,16 +89,19 @@ pub(crate) fn bridge(
         Err(b) => b.stats(),
     };
     if json {
-        say!("{}", stats_json(&last));
+        println!("{}", stats_json(&last));
     } else {
-        say!("stopped: {}", last.status_line());
+        println!("stopped: {}", last.status_line());
     }
     store.close()?;
     Ok(())
 }
 
 fn tell_raw(s: &str) {
-    let _ = std::io::Write::write_all(&mut crate::io::stderr(), s.as_bytes());
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(s.as_bytes());
+    let _ = err.flush();
 }
 
 fn stats_json(s: &postbox_bridge::BridgeStats) -> serde_json::Value {

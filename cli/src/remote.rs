@@ -13,10 +13,9 @@ use std::path::Path;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use clap::CommandFactory;
-
-use super::wire;
-use crate::fail::{self, Failure, Outcome};
-use crate::{Cli, Command};
+use postbox_admin::fail::{self, Failure, Outcome};
+use postbox_admin::wire;
+use postbox_admin::{Cli, Command};
 
 /// What `--admin` commands put where STORE goes: the store is the application's.
 pub const PLACEHOLDER_STORE: &str = "(admin)";
@@ -79,7 +78,7 @@ fn read_file(path: &Path) -> Outcome<Vec<u8>> {
 }
 
 fn read_stdin(what: &str) -> Outcome<Vec<u8>> {
-    if crate::io::stdin_is_terminal() {
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         eprintln!("reading {what} from standard input; end it with Ctrl-D");
     }
     let mut b = Vec::new();
@@ -110,7 +109,7 @@ pub fn run(url: &str, args: &[OsString], cli: Cli) -> Outcome {
         Command::Export {
             file: Some(path), ..
         } => {
-            let f = crate::io::create_private(path)
+            let f = postbox_admin::create_private(path)
                 .map_err(|e| Failure::store(format!("cannot create {}: {e}", path.display())))?;
             (Vec::new(), Some(f))
         }
@@ -151,7 +150,7 @@ pub fn run(url: &str, args: &[OsString], cli: Cli) -> Outcome {
         .post(&endpoint)
         .header("Content-Type", "application/json");
     if let Some(t) = &cli.token {
-        call = call.header(super::server::TOKEN_HEADER, t);
+        call = call.header(wire::TOKEN_HEADER, t);
     }
     let mut response = call.send(&body[..]).map_err(|e| unreachable(&e))?;
     if response.status() != 200 {

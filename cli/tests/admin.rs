@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use postbox::{Message, MessageId, Store};
-use postbox_cli::admin::{AdminOptions, ServeAdmin};
+use postbox_admin::{AdminOptions, ServeAdmin};
 use predicates::prelude::*;
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 
 use std::ffi::{CString, c_char, c_int};
 
-use postbox_cli::admin::{AdminOptions, AdminServer, serve_admin};
+use ::postbox_admin::{AdminOptions, AdminServer, serve_admin};
 
 use crate::guard::{Failure, Out, arg_opt_str, arg_ref, arg_str, guard, take_box};
 use crate::status::POSTBOX_OK;

@@ -2,7 +2,7 @@
 //! from a Python application, over the same server the Rust API starts.
 
 use postbox::Store;
-use postbox_cli::admin::{AdminOptions, AdminServer};
+use postbox_admin::{AdminOptions, AdminServer};
 use pyo3::prelude::*;
 
 use crate::errors::IntoPy;
@@ -26,7 +26,7 @@ pub fn serve(
     options.allow_actions = allow_actions;
     options.token = token;
     let server = py
-        .detach(|| postbox_cli::admin::serve_admin(store, addr, options))
+        .detach(|| postbox_admin::serve_admin(store, addr, options))
         .py_err()?;
     Ok(PyAdminServer { server })
 }

@@ -10,10 +10,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use postbox::{Message, Queue, Store};
 use serde_json::json;
 
+use super::SendProps;
+use super::inspect::{show, to_json};
+use super::record::{Record, count, parse_time};
 use crate::fail::{Failure, Outcome};
-use crate::inspect::{show, to_json};
-use crate::record::{Record, count, parse_time};
-use crate::{SendProps, stopping};
+use crate::io::stopping;
 
 /// A progress bar on standard error when it is a terminal, hidden otherwise (scripts, tests).
 pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
@@ -378,7 +379,7 @@ pub fn redrive(
             .map(|_| {
                 let console = console.clone();
                 scope.spawn(move || {
-                    // A remote caller's stream and stop flag follow the command's threads.
+                    // The stop token and a remote caller's streams follow the command's threads.
                     crate::io::enter(console);
                     work()
                 })

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant, SystemTime};
 use postbox::{Envelope, PropertyValue, Queue, QueueOptions, QueueStats, Store};
 use serde_json::json;
 
+use super::record::{Record, age, preview, short_duration, time};
+use super::table::Table;
 use crate::fail::{Failure, Outcome};
-use crate::record::{Record, age, preview, short_duration, time};
-use crate::stopping;
-use crate::table::Table;
+use crate::io::stopping;
 
 /// Past this many receivable messages, `queues` reads only this many to find the oldest: the
 /// exact answer needs a walk of the whole queue.

@@ -1,40 +1,29 @@
-//! The `postbox` command's commands, and the admin endpoint an application serves so that
-//! the command (and a dashboard) can reach a store it holds.
+//! The `postbox` command's commands: the command line ([`Cli`]) and what each command does.
 //!
 //! Every command takes the store's path first: `postbox [--json] <command> STORE [args]`.
 //! The store is opened in multi-process mode, so the command works on a closed store and on
 //! one that applications have open with `multi_process`. An application holding its store in
-//! single-process mode serves [`admin::serve_admin`] instead, and `postbox --admin URL`
-//! runs the same commands inside it. See docs/design.md § Command-line tool and § Admin
-//! endpoint.
+//! single-process mode serves the admin endpoint instead ([`crate::serve_admin`]), and
+//! `postbox --admin URL` runs the same commands inside it ([`run_served`]). See
+//! docs/design.md § Command-line tool and § Admin endpoint.
 
-#[macro_use]
-pub mod io;
 mod act;
-pub mod admin;
-mod bridge;
 mod demo;
-pub mod fail;
-mod inspect;
-mod record;
+pub(crate) mod inspect;
+pub(crate) mod record;
 mod recover;
 mod table;
 mod transfer;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use postbox::{ErrorKind, Queue, Store};
 
-use crate::fail::{Failure, Outcome};
-
-/// Set by the first Ctrl-C: long commands stop between two commits.
-pub static STOP: AtomicBool = AtomicBool::new(false);
-
-pub use io::stopping;
+use crate::fail::{self, Failure, Outcome};
+use crate::io;
 
 #[derive(Parser)]
 #[command(
@@ -311,21 +300,6 @@ pub enum Command {
         #[arg(long)]
         allow_actions: bool,
     },
-    /// Forward between local queues and RabbitMQ (quorum queues) until Ctrl-C, as the TOML
-    /// file FILE says: brokers, links (outgoing or incoming), in-flight bounds. A status
-    /// line shows each link; with a bind address, the dashboard serves the bridge's counters
-    /// on /metrics too.
-    Bridge {
-        /// The configuration file (see README, "Beyond one machine").
-        #[arg(long)]
-        config: PathBuf,
-        /// The store (instead of the file's `store`); created when missing.
-        #[arg(long)]
-        store: Option<PathBuf>,
-        /// Serve the dashboard and /metrics here (instead of the file's `bind`).
-        #[arg(long)]
-        bind: Option<String>,
-    },
     /// Hold the store open until standard input closes (for tests of live stores).
     #[command(hide = true)]
     Hold {
@@ -429,28 +403,18 @@ fn open_queue(store: &Store, q: &QueueArg) -> Outcome<Queue> {
     }
 }
 
-/// Runs a parsed command line on the store its STORE argument names.
-///
-/// # Errors
-///
-/// The command's [`Failure`], whose `code` is the process's exit code.
-pub fn run(cli: Cli) -> Outcome {
-    execute(cli.command, cli.json, None)
-}
-
 /// Runs a parsed command line on `store`, an application's open store, for a remote caller
 /// (`postbox --admin`): the STORE argument is ignored, FILE arguments refer to the caller's
 /// files (uploaded as standard input, or written from standard output by the caller), and
-/// commands that need the store's file itself are refused.
-///
-/// # Errors
-///
-/// As [`run`].
-pub fn run_served(store: &Store, cli: Cli) -> Outcome {
+/// commands that need the store's file itself are refused. The caller has entered the
+/// console's scope (`io::entered`).
+pub(crate) fn run_served(store: &Store, cli: Cli) -> Outcome {
     execute(cli.command, cli.json, Some(store))
 }
 
-fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
+/// Runs `command`, on the store its STORE argument names or on `served`, in the scope the
+/// calling thread entered.
+pub(crate) fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
     let open_store = |path: &Path| -> Outcome<Store> {
         match served {
             Some(s) => Ok(s.clone()),
@@ -618,21 +582,12 @@ fn execute(command: Command, json: bool, served: Option<&Store>) -> Outcome {
             local_only("demo")?;
             demo::demo(&store, json)
         }
-        Command::Dashboard {
-            store,
-            bind,
-            allow_actions,
-        } => {
+        Command::Dashboard { .. } => {
             local_only("dashboard")?;
-            admin::dashboard(&open_store(&store)?, &bind, allow_actions, json)
-        }
-        Command::Bridge {
-            config,
-            store,
-            bind,
-        } => {
-            local_only("bridge")?;
-            bridge::bridge(&config, store, bind, json)
+            // `crate::run` serves it; nothing else runs a command line.
+            Err(Failure::usage(
+                "postbox dashboard runs from the postbox command",
+            ))
         }
         Command::Hold {
             store,

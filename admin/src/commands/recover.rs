@@ -6,8 +6,8 @@ use std::path::Path;
 use postbox::Store;
 use serde_json::json;
 
+use super::open_with;
 use crate::fail::Outcome;
-use crate::open_with;
 
 /// Opens the store at `path` with the loss of its log accepted (multi-process, like every
 /// command), then closes it: from then on it opens normally. Says what could not be replayed,

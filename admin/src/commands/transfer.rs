@@ -9,11 +9,12 @@ use std::time::SystemTime;
 use postbox::{ErrorKind, MessageState, Queue, Store};
 use serde_json::json;
 
-use crate::act::{progress, target_queue};
+use super::act::{progress, target_queue};
+use super::inspect::to_json;
+use super::record::{Record, count};
+use super::{open_store, open_with};
 use crate::fail::{self, Failure, Outcome};
-use crate::inspect::to_json;
-use crate::record::{Record, count};
-use crate::{open_store, open_with, stopping};
+use crate::io::stopping;
 
 /// The name `export` writes for a state.
 fn state_name(state: MessageState) -> &'static str {

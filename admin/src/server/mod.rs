@@ -5,14 +5,14 @@
 //! An application that holds its store in single-process mode (the default) keeps every other
 //! process out, the `postbox` command included; [`serve_admin`] lets it expose the store to
 //! the command and to a browser without giving that up. `postbox dashboard STORE` serves the
-//! same endpoint from the command line for a closed or multi-process store.
+//! same endpoint from the command line for a closed or multi-process store ([`dashboard`]).
 //!
 //! - `sampler` reads every queue's counts and traffic once a second and keeps two minutes of
 //!   them for rates and charts;
 //! - `http` accepts connections and reads requests within fixed bounds (a pool of workers,
-//!   a cap on connections, timeouts, body caps); `server` routes them, and `access` decides
-//!   who may ask what (the `Host` a request must name, the token); `wire` is the framed
-//!   stream a remote command's output travels in; `remote` is the command's side of it;
+//!   a cap on connections, timeouts, body caps); `routes` routes them, and `access` decides
+//!   who may ask what (the `Host` a request must name, the token); `crate::wire` is the framed
+//!   stream a remote command's output travels in;
 //! - `metrics` writes the Prometheus text; `page` is the dashboard itself (one HTML file with
 //!   its script and style, no build step).
 
@@ -20,20 +20,17 @@ mod access;
 mod http;
 mod metrics;
 mod page;
-pub mod remote;
+mod routes;
 mod sampler;
-mod server;
-mod wire;
 
-pub use server::{AdminOptions, AdminServer, ExtraMetrics, ServeAdmin, serve_admin};
-pub(crate) use wire::{ERR as STDERR_FRAME, OUT as STDOUT_FRAME, write_frame as wire_write};
+pub use routes::{AdminOptions, AdminServer, ExtraMetrics, ServeAdmin, serve_admin};
 
 use std::time::Duration;
 
 use postbox::Store;
 
 use crate::fail::Outcome;
-use crate::stopping;
+use crate::io::stopping;
 
 /// `postbox dashboard`: serves the endpoint for `store` until Ctrl-C.
 pub(crate) fn dashboard(store: &Store, bind: &str, allow_actions: bool, json: bool) -> Outcome {

@@ -33,9 +33,11 @@ use serde_json::{Value, json};
 
 use super::http::{self, Exchange, Limits};
 use super::sampler::{self, Sampler};
-use super::{access, metrics, page, wire};
-use crate::record::Record;
-use crate::{Cli, fail, io};
+use super::{access, metrics, page};
+use crate::commands::record::{self, Record};
+use crate::commands::{self, Cli, inspect};
+use crate::wire::{self, TOKEN_HEADER};
+use crate::{fail, io};
 
 /// How often a running command's stream carries a heartbeat.
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
@@ -46,8 +48,6 @@ const MAX_DEAD_LETTERS: usize = 1000;
 /// Commands running at once; more are answered 503. Below the worker count, so that the
 /// page and `/metrics` are served while commands stream (`stats --watch`).
 const MAX_COMMANDS: usize = 4;
-/// The header that carries the token.
-pub(crate) const TOKEN_HEADER: &str = "X-Postbox-Token";
 
 /// How [`serve_admin`] serves.
 #[derive(Debug, Clone, Default)]
@@ -407,7 +407,7 @@ fn overview(shared: &Shared, ex: Exchange) {
                 .map(|b| sampler::rates(b, &now, &q.name))
                 .unwrap_or_default();
             // The counts as `postbox --json stats` writes them, and what the page adds.
-            let mut doc = crate::inspect::stats_json(&q.stats);
+            let mut doc = inspect::stats_json(&q.stats);
             let extra = json!({
                 "name": q.name,
                 "oldest_age_seconds": q.head_age.map(|d| d.as_secs_f64()),
@@ -516,7 +516,7 @@ fn dead_letters(shared: &Shared, ex: Exchange) {
             let mut doc = serde_json::to_value(Record::from_envelope(&env))
                 .map_err(|e| Error::InvalidArgument(e.to_string()))?;
             // The page shows a short preview; the full body is for `postbox get`.
-            doc["preview"] = json!(crate::record::preview(env.body(), 80));
+            doc["preview"] = json!(record::preview(env.body(), 80));
             out.push(doc);
         }
         Ok(out)
@@ -623,15 +623,8 @@ fn command(shared: &Shared, mut ex: Exchange) {
         consoles.retain(|c| c.strong_count() > 0);
         consoles.push(Arc::downgrade(&console));
     }
-    /// Leaves the console when the command ends, even by a panic (the worker serves on).
-    struct Entered;
-    impl Drop for Entered {
-        fn drop(&mut self) {
-            io::enter(None);
-        }
-    }
-    io::enter(Some(console.clone()));
-    let _entered = Entered;
+    // Left when the command ends, even by a panic (the worker serves on).
+    let _entered = io::entered(console.scope());
     // A command that writes nothing for a while (a paced redrive) would not notice its caller
     // leave; a heartbeat a few times a second does (see `wire`).
     let (done, beat) = std::sync::mpsc::channel::<()>();
@@ -671,16 +664,16 @@ fn command(shared: &Shared, mut ex: Exchange) {
                 "this admin endpoint only reads: the application must serve it with actions \
                  allowed for commands that change the store",
             );
-            crate::report(&f, cli.json);
+            commands::report(&f, cli.json);
             f.code
         }
         Ok(cli) => {
             let json = cli.json;
-            match crate::run_served(&shared.store, cli) {
+            match commands::run_served(&shared.store, cli) {
                 Ok(()) => fail::OK,
                 Err(f) if f.code == fail::OK => fail::OK,
                 Err(f) => {
-                    crate::report(&f, json);
+                    commands::report(&f, json);
                     f.code
                 }
             }
