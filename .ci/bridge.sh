@@ -76,8 +76,9 @@ echo "=== broker harness tests took $((SECONDS - start)) s"
 
 cargo test -p postbox-bridge --locked -- --nocapture
 cargo test -p postbox-cli --test bridge --locked -- --nocapture
-# The C and Python entry points against one node of their own.
-cargo build -p postbox-ffi --locked
+# The C and Python entry points against one node of their own (libpostbox and the Python
+# module with their `bridge` feature; python.sh builds the module with it).
+cargo build -p postbox-ffi --features admin,bridge --locked
 bash tests/bridge/with_node.sh bash tests/c/run_bridge.sh
 if [ ! -x python/.venv/bin/python ]; then
   # Run alone: python.sh builds the venv and the module first.

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# C API: builds libpostbox, compiles include/postbox.h as C99 and as C++ with -Wall -Wextra
+# C API: builds the default libpostbox (no optional features) and checks that its admin and
+# bridge exports answer POSTBOX_UNSUPPORTED with the build command; then builds libpostbox with
+# the `admin` and `bridge` features, compiles include/postbox.h as C99 and as C++ with -Wall -Wextra
 # -Werror, builds the examples and the workload-A benchmark, runs the C test suite under valgrind
 # (shared library) and again against the static library, runs the misuse suite under
 # AddressSanitizer + UBSan and valgrind, runs the examples end to end (with a
@@ -23,17 +25,35 @@ if ! command -v valgrind >/dev/null || ! command -v cc >/dev/null || ! command -
     apt-get install -y -qq valgrind gcc g++ libc6-dev
 fi
 
-cargo build -p postbox-ffi
-cargo build -p postbox-ffi --example pbx_peer
-# The Rust producer of typed bodies (typed_body_from_rust finds it beside pbx_peer).
-cargo build -p postbox --example typed_json_producer
-cargo test -q -p postbox-ffi
 LIB=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 PEER=$LIB/examples/pbx_peer
 OUT=$(mktemp -d /tmp/postbox-c-ci-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 WARN=(-Wall -Wextra -Werror)
 extra_passed=0
+
+# The default library (README, "Features and defaults"): the admin endpoint and the bridge are
+# left out, and their exports say so (tests/c/test_features.c, under ASan + UBSan), shared and
+# static.
+cargo build -p postbox-ffi
+cargo test -q -p postbox-ffi
+mkdir "$OUT/lean"
+cp "$LIB/libpostbox.so" "$LIB/libpostbox.a" "$OUT/lean/"
+cc -std=c99 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
+    "${WARN[@]}" -Iinclude tests/c/test_features.c -L"$OUT/lean" -lpostbox -lpthread \
+    -o "$OUT/test_features"
+LD_LIBRARY_PATH=$OUT/lean ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$OUT/test_features" | tee "$OUT/features_asan.log"
+cc -std=c99 "${WARN[@]}" -Iinclude tests/c/test_features.c "$OUT/lean/libpostbox.a" \
+    -Wl,--gc-sections -lpthread -ldl -lm -o "$OUT/test_features_static"
+"$OUT/test_features_static" | tee "$OUT/features_static.log"
+
+# Everything else runs against the library with both features on.
+cargo build -p postbox-ffi --features admin,bridge
+cargo test -q -p postbox-ffi --features admin,bridge
+cargo build -p postbox-ffi --features admin,bridge --example pbx_peer
+# The Rust producer of typed bodies (typed_body_from_rust finds it beside pbx_peer).
+cargo build -p postbox --example typed_json_producer
 
 # The header, as C99 and as C++.
 cc -std=c99 -pedantic "${WARN[@]}" -Iinclude tests/c/header_check.c -L"$LIB" -lpostbox -o "$OUT/header_c"

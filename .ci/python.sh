@@ -18,8 +18,12 @@ fi
 source "$venv/bin/activate"
 python -m pip install -q --disable-pip-version-check maturin pytest pytest-timeout pytest-asyncio mypy
 
-# The documented install command (a release build through maturin's PEP 517 backend).
-python -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
+# The documented install command (a release build through maturin's PEP 517 backend), with the
+# optional features on, which test_admin.py and test_bridge.py need; .ci/wheel.sh tests the
+# default wheel, built without them.
+MATURIN_PEP517_ARGS="--features admin,bridge" python -m pip install -q --disable-pip-version-check \
+  --no-build-isolation --force-reinstall --no-deps ./python
+python -c 'import postbox; assert postbox.FEATURES == {"admin", "bridge"}, postbox.FEATURES'
 
 # The Rust producer that test_typed_bodies.py reads from (it skips that test without it).
 cargo build -q -p postbox --example typed_json_producer

@@ -51,6 +51,7 @@ vpy=$work/venv/bin/python
 import postbox, postbox._postbox as native, sys
 assert "site-packages" in postbox.__file__, postbox.__file__
 assert native.__file__.endswith(".abi3.so"), native.__file__
+assert postbox.FEATURES == frozenset(), postbox.FEATURES  # the default wheel: no admin, no bridge
 print("postbox", postbox.__version__, "on", sys.version.split()[0], "from", postbox.__file__)
 ')
 
@@ -63,7 +64,8 @@ done
 "$vpy" -m pytest -p no:cacheprovider -q \
   python/tests/test_repr.py python/tests/test_store.py python/tests/test_messages.py \
   python/tests/test_transactions.py python/tests/test_jobs.py python/tests/test_processor.py \
-  python/tests/test_topics.py python/tests/test_sessions.py python/tests/test_errors.py
+  python/tests/test_topics.py python/tests/test_sessions.py python/tests/test_errors.py \
+  python/tests/test_features.py
 
 # The same wheel on the other CPythons present (none is required): python3.9 … python3.14 on
 # PATH, pyenv's versions, and any listed in POSTBOX_WHEEL_PYTHONS (space-separated paths).

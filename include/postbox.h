@@ -349,6 +349,13 @@
 #define POSTBOX_IN_USE 21
 
 /**
+ * This libpostbox was built without the optional part the call needs (the admin endpoint, the
+ * RabbitMQ bridge): `postbox_last_error_message` names the cargo feature and the build command
+ * that adds it (README, "Features and defaults"). Nothing was done.
+ */
+#define POSTBOX_UNSUPPORTED 22
+
+/**
  * Major version of the header. `postbox_version()` returns the library's own version; the C
  * test suite asserts that the two agree.
  */
@@ -4068,11 +4075,17 @@ int postbox_table_range(const struct postbox_store *store,
  * On success `*admin_out` receives a handle the caller owns and frees with
  * `postbox_admin_stop`.
  *
+ * The endpoint is an optional part of libpostbox, the `admin` feature (README, "Features and
+ * defaults"): a library built without it answers `POSTBOX_UNSUPPORTED`, and
+ * `postbox_last_error_message` gives the build command that adds it
+ * (`cargo cbuild --features admin`).
+ *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `addr` or `admin_out`; an address
  * that does not parse; an empty token or one with spaces or control characters; invalid
  * UTF-8); `POSTBOX_IO` when it cannot listen there (address in use, no permission);
- * `POSTBOX_CLOSED`; `POSTBOX_FORKED`.
+ * `POSTBOX_CLOSED`; `POSTBOX_FORKED`; `POSTBOX_UNSUPPORTED` when the library was built
+ * without the `admin` feature.
  */
 int postbox_store_serve_admin(const struct postbox_store *store,
                               const char *addr,
@@ -4121,13 +4134,20 @@ int postbox_admin_stop(struct postbox_admin *admin);
  * `config_toml` is copied; the caller keeps it. On success `*bridge_out` receives a handle
  * the caller owns and frees with `postbox_bridge_stop`, before closing `store`.
  *
+ * The bridge is an optional part of libpostbox, the `bridge` feature (README, "Features and
+ * defaults"): a library built without it answers `POSTBOX_UNSUPPORTED`, and
+ * `postbox_last_error_message` gives the build command that adds it
+ * (`cargo cbuild --features bridge`); `postbox bridge --config FILE` runs the same bridge
+ * beside a multi-process store without it.
+ *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_CONFIG` for a configuration that does not parse or cannot work (a
  * TOML error, an unknown key, no broker or link, a broker URI that does not parse; the
  * reason is in `postbox_last_error_message`); `POSTBOX_INVALID_ARGUMENT` (NULL `store`,
  * `config_toml` or `bridge_out`; invalid UTF-8; an invalid local queue name); `POSTBOX_IO`
  * when the bridge's threads cannot start; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors
- * (opening a local queue).
+ * (opening a local queue); `POSTBOX_UNSUPPORTED` when the library was built without the
+ * `bridge` feature.
  */
 int postbox_bridge_start(const struct postbox_store *store,
                          const char *config_toml,

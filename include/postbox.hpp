@@ -155,6 +155,8 @@ POSTBOX_HPP_ERROR(forked_error, POSTBOX_FORKED)
 POSTBOX_HPP_ERROR(conflict_error, POSTBOX_CONFLICT)
 /// POSTBOX_IN_USE: the queue is named by another queue, a collator or a pending job; not deleted.
 POSTBOX_HPP_ERROR(in_use_error, POSTBOX_IN_USE)
+/// POSTBOX_UNSUPPORTED: this libpostbox was built without the feature the call needs.
+POSTBOX_HPP_ERROR(unsupported_error, POSTBOX_UNSUPPORTED)
 #undef POSTBOX_HPP_ERROR
 
 /// POSTBOX_IO: an operating-system error; os_error() is its errno (postbox_last_os_error()).
@@ -194,6 +196,7 @@ private:
     case POSTBOX_FORKED: throw forked_error(m);
     case POSTBOX_CONFLICT: throw conflict_error(m);
     case POSTBOX_IN_USE: throw in_use_error(m);
+    case POSTBOX_UNSUPPORTED: throw unsupported_error(m);
     default: throw error(rc, m);
     }
 }

@@ -84,6 +84,10 @@ error_kinds! {
     /// `receipts_to`, a collator (its destination) or a job that is not done (its
     /// continuation) names it. Remove that use first.
     InUse = 21,
+    /// This build of postbox leaves out what the call needs: the C library or the Python
+    /// module was built without its `admin` or `bridge` feature. The message says how to
+    /// build it in.
+    Unsupported = 22,
 }
 
 /// The language a caller speaks: error messages that give advice name that language's way of
@@ -268,6 +272,17 @@ pub enum Error {
         /// The row's key.
         key: Vec<u8>,
     },
+    /// The call needs a part that this build leaves out: a binding built without one of its
+    /// optional features (README § Features and defaults). Nothing was done.
+    #[error("{what} is not in this build (feature `{feature}`): {how}")]
+    NotBuilt {
+        /// What the call needs, e.g. "the admin endpoint".
+        what: String,
+        /// The cargo feature that builds it in, e.g. `admin`.
+        feature: String,
+        /// How to get a build with it, e.g. the build command.
+        how: String,
+    },
     /// The handle was inherited across `fork()`: a store handle belongs to the process that
     /// opened it (the parent's in-memory state would otherwise overwrite the child's writes).
     /// Nothing was written; the child opens the store itself.
@@ -306,6 +321,7 @@ impl Error {
             Error::Forked { .. } => ErrorKind::Forked,
             Error::Conflict { .. } => ErrorKind::Conflict,
             Error::QueueInUse { .. } => ErrorKind::InUse,
+            Error::NotBuilt { .. } => ErrorKind::Unsupported,
         }
     }
 
@@ -394,6 +410,11 @@ impl Error {
             Error::QueueInUse { queue, by } => Error::QueueInUse {
                 queue: queue.clone(),
                 by: by.clone(),
+            },
+            Error::NotBuilt { what, feature, how } => Error::NotBuilt {
+                what: what.clone(),
+                feature: feature.clone(),
+                how: how.clone(),
             },
         }
     }

@@ -1,13 +1,64 @@
 //! `postbox_store_serve_admin`: the admin endpoint (dashboard, `/metrics`, `postbox --admin`)
 //! served from inside a C application, over the same server the Rust API starts.
+//!
+//! The endpoint is the `admin` feature (crate postbox-admin). Without it the exports stay, so
+//! the header and the link are the same for every build, and `postbox_store_serve_admin`
+//! answers `POSTBOX_UNSUPPORTED` saying how to build it in; no handle is ever made then.
 
 use std::ffi::{CString, c_char, c_int};
 
+#[cfg(feature = "admin")]
 use ::postbox_admin::{AdminOptions, AdminServer, serve_admin};
 
-use crate::guard::{Failure, Out, arg_opt_str, arg_ref, arg_str, guard, take_box};
+use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
+
+/// The endpoint of a library built without the `admin` feature: there is none, so no handle
+/// ever holds one.
+#[cfg(not(feature = "admin"))]
+enum AdminServer {}
+
+#[cfg(not(feature = "admin"))]
+impl AdminServer {
+    fn addr(&self) -> std::net::SocketAddr {
+        match *self {}
+    }
+
+    fn stop(&self) {
+        match *self {}
+    }
+}
+
+/// Starts the endpoint (the `admin` feature).
+#[cfg(feature = "admin")]
+fn serve(
+    store: &postbox::Store,
+    addr: &str,
+    allow_actions: bool,
+    token: Option<&str>,
+) -> Outcome<(AdminServer, String, String)> {
+    let mut options = AdminOptions::read_only();
+    options.allow_actions = allow_actions;
+    options.token = token.map(str::to_owned);
+    let server = serve_admin(store, addr, options)?;
+    let (url, token) = (server.url(), server.token().to_owned());
+    Ok((server, url, token))
+}
+
+/// Refuses: this library was built without the `admin` feature.
+#[cfg(not(feature = "admin"))]
+fn serve(
+    _store: &postbox::Store,
+    _addr: &str,
+    _allow_actions: bool,
+    _token: Option<&str>,
+) -> Outcome<(AdminServer, String, String)> {
+    Err(Failure::not_built(
+        "the admin endpoint (postbox_store_serve_admin)",
+        "admin",
+    ))
+}
 
 /// A running admin endpoint, from `postbox_store_serve_admin`. Stop and free it with
 /// `postbox_admin_stop` (before closing its store). Its accessors are thread-safe.
@@ -35,11 +86,17 @@ pub struct postbox_admin {
 /// On success `*admin_out` receives a handle the caller owns and frees with
 /// `postbox_admin_stop`.
 ///
+/// The endpoint is an optional part of libpostbox, the `admin` feature (README, "Features and
+/// defaults"): a library built without it answers `POSTBOX_UNSUPPORTED`, and
+/// `postbox_last_error_message` gives the build command that adds it
+/// (`cargo cbuild --features admin`).
+///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` (NULL `store`, `addr` or `admin_out`; an address
 /// that does not parse; an empty token or one with spaces or control characters; invalid
 /// UTF-8); `POSTBOX_IO` when it cannot listen there (address in use, no permission);
-/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`.
+/// `POSTBOX_CLOSED`; `POSTBOX_FORKED`; `POSTBOX_UNSUPPORTED` when the library was built
+/// without the `admin` feature.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_store_serve_admin(
     store: *const postbox_store,
@@ -54,15 +111,12 @@ pub extern "C" fn postbox_store_serve_admin(
         let token = arg_opt_str(token, "token")?;
         let out = Out::required(admin_out, "admin_out")?;
         store.tag.check_process()?;
-        let mut options = AdminOptions::read_only();
-        options.allow_actions = allow_actions != 0;
-        options.token = token.map(str::to_owned);
-        let server = serve_admin(&store.store, addr, options)?;
-        let text = |s: &str| {
+        let (server, url, token) = serve(&store.store, addr, allow_actions != 0, token)?;
+        let text = |s: String| {
             CString::new(s).map_err(|_| Failure::invalid("a NUL byte in the admin URL or token"))
         };
-        let url = text(&server.url())?;
-        let token = text(server.token())?;
+        let url = text(url)?;
+        let token = text(token)?;
         out.write(Box::into_raw(Box::new(postbox_admin {
             server,
             url,

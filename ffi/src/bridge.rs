@@ -1,20 +1,116 @@
 //! `postbox_bridge_start`: a store-and-forward bridge between this store's queues and
 //! RabbitMQ quorum queues, run from inside a C application, over the same bridge the
 //! `postbox bridge` command runs.
+//!
+//! The bridge (its AMQP client and async runtime) is the `bridge` feature. Without it the
+//! exports stay, so the header and the link are the same for every build, and
+//! `postbox_bridge_start` answers `POSTBOX_UNSUPPORTED` saying how to build it in; no handle is
+//! ever made then (`Running` is uninhabited).
 
 use std::ffi::{CString, c_char, c_int};
-
-use ::postbox_bridge::{Bridge, BridgeConfig, BridgeStats, LinkStats};
 
 use crate::StoreTag;
 use crate::guard::{Failure, Out, Outcome, VersionedOut, arg_ref, arg_str, guard, take_box};
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
 
+#[cfg(feature = "bridge")]
+mod running {
+    use ::postbox_bridge::{Bridge, BridgeConfig, BridgeStats, LinkStats};
+
+    use super::{BRIDGE_STATS_V1, postbox_bridge_stats};
+    use crate::guard::Outcome;
+
+    /// A running bridge.
+    pub(super) struct Running(Bridge);
+
+    impl Running {
+        /// Starts a bridge on `store` from the text of a configuration.
+        pub(super) fn start(store: &postbox::Store, toml: &str) -> Outcome<Running> {
+            let mut config = BridgeConfig::from_toml(toml)?;
+            config.store = None;
+            config.bind = None;
+            Ok(Running(Bridge::start(store, config)?))
+        }
+
+        /// Totals over the links.
+        pub(super) fn totals(&self) -> postbox_bridge_stats {
+            let stats = self.0.stats();
+            let sum = |get: fn(&LinkStats) -> u64| stats.links.iter().map(get).sum();
+            postbox_bridge_stats {
+                struct_size: BRIDGE_STATS_V1 as u32,
+                reserved: 0,
+                links: stats.links.len() as u64,
+                links_connected: stats.links.iter().filter(|l| l.connected).count() as u64,
+                forwarded: sum(|l| l.forwarded),
+                in_flight: sum(|l| l.in_flight),
+                reconnects: sum(|l| l.reconnects),
+                republished: sum(|l| l.republished),
+                nacked: sum(|l| l.nacked),
+                dead_lettered: sum(|l| l.dead_lettered),
+                rejected: sum(|l| l.rejected),
+                local_retries: sum(|l| l.local_retries),
+            }
+        }
+
+        /// The counters in Prometheus' text format.
+        pub(super) fn metrics(&self) -> String {
+            BridgeStats::prometheus(&self.0.stats())
+        }
+
+        /// One line for a terminal or a log.
+        pub(super) fn status_line(&self) -> String {
+            BridgeStats::status_line(&self.0.stats())
+        }
+
+        /// Stops every link and waits for them (bounded).
+        pub(super) fn stop(self) {
+            self.0.stop();
+        }
+    }
+}
+
+#[cfg(not(feature = "bridge"))]
+mod running {
+    use super::postbox_bridge_stats;
+    use crate::guard::{Failure, Outcome};
+
+    /// A bridge of a library built without the `bridge` feature: there is none.
+    pub(super) enum Running {}
+
+    impl Running {
+        /// Refuses: this library was built without the `bridge` feature.
+        pub(super) fn start(_store: &postbox::Store, _toml: &str) -> Outcome<Running> {
+            Err(Failure::not_built(
+                "the RabbitMQ bridge (postbox_bridge_start)",
+                "bridge",
+            ))
+        }
+
+        pub(super) fn totals(&self) -> postbox_bridge_stats {
+            match *self {}
+        }
+
+        pub(super) fn metrics(&self) -> String {
+            match *self {}
+        }
+
+        pub(super) fn status_line(&self) -> String {
+            match *self {}
+        }
+
+        pub(super) fn stop(self) {
+            match self {}
+        }
+    }
+}
+
+use running::Running;
+
 /// A running bridge, from `postbox_bridge_start`. Stop and free it with `postbox_bridge_stop`
 /// (before closing its store). Its accessors are thread-safe.
 pub struct postbox_bridge {
-    bridge: Bridge,
+    bridge: Running,
     tag: StoreTag,
 }
 
@@ -80,13 +176,20 @@ fn owned_string(text: String) -> Outcome<*mut c_char> {
 /// `config_toml` is copied; the caller keeps it. On success `*bridge_out` receives a handle
 /// the caller owns and frees with `postbox_bridge_stop`, before closing `store`.
 ///
+/// The bridge is an optional part of libpostbox, the `bridge` feature (README, "Features and
+/// defaults"): a library built without it answers `POSTBOX_UNSUPPORTED`, and
+/// `postbox_last_error_message` gives the build command that adds it
+/// (`cargo cbuild --features bridge`); `postbox bridge --config FILE` runs the same bridge
+/// beside a multi-process store without it.
+///
 /// # Returns
 /// `POSTBOX_OK`; `POSTBOX_CONFIG` for a configuration that does not parse or cannot work (a
 /// TOML error, an unknown key, no broker or link, a broker URI that does not parse; the
 /// reason is in `postbox_last_error_message`); `POSTBOX_INVALID_ARGUMENT` (NULL `store`,
 /// `config_toml` or `bridge_out`; invalid UTF-8; an invalid local queue name); `POSTBOX_IO`
 /// when the bridge's threads cannot start; `POSTBOX_CLOSED`; `POSTBOX_FORKED`; storage errors
-/// (opening a local queue).
+/// (opening a local queue); `POSTBOX_UNSUPPORTED` when the library was built without the
+/// `bridge` feature.
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_bridge_start(
     store: *const postbox_store,
@@ -98,10 +201,7 @@ pub extern "C" fn postbox_bridge_start(
         let text = arg_str(config_toml, "config_toml")?;
         let out = Out::required(bridge_out, "bridge_out")?;
         store.tag.check_process()?;
-        let mut config = BridgeConfig::from_toml(text)?;
-        config.store = None;
-        config.bind = None;
-        let bridge = Bridge::start(&store.store, config)?;
+        let bridge = Running::start(&store.store, text)?;
         out.write(Box::into_raw(Box::new(postbox_bridge {
             bridge,
             tag: store.tag,
@@ -125,25 +225,6 @@ pub extern "C" fn postbox_bridge_stats_init(stats: *mut postbox_bridge_stats) ->
     })
 }
 
-/// Totals over the links of `stats`.
-fn totals(stats: &BridgeStats) -> postbox_bridge_stats {
-    let sum = |get: fn(&LinkStats) -> u64| stats.links.iter().map(get).sum();
-    postbox_bridge_stats {
-        struct_size: BRIDGE_STATS_V1 as u32,
-        reserved: 0,
-        links: stats.links.len() as u64,
-        links_connected: stats.links.iter().filter(|l| l.connected).count() as u64,
-        forwarded: sum(|l| l.forwarded),
-        in_flight: sum(|l| l.in_flight),
-        reconnects: sum(|l| l.reconnects),
-        republished: sum(|l| l.republished),
-        nacked: sum(|l| l.nacked),
-        dead_lettered: sum(|l| l.dead_lettered),
-        rejected: sum(|l| l.rejected),
-        local_retries: sum(|l| l.local_retries),
-    }
-}
-
 /// Reads the bridge's counters, totalled over its links, into `stats_out`, whose
 /// `struct_size` the caller sets first (`sizeof(postbox_bridge_stats)`, or
 /// `postbox_bridge_stats_init`). Per-link counters and the last error of each link are in
@@ -160,7 +241,7 @@ pub extern "C" fn postbox_bridge_stats_get(
         let bridge = arg_ref(bridge, "bridge")?;
         let out = VersionedOut::required(stats_out, BRIDGE_STATS_V1, "stats_out")?;
         bridge.tag.check_process()?;
-        out.write(totals(&bridge.bridge.stats()));
+        out.write(bridge.bridge.totals());
         Ok(POSTBOX_OK)
     })
 }
@@ -179,7 +260,7 @@ pub extern "C" fn postbox_bridge_metrics(
     bridge: *const postbox_bridge,
     text_out: *mut *mut c_char,
 ) -> c_int {
-    stats_text(bridge, text_out, BridgeStats::prometheus)
+    stats_text(bridge, text_out, Running::metrics)
 }
 
 /// One line for a terminal or a log: per link, its direction, counts and state (`"up"` or
@@ -195,20 +276,20 @@ pub extern "C" fn postbox_bridge_status_line(
     bridge: *const postbox_bridge,
     text_out: *mut *mut c_char,
 ) -> c_int {
-    stats_text(bridge, text_out, BridgeStats::status_line)
+    stats_text(bridge, text_out, Running::status_line)
 }
 
 /// Hands out one rendering of the bridge's statistics as an owned string.
 fn stats_text(
     bridge: *const postbox_bridge,
     text_out: *mut *mut c_char,
-    render: fn(&BridgeStats) -> String,
+    render: fn(&Running) -> String,
 ) -> c_int {
     guard(|| {
         let bridge = arg_ref(bridge, "bridge")?;
         let out = Out::required(text_out, "text_out")?;
         bridge.tag.check_process()?;
-        out.write(owned_string(render(&bridge.bridge.stats()))?);
+        out.write(owned_string(render(&bridge.bridge))?);
         Ok(POSTBOX_OK)
     })
 }
@@ -265,7 +346,7 @@ pub extern "C" fn postbox_bridge_stop(bridge: *mut postbox_bridge) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{POSTBOX_CONFIG, POSTBOX_INVALID_ARGUMENT};
+    use crate::status::POSTBOX_INVALID_ARGUMENT;
 
     #[test]
     fn strings_round_trip_and_accept_null() {
@@ -292,7 +373,8 @@ mod tests {
         assert_eq!(postbox_bridge_stats_init(&mut st), POSTBOX_OK);
         assert_eq!(st.struct_size as usize, size_of::<postbox_bridge_stats>());
         postbox_bridge_stop(std::ptr::null_mut());
-        // A configuration error is reported as such (the store is only read after it parses).
+        // A configuration error is reported as such (the store is only read after it parses);
+        // without the feature, the bridge is refused as not built, with the build command.
         let dir = std::env::temp_dir().join(format!("postbox-ffi-bridge-{}", std::process::id()));
         let path = CString::new(dir.join("s.postbox").to_str().unwrap()).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
@@ -302,7 +384,19 @@ mod tests {
             POSTBOX_OK
         );
         let rc = postbox_bridge_start(store, c"broker = 'amqp://x'\n".as_ptr(), &mut out);
-        assert_eq!(rc, POSTBOX_CONFIG);
+        #[cfg(feature = "bridge")]
+        assert_eq!(rc, crate::status::POSTBOX_CONFIG);
+        #[cfg(not(feature = "bridge"))]
+        {
+            assert_eq!(rc, crate::status::POSTBOX_UNSUPPORTED);
+            // SAFETY: the guard's message is a NUL-terminated string valid until the next call.
+            let why = unsafe { std::ffi::CStr::from_ptr(crate::guard::last_error_ptr()) };
+            assert!(
+                why.to_str().unwrap().contains("--features bridge"),
+                "{why:?}"
+            );
+        }
+        assert!(out.is_null());
         assert_eq!(crate::store::postbox_store_close(store), POSTBOX_OK);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -39,6 +39,20 @@ impl Failure {
     pub fn null(what: &str) -> Failure {
         Failure::invalid(format!("{what} must not be NULL"))
     }
+
+    /// `POSTBOX_UNSUPPORTED`: `what` is the cargo feature `feature`, which this library was
+    /// built without; the message gives the build command that adds it.
+    #[cfg(not(all(feature = "admin", feature = "bridge")))]
+    pub fn not_built(what: &str, feature: &str) -> Failure {
+        Failure::from(Error::NotBuilt {
+            what: what.to_owned(),
+            feature: feature.to_owned(),
+            how: format!(
+                "build libpostbox with it: `cargo cbuild -p postbox-ffi --release --features \
+                 {feature}` (or `cargo build -p postbox-ffi --release --features {feature}`)"
+            ),
+        })
+    }
 }
 
 impl From<Error> for Failure {
@@ -75,6 +89,7 @@ pub fn status_of(kind: ErrorKind) -> c_int {
         ErrorKind::Forked => POSTBOX_FORKED,
         ErrorKind::Conflict => POSTBOX_CONFLICT,
         ErrorKind::InUse => POSTBOX_IN_USE,
+        ErrorKind::Unsupported => POSTBOX_UNSUPPORTED,
         // A kind added to the engine without a C code is a bug of this binding; the test
         // `every_error_kind_has_its_own_status` catches it before a release.
         _ => POSTBOX_PANIC,

@@ -64,6 +64,10 @@ pub const POSTBOX_CONFLICT: c_int = 20;
 /// `forward_dead_letters_to` or `receipts_to`, a collator (its destination), or a job that is
 /// not done (its continuation). The detailed message says which; remove that use first.
 pub const POSTBOX_IN_USE: c_int = 21;
+/// This libpostbox was built without the optional part the call needs (the admin endpoint, the
+/// RabbitMQ bridge): `postbox_last_error_message` names the cargo feature and the build command
+/// that adds it (README, "Features and defaults"). Nothing was done.
+pub const POSTBOX_UNSUPPORTED: c_int = 22;
 
 /// Major version of the header. `postbox_version()` returns the library's own version; the C
 /// test suite asserts that the two agree.
@@ -105,6 +109,7 @@ pub extern "C" fn postbox_strerror(status: c_int) -> *const c_char {
             POSTBOX_FORKED => c"the handle belongs to the parent process (inherited across fork)",
             POSTBOX_CONFLICT => c"a table row changed since the transaction read it",
             POSTBOX_IN_USE => c"the queue is in use (named by another queue, a collator or a job)",
+            POSTBOX_UNSUPPORTED => c"this build of the library leaves that feature out",
             _ => c"unknown status",
         };
         Ok(text.as_ptr())
@@ -197,6 +202,6 @@ mod tests {
             let text = unsafe { std::ffi::CStr::from_ptr(postbox_strerror(n)) };
             assert_ne!(text.to_str().unwrap(), "unknown status", "{kind:?}");
         }
-        assert!(ErrorKind::ALL.len() >= 20);
+        assert!(ErrorKind::ALL.len() >= 22);
     }
 }

@@ -52,9 +52,11 @@ from ._errors import (
     StorageFullError,
     StoreCorruptedError,
     StoreError,
+    UnsupportedError,
 )
 from ._postbox import (
     DEFAULT_PRIORITY,
+    FEATURES,
     MAX_PRIORITY,
     MIN_PRIORITY,
     REASON_DESTINATION_MISSING,
@@ -117,6 +119,7 @@ atexit.register(_postbox._shutdown_all)
 
 __all__ = [
     "DEFAULT_PRIORITY",
+    "FEATURES",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "REASON_DESTINATION_MISSING",
@@ -176,6 +179,7 @@ __all__ = [
     "TopicStats",
     "Transaction",
     "TransactionTable",
+    "UnsupportedError",
     "__version__",
     # Typed bodies (postbox._typed).
     "CODEC_BINCODE",

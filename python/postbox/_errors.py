@@ -31,6 +31,7 @@ __all__ = [
     "ClosedError",
     "ForkedError",
     "ConflictError",
+    "UnsupportedError",
     "IoError",
     "StorageFullError",
     "OutcomeUnknownError",
@@ -189,6 +190,17 @@ class ConflictError(PostboxError):
     code = 20
     table: str
     key: bytes
+
+
+class UnsupportedError(PostboxError, NotImplementedError):
+    """This build of the module leaves out what the call needs: it was built without the cargo
+    feature ``feature`` (``"admin"`` for ``Store.serve_admin``, ``"bridge"`` for
+    ``Store.bridge``). The message gives the build option that adds it; ``postbox.FEATURES``
+    lists the features a module has. Nothing was done.
+    """
+
+    code = 22
+    feature: str
 
 
 class IoError(StoreError, OSError):

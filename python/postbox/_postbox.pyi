@@ -80,6 +80,7 @@ __all__ = [
     "_error_kinds",
     "_receive_async",
     "__version__",
+    "FEATURES",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "DEFAULT_PRIORITY",
@@ -95,6 +96,9 @@ __all__ = [
 ]
 
 __version__: str
+# The optional parts this module was built with: "admin" (Store.serve_admin), "bridge"
+# (Store.bridge). The default wheel has neither (README, "Features and defaults").
+FEATURES: frozenset[str]
 MAX_PRIORITY: int
 MIN_PRIORITY: int
 DEFAULT_PRIORITY: int
@@ -341,9 +345,15 @@ class Store:
         commands that change the store are allowed too. The store stays open when the server
         stops; stop the server before closing the store.
 
+        The endpoint is an optional part of the module, built with the cargo feature ``admin``
+        (``"admin" in postbox.FEATURES``); the default wheel leaves it out, and
+        ``postbox dashboard`` serves the same page for a store opened with
+        ``multi_process=True``.
+
         Raises ``InvalidArgumentError`` for an address that does not parse or a token that is
         empty or not printable ASCII without spaces, ``IoError`` when it cannot listen there
-        (address in use), ``ClosedError`` and ``ForkedError``.
+        (address in use), ``ClosedError``, ``ForkedError``, and ``UnsupportedError`` (naming
+        the build option) in a module built without the ``admin`` feature.
         """
     def bridge(self, config: str) -> Bridge:
         """Starts a bridge between this store's queues and RabbitMQ quorum queues.
@@ -355,8 +365,14 @@ class Store:
         background, and messages wait in the local queues meanwhile. Returns the running
         ``Bridge``; stop it (or use ``with``) before closing the store.
 
+        The bridge is an optional part of the module, built with the cargo feature ``bridge``
+        (``"bridge" in postbox.FEATURES``); the default wheel leaves it out, and
+        ``postbox bridge --config FILE`` runs the same bridge beside a store opened with
+        ``multi_process=True``.
+
         Raises ``ConfigError`` for a configuration that does not parse or cannot work,
-        ``ClosedError`` and ``ForkedError``.
+        ``ClosedError``, ``ForkedError``, and ``UnsupportedError`` (naming the build option)
+        in a module built without the ``bridge`` feature.
         """
     def close(self) -> None:
         """Closes the store; in a forked child only lets go of the handle (returns at once)."""

@@ -2,10 +2,40 @@
 //! from a Python application, over the same server the Rust API starts.
 
 use postbox::Store;
+#[cfg(feature = "admin")]
 use postbox_admin::{AdminOptions, AdminServer};
 use pyo3::prelude::*;
 
+#[cfg(feature = "admin")]
 use crate::errors::IntoPy;
+
+/// The endpoint of a module built without the `admin` feature: there is none, so no
+/// `AdminServer` object is ever made (the class stays, for annotations and the stubs).
+#[cfg(not(feature = "admin"))]
+enum AdminServer {}
+
+#[cfg(not(feature = "admin"))]
+impl AdminServer {
+    fn url(&self) -> String {
+        match *self {}
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        match *self {}
+    }
+
+    fn token(&self) -> &str {
+        match *self {}
+    }
+
+    fn stop(&self) {
+        match *self {}
+    }
+
+    fn actions_allowed(&self) -> bool {
+        match *self {}
+    }
+}
 
 /// A running admin endpoint (from ``Store.serve_admin``). ``stop()`` it, or use it as a
 /// context manager; the store stays open either way.
@@ -15,6 +45,7 @@ pub struct PyAdminServer {
 }
 
 /// Starts the endpoint of `store` (called by `PyStore::serve_admin` with the GIL released).
+#[cfg(feature = "admin")]
 pub fn serve(
     py: Python<'_>,
     store: &Store,
@@ -29,6 +60,21 @@ pub fn serve(
         .detach(|| postbox_admin::serve_admin(store, addr, options))
         .py_err()?;
     Ok(PyAdminServer { server })
+}
+
+/// Refuses: this module was built without the `admin` feature.
+#[cfg(not(feature = "admin"))]
+pub fn serve(
+    _py: Python<'_>,
+    _store: &Store,
+    _addr: &str,
+    _allow_actions: bool,
+    _token: Option<String>,
+) -> PyResult<PyAdminServer> {
+    Err(crate::errors::not_built(
+        "the admin endpoint (Store.serve_admin)",
+        "admin",
+    ))
 }
 
 #[pymethods]

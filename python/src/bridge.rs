@@ -6,13 +6,74 @@ use std::time::{Duration, Instant};
 
 use postbox::Store;
 use postbox::sync::Mutex;
+#[cfg(feature = "bridge")]
 use postbox_bridge::{Bridge, BridgeConfig, BridgeStats, LinkStats};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, is_forked};
+use crate::errors::{check_process, is_forked};
 use crate::queue::wait_sliced;
+#[cfg(not(feature = "bridge"))]
+use not_built::{Bridge, BridgeStats, LinkStats};
+
+/// The bridge of a module built without the `bridge` feature: there is none, so no `Bridge`
+/// object is ever made (the class stays, for annotations and the stubs).
+#[cfg(not(feature = "bridge"))]
+mod not_built {
+    pub enum Bridge {}
+
+    impl Bridge {
+        pub fn stats(&self) -> BridgeStats {
+            match *self {}
+        }
+
+        pub fn stop(self) -> BridgeStats {
+            match self {}
+        }
+    }
+
+    // As the real bridge, which stops its links on drop.
+    impl Drop for Bridge {
+        fn drop(&mut self) {
+            match *self {}
+        }
+    }
+
+    #[derive(Clone)]
+    pub enum Never {}
+
+    /// A link's statistics: there is no link.
+    #[derive(Clone)]
+    pub struct LinkStats {
+        pub connected: bool,
+        pub never: Never,
+    }
+
+    /// A bridge's statistics: never more than none.
+    #[derive(Clone, Default)]
+    pub struct BridgeStats {
+        pub links: Vec<LinkStats>,
+    }
+
+    impl BridgeStats {
+        pub fn forwarded(&self) -> u64 {
+            0
+        }
+
+        pub fn connected(&self) -> bool {
+            false
+        }
+
+        pub fn status_line(&self) -> String {
+            String::new()
+        }
+
+        pub fn prometheus(&self) -> String {
+            String::new()
+        }
+    }
+}
 
 /// How often `wait_connected` looks at the links.
 const POLL: Duration = Duration::from_millis(20);
@@ -49,7 +110,9 @@ impl Drop for PyBridge {
 }
 
 /// Starts a bridge on `store` from TOML text (called by `PyStore::bridge`).
+#[cfg(feature = "bridge")]
 pub fn start(py: Python<'_>, store: &Store, config: &str) -> PyResult<PyBridge> {
+    use crate::errors::IntoPy;
     let mut config = BridgeConfig::from_toml(config).py_err()?;
     config.store = None;
     config.bind = None;
@@ -61,7 +124,22 @@ pub fn start(py: Python<'_>, store: &Store, config: &str) -> PyResult<PyBridge> 
     })
 }
 
+/// Refuses: this module was built without the `bridge` feature.
+#[cfg(not(feature = "bridge"))]
+pub fn start(_py: Python<'_>, _store: &Store, _config: &str) -> PyResult<PyBridge> {
+    Err(crate::errors::not_built(
+        "the RabbitMQ bridge (Store.bridge)",
+        "bridge",
+    ))
+}
+
+#[cfg(not(feature = "bridge"))]
+fn link_dict<'py>(_py: Python<'py>, l: &LinkStats) -> PyResult<Bound<'py, PyDict>> {
+    match l.never {}
+}
+
 /// One link's statistics as a dict.
+#[cfg(feature = "bridge")]
 fn link_dict<'py>(py: Python<'py>, l: &LinkStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("direction", l.direction.as_str())?;

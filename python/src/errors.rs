@@ -48,6 +48,7 @@ pub fn kind_class_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Forked => "ForkedError",
         ErrorKind::Conflict => "ConflictError",
         ErrorKind::InUse => "InUseError",
+        ErrorKind::Unsupported => "UnsupportedError",
         _ => "PostboxError",
     }
 }
@@ -105,6 +106,7 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
             exc.setattr("table", table)?;
             exc.setattr("key", pyo3::types::PyBytes::new(py, key))?;
         }
+        Error::NotBuilt { feature, .. } => exc.setattr("feature", feature)?,
         _ => {}
     }
     Ok(PyErr::from_value(exc))
@@ -114,6 +116,21 @@ fn build(py: Python<'_>, e: &Error) -> PyResult<PyErr> {
 /// `InvalidArgumentError`, which is also a `ValueError`, as Python does for closed files.
 pub fn invalid(msg: impl Into<String>) -> PyErr {
     to_py(Error::InvalidArgument(msg.into()))
+}
+
+/// `UnsupportedError`: `what` is the cargo feature `feature`, which this module was built
+/// without; the message gives the build option that adds it.
+#[cfg(not(all(feature = "admin", feature = "bridge")))]
+pub fn not_built(what: &str, feature: &str) -> PyErr {
+    to_py(Error::NotBuilt {
+        what: what.to_owned(),
+        feature: feature.to_owned(),
+        how: format!(
+            "build the module with it: MATURIN_PEP517_ARGS=\"--features {feature}\" pip install \
+             --no-binary postbox-mq postbox-mq (from source, needs Rust), or maturin build \
+             --release --features {feature} in python/"
+        ),
+    })
 }
 
 /// Whether this process is not `opened_by`: the object was inherited across `fork()`.

@@ -65,6 +65,14 @@ mod _postbox {
         // Advice in error messages names Python's spelling (`multi_process=True`).
         postbox::binding::set_language(postbox::binding::Language::Python);
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        // The optional parts this module was built with (README, "Features and defaults").
+        let features: &[&str] = &[
+            #[cfg(feature = "admin")]
+            "admin",
+            #[cfg(feature = "bridge")]
+            "bridge",
+        ];
+        m.add("FEATURES", pyo3::types::PyFrozenSet::new(m.py(), features)?)?;
         m.add("MAX_PRIORITY", postbox::MAX_PRIORITY)?;
         m.add("MIN_PRIORITY", postbox::MIN_PRIORITY)?;
         m.add("DEFAULT_PRIORITY", postbox::DEFAULT_PRIORITY)?;

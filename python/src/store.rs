@@ -535,7 +535,8 @@ impl PyStore {
     /// commands that change the store are allowed too. Returns the running ``AdminServer``;
     /// ``stop()`` it (or use ``with``). Raises `InvalidArgumentError` for an address that does
     /// not parse or a token that is empty or not printable ASCII without spaces, `IoError`
-    /// when it cannot listen there, `ClosedError`, `ForkedError`.
+    /// when it cannot listen there, `ClosedError`, `ForkedError`, and `UnsupportedError`
+    /// (naming the build option) in a module built without the ``admin`` feature.
     #[pyo3(signature = (addr="127.0.0.1:0", *, allow_actions=false, token=None))]
     fn serve_admin(
         &self,
@@ -552,7 +553,9 @@ impl PyStore {
     /// the TOML text of a bridge configuration (the format of ``postbox bridge --config``;
     /// its ``store`` and ``bind`` keys are ignored here). Returns the running ``Bridge``;
     /// ``stop()`` it (or use ``with``) before closing the store. Raises `ConfigError` for a
-    /// configuration that does not parse or cannot work, `ClosedError`, `ForkedError`.
+    /// configuration that does not parse or cannot work, `ClosedError`, `ForkedError`, and
+    /// `UnsupportedError` (naming the build option) in a module built without the ``bridge``
+    /// feature.
     fn bridge(&self, py: Python<'_>, config: &str) -> PyResult<crate::bridge::PyBridge> {
         self.check_process()?;
         crate::bridge::start(py, &self.store, config)

@@ -36,6 +36,7 @@ LEAVES = {
     "ForkedError": 19,
     "ConflictError": 20,
     "InUseError": 21,
+    "UnsupportedError": 22,
 }
 
 
@@ -72,6 +73,7 @@ def test_hierarchy_and_builtin_bases() -> None:
     assert issubclass(postbox.IoError, OSError)
     assert issubclass(postbox.StorageFullError, postbox.IoError)
     assert issubclass(postbox.ForkedError, postbox.ClosedError)
+    assert issubclass(postbox.UnsupportedError, NotImplementedError)
     assert postbox.MessageNotFoundError.code == postbox.NotFoundError.code == 5
     assert set(_errors.__all__) <= set(postbox.__all__)
 

@@ -6,14 +6,14 @@
 #
 # Usage: tests/c/run_bridge.sh [LIBDIR [TEST-NAME-FILTER]]
 #        LIBDIR holds libpostbox.so (default: $CARGO_TARGET_DIR/debug, else target/debug; build
-#        it first with `cargo build -p postbox-ffi`). The last line is "N passed, N failed".
+#        it first with `cargo build -p postbox-ffi --features bridge`). The last line is "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 LIB=${1:-${CARGO_TARGET_DIR:-$ROOT/target}/debug}
 [ $# -gt 0 ] && shift
 if [ ! -e "$LIB/libpostbox.so" ]; then
-    echo "run_bridge.sh: no libpostbox.so in $LIB (cargo build -p postbox-ffi)" >&2
+    echo "run_bridge.sh: no libpostbox.so in $LIB (cargo build -p postbox-ffi --features bridge)" >&2
     exit 2
 fi
 OUT=$(mktemp -d /tmp/postbox-c-bridge-XXXXXX)

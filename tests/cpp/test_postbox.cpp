@@ -352,6 +352,7 @@ static void test_exceptions(const std::string &dir) {
     CHECK_THROWS(postbox::forked_error, POSTBOX_FORKED, postbox::check(POSTBOX_FORKED));
     CHECK_THROWS(postbox::conflict_error, POSTBOX_CONFLICT, postbox::check(POSTBOX_CONFLICT));
     CHECK_THROWS(postbox::in_use_error, POSTBOX_IN_USE, postbox::check(POSTBOX_IN_USE));
+    CHECK_THROWS(postbox::unsupported_error, POSTBOX_UNSUPPORTED, postbox::check(POSTBOX_UNSUPPORTED));
     CHECK_THROWS(postbox::error, 4242, postbox::check(4242));
     postbox::check(POSTBOX_OK);
 }
