@@ -382,7 +382,7 @@ class Store:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 class _LinkStats(TypedDict):
     """One link's statistics, as ``Bridge.stats()`` and ``Bridge.stop()`` return them."""
@@ -760,7 +760,7 @@ class Message:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 @final
 class Browse(Iterator[Message]):
@@ -838,7 +838,7 @@ class Session:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 @final
 class Transaction:
@@ -951,7 +951,7 @@ class Transaction:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 @final
 class Sent:
@@ -1432,7 +1432,7 @@ class Processor:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 def _shutdown_all() -> None: ...
 def _error_kinds() -> list[tuple[int, str]]:

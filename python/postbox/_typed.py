@@ -352,7 +352,7 @@ class TypedMessage(Generic[T]):
         self._message.__enter__()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         return self._message.__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
