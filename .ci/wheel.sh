@@ -33,7 +33,7 @@ if [ ${#wheels[@]} -ne 1 ]; then
 fi
 wheel=${wheels[0]}
 case "$(basename "$wheel")" in
-  postbox-*-cp39-abi3-*.whl) ;;
+  postbox_mq-*-cp39-abi3-*.whl) ;;
   *)
     echo "not an abi3 wheel for CPython >= 3.9: $(basename "$wheel")" >&2
     exit 1
