@@ -7,6 +7,8 @@ cargo fmt --all --check
 # The layering of core/src: no import cycle, the engine below the public API.
 python3 .ci/layers.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The bindings with their optional features on (the line above builds them without).
+cargo clippy -p postbox-ffi -p postbox-python --all-targets --features admin,bridge --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --exclude postbox-python --no-deps --locked
 # The broker tests (bridge/, testkit's broker, the bridge command) run in bridge.sh, after
 # RabbitMQ is installed.

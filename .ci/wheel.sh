@@ -1,29 +1,37 @@
 #!/usr/bin/env bash
-# Python wheel: builds the release wheel with `maturin build --release`, checks that it is the
-# one abi3 wheel (cp39-abi3: every CPython from 3.9), installs it into a fresh venv and runs a
-# smoke import, part of the pytest suite and the examples (examples/python/) against it. With
-# another CPython on PATH (python3.9 … python3.13, e.g. from pyenv) the same wheel is also
-# installed and imported there: one wheel, several interpreters.
+# Python wheel: builds the release wheel as users get it — `maturin build --release --zig
+# --compatibility manylinux2014`, the default features (no admin endpoint, no bridge), linked
+# by zig for glibc 2.17 — checks that it is the one abi3 wheel (cp39-abi3: every CPython from
+# 3.9) of the distribution postbox-mq, that `auditwheel show` finds it manylinux2014
+# (manylinux_2_17) with nothing to graft, that `twine check --strict` passes, and that it is
+# within its size bound; then installs it into a fresh venv and runs a smoke import, part of
+# the pytest suite and the examples (examples/python/) against it. With another CPython on
+# PATH (python3.9 … python3.13, e.g. from pyenv) the same wheel is also installed and imported
+# there: one wheel, several interpreters.
+#
+# Knob: POSTBOX_MAX_WHEEL (bytes, default 3 MiB).
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 
 py=${PYTHON:-python3}
+max_wheel=${POSTBOX_MAX_WHEEL:-3145728}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# maturin: python.sh's venv has it; alone, this script makes a build venv of its own.
-if [ -x python/.venv/bin/maturin ]; then
-  maturin=python/.venv/bin/maturin
-else
-  if ! "$py" -m venv "$work/build"; then
+# The build tools, in a venv of their own (target/wheel-venv, git-ignored): maturin, zig
+# (the ziglang package, which maturin runs as its linker), auditwheel and twine.
+tools=target/wheel-venv
+if [ ! -x "$tools/bin/python" ]; then
+  if ! "$py" -m venv "$tools"; then
     apt-get update -qq && apt-get install -y -qq python3-venv python3-pip
-    "$py" -m venv "$work/build"
+    "$py" -m venv "$tools"
   fi
-  "$work/build/bin/python" -m pip install -q --disable-pip-version-check maturin
-  maturin=$work/build/bin/maturin
 fi
+"$tools/bin/python" -m pip install -q --disable-pip-version-check 'maturin>=1.9,<2' ziglang \
+  auditwheel twine
 
-"$maturin" build --release -m python/Cargo.toml -o "$work/dist"
+(export PATH=$PWD/$tools/bin:$PATH
+ maturin build --release --zig --compatibility manylinux2014 -m python/Cargo.toml -o "$work/dist")
 shopt -s nullglob
 wheels=("$work"/dist/*.whl)
 shopt -u nullglob
@@ -33,13 +41,34 @@ if [ ${#wheels[@]} -ne 1 ]; then
 fi
 wheel=${wheels[0]}
 case "$(basename "$wheel")" in
-  postbox_mq-*-cp39-abi3-*.whl) ;;
+  postbox_mq-*-cp39-abi3-*manylinux2014_x86_64*.whl) ;;
   *)
-    echo "not an abi3 wheel for CPython >= 3.9: $(basename "$wheel")" >&2
+    echo "not the manylinux2014 abi3 wheel of postbox-mq for CPython >= 3.9: $(basename "$wheel")" >&2
     exit 1
     ;;
 esac
 echo "wheel: $(basename "$wheel")"
+
+# What auditwheel makes of it: manylinux_2_17 (manylinux2014), nothing to graft in.
+"$tools/bin/auditwheel" show "$wheel" | tee "$work/auditwheel.txt"
+grep -q 'manylinux_2_17_x86_64' "$work/auditwheel.txt"
+if grep -q 'will be grafted' "$work/auditwheel.txt"; then
+  echo "the wheel needs libraries grafted in" >&2
+  exit 1
+fi
+"$tools/bin/twine" check --strict "$wheel"
+
+# Its size, compressed and installed, against the bound.
+wheel_bytes=$(stat -c %s "$wheel")
+installed_bytes=$("$tools/bin/python" -c '
+import sys, zipfile
+print(sum(i.file_size for i in zipfile.ZipFile(sys.argv[1]).infolist()))' "$wheel")
+printf '%-44s %12s %12s\n' "wheel, compressed (bytes)" "$wheel_bytes" "$max_wheel"
+printf '%-44s %12s\n' "wheel, installed (bytes)" "$installed_bytes"
+if [ "$wheel_bytes" -gt "$max_wheel" ]; then
+  echo "the wheel outgrew its bound: $wheel_bytes > $max_wheel bytes" >&2
+  exit 1
+fi
 
 # A fresh venv with nothing but the wheel and the test tools.
 "$py" -m venv "$work/venv"

@@ -15,6 +15,9 @@ import postbox
 
 DEFAULT_REPR = re.compile(r"^<[\w.]+ object at 0x[0-9a-fA-F]+>$")
 
+# Classes of the optional parts, and the feature a module needs to make one (postbox.FEATURES).
+OPTIONAL = {"AdminServer": "admin", "Bridge": "bridge"}
+
 
 def public_classes() -> list[str]:
     """The classes of postbox.__all__ that a user gets instances of (not exceptions, which have
@@ -25,6 +28,8 @@ def public_classes() -> list[str]:
         if not inspect.isclass(obj) or issubclass(obj, BaseException):
             continue
         if obj is postbox.Codec:
+            continue
+        if name in OPTIONAL and OPTIONAL[name] not in postbox.FEATURES:
             continue
         names.append(name)
     return names
@@ -73,22 +78,26 @@ def instances(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "JobPiece": job.pieces()[0],
             "Processor": processor,
             "ShutdownReport": report,
-            "AdminServer": store.serve_admin("127.0.0.1:0"),
-            # Nothing listens on port 1: the bridge runs, its link waits to connect.
-            "Bridge": store.bridge(
-                'broker = "amqp://guest:guest@127.0.0.1:1/%2f"\n'
-                '[[link]]\ndirection = "outgoing"\nlocal = "bridged"\nqueue = "bridged"\n'
-            ),
             "JsonCodec": postbox.JsonCodec(),
             "PickleCodec": postbox.PickleCodec(),
             "TypedQueue": typed,
             "TypedMessage": typed.receive(timeout=5),
         }
+        if "admin" in postbox.FEATURES:
+            out["AdminServer"] = store.serve_admin("127.0.0.1:0")
+        if "bridge" in postbox.FEATURES:
+            # Nothing listens on port 1: the bridge runs, its link waits to connect.
+            out["Bridge"] = store.bridge(
+                'broker = "amqp://guest:guest@127.0.0.1:1/%2f"\n'
+                '[[link]]\ndirection = "outgoing"\nlocal = "bridged"\nqueue = "bridged"\n'
+            )
         try:
             yield out
         finally:
-            out["AdminServer"].stop()
-            out["Bridge"].stop()
+            if "AdminServer" in out:
+                out["AdminServer"].stop()
+            if "Bridge" in out:
+                out["Bridge"].stop()
             processor.shutdown(5)
             tx.abort()
             out["Session"].release()
