@@ -216,7 +216,7 @@ if wanted postbox-python; then
         if (cd "$ROOT/python" && timeout 600 "$VENV/bin/maturin" build --release -q -i "$PY" \
             -o "$WORK/wheels" >"$WORK/maturin.log" 2>&1); then
             "$PY" -m pip uninstall -q -y postbox >/dev/null 2>&1
-            "$PY" -m pip install -q --disable-pip-version-check --no-deps "$WORK"/wheels/postbox-*.whl \
+            "$PY" -m pip install -q --disable-pip-version-check --no-deps "$WORK"/wheels/postbox_mq-*.whl \
                 >>"$WORK/pip.log" 2>&1 || log "installing the postbox wheel failed (see $WORK/pip.log)"
         else
             log "maturin build failed (see $WORK/maturin.log)"
