@@ -759,13 +759,16 @@ typedef struct postbox_store_options {
    */
   uint64_t cache_size;
   /**
-   * Multi-process only: the first, shortest interval at which a waiting receiver polls the
-   * file for messages sent by other processes, in ms; 0 means the default, 1 ms.
+   * Multi-process only, where no change notification on the file tells waiters of other
+   * processes' messages (on Linux inotify does, and waiters do not poll): the first,
+   * shortest interval at which a waiting receiver polls the file, in ms; 0 means the
+   * default, 1 ms.
    */
   uint32_t poll_floor_ms;
   /**
-   * Multi-process only: the longest polling interval (the backoff doubles up to it), in ms;
-   * 0 means the default, 50 ms. A message sent by another process is seen within it.
+   * Multi-process only, where waiters poll (see `poll_floor_ms`): the longest polling
+   * interval (the backoff doubles up to it), in ms; 0 means the default, 1000 ms. A message
+   * sent by another process is seen within it, and an idle waiter wakes about once per it.
    */
   uint32_t poll_ceiling_ms;
   /**

@@ -100,6 +100,49 @@ fn killed_holder_releases_its_locks_to_live_processes() {
     assert_eq!((s.active, s.locked, s.dead_lettered), (0, 0, 0));
 }
 
+/// A waiter that never polls the file (a poll interval of an hour) still gets a killed
+/// holder's messages promptly: the holder's death closes the store file, which the file watch
+/// reports (Linux), and the look that follows finds the dead process's locks.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_waiter_that_never_polls_gets_a_killed_holders_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dead.postbox");
+    let hour = Duration::from_secs(3600);
+    let store = Store::builder()
+        .multi_process(true)
+        .poll_interval(hour, hour)
+        .open(&path)
+        .unwrap();
+    let q = store.queue_with("jobs", options()).unwrap();
+    for i in 0..2 {
+        q.send(Message::new(format!("job-{i}"))).unwrap();
+    }
+    let (mut h, locked) = holder("hold", &path, 2);
+    let waiter = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut got = BTreeMap::new();
+            let start = std::time::Instant::now();
+            while got.len() < 2 {
+                let m = q
+                    .receive(PROMPT)
+                    .unwrap()
+                    .expect("the dead holder's message");
+                got.insert(m.id().get(), m.delivery_count());
+                m.complete().unwrap();
+            }
+            (got, start.elapsed())
+        })
+    };
+    h.kill9();
+    let (got, took) = waiter.join().unwrap();
+    let expected: BTreeMap<u64, u32> = locked.iter().map(|(id, dc)| (*id, dc + 1)).collect();
+    assert_eq!(got, expected);
+    // Sooner than the slow safety look (every 5 s, engine/poll.rs): the close was noticed.
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+}
+
 /// Holders killed one after another: each finds the previous one's locks released with their
 /// delivery counts kept, and a fresh multi-process open reaps the last one at once.
 #[test]

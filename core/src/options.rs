@@ -83,7 +83,7 @@ impl Default for EngineConfig {
             cache_size: 64 << 20,
             multi_process: false,
             poll_floor: Duration::from_millis(1),
-            poll_ceiling: Duration::from_millis(50),
+            poll_ceiling: Duration::from_secs(1),
             verify_on_open: true,
             clock: Arc::new(SystemClock),
             write_ahead_log: true,

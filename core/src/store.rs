@@ -26,8 +26,9 @@ use crate::tx::Transaction;
 /// - `cache_size`: 64 MiB
 /// - `multi_process`: `false` (one process has the file; fastest, and opening releases every
 ///   stale lock at once)
-/// - `poll_interval`: 1 ms floor, 50 ms ceiling (multi-process only: how quickly a waiting
-///   receiver sees a message another process sent)
+/// - `poll_interval`: 1 ms floor, 1 s ceiling (multi-process stores on a platform without a
+///   change notification only: how quickly a waiting receiver sees a message another process
+///   sent, and how often an idle one wakes)
 /// - `verify_on_open`: `true` (checksums every page on open, so a damaged file is reported as
 ///   [`Error::Corrupted`] at open rather than by the operation that reads the damage)
 /// - `write_ahead_log`: `true` (single-process durable stores append each commit to a log
@@ -57,9 +58,27 @@ impl StoreBuilder {
         self
     }
 
-    /// Sets the truncated exponential backoff with which a waiting receiver polls the file for
-    /// messages sent by other processes: it starts at `floor`, doubles on every empty poll up to
-    /// `ceiling`, and returns to `floor` on activity.
+    /// Sets the truncated exponential backoff with which a waiting receiver of a multi-process
+    /// store polls the file for messages sent by other processes where no change notification
+    /// tells it: it starts at `floor`, doubles on every empty poll up to `ceiling`, and returns
+    /// to `floor` on activity. A message another process sends is then seen within `ceiling`
+    /// (1 s by default), and an idle waiter wakes about once per `ceiling`.
+    ///
+    /// On Linux (inotify) waiters do not poll: a change to the file wakes them at once, and an
+    /// idle process is not woken at all (besides one look at the file every few seconds while
+    /// something waits, for a dead process that no change reports). Elsewhere, and on Linux
+    /// when the kernel refuses another inotify instance (`fs.inotify.max_user_instances`) or
+    /// the file was replaced under the store, they poll as set here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = postbox::Store::builder()
+    ///     .multi_process(true)
+    ///     .poll_interval(Duration::from_millis(1), Duration::from_millis(200))
+    ///     .open(dir.path().join("shared.postbox"))?;
+    /// # Ok::<(), postbox::Error>(())
+    /// ```
     pub fn poll_interval(mut self, floor: Duration, ceiling: Duration) -> Self {
         self.config.poll_floor = floor;
         self.config.poll_ceiling = ceiling;

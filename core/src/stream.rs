@@ -30,9 +30,10 @@ impl Queue {
     /// receivable: in a single-process store the writer serves the waiting receive in the very
     /// commit that makes a message receivable, and answers it at its deadline; in a
     /// [`multi_process`](crate::StoreBuilder::multi_process) store a commit of this process
-    /// or the file watch wakes it, and the store's poll of the file (its
-    /// [`poll_interval`](crate::StoreBuilder::poll_interval)) and the deadline are kept by one
-    /// timer thread of the store. A poll never waits for the disk in a single-process store;
+    /// or a look at the file when it changes wakes it, and time-driven work, the deadline and,
+    /// where the store polls the file, its next poll (see
+    /// [`poll_interval`](crate::StoreBuilder::poll_interval)) are kept by one timer thread of
+    /// the store. A poll never waits for the disk in a single-process store;
     /// in a multi-process one each attempt is one commit made on the polling thread, as a
     /// blocking receive's attempt is.
     ///

@@ -369,6 +369,49 @@ fn many_multi_process_stores_in_one_process_all_work() {
     }
 }
 
+/// With a watch on the file (Linux), a shared store's waiters never poll: a waiter whose poll
+/// interval is an hour is woken by the other handle's send, and by its scheduled send when
+/// that falls due (a look at the file sees the earlier due time and wakes it to read it).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_multi_process_waiter_is_woken_by_the_file_watch_not_a_poll() {
+    let dir = common::fast_tempdir();
+    let path = dir.path().join("mp.postbox");
+    let hour = Duration::from_secs(3600);
+    let open = || {
+        Store::builder()
+            .multi_process(true)
+            .poll_interval(hour, hour)
+            .open(&path)
+            .unwrap()
+    };
+    let (a, b) = (open(), open());
+    let qa = a.queue("q").unwrap();
+    let qb = b.queue("q").unwrap();
+    for body in ["now", "later"] {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let qa = qa.clone();
+            std::thread::spawn(move || {
+                ready_tx.send(()).unwrap();
+                let m = qa.receive(Duration::from_secs(60)).unwrap().expect("woken");
+                let body = m.body().to_vec();
+                m.complete().unwrap();
+                body
+            })
+        };
+        ready_rx.recv().unwrap();
+        let mut msg = Message::new(body);
+        if body == "later" {
+            msg = msg.delay(Duration::from_millis(300));
+        }
+        qb.send(msg).unwrap();
+        assert_eq!(waiter.join().unwrap(), body.as_bytes());
+    }
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
 #[test]
 fn a_multi_process_waiter_wakes_when_another_store_handle_sends() {
     // Two handles on one file in one process behave like two processes: the second's send

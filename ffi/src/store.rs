@@ -38,11 +38,14 @@ pub struct postbox_store_options {
     pub skip_verify_on_open: c_int,
     /// Page cache size in bytes; 0 means the default, 64 MiB.
     pub cache_size: u64,
-    /// Multi-process only: the first, shortest interval at which a waiting receiver polls the
-    /// file for messages sent by other processes, in ms; 0 means the default, 1 ms.
+    /// Multi-process only, where no change notification on the file tells waiters of other
+    /// processes' messages (on Linux inotify does, and waiters do not poll): the first,
+    /// shortest interval at which a waiting receiver polls the file, in ms; 0 means the
+    /// default, 1 ms.
     pub poll_floor_ms: u32,
-    /// Multi-process only: the longest polling interval (the backoff doubles up to it), in ms;
-    /// 0 means the default, 50 ms. A message sent by another process is seen within it.
+    /// Multi-process only, where waiters poll (see `poll_floor_ms`): the longest polling
+    /// interval (the backoff doubles up to it), in ms; 0 means the default, 1000 ms. A message
+    /// sent by another process is seen within it, and an idle waiter wakes about once per it.
     pub poll_ceiling_ms: u32,
     /// Non-zero: make every durable commit a durable commit of the store file itself instead
     /// of one append to the write-ahead log beside it (`<path>-log`). Slower for one caller;
@@ -236,7 +239,7 @@ pub extern "C" fn postbox_store_open(
                 o.poll_floor_ms
             };
             let ceiling = if o.poll_ceiling_ms == 0 {
-                50.max(floor)
+                1000.max(floor)
             } else {
                 o.poll_ceiling_ms
             };

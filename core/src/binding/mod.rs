@@ -1,18 +1,21 @@
 //! What the C and Python bindings share, written once so that both behave alike: the state of
 //! a message handle and its settles ([`held`]), flat send options ([`send`]), the adapter
-//! between a processor delivery and a foreign handler ([`lent`]), and a request sent and
-//! waited for in two steps ([`request`]).
+//! between a processor delivery and a foreign handler ([`lent`]), a request sent and waited
+//! for in two steps ([`request`]), and waits another thread can end ([`interrupt`]: Python's
+//! Ctrl-C).
 //!
 //! Hidden from the documentation: it serves the bindings in this repository and may change
 //! with them. Rust programs use [`Received`](crate::Received) and
 //! [`ProcessorBuilder`](crate::ProcessorBuilder) directly.
 
 pub mod held;
+pub mod interrupt;
 pub mod lent;
 pub mod request;
 pub mod send;
 
 pub use held::{HeldMessage, Hold};
+pub use interrupt::{Interrupt, interrupted, interruptible};
 pub use lent::{LentDelivery, finish_lent, retry_policy, take_transaction};
 pub use request::{PendingRequest, send_request};
 pub use send::{FlatSend, FlatSendError};

@@ -15,6 +15,7 @@ mod logged;
 mod owners;
 mod park;
 mod pipeline;
+mod poll;
 mod probe;
 mod read;
 mod rules;
@@ -35,21 +36,21 @@ pub(crate) use batch::{
     subscription_name, validate_message, validate_queue_name,
 };
 pub(crate) use batch::{
-    JOB_SIGNAL_BASE, JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite,
-    TEMPORARY_PREFIX, add_to_counter, validate_app_key, validate_app_value,
+    JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite, TEMPORARY_PREFIX,
+    add_to_counter, validate_app_key, validate_app_value,
 };
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
 pub(crate) use tracking::AwaitingReply;
-pub(crate) use wait::Cancel;
+pub(crate) use wait::{Cancel, thread_interrupt, with_interrupt};
 pub(crate) use wait_async::AsyncReceive;
 
 /// Read-only queries on one snapshot, run through [`Engine::read`].
 pub(crate) mod queries {
     pub(crate) use super::read::{
         BrowsePosition, app_get, app_range, browse_all_next, browse_next, checkpoints, counts,
-        dedup_lookup, get, has_candidate, idle_schedule, job, job_pieces, jobs, list_queues,
-        list_topics, next_due, queue_by_id, queue_by_name, queue_records, sessions,
+        dedup_lookup, get, idle_schedule, job, job_pieces, jobs, list_queues, list_topics,
+        queue_by_id, queue_by_name, queue_records, sessions,
     };
 }
 
@@ -96,8 +97,10 @@ pub struct Engine {
     poll_ceiling: Duration,
     closed: AtomicBool,
     pub stats: Arc<PipelineStats>,
-    /// Multi-process mode: wakes waiters when another process writes the file.
+    /// Multi-process mode: tells `look` when another process writes the file.
     watch: crate::sync::Mutex<Option<watch::FileWatch>>,
+    /// Multi-process mode: looks at the file for this process's waiters (see `poll`).
+    look: Arc<poll::FileLook>,
     /// Single-process mode: the next message id (shared with the writer's batches).
     ids: Option<Arc<AtomicU64>>,
     /// Deletes queues whose `auto_delete_on_idle` period is over (started on demand).
@@ -246,10 +249,22 @@ impl Engine {
         })?;
         stats.replayed.store(recovered.records, Ordering::Relaxed);
         let log_loss = recovered.loss;
+        let look = Arc::new(poll::FileLook::new(
+            Arc::downgrade(&slot),
+            Arc::downgrade(&signals),
+            clock.clone(),
+            setup,
+            scope,
+        ));
         let watch = if multi {
-            let weak = Arc::downgrade(&slot);
-            let (signals, clock) = (signals.clone(), clock.clone());
-            watch::FileWatch::start(path, move || wake_waiters(&weak, &signals, clock.as_ref()))
+            // Before the start: the watch may end (and say so) at once.
+            look.set_watching(true);
+            let l = look.clone();
+            let watch = watch::FileWatch::start(path, move |change| l.changed(change));
+            if watch.is_none() {
+                look.set_watching(false);
+            }
+            watch
         } else {
             None
         };
@@ -270,6 +285,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             stats,
             watch: crate::sync::Mutex::new(watch),
+            look,
             ids,
             janitor: crate::sync::Mutex::new(None),
             replies: crate::sync::Mutex::new(None),
@@ -280,12 +296,6 @@ impl Engine {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
-    }
-
-    /// The longest a multi-process waiter goes without looking at the file
-    /// (`StoreBuilder::poll_interval`).
-    pub fn poll_ceiling(&self) -> Duration {
-        self.poll_ceiling
     }
 
     /// Whether this handle was inherited across `fork()` (this process did not open it).
@@ -522,42 +532,6 @@ mod in_process {
     #[cfg(not(target_os = "linux"))]
     pub fn holder(_path: &Path) -> Option<Holder> {
         None
-    }
-}
-
-/// Called by the file watch after another process (or this one) wrote the store: wakes the
-/// waiters whose queue now has a message to take. Anything unexpected wakes them all, to look
-/// for themselves.
-fn wake_waiters(db: &std::sync::Weak<db::DbSlot>, signals: &Signals, clock: &dyn Clock) {
-    let waited = signals.waited();
-    if waited.is_empty() {
-        return;
-    }
-    let Some(db) = db.upgrade().and_then(|slot| slot.peek()) else {
-        return;
-    };
-    let now = clock.now_ms();
-    let found = guarded::catch(|| -> Result<Vec<bool>> {
-        let txn = db.begin_read()?;
-        waited
-            .iter()
-            .map(|(q, _)| read::has_candidate(&txn, *q, now))
-            .collect()
-    });
-    match found {
-        Ok(Ok(found)) => {
-            for ((q, s), yes) in waited.iter().zip(found) {
-                // A job's waiters look for themselves: any change may have ended it.
-                if yes || *q >= JOB_SIGNAL_BASE {
-                    s.notify();
-                }
-            }
-        }
-        _ => {
-            for (_, s) in &waited {
-                s.notify();
-            }
-        }
     }
 }
 

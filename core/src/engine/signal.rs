@@ -16,7 +16,8 @@ use crate::sync::{Condvar, Mutex};
 pub struct Signal {
     seq: Mutex<u64>,
     cv: Condvar,
-    /// Threads in `wait` now: a file watch checks only the queues somebody waits on.
+    /// Threads in `wait` or holding a [`Waiting`] now: a look at the file checks only the
+    /// queues somebody waits on.
     waiters: AtomicUsize,
     /// Async waiters, woken (and forgotten) by the next notification.
     wakers: Mutex<Vec<Waker>>,
@@ -50,6 +51,15 @@ impl Signal {
         true
     }
 
+    /// Counts the caller as waiting on this queue until the guard drops: a look at the file
+    /// (`poll::FileLook`) wakes only queues somebody waits on, and a waiter must be counted
+    /// from before its first attempt, or a message committed between that attempt and its
+    /// sleep would wake nobody.
+    pub fn waiting(self: &Arc<Self>) -> Waiting {
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        Waiting(self.clone())
+    }
+
     fn has_waiters(&self) -> bool {
         self.waiters.load(Ordering::Acquire) > 0 || !self.wakers.lock().is_empty()
     }
@@ -72,6 +82,16 @@ impl Signal {
         }
         self.waiters.fetch_sub(1, Ordering::AcqRel);
         moved
+    }
+}
+
+/// A waiter counted by [`Signal::waiting`].
+#[derive(Debug)]
+pub struct Waiting(Arc<Signal>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

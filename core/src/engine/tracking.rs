@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::batch::{Batch, JobRecord, Locked, job_signal};
-use super::{Engine, HeldLock, janitor, read};
+use super::{Engine, HeldLock, janitor, read, wait};
 use crate::error::{Error, Result};
 use crate::message::{Message, MessageId};
 
@@ -30,12 +30,18 @@ impl Engine {
         format!("request-{}-{n}", self.owner)
     }
 
-    /// Waits until job `job` is done or `deadline` passes; returns its record then. Woken by
-    /// the commit that ends its last piece in this process, and by the file watch or the poll
-    /// of a shared store.
+    /// Waits until job `job` is done or `deadline` passes (or the thread's interrupt fires,
+    /// see `wait::with_interrupt`); returns its record then. Woken by the commit that ends its
+    /// last piece in this process, and by a look at the file or the poll of a shared store.
     pub fn wait_job(&self, job: u64, deadline: Option<Instant>) -> Result<JobRecord> {
+        let interrupt = wait::token(None);
         let signal = self.signals.get(job_signal(job));
-        let mut backoff = self.poll_floor;
+        let _waiting = signal.waiting();
+        let _on_cancel = interrupt.as_ref().map(|c| {
+            let s = signal.clone();
+            c.on_cancel(Arc::new(move || s.notify()))
+        });
+        let mut backoff = self.backoff();
         loop {
             let seen = signal.seq();
             let rec = self
@@ -45,16 +51,14 @@ impl Engine {
                 return Ok(rec);
             }
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if deadline.is_some_and(|d| now >= d)
+                || interrupt.as_ref().is_some_and(|c| c.is_cancelled())
+            {
                 return Ok(rec);
             }
-            let mut wake = deadline;
-            if self.multi_process {
-                wake = super::earliest(wake, Some(now + backoff));
-                backoff = (backoff * 2).min(self.poll_ceiling);
-            }
-            if signal.wait(seen, wake) {
-                backoff = self.poll_floor;
+            let poll = self.next_poll(&mut backoff, now);
+            if signal.wait(seen, super::earliest(deadline, poll)) {
+                self.reset_backoff(&mut backoff);
             }
         }
     }

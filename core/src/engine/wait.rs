@@ -2,15 +2,16 @@
 //! workers.
 //!
 //! Single-process stores park the request in the writer, which serves it inside the very batch
-//! that makes a message receivable (`park`): one commit per delivery. Multi-process stores poll
-//! the file with the store's truncated exponential backoff (`poll_interval`), woken early by a
-//! local commit or the file watch. A [`Cancel`] token ends a wait at once (a processor's stop).
+//! that makes a message receivable (`park`): one commit per delivery. Multi-process waiters are
+//! woken by a local commit or a look at the file when it changes, and poll the file only where
+//! no change notification runs (`poll`). A [`Cancel`] token ends a wait at once (a processor's
+//! stop, a retiring worker, a binding's interrupt).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::channel::{self, Receiver, Sender};
 
 use super::batch::{Locked, Select};
@@ -20,34 +21,114 @@ use crate::error::{Error, Result};
 /// Ends waits early. Cheap to clone; every clone cancels the same waits.
 #[derive(Debug, Clone)]
 pub struct Cancel {
-    flag: Arc<AtomicBool>,
-    /// Dropped on cancel: the receivers below then disconnect, which wakes parked waits.
-    sender: Arc<Mutex<Option<Sender<()>>>>,
+    inner: Arc<CancelInner>,
     rx: Receiver<()>,
+}
+
+struct CancelInner {
+    flag: AtomicBool,
+    /// Dropped on cancel: the receivers below then disconnect, which wakes parked waits.
+    sender: Mutex<Option<Sender<()>>>,
+    /// What the waits using this token sleep on besides the channel (a queue's signal, a
+    /// processor's condition variable), woken on cancel: registered with [`Cancel::on_cancel`].
+    wakes: Mutex<Vec<(u64, Wake)>>,
+    next_wake: AtomicU64,
+}
+
+/// Wakes one sleeping wait.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for CancelInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelInner")
+            .field("cancelled", &self.flag.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Cancel {
     fn default() -> Self {
         let (tx, rx) = channel::bounded(0);
         Cancel {
-            flag: Arc::new(AtomicBool::new(false)),
-            sender: Arc::new(Mutex::new(Some(tx))),
+            inner: Arc::new(CancelInner {
+                flag: AtomicBool::new(false),
+                sender: Mutex::new(Some(tx)),
+                wakes: Mutex::new(Vec::new()),
+                next_wake: AtomicU64::new(0),
+            }),
             rx,
         }
     }
 }
 
 impl Cancel {
-    /// Ends every wait that uses this token, now and later. Polling waits notice at their next
-    /// wake-up; whoever cancels also bumps the queue's signal to make that immediate.
+    /// Ends every wait that uses this token, now and later: parked waits through the channel,
+    /// the others through what they registered with [`Cancel::on_cancel`].
     pub fn cancel(&self) {
-        self.flag.store(true, Ordering::Release);
-        self.sender.lock().take();
+        self.inner.flag.store(true, Ordering::Release);
+        self.inner.sender.lock().take();
+        let wakes = std::mem::take(&mut *self.inner.wakes.lock());
+        for (_, wake) in wakes {
+            wake();
+        }
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
+        self.inner.flag.load(Ordering::Acquire)
     }
+
+    /// Has `wake` called on cancel while the returned guard lives. A wait registers before it
+    /// checks [`Cancel::is_cancelled`] and sleeps, so a cancel in between is not missed.
+    pub fn on_cancel(&self, wake: Wake) -> OnCancel<'_> {
+        let id = self.inner.next_wake.fetch_add(1, Ordering::Relaxed);
+        self.inner.wakes.lock().push((id, wake));
+        OnCancel { cancel: self, id }
+    }
+}
+
+/// Registered with [`Cancel::on_cancel`]; dropping it unregisters.
+pub struct OnCancel<'a> {
+    cancel: &'a Cancel,
+    id: u64,
+}
+
+impl Drop for OnCancel<'_> {
+    fn drop(&mut self) {
+        self.cancel
+            .inner
+            .wakes
+            .lock()
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+std::thread_local! {
+    /// The interrupt a binding set for the waits this thread makes (`with_interrupt`).
+    static INTERRUPT: std::cell::RefCell<Option<Cancel>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `interrupt` ending every wait it makes on this thread that has no token of its
+/// own, as if its time were up (see `binding::interruptible`).
+pub fn with_interrupt<R>(interrupt: &Cancel, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Cancel>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            INTERRUPT.with(|i| *i.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(INTERRUPT.with(|i| i.replace(Some(interrupt.clone()))));
+    f()
+}
+
+/// The interrupt set on this thread, if any.
+pub fn thread_interrupt() -> Option<Cancel> {
+    INTERRUPT.with(|i| i.borrow().clone())
+}
+
+/// The token a wait uses: its own, else the interrupt set on this thread.
+pub fn token(own: Option<&Cancel>) -> Option<Cancel> {
+    own.cloned().or_else(thread_interrupt)
 }
 
 /// The caller's side of a parked receive: waits for the writer's answer until `deadline` or
@@ -82,8 +163,9 @@ impl Engine {
         self.receive_until(q, name, max, deadline, None)
     }
 
-    /// [`Engine::receive`] that `cancel` can end early (then with nothing): the one wait for a
-    /// message, used by receivers and processor workers alike.
+    /// [`Engine::receive`] that `cancel` (else the thread's interrupt, see `with_interrupt`)
+    /// can end early, then with nothing: the one wait for a message, used by receivers and
+    /// processor workers alike.
     pub fn receive_until(
         &self,
         q: u32,
@@ -94,10 +176,11 @@ impl Engine {
     ) -> Result<Vec<Locked>> {
         // Before any lock, such as the signal map's that the polling wait takes first.
         self.check_open()?;
+        let cancel = token(cancel);
         if self.multi_process {
-            self.receive_polling(q, name, max, deadline, cancel)
+            self.receive_polling(q, name, max, deadline, cancel.as_ref())
         } else {
-            self.receive_parked(q, name, max, deadline, cancel)
+            self.receive_parked(q, name, max, deadline, cancel.as_ref())
         }
     }
 
@@ -176,8 +259,9 @@ impl Engine {
     }
 
     /// Runs `attempt` until it finds something, the deadline passes (forever if `None`) or
-    /// `cancel` ends the wait; between attempts, sleeps until a local commit to queue `q`
-    /// wakes it, time-driven work falls due, or (multi-process) the next poll of the file.
+    /// `cancel` (else the thread's interrupt, see `with_interrupt`) ends the wait; between
+    /// attempts, sleeps until a local commit to queue `q` wakes it, time-driven work falls due,
+    /// or — in a shared store — a look at the file wakes it or its next poll comes (see `poll`).
     pub fn wait_for<T>(
         &self,
         q: u32,
@@ -185,16 +269,24 @@ impl Engine {
         cancel: Option<&Cancel>,
         mut attempt: impl FnMut() -> Result<Option<T>>,
     ) -> Result<Option<T>> {
-        let is_cancelled = || cancel.is_some_and(Cancel::is_cancelled);
+        let cancel = token(cancel);
+        let is_cancelled = || cancel.as_ref().is_some_and(Cancel::is_cancelled);
         let signal = self.signals.get(q);
-        let mut backoff = self.poll_floor;
+        // Counted from before the first attempt (see `Signal::waiting`).
+        let _waiting = signal.waiting();
+        let _on_cancel = cancel.as_ref().map(|c| {
+            let s = signal.clone();
+            c.on_cancel(Arc::new(move || s.notify()))
+        });
+        let mut backoff = self.backoff();
         loop {
             let seen = signal.seq();
+            self.reap_if_flagged()?;
             if let Some(found) = attempt()? {
                 return Ok(Some(found));
             }
-            // Nothing now: sleep until a local commit wakes us, time-driven work falls due, the
-            // deadline passes, or (multi-process) the next poll of the shared file.
+            // Nothing now: sleep until a local commit or a look at the file wakes us,
+            // time-driven work falls due, the deadline passes, or the next poll of the file.
             loop {
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) || is_cancelled() {
@@ -205,35 +297,33 @@ impl Engine {
                     let wait_ms = at.saturating_sub(self.clock.now_ms()).max(1);
                     now + Duration::from_millis(wait_ms)
                 });
-                let mut wake = earliest(deadline, due);
-                if self.multi_process {
-                    wake = earliest(wake, Some(now + backoff));
-                }
-                if signal.wait(seen, wake) {
-                    backoff = self.poll_floor;
+                let poll = self.next_poll(&mut backoff, now);
+                if signal.wait(seen, earliest(earliest(deadline, due), poll)) {
+                    self.reset_backoff(&mut backoff);
                     break;
                 }
-                if due.is_some_and(|d| Instant::now() >= d) {
+                let now = Instant::now();
+                if due.is_some_and(|d| now >= d) {
                     break;
                 }
-                if self.multi_process {
-                    let now_ms = self.clock.now_ms();
-                    let me = self.owner;
-                    let scope = self.scope;
-                    if self.read(|t| read::has_dead_owner(t, me, scope))? {
-                        // Release the dead process's locks now rather than at the pipeline's
-                        // next periodic reap, so the retry below can take them.
-                        self.call(move |b| b.reap_dead_owners(me, scope))?;
-                        backoff = self.poll_floor;
-                        break;
-                    }
-                    if self.read(|t| read::has_candidate(t, q, now_ms))? {
-                        backoff = self.poll_floor;
-                        break;
-                    }
-                    backoff = (backoff * 2).min(self.poll_ceiling);
+                if poll.is_some_and(|p| now >= p) && self.worth_a_try(q)? {
+                    self.reset_backoff(&mut backoff);
+                    break;
                 }
             }
         }
+    }
+
+    /// At a poll of a shared store's file: whether an attempt may find something now (a
+    /// candidate in queue `q`, or a dead process's locks, which are released here first).
+    /// Reads only: an attempt would take the store's write lock at every poll.
+    pub(super) fn worth_a_try(&self, q: u32) -> Result<bool> {
+        let (me, scope) = (self.owner, self.scope);
+        if self.read(|t| read::has_dead_owner(t, me, scope))? {
+            self.call(move |b| b.reap_dead_owners(me, scope))?;
+            return Ok(true);
+        }
+        let now_ms = self.clock.now_ms();
+        self.read(|t| read::has_candidate(t, q, now_ms))
     }
 }

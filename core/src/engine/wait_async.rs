@@ -6,8 +6,9 @@
 //! request, answered or not, wakes the task (`AnswerHook`). The writer answers a request with
 //! a deadline at that deadline, so no timer is needed. Multi-process stores attempt on the
 //! polling thread (one commit, as a blocking receive's attempt), then leave the waker with
-//! the queue's signal (woken by a local commit or the file watch) and with the store's
-//! `timer` for the next poll of the file, time-driven work or the deadline.
+//! the queue's signal (woken by a local commit or a look at the file) and with the store's
+//! `timer` for time-driven work, the deadline, and the next poll of the file where the store
+//! polls (see `poll`).
 //!
 //! Cancellation: a future dropped while its request is parked withdraws it, and nothing was
 //! locked. If the writer has the request already, its answer is on the way; the locks it
@@ -23,7 +24,8 @@ use crate::sync::channel::{self, Receiver, TryRecvError};
 
 use super::batch::Locked;
 use super::pipeline::Detacher;
-use super::signal::Signal;
+use super::poll::Backoff;
+use super::signal::{Signal, Waiting};
 use super::{Engine, earliest, park, read};
 use crate::error::{Error, Result};
 
@@ -108,13 +110,14 @@ enum Phase {
 
 #[derive(Debug)]
 struct Polling {
+    _waiting: Waiting,
     signal: Arc<Signal>,
     seen: u64,
     /// Not tried yet: the first poll always tries once.
     first: bool,
-    backoff: Duration,
-    /// When the timer wakes this wait: the next poll of the file.
-    wake_at: Instant,
+    backoff: Backoff,
+    /// The next poll of the file, where the store polls (see `poll`).
+    poll_at: Option<Instant>,
     /// When time-driven work (a scheduled message, a lock expiry) falls due.
     due: Option<Instant>,
 }
@@ -232,8 +235,8 @@ impl Engine {
         }
     }
 
-    /// Multi-process: the polling wait of `wait_for`, with the waker left with the queue's
-    /// signal and the timer instead of a sleep.
+    /// Multi-process: the wait of `wait_for`, with the waker left with the queue's signal and
+    /// the timer instead of a sleep.
     fn poll_shared(
         &self,
         r: &mut AsyncReceive,
@@ -244,11 +247,13 @@ impl Engine {
             if !matches!(r.phase, Phase::Polling(_)) {
                 let signal = self.signals.get(r.q);
                 r.phase = Phase::Polling(Polling {
+                    // Counted from before the first attempt (see `Signal::waiting`).
+                    _waiting: signal.waiting(),
                     seen: signal.seq(),
                     signal,
                     first: true,
-                    backoff: self.poll_floor,
-                    wake_at: Instant::now(),
+                    backoff: self.backoff(),
+                    poll_at: None,
                     due: None,
                 });
             }
@@ -256,31 +261,34 @@ impl Engine {
                 return Poll::Ready(Ok(None));
             };
             let now = Instant::now();
+            let wake_at = earliest(earliest(r.deadline, p.due), p.poll_at);
             let try_now = if std::mem::take(&mut p.first) {
                 true
             } else if p.signal.seq() != p.seen {
-                p.backoff = self.poll_floor;
+                self.reset_backoff(&mut p.backoff);
                 true
-            } else if now >= p.wake_at || r.deadline.is_some_and(|d| now >= d) {
+            } else if wake_at.is_some_and(|w| now >= w) {
                 if p.due.is_some_and(|d| now >= d) {
                     true
-                } else if self.worth_a_try(r.q)? {
-                    p.backoff = self.poll_floor;
+                } else if p.poll_at.is_some_and(|at| now >= at) && self.worth_a_try(r.q)? {
+                    self.reset_backoff(&mut p.backoff);
                     true
                 } else {
-                    p.backoff = (p.backoff * 2).min(self.poll_ceiling);
                     false
                 }
             } else if p.signal.register(p.seen, cx.waker()) {
                 // Polled early (by the executor, or a waker left before): keep waiting, with
                 // this poll's waker at the timer too in case the task changed.
-                self.signals.timer.wake_at(p.wake_at, cx.waker().clone())?;
+                if let Some(at) = wake_at {
+                    self.signals.timer.wake_at(at, cx.waker().clone())?;
+                }
                 return Poll::Pending;
             } else {
                 true
             };
             if try_now {
                 p.seen = p.signal.seq();
+                self.reap_if_flagged()?;
                 let (q, name, owner) = (r.q, r.name.clone(), self.owner);
                 let mut got = self.call(move |b| b.receive(q, &name, owner, 1))?;
                 if let Some(l) = got.pop() {
@@ -295,26 +303,15 @@ impl Engine {
                 let wait_ms = at.saturating_sub(self.clock.now_ms()).max(1);
                 now + Duration::from_millis(wait_ms)
             });
-            let poll_at = now + p.backoff;
-            p.wake_at = earliest(earliest(r.deadline, p.due), Some(poll_at)).unwrap_or(poll_at);
+            p.poll_at = self.next_poll(&mut p.backoff, now);
             if !p.signal.register(p.seen, cx.waker()) {
                 continue;
             }
-            self.signals.timer.wake_at(p.wake_at, cx.waker().clone())?;
+            if let Some(at) = earliest(earliest(r.deadline, p.due), p.poll_at) {
+                self.signals.timer.wake_at(at, cx.waker().clone())?;
+            }
             return Poll::Pending;
         }
-    }
-
-    /// Multi-process, at a poll of the file: whether a receive may find something now (a
-    /// candidate in queue `q`, or a dead process's locks, released here).
-    fn worth_a_try(&self, q: u32) -> Result<bool> {
-        let (me, scope) = (self.owner, self.scope);
-        if self.read(|t| read::has_dead_owner(t, me, scope))? {
-            self.call(move |b| b.reap_dead_owners(me, scope))?;
-            return Ok(true);
-        }
-        let now_ms = self.clock.now_ms();
-        self.read(|t| read::has_candidate(t, q, now_ms))
     }
 
     /// Ends an async receive that will not be polled again (its future was dropped). A parked

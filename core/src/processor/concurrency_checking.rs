@@ -75,13 +75,16 @@ fn shutdown_waits_for_every_handler_and_admits_none_after() {
         };
         gate.stop();
         // A join with a deadline may end early; what it reports must hold then too.
-        let (finished, still_running) =
-            gate.wait_idle(Instant::now().checked_add(Duration::from_millis(1)), false);
+        let (finished, still_running) = gate.wait_idle(
+            Instant::now().checked_add(Duration::from_millis(1)),
+            false,
+            None,
+        );
         if finished {
             assert_eq!(still_running, 0, "finished with handlers in flight");
             assert_eq!(log.running.load(Ordering::SeqCst), 0);
         }
-        let (finished, still_running) = gate.wait_idle(None, false);
+        let (finished, still_running) = gate.wait_idle(None, false, None);
         assert!(finished, "an untimed join waits until everything exited");
         assert_eq!(still_running, 0);
         assert_eq!(

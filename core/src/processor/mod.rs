@@ -590,7 +590,7 @@ impl ProcessorBuilder {
         let shared = Arc::new(Shared {
             id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
             signal: engine.signals.get(self.queue.id),
-            cancel: Cancel::default(),
+            idle: Mutex::new(Cancel::default()),
             clock: engine.clock.clone(),
             queue: self.queue,
             config: self.config,
@@ -761,13 +761,20 @@ impl Gate {
         self.cv.notify_all();
     }
 
-    /// Waits until every worker and background thread has exited, or until `deadline`, and
-    /// reaps the threads once all have. `own_thread`: called from a worker, which cannot wait
-    /// for itself. Returns whether all had exited, and the handlers running then.
-    fn wait_idle(&self, deadline: Option<Instant>, own_thread: bool) -> (bool, usize) {
+    /// Waits until every worker and background thread has exited, or until `deadline` or
+    /// `interrupt` (whose cancel must notify `cv` under the state lock), and reaps the threads
+    /// once all have. `own_thread`: called from a worker, which cannot wait for itself.
+    /// Returns whether all had exited, and the handlers running then.
+    fn wait_idle(
+        &self,
+        deadline: Option<Instant>,
+        own_thread: bool,
+        interrupt: Option<&Cancel>,
+    ) -> (bool, usize) {
         let mut st = self.state.lock();
         if !own_thread {
-            while st.live > 0 || st.background > 0 {
+            while (st.live > 0 || st.background > 0) && !interrupt.is_some_and(Cancel::is_cancelled)
+            {
                 match deadline {
                     Some(d) => {
                         if self.cv.wait_until(&mut st, d).timed_out() {
@@ -800,8 +807,10 @@ struct Shared {
     config: Config,
     handler: Handler,
     signal: Arc<Signal>,
-    /// Cancelled by `stop`: ends the workers' waits for messages at once.
-    cancel: Cancel,
+    /// The token of the idle workers' waits for messages: cancelled (and replaced) by
+    /// `wake_idle` when they must look at the processor's state — a stop, or fewer workers
+    /// wanted — so that an idle worker wakes for nothing else.
+    idle: Mutex<Cancel>,
     clock: Arc<dyn Clock>,
     /// Reached through `Deref`, as `sh.state` and `sh.cv`, by the workers and watchers.
     gate: Gate,
@@ -825,10 +834,21 @@ impl Shared {
 
     fn stop(&self) {
         self.gate.stop();
-        // Idle workers wait in the engine: the token ends parked waits, and bumping the
-        // queue's signal wakes polling ones (other receivers on the queue merely retry).
-        self.cancel.cancel();
+        self.wake_idle();
+        // Workers pausing after an error wait on the queue's signal.
         self.signal.notify();
+    }
+
+    /// The token for a worker's next wait for messages (see `idle`).
+    fn idle_token(&self) -> Cancel {
+        self.idle.lock().clone()
+    }
+
+    /// Ends the idle workers' waits, so that they look at the processor's state (stopping,
+    /// the wanted worker count) again.
+    fn wake_idle(&self) {
+        let old = std::mem::take(&mut *self.idle.lock());
+        old.cancel();
     }
 
     /// Tells the `on_event` callback, if any, about `event`.
@@ -994,7 +1014,16 @@ impl Processor {
         }
         let own_thread = WORKER_OF.with(|w| w.get()) == sh.id;
         let deadline = Instant::now().checked_add(timeout);
-        let (finished, still_running) = sh.wait_idle(deadline, own_thread);
+        // A binding's interrupt (see `binding::interruptible`) ends the wait early.
+        let interrupt = crate::engine::thread_interrupt();
+        let _on_interrupt = interrupt.as_ref().map(|c| {
+            let s = sh.clone();
+            c.on_cancel(Arc::new(move || {
+                let _st = s.state.lock();
+                s.cv.notify_all();
+            }))
+        });
+        let (finished, still_running) = sh.wait_idle(deadline, own_thread, interrupt.as_ref());
         ShutdownReport {
             still_running,
             finished,

@@ -70,8 +70,8 @@ fn autoscaler(sh: &Arc<Shared>) {
             }
         }
         if shrink {
-            // Idle workers wait on the queue's signal; waking them lets the surplus retire.
-            sh.signal.notify();
+            // Waking the idle workers lets the surplus retire.
+            sh.wake_idle();
         }
     }
 }

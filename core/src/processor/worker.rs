@@ -14,15 +14,11 @@ use super::{
     WORKER_OF, Watched, renewal,
 };
 use crate::clock::duration_ms;
-use crate::engine::{HeldLock, queries};
+use crate::engine::HeldLock;
 use crate::engine::{Locked, Settle};
 use crate::error::{Error, Result};
 use crate::message::MessageId;
 use crate::tx::Transaction;
-
-/// Upper bound of one idle wait, so that an idle worker checks now and then whether the
-/// autoscaler wants it to retire.
-const IDLE_SLICE: Duration = Duration::from_millis(500);
 
 /// Pause after a receive failed with an error that may pass (e.g. a full disk).
 const ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -470,13 +466,16 @@ impl Worker<'_> {
     }
 
     /// Waits until messages are locked into the buffer, the processor stops, or this worker
-    /// should retire (autoscaling).
+    /// should retire (autoscaling). The wait is the engine's one wait for a message, without a
+    /// time limit: a worker wakes for a message, and for a stop or a retirement through the
+    /// processor's idle token (`Shared::wake_idle`), never on a timer.
     fn wait_for_messages(&mut self) -> Wait {
         let sh = self.sh;
         let mut idle = false;
         loop {
-            // Read before checking the stop flag: a stop after this point bumps the signal, so
-            // the wait below cannot miss it.
+            // Taken before the checks below: a stop or a retirement asked for after them
+            // cancels this token, so the wait cannot miss it.
+            let token = sh.idle_token();
             let seen = sh.signal.seq();
             if sh.is_stopping() {
                 return Wait::Stop;
@@ -484,112 +483,39 @@ impl Worker<'_> {
             if idle && self.try_retire() {
                 return Wait::Retire;
             }
-            // On a single-process store an idle worker waits parked in the writer (served in the
-            // sending commit) for up to a slice, so it can retire when the autoscaler wants
-            // fewer workers; a stop cancels the wait at once. On a shared store it tries once
-            // and then waits with reads only (`idle_wait`).
-            if sh.config.sessions {
-                match self.session_step() {
-                    Ok(true) => return Wait::Got,
-                    Ok(false) => {}
-                    Err(e) => {
-                        if self.receive_failed(&e) || sh.is_stopping() {
-                            return Wait::Stop;
-                        }
-                        sh.signal
-                            .wait(seen, Instant::now().checked_add(ERROR_PAUSE));
-                        continue;
-                    }
-                }
-                if self.try_retire() {
-                    return Wait::Retire;
-                }
-                self.idle_wait(seen);
-                continue;
-            }
             let q = &sh.queue;
-            let parked = !q.engine.multi_process;
-            let slice = if idle && parked {
-                IDLE_SLICE
+            let got = if sh.config.sessions {
+                // `session_step` takes what it finds into the buffer, where a stop finds it.
+                q.engine
+                    .wait_for(q.id, None, Some(&token), || {
+                        Ok(self.session_step()?.then_some(()))
+                    })
+                    .map(|got| got.is_some())
             } else {
-                Duration::ZERO
+                q.engine
+                    .receive_until(q.id, &q.name, sh.config.prefetch + 1, None, Some(&token))
+                    .map(|v| {
+                        if v.is_empty() {
+                            false
+                        } else if sh.is_stopping() {
+                            self.return_untouched(v);
+                            false
+                        } else {
+                            self.accept(v);
+                            true
+                        }
+                    })
             };
-            let got = q.engine.receive_until(
-                q.id,
-                &q.name,
-                sh.config.prefetch + 1,
-                Instant::now().checked_add(slice),
-                Some(&sh.cancel),
-            );
             match got {
-                Ok(v) if !v.is_empty() => {
-                    if sh.is_stopping() {
-                        self.return_untouched(v);
-                        return Wait::Stop;
-                    }
-                    self.accept(v);
-                    return Wait::Got;
-                }
-                Ok(_) => {}
+                Ok(true) => return Wait::Got,
+                // Woken by the token: a stop or a retirement, looked at above.
+                Ok(false) => idle = true,
                 Err(e) => {
                     if self.receive_failed(&e) || sh.is_stopping() {
                         return Wait::Stop;
                     }
                     sh.signal
                         .wait(seen, Instant::now().checked_add(ERROR_PAUSE));
-                    continue;
-                }
-            }
-            idle = true;
-            if !parked {
-                if self.try_retire() {
-                    return Wait::Retire;
-                }
-                self.idle_wait(seen);
-            }
-        }
-    }
-
-    /// Multi-process stores only: sleeps until something may be receivable — a local commit
-    /// made a message ready (the queue's signal, also bumped by `stop` and by the autoscaler),
-    /// scheduled work fell due, or another process's message shows up in the file (looked for
-    /// at the store's poll ceiling, with reads only). Parking in the engine's polling wait
-    /// instead would make every idle worker take the store's write lock at the poll floor.
-    fn idle_wait(&self, seen: u64) {
-        let sh = self.sh;
-        let engine = &sh.queue.engine;
-        loop {
-            if sh.is_stopping() {
-                return;
-            }
-            let now = Instant::now();
-            let due = match engine.read(queries::next_due) {
-                Ok(d) => d.map(|at| {
-                    let ms = at.saturating_sub(sh.clock.now_ms()).max(1);
-                    now + Duration::from_millis(ms)
-                }),
-                Err(_) => return,
-            };
-            let mut wake = now + IDLE_SLICE;
-            if let Some(d) = due {
-                wake = wake.min(d);
-            }
-            if engine.multi_process {
-                wake = wake.min(now + engine.poll_ceiling());
-            }
-            if sh.signal.wait(seen, Some(wake)) {
-                return;
-            }
-            if due.is_some_and(|d| Instant::now() >= d) {
-                return;
-            }
-            if engine.multi_process {
-                let (qid, now_ms) = (sh.queue.id, sh.clock.now_ms());
-                if engine
-                    .read(|t| queries::has_candidate(t, qid, now_ms))
-                    .unwrap_or(true)
-                {
-                    return;
                 }
             }
         }
