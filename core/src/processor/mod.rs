@@ -591,6 +591,7 @@ impl ProcessorBuilder {
             id: NEXT_PROCESSOR.fetch_add(1, Ordering::Relaxed),
             signal: engine.signals.get(self.queue.id),
             idle: Mutex::new(Cancel::default()),
+            last_scale: Mutex::new(None),
             clock: engine.clock.clone(),
             queue: self.queue,
             config: self.config,
@@ -811,6 +812,8 @@ struct Shared {
     /// `wake_idle` when they must look at the processor's state — a stop, or fewer workers
     /// wanted — so that an idle worker wakes for nothing else.
     idle: Mutex<Cancel>,
+    /// The worker count last reported (see `report_scale`).
+    last_scale: Mutex<Option<usize>>,
     clock: Arc<dyn Clock>,
     /// Reached through `Deref`, as `sh.state` and `sh.cv`, by the workers and watchers.
     gate: Gate,
@@ -864,7 +867,16 @@ impl Shared {
         }
     }
 
-    fn report_scale(&self, live: usize) {
+    /// Tells `on_scale` and `on_event` the live worker count after a change. Reports are made
+    /// one at a time, each with the count at its making (not the count its caller saw): workers
+    /// retiring together then report in order and the last report is the final count.
+    fn report_scale(&self) {
+        let mut last = self.last_scale.lock();
+        let live = self.state.lock().live;
+        if *last == Some(live) {
+            return;
+        }
+        *last = Some(live);
         self.emit(ProcessorEvent::Scaled { workers: live });
         if let Some(f) = &self.config.on_scale
             && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(live)))

@@ -41,8 +41,8 @@ pub(super) fn spawn_one(sh: &Arc<Shared>) -> Result<()> {
         }
         builder.spawn(move || run(&s))
     })?;
-    if let Some(live) = added {
-        sh.report_scale(live);
+    if added.is_some() {
+        sh.report_scale();
     }
     Ok(())
 }
@@ -73,8 +73,8 @@ fn run(sh: &Arc<Shared>) {
     }
     w.release_buffer();
     w.release_session();
-    let live = sh.worker_exited(retired);
-    sh.report_scale(live);
+    sh.worker_exited(retired);
+    sh.report_scale();
 }
 
 enum Wait {
