@@ -156,6 +156,13 @@ class Store:
         ``accept_log_loss=True`` opens such a store anyway: the records that can still be
         verified are replayed, the damaged log is kept aside as ``<path>-log.damaged-<time>``,
         and ``log_loss`` says what was lost.
+
+        ``poll_interval=(floor, ceiling)`` (seconds; default ``(0.001, 1.0)``) matters only for
+        ``multi_process=True`` stores where no change notification on the file tells waiters
+        of other processes' messages (on Linux inotify does, and waiters do not poll): a
+        waiting receive then polls the file after ``floor``, doubling up to ``ceiling``, so a
+        message from another process is seen within ``ceiling`` and an idle waiter wakes about
+        once per ``ceiling``.
         """
     @property
     def log_loss(self) -> str | None:
@@ -1366,6 +1373,7 @@ class Processor:
         check_interval: _Seconds | None = None,
         on_scale: Callable[[int], object] | None = None,
         reserve: int | None = None,
+        on_error: Callable[[Message, BaseException], object] | None = None,
     ) -> Processor:
         """Runs ``handler(message)`` on ``workers`` threads for every message of ``queue``.
 
@@ -1396,6 +1404,13 @@ class Processor:
         (``InvalidArgumentError``). ``on_scale(workers)`` is called with the
         live worker count whenever it changes (start, autoscaling, stop), on a native thread;
         an exception it raises is logged to the ``postbox`` logger, not raised.
+
+        A handler that raises fails its message (retried after ``retry_delay``, dead-lettered
+        after the queue's ``max_deliveries`` with the exception's text), and the exception is
+        logged to the ``postbox`` logger at WARNING with its traceback. ``on_error(message,
+        exception)`` is then called on the worker thread, before the message is settled, with
+        the ``Message`` the handler got (under a ``TypedMessage`` with ``codec``) and the
+        exception; an exception it raises itself is logged at ERROR, not raised.
 
         ``sessions=True`` is session mode, for a queue that requires sessions: each worker
         holds one session at a time and handles its messages in order, so ``workers`` groups

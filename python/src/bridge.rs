@@ -13,7 +13,7 @@ use pyo3::types::PyDict;
 
 use crate::convert;
 use crate::errors::{check_process, is_forked};
-use crate::queue::wait_sliced;
+use crate::wait::wait_interruptible;
 #[cfg(not(feature = "bridge"))]
 use not_built::{Bridge, BridgeStats, LinkStats};
 
@@ -230,8 +230,8 @@ impl PyBridge {
     fn wait_connected(&self, py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<bool> {
         check_process(self.opened_by)?;
         let deadline = Instant::now().checked_add(convert::duration(timeout, "timeout")?);
-        let got = wait_sliced(py, deadline, |slice| {
-            let until = Instant::now() + slice;
+        let got = wait_interruptible(py, deadline, |slice| {
+            let until = Instant::now().checked_add(slice);
             loop {
                 match self.bridge.lock().as_ref().map(|b| b.stats().connected()) {
                     Some(true) => return Ok(Some(true)),
@@ -239,10 +239,11 @@ impl PyBridge {
                     Some(false) => {}
                 }
                 let now = Instant::now();
-                if now >= until {
+                // A Ctrl-C on the main thread interrupts the wait, checked at each poll.
+                if until.is_some_and(|u| now >= u) || postbox::binding::interrupted() {
                     return Ok(None);
                 }
-                std::thread::sleep(POLL.min(until - now));
+                std::thread::sleep(until.map_or(POLL, |u| POLL.min(u - now)));
             }
         })?;
         Ok(got.unwrap_or(false))

@@ -7,7 +7,8 @@ use pyo3::types::{PyDateTime, PyDict};
 
 use crate::convert;
 use crate::errors::{IntoPy, check_process, empty_because};
-use crate::queue::{PyQueue, wait_sliced};
+use crate::queue::PyQueue;
+use crate::wait::wait_interruptible;
 
 /// A job: a piece of work split into messages (its pieces), from `Store.create_job()` or, by
 /// id in any process, `Store.job(id)`.
@@ -122,7 +123,7 @@ impl PyJob {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let job = &self.job;
-        match wait_sliced(py, deadline, |slice| job.wait(slice))? {
+        match wait_interruptible(py, deadline, |slice| job.wait(slice))? {
             Some(p) => Ok(p.into()),
             None => {
                 let p = self.call(py, Job::progress)?;

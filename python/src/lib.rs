@@ -1,8 +1,8 @@
 //! The native module `postbox._postbox`, wrapped by the pure-Python package `postbox`.
 //!
 //! Every call that touches the disk or waits runs with the GIL released (`Python::detach`);
-//! waits run in slices of about 100 ms with `check_signals()` between them so that Ctrl-C
-//! raises `KeyboardInterrupt` promptly. Errors become the exception classes of
+//! waits on the main thread end for a signal so that Ctrl-C raises `KeyboardInterrupt` at once,
+//! and no wait wakes the process while idle (`wait.rs`). Errors become the exception classes of
 //! `postbox._errors`, one per `postbox::ErrorKind`.
 
 mod admin;
@@ -20,6 +20,7 @@ mod store;
 mod table;
 mod topic;
 mod tx;
+mod wait;
 
 use pyo3::prelude::*;
 

@@ -1,8 +1,8 @@
 //! `postbox.Processor`: the Rust processor's worker threads running a Python handler.
 //!
 //! Workers are Rust threads: they receive, renew locks and commit without the GIL and take it
-//! only to call the handler. Waiting for shutdown releases the GIL (in slices, so Ctrl-C works),
-//! which is what lets in-flight handlers finish.
+//! only to call the handler. Waiting for shutdown releases the GIL (interruptible by Ctrl-C,
+//! see `wait.rs`), which is what lets in-flight handlers finish.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -11,13 +11,14 @@ use postbox::binding::{finish_lent, retry_policy, take_transaction};
 use postbox::sync::Mutex;
 use postbox::{Autoscale, Delivery, Processor, ShutdownReport, Transaction};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::convert;
 use crate::errors::{IntoPy, check_process, invalid, is_forked};
 use crate::message::PyMessage;
-use crate::queue::{PyQueue, SLICE};
+use crate::queue::PyQueue;
 use crate::tx::PyTransaction;
+use crate::wait::wait_interruptible;
 
 struct Inner {
     /// `None` once shut down. An `Arc` so that waits happen without holding the mutex.
@@ -54,7 +55,7 @@ impl Inner {
     /// Stops, waits up to `timeout`, and forgets the processor once it has finished.
     fn shutdown(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<ShutdownReport> {
         let p = self.get()?;
-        let report = shutdown_sliced(py, &p, timeout)?;
+        let report = shutdown_interruptible(py, &p, timeout)?;
         if report.finished {
             let last = self.processor.lock().take();
             // Dropping the last handle joins the worker threads: never with the GIL held.
@@ -87,7 +88,9 @@ pub fn _shutdown_all(py: Python<'_>) -> PyResult<()> {
 
 /// Runs `handler(message)` on `workers` threads for every message of `queue`. A handler that
 /// returns completes its message; one that raises abandons it for a retry with backoff (after
-/// `max_deliveries` it is dead-lettered with the exception text). `msg.dead_letter(reason)`
+/// `max_deliveries` it is dead-lettered with the exception text). The exception is logged to
+/// the `postbox` logger at WARNING with its traceback, and given to `on_error(message,
+/// exception)` if set. `msg.dead_letter(reason)`
 /// inside the handler dead-letters it instead, whether the handler then returns or raises.
 ///
 /// Workers are native threads with the stack size Python gives its own threads
@@ -141,14 +144,23 @@ fn failure_text(py: Python<'_>, e: &PyErr) -> String {
     format!("{name}: {}", e.value(py))
 }
 
-fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
+/// A Python handler and what its failures go to.
+struct PyHandler {
+    handler: Py<PyAny>,
+    /// `on_error(message, exception)`, called when the handler raises.
+    on_error: Option<Py<PyAny>>,
+    queue: String,
+}
+
+fn run_handler(h: &PyHandler, d: &Delivery) -> Result<(), String> {
     let (msg, result) = Python::attach(|py| {
         let msg = Bound::new(py, PyMessage::for_processor(d)).map_err(|e| failure_text(py, &e))?;
-        let result = handler
+        let result = h
+            .handler
             .bind(py)
             .call1((&msg,))
             .map(drop)
-            .map_err(|e| failure_text(py, &e));
+            .map_err(|e| h.raised(py, &msg, &e));
         Ok::<_, String>((msg.unbind(), result))
     })?;
     finish_lent(&msg.get().held, result)
@@ -156,17 +168,18 @@ fn run_handler(handler: &Py<PyAny>, d: &Delivery) -> Result<(), String> {
 
 /// A transactional handler call: `handler(message, tx)` with the processor's transaction lent
 /// as a `postbox.Transaction` for the call, taken back (and closed to Python) when it returns.
-fn run_tx_handler(handler: &Py<PyAny>, d: &Delivery, tx: &mut Transaction) -> Result<(), String> {
+fn run_tx_handler(h: &PyHandler, d: &Delivery, tx: &mut Transaction) -> Result<(), String> {
     let lent = Python::attach(|py| {
         Py::new(py, PyTransaction::lent(take_transaction(tx))).map_err(|e| failure_text(py, &e))
     })?;
     let called = Python::attach(|py| {
         let msg = Bound::new(py, PyMessage::for_processor(d)).map_err(|e| failure_text(py, &e))?;
-        let result = handler
+        let result = h
+            .handler
             .bind(py)
             .call1((&msg, lent.bind(py)))
             .map(drop)
-            .map_err(|e| failure_text(py, &e));
+            .map_err(|e| h.raised(py, &msg, &e));
         Ok::<_, String>((msg.unbind(), result))
     });
     // Taken back whatever happened: the processor commits it with the completion, or aborts it.
@@ -177,26 +190,108 @@ fn run_tx_handler(handler: &Py<PyAny>, d: &Delivery, tx: &mut Transaction) -> Re
     finish_lent(&msg.get().held, result)
 }
 
+/// The exception of `e`, its traceback attached (`__traceback__`), as Python's `except` would
+/// see it: what the logging module prints and what `on_error` gets.
+fn exception<'py>(py: Python<'py>, e: &PyErr) -> Bound<'py, pyo3::exceptions::PyBaseException> {
+    let value = e.value(py).clone();
+    if let Some(tb) = e.traceback(py) {
+        let _ = value.setattr("__traceback__", tb);
+    }
+    value
+}
+
+/// Logs `e` with its traceback to the `postbox` logger at `level` (`"warning"`, `"error"`);
+/// `args` gives the message and its `%` arguments. A failure to log is reported as
+/// unraisable, never raised: this runs on a worker thread, outside any Python caller.
+fn log_exception<'py>(
+    py: Python<'py>,
+    level: &str,
+    args: impl FnOnce() -> PyResult<Bound<'py, PyTuple>>,
+    e: &PyErr,
+) {
+    let logged = (|| {
+        let log = py
+            .import("logging")?
+            .call_method1("getLogger", ("postbox",))?;
+        let kw = PyDict::new(py);
+        kw.set_item("exc_info", exception(py, e))?;
+        log.call_method(level, args()?, Some(&kw))
+    })();
+    if let Err(e) = logged {
+        e.write_unraisable(py, None);
+    }
+}
+
+impl PyHandler {
+    /// The handler raised `e` on `msg`: logs it to the `postbox` logger at WARNING with the
+    /// traceback, then calls `on_error(msg, exception)` while the message is still the
+    /// handler's (an exception of the hook's own is logged at ERROR, never raised). Returns
+    /// the failure text the message is retried (or dead-lettered) with.
+    fn raised(&self, py: Python<'_>, msg: &Bound<'_, PyMessage>, e: &PyErr) -> String {
+        log_exception(
+            py,
+            "warning",
+            || {
+                PyTuple::new(
+                    py,
+                    [
+                        "postbox.Processor handler raised on message %d of queue %r (delivery %d)"
+                            .into_pyobject(py)?
+                            .into_any(),
+                        msg.getattr("id")?,
+                        self.queue.as_str().into_pyobject(py)?.into_any(),
+                        msg.getattr("delivery_count")?,
+                    ],
+                )
+            },
+            e,
+        );
+        if let Some(f) = &self.on_error
+            && let Err(hook) = f.bind(py).call1((msg, exception(py, e)))
+        {
+            log_exception(
+                py,
+                "error",
+                || {
+                    PyTuple::new(
+                        py,
+                        [
+                            "postbox.Processor on_error raised on message %d of queue %r"
+                                .into_pyobject(py)?
+                                .into_any(),
+                            msg.getattr("id")?,
+                            self.queue.as_str().into_pyobject(py)?.into_any(),
+                        ],
+                    )
+                },
+                &hook,
+            );
+        }
+        failure_text(py, e)
+    }
+}
+
 /// Calls the `on_scale` callback with the live worker count, on whichever native thread
 /// changed it. An exception is logged to the `postbox` logger, never raised.
 fn call_on_scale(f: &Py<PyAny>, workers: usize) {
     Python::attach(|py| {
         if let Err(e) = f.bind(py).call1((workers,)) {
-            let logged = py
-                .import("logging")
-                .and_then(|l| l.call_method1("getLogger", ("postbox",)))
-                .and_then(|log| {
-                    let kw = PyDict::new(py);
-                    kw.set_item("exc_info", e.value(py))?;
-                    log.call_method(
-                        "error",
-                        ("postbox.Processor on_scale(%d) raised", workers),
-                        Some(&kw),
+            log_exception(
+                py,
+                "error",
+                || {
+                    PyTuple::new(
+                        py,
+                        [
+                            "postbox.Processor on_scale(%d) raised"
+                                .into_pyobject(py)?
+                                .into_any(),
+                            workers.into_pyobject(py)?.into_any(),
+                        ],
                     )
-                });
-            if let Err(e) = logged {
-                e.write_unraisable(py, None);
-            }
+                },
+                &e,
+            );
         }
     });
 }
@@ -259,33 +354,35 @@ fn report_to_py(r: ShutdownReport) -> PyShutdownReport {
     }
 }
 
-/// Waits up to `timeout` (`None`: until done) for `p` to finish, in slices, checking signals.
-fn join_sliced(
+/// Waits up to `timeout` (`None`: until done) for `p` to finish, with the GIL released;
+/// Ctrl-C interrupts it on the main thread (see `wait.rs`).
+fn join_interruptible(
     py: Python<'_>,
     p: &Processor,
     timeout: Option<Duration>,
 ) -> PyResult<ShutdownReport> {
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-    loop {
-        let slice = match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-            None => SLICE,
-        };
-        let report = py.detach(|| p.join(slice));
-        if report.finished || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(report);
-        }
-        py.check_signals()?;
+    let mut last = None;
+    let finished = wait_interruptible(py, deadline, |left| {
+        let report = p.join(left);
+        let done = report.finished.then_some(report);
+        last = Some(report);
+        Ok(done)
+    })?;
+    match finished.or(last) {
+        Some(report) => Ok(report),
+        // Not reached: the wait makes at least one attempt.
+        None => Ok(py.detach(|| p.join(Duration::ZERO))),
     }
 }
 
-fn shutdown_sliced(
+fn shutdown_interruptible(
     py: Python<'_>,
     p: &Processor,
     timeout: Option<Duration>,
 ) -> PyResult<ShutdownReport> {
     p.stop();
-    join_sliced(py, p, timeout)
+    join_interruptible(py, p, timeout)
 }
 
 #[pymethods]
@@ -294,7 +391,7 @@ impl PyProcessor {
     #[pyo3(signature = (queue, handler, workers=4, *, retry_delay=None, max_retry_delay=None,
         handler_timeout=None, max_auto_renew=None, prefetch=0, autoscale=None, drop_timeout=None,
         sessions=false, transactional=false, codec=None, messages_per_worker=None,
-        check_interval=None, on_scale=None, reserve=None))]
+        check_interval=None, on_scale=None, reserve=None, on_error=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -315,6 +412,7 @@ impl PyProcessor {
         check_interval: Option<&Bound<'_, PyAny>>,
         on_scale: Option<Bound<'_, PyAny>>,
         reserve: Option<usize>,
+        on_error: Option<Bound<'_, PyAny>>,
     ) -> PyResult<PyProcessor> {
         if !handler.is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err(if transactional {
@@ -328,6 +426,13 @@ impl PyProcessor {
         {
             return Err(pyo3::exceptions::PyTypeError::new_err(
                 "on_scale must be callable: on_scale(workers) -> None",
+            ));
+        }
+        if let Some(f) = &on_error
+            && !f.is_callable()
+        {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "on_error must be callable: on_error(message, exception) -> None",
             ));
         }
         let check_interval = convert::opt_duration(check_interval, "check_interval")?;
@@ -397,7 +502,11 @@ impl PyProcessor {
             let f = f.unbind();
             b = b.on_scale(move |workers| call_on_scale(&f, workers));
         }
-        let handler = handler.unbind();
+        let handler = PyHandler {
+            handler: handler.unbind(),
+            on_error: on_error.map(Bound::unbind),
+            queue: q.name().to_owned(),
+        };
         let p = py
             .detach(|| {
                 if transactional {
@@ -489,7 +598,7 @@ impl PyProcessor {
             return self.inner.forked_report().map(report_to_py);
         }
         let p = self.inner.get()?;
-        join_sliced(py, &p, timeout).map(report_to_py)
+        join_interruptible(py, &p, timeout).map(report_to_py)
     }
 
     /// Stops taking messages and waits up to `timeout` (`None`: until done) for every running

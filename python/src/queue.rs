@@ -12,32 +12,7 @@ use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, empty_because, invalid};
 use crate::message::PyMessage;
 use crate::session::PySession;
-
-/// Longest stretch spent waiting without the GIL before checking for signals (Ctrl-C).
-pub const SLICE: Duration = Duration::from_millis(100);
-
-/// Waits until `attempt` yields something or `deadline` passes (`None`: forever). Each attempt
-/// waits at most one slice with the GIL released; signals are checked between slices so that
-/// Ctrl-C raises `KeyboardInterrupt` promptly.
-pub fn wait_sliced<T: Send>(
-    py: Python<'_>,
-    deadline: Option<Instant>,
-    mut attempt: impl FnMut(Duration) -> postbox::Result<Option<T>> + Send,
-) -> PyResult<Option<T>> {
-    loop {
-        let slice = match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-            None => SLICE,
-        };
-        if let Some(got) = py.detach(|| attempt(slice)).py_err()? {
-            return Ok(Some(got));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        py.check_signals()?;
-    }
-}
+use crate::wait::wait_interruptible;
 
 /// A queue of the store; cheap to copy around, safe to share between threads. In a forked
 /// child every call raises `ForkedError` (see `Store`).
@@ -59,7 +34,7 @@ impl PyQueue {
 }
 
 fn receive_one(py: Python<'_>, q: &Queue, deadline: Option<Instant>) -> PyResult<Option<Received>> {
-    wait_sliced(py, deadline, |slice| q.receive(slice))
+    wait_interruptible(py, deadline, |slice| q.receive(slice))
 }
 
 /// Takes the locks of every message of `messages` (an iterable of `Message` of `queue`), all
@@ -224,7 +199,7 @@ impl PyQueue {
         let mut pending = py
             .detach(|| postbox::binding::send_request(q, m))
             .py_err()?;
-        match wait_sliced(py, deadline, |slice| pending.receive(slice))? {
+        match wait_interruptible(py, deadline, |slice| pending.receive(slice))? {
             Some(env) => Ok(PyMessage::settled(env, "completed")),
             None => Err(empty_because(format!(
                 "no reply with correlation id {:?} came to the request sent to queue {:?}",
@@ -249,7 +224,7 @@ impl PyQueue {
             None => py.detach(|| q.peek()).py_err()?,
             Some(_) => {
                 let deadline = convert::deadline(timeout)?;
-                wait_sliced(py, deadline, |slice| q.peek_wait(slice))?
+                wait_interruptible(py, deadline, |slice| q.peek_wait(slice))?
             }
         };
         Ok(env.map(PyMessage::peeked))
@@ -270,7 +245,7 @@ impl PyQueue {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let q = &self.q;
-        match wait_sliced(py, deadline, |slice| q.receive_by_id(MessageId(id), slice))? {
+        match wait_interruptible(py, deadline, |slice| q.receive_by_id(MessageId(id), slice))? {
             Some(r) => Ok(PyMessage::received(r)),
             None => Err(empty(self.q.name())),
         }
@@ -291,7 +266,7 @@ impl PyQueue {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let q = &self.q;
-        match wait_sliced(py, deadline, |slice| {
+        match wait_interruptible(py, deadline, |slice| {
             q.receive_by_correlation_id(correlation_id, slice)
         })? {
             Some(r) => Ok(PyMessage::received(r)),
@@ -357,7 +332,7 @@ impl PyQueue {
         }
         let deadline = convert::deadline(timeout)?;
         let q = &self.q;
-        let got = wait_sliced(py, deadline, |slice| {
+        let got = wait_interruptible(py, deadline, |slice| {
             q.receive_batch(max_messages, slice)
                 .map(|v| (!v.is_empty()).then_some(v))
         })?;
@@ -401,7 +376,7 @@ impl PyQueue {
             .detach(|| q.complete_batch_and_receive(received, max_messages, Duration::ZERO))
             .py_err()?;
         let got = if first.is_empty() && deadline.is_none_or(|d| Instant::now() < d) {
-            wait_sliced(py, deadline, |slice| {
+            wait_interruptible(py, deadline, |slice| {
                 q.receive_batch(max_messages, slice)
                     .map(|v| (!v.is_empty()).then_some(v))
             })?
@@ -480,7 +455,7 @@ impl PyQueue {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let q = &self.q;
-        let got = wait_sliced(py, deadline, |slice| match &group {
+        let got = wait_interruptible(py, deadline, |slice| match &group {
             None => q.accept_session(slice),
             Some(g) => q.accept_named_session(g, slice),
         })?;

@@ -9,7 +9,8 @@ use pyo3::types::{PyBytes, PyDateTime, PyType};
 use crate::convert;
 use crate::errors::{IntoPy, check_process, empty_because, invalid, is_forked};
 use crate::message::PyMessage;
-use crate::queue::{PyQueue, wait_sliced};
+use crate::queue::PyQueue;
+use crate::wait::wait_interruptible;
 
 /// A session of a queue that requires sessions (`Store.queue(..., requires_session=True)`),
 /// from `Queue.accept_session()`: the messages of one `group`, delivered to this holder only,
@@ -79,7 +80,7 @@ impl PySession {
     ) -> PyResult<PyMessage> {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
-        let got = wait_sliced(py, deadline, |slice| match &*self.session.lock() {
+        let got = wait_interruptible(py, deadline, |slice| match &*self.session.lock() {
             Some(s) => pick(s, slice),
             None => Err(self.released_error()),
         })?;
@@ -124,7 +125,7 @@ impl PySession {
     fn receive(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyMessage> {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
-        let got = wait_sliced(py, deadline, |slice| match &*self.session.lock() {
+        let got = wait_interruptible(py, deadline, |slice| match &*self.session.lock() {
             Some(s) => s.receive(slice),
             None => Err(self.released_error()),
         })?;

@@ -13,10 +13,11 @@ use crate::convert::{self, SendArgs};
 use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
 use crate::job::PyJob;
 use crate::message::PyMessage;
-use crate::queue::{PyQueue, PySent, wait_sliced};
+use crate::queue::{PyQueue, PySent};
 use crate::session::PySession;
 use crate::table::PyTxTable;
 use crate::topic::PyTopic;
+use crate::wait::wait_interruptible;
 
 pub enum State {
     Open(Transaction),
@@ -202,7 +203,7 @@ impl PyTransaction {
         check_process(self.opened_by)?;
         let deadline = convert::deadline(timeout)?;
         let q = &queue.get().q;
-        let got = wait_sliced(py, deadline, |slice| match &mut *self.state.lock() {
+        let got = wait_interruptible(py, deadline, |slice| match &mut *self.state.lock() {
             State::Open(tx) => Ok(f(tx, q, slice)?.map(|env| {
                 let id = env.id();
                 (env, tx.lock_token(id), tx.locked_until(id))

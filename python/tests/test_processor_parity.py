@@ -245,3 +245,72 @@ def test_bad_knob_types(queue: postbox.Queue) -> None:
         postbox.Processor(queue, lambda m: None, autoscale=(0, 2), on_scale=3)  # type: ignore[arg-type]
     with pytest.raises(OverflowError):
         postbox.Processor(queue, lambda m: None, autoscale=(0, 2), messages_per_worker=-1)
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_raising_handler_is_logged_and_reaches_on_error(
+    queue: postbox.Queue, caplog: pytest.LogCaptureFixture, transactional: bool
+) -> None:
+    def handler(m: postbox.Message, *tx: object) -> None:
+        raise ValueError(f"cannot handle {m.body!r}")
+
+    seen: list[tuple[int, int, BaseException]] = []
+    called = threading.Event()
+
+    def on_error(m: postbox.Message, exc: BaseException) -> None:
+        seen.append((m.id, m.delivery_count, exc))
+        called.set()
+
+    mid = queue.send(b"x")
+    with caplog.at_level(logging.WARNING, logger="postbox"):
+        with postbox.Processor(
+            queue, handler, workers=1, retry_delay=60, transactional=transactional, on_error=on_error
+        ) as p:
+            assert called.wait(20)
+            wait_for(lambda: p.stats()["failed"] == 1)
+    [(got_id, delivery, exc)] = seen
+    assert (got_id, delivery) == (mid, 1)
+    assert isinstance(exc, ValueError) and "cannot handle" in str(exc)
+    [record] = [r for r in caplog.records if "handler raised" in r.getMessage()]
+    assert (record.name, record.levelno) == ("postbox", logging.WARNING)
+    assert f"message {mid} of queue 'jobs' (delivery 1)" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[1] is exc
+    # The traceback reaches the handler's own frame.
+    assert "in handler" in caplog.text
+    # Retried later with the exception's text, as without a hook.
+    assert queue.stats().scheduled == 1
+
+
+def test_on_error_exceptions_are_logged_not_raised(
+    queue: postbox.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    def handler(m: postbox.Message) -> None:
+        raise RuntimeError("handler failed")
+
+    def on_error(m: postbox.Message, exc: BaseException) -> None:
+        raise KeyError("hook failed too")
+
+    queue.send(b"x")
+    with caplog.at_level(logging.WARNING, logger="postbox"):
+        with postbox.Processor(queue, handler, workers=1, retry_delay=60, on_error=on_error) as p:
+            wait_for(lambda: any("on_error raised" in r.getMessage() for r in caplog.records))
+            wait_for(lambda: p.stats()["failed"] == 1)
+    record = next(r for r in caplog.records if "on_error raised" in r.getMessage())
+    assert (record.name, record.levelno) == ("postbox", logging.ERROR)
+    assert record.exc_info is not None and "hook failed too" in str(record.exc_info[1])
+    with pytest.raises(TypeError, match="on_error"):
+        postbox.Processor(queue, lambda m: None, on_error=3)  # type: ignore[arg-type]
+
+
+def test_a_handler_that_returns_reaches_no_hook(
+    queue: postbox.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[object] = []
+    queue.send(b"x")
+    with caplog.at_level(logging.WARNING, logger="postbox"):
+        with postbox.Processor(
+            queue, lambda m: None, workers=1, on_error=lambda m, e: seen.append(e)
+        ) as p:
+            wait_for(lambda: p.stats()["processed"] == 1)
+    assert seen == []
+    assert not [r for r in caplog.records if r.name == "postbox"]
