@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-scripts=(rust header c package python wheel sizes snippets dashboard bridge stress fuzz concurrency bench-smoke)
+scripts=(rust header c package python idle wheel sizes snippets dashboard bridge stress fuzz concurrency bench-smoke)
 
 # The stress concern runs a CI-sized pass (40 SIGKILLs, one round) unless asked for more, e.g.
 # POSTBOX_STRESS=10 POSTBOX_STRESS_ROUNDS=2 ./test.sh; the other concerns run their defaults.
