@@ -398,6 +398,10 @@ impl Engine {
         if let Some(w) = self.watch.lock().take() {
             w.stop();
         }
+        // Its pending looks (and async waiters' wake-ups, all woken above) go with the timer
+        // thread, which holds them.
+        self.look.close();
+        self.signals.timer.stop();
         // The writer thread has exited with its handle; dropping this one closes the file.
         // redb's own drop can panic on a store damaged under it (a lock poisoned by an earlier
         // caught panic); that must not escape to the caller either.

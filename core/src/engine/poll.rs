@@ -48,6 +48,8 @@ pub struct FileLook {
     watching: AtomicBool,
     /// A look found a dead process's locks; the next waiter to wake releases them.
     dead_owner: AtomicBool,
+    /// The store closed: nothing more goes on the timer.
+    closed: AtomicBool,
     state: Mutex<LookState>,
 }
 
@@ -76,6 +78,7 @@ impl FileLook {
             scope,
             watching: AtomicBool::new(false),
             dead_owner: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             state: Mutex::new(LookState::default()),
         }
     }
@@ -111,6 +114,12 @@ impl FileLook {
         self.schedule(Instant::now() + SAFETY_LOOK);
     }
 
+    /// The store closes: no look is put on the timer any more (the close then empties it).
+    pub fn close(&self) {
+        let _st = self.state.lock();
+        self.closed.store(true, Ordering::Release);
+    }
+
     /// Takes the mark a look left on finding a dead process's locks.
     pub fn take_dead_owner(&self) -> bool {
         self.dead_owner.swap(false, Ordering::AcqRel)
@@ -121,16 +130,19 @@ impl FileLook {
         let Some(signals) = self.signals.upgrade() else {
             return;
         };
-        {
-            let mut st = self.state.lock();
-            if st.next.is_some_and(|n| n <= at) {
-                return;
-            }
-            st.next = Some(at);
+        // Entered under the state lock, as `close` is, so that nothing goes on the timer after
+        // the close (whose `stop` of the timer follows). The timer calls `wake` outside its own
+        // lock, so the two locks are always taken in this order.
+        let mut st = self.state.lock();
+        if self.closed.load(Ordering::Acquire) || st.next.is_some_and(|n| n <= at) {
+            return;
         }
-        if let Err(e) = signals.timer.wake_at(at, Waker::from(self.clone())) {
-            self.state.lock().next = None;
-            tracing::warn!(error = %e, "no timer thread: dead processes' locks are released at their expiry");
+        match signals.timer.wake_at(at, Waker::from(self.clone())) {
+            Ok(()) => st.next = Some(at),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "no timer thread: dead processes' locks are released at their expiry"
+            ),
         }
     }
 

@@ -33,6 +33,8 @@ struct State {
     entries: BinaryHeap<Reverse<Entry>>,
     seq: u64,
     running: bool,
+    /// The thread last started (perhaps ended since), for `stop` to wait for.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 #[derive(Debug)]
@@ -86,13 +88,35 @@ impl Timer {
         let started = std::thread::Builder::new()
             .name("postbox-timer".into())
             .spawn(move || shared.run());
-        if let Err(e) = started {
-            let mut st = self.shared.state.lock();
-            st.running = false;
-            st.entries.clear();
-            return Err(e.into());
+        let mut st = self.shared.state.lock();
+        match started {
+            Ok(thread) => {
+                st.thread = Some(thread);
+                Ok(())
+            }
+            Err(e) => {
+                st.running = false;
+                st.entries.clear();
+                Err(e.into())
+            }
         }
-        Ok(())
+    }
+
+    /// Drops every entry and waits for the thread to end: the store closes, and its waiters
+    /// were woken already. An entry's waker may hold what the store's close is to free.
+    pub fn stop(&self) {
+        let (entries, thread) = {
+            let mut st = self.shared.state.lock();
+            let entries = std::mem::take(&mut st.entries);
+            (entries, st.thread.take())
+        };
+        self.shared.cv.notify_all();
+        drop(entries);
+        if let Some(t) = thread
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
     }
 }
 
