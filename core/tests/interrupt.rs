@@ -67,7 +67,7 @@ fn every_wait_ends(store: &Store) {
     let job = store.create_job(JobOptions::default()).unwrap();
     job.send(&pieces, Message::new("piece")).unwrap();
     job.seal().unwrap();
-    assert!(!interrupted_wait(|| job.wait(LONG)).unwrap().done);
+    assert!(interrupted_wait(|| job.wait(LONG)).unwrap().is_none());
 
     let p = Processor::builder(&q)
         .workers(1)
