@@ -3,6 +3,9 @@
 //! links fail over to the brokers that are left. Nothing acknowledged on either side is
 //! lost; copies appear only with a repeated `message-id`; every group keeps its order.
 
+// The broker harness runs RabbitMQ's Unix scripts in process groups: Unix only.
+#![cfg(unix)]
+
 mod common;
 
 use std::time::Duration;

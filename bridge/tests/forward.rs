@@ -3,6 +3,9 @@
 //! node (own name, ports and data directory on 127.0.0.1) and skips, saying why, only where
 //! `rabbitmq-server` is not installed. `POSTBOX_BRIDGE_MESSAGES` scales the streams.
 
+// The broker harness runs RabbitMQ's Unix scripts in process groups: Unix only.
+#![cfg(unix)]
+
 mod common;
 
 use std::collections::BTreeMap;

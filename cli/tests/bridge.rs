@@ -3,6 +3,9 @@
 //! its counters are on the dashboard's `/metrics`; Ctrl-C stops it cleanly. Skips, saying
 //! why, only where `rabbitmq-server` is not installed.
 
+// The broker harness runs RabbitMQ's Unix scripts in process groups: Unix only.
+#![cfg(unix)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -15,7 +15,7 @@ pub trait LogFile: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     ///
-    /// The file system's error (`ENOSPC` when the disk is full).
+    /// The file system's error (`ENOSPC`, Windows' `ERROR_DISK_FULL`, when the disk is full).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
 
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
@@ -39,7 +39,8 @@ pub trait LogFile: Send + Sync + std::fmt::Debug {
     /// The file system's error.
     fn set_len(&self, len: u64) -> io::Result<()>;
 
-    /// Makes every write so far durable (`fdatasync`).
+    /// Makes every write so far durable (`fdatasync`; `F_FULLFSYNC` on Apple systems,
+    /// `FlushFileBuffers` on Windows).
     ///
     /// # Errors
     ///
@@ -54,22 +55,11 @@ pub struct OsLogFile(pub File);
 
 impl LogFile for OsLogFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.0.write_all_at(buf, offset)
+        crate::os::io::write_all_at(&self.0, buf, offset)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let mut got = 0;
-        while got < buf.len() {
-            match self.0.read_at(&mut buf[got..], offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
+        crate::os::io::read_at(&self.0, buf, offset)
     }
 
     fn size(&self) -> io::Result<u64> {
@@ -95,7 +85,7 @@ pub trait StorageLayer: Send + Sync + std::fmt::Debug {
     /// Any error; opening the store fails with it.
     fn store_file(&self, file: File) -> io::Result<Box<dyn redb::StorageBackend>>;
 
-    /// The log file `file` (already opened read-write, created 0600 if new).
+    /// The log file `file` (already opened read-write, created for its owner only if new).
     fn log_file(&self, file: File) -> Box<dyn LogFile>;
 }
 

@@ -46,6 +46,15 @@ impl Wake for ThreadWaker {
 /// The smallest executor: polls `fut` on this thread, parks between polls (with no timeout:
 /// only a wake gets it going again). Returns the output and the number of polls.
 fn run_counting<F: Future>(fut: F) -> (F::Output, usize) {
+    run_counting_after(fut, None::<fn()>)
+}
+
+/// As [`run_counting`], calling `after_first_poll` once the first poll returned `Pending`
+/// (failing the test if it did not).
+fn run_counting_after<F: Future>(
+    fut: F,
+    mut after_first_poll: Option<impl FnOnce()>,
+) -> (F::Output, usize) {
     let waker = Arc::new(ThreadWaker {
         thread: std::thread::current(),
         wakes: AtomicUsize::new(0),
@@ -57,9 +66,13 @@ fn run_counting<F: Future>(fut: F) -> (F::Output, usize) {
     loop {
         polls += 1;
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            assert!(after_first_poll.is_none(), "the first poll was ready");
             return (v, polls);
         }
         let seen = waker.wakes.load(Ordering::SeqCst);
+        if let Some(f) = after_first_poll.take() {
+            f();
+        }
         while waker.wakes.load(Ordering::SeqCst) == seen {
             std::thread::park();
         }
@@ -468,4 +481,36 @@ fn a_multi_process_wait_is_woken_not_spun() {
     sender.join().unwrap();
     // Polls of the file with backoff up to the 50 ms ceiling: a handful, not hundreds.
     assert!(polls < 40, "polled {polls} times");
+}
+
+/// Another handle's send — another process's, as far as the waiter can tell — wakes a future
+/// waiting on a shared store through the file watch (inotify on Linux, a directory change
+/// notification on Windows), not at its next poll of the file, which is ten minutes away.
+#[cfg(any(target_os = "linux", windows))]
+#[test]
+fn another_handles_send_wakes_a_shared_store_future_through_the_file_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let open = || {
+        Store::builder()
+            .multi_process(true)
+            .poll_interval(Duration::from_secs(600), Duration::from_secs(600))
+            .open(&path)
+            .unwrap()
+    };
+    let (a, b) = (open(), open());
+    let (qa, qb) = (a.queue("q").unwrap(), b.queue("q").unwrap());
+    let started = Instant::now();
+    let send = || {
+        qb.send("across").unwrap();
+    };
+    let (got, _) = run_counting_after(qa.receive_async(Some(Duration::from_secs(120))), Some(send));
+    let msg = got
+        .unwrap()
+        .expect("woken by the watch, long before the poll");
+    assert_eq!(msg.body(), b"across");
+    assert!(started.elapsed() < Duration::from_secs(120));
+    msg.complete().unwrap();
+    a.close().unwrap();
+    b.close().unwrap();
 }

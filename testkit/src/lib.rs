@@ -2,11 +2,12 @@
 //! runs the same way: a seeded generator whose seed is printed for replay ([`Rng`]), size knobs
 //! read from the environment ([`knob`], [`stress`]), deterministic clocks, and stores in fresh
 //! temporary directories ([`TestStore`]), and private RabbitMQ nodes and clusters for the bridge's
-//! tests ([`broker`]).
+//! tests ([`broker`], Unix only: RabbitMQ's own scripts and the process groups it needs).
 //!
 //! Not published; test code only, so it panics on setup failures instead of returning errors,
 //! except in [`broker`], where a broker that cannot run is the caller's to report or skip on.
 
+#[cfg(unix)]
 pub mod broker;
 mod clocks;
 mod knobs;

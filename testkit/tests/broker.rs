@@ -5,6 +5,9 @@
 //! Skips (passing, with a SKIPPED line) only where RabbitMQ is not installed; `.ci/bridge.sh`
 //! installs it.
 
+// The broker harness runs RabbitMQ's Unix scripts in process groups: Unix only.
+#![cfg(unix)]
+
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 

@@ -91,7 +91,7 @@ impl<T> HeldMessage<T> {
             hold: Mutex::new(hold),
             lock_token: token,
             locked_until_ms: AtomicU64::new(until.map_or(0, from_system_time)),
-            opened_by: std::process::id(),
+            opened_by: crate::os::process::id(),
             lent: None,
             read_state,
         }
@@ -196,7 +196,7 @@ impl<T> HeldMessage<T> {
     /// Whether this process is not the one that read the message (it was inherited across
     /// `fork()`).
     pub fn is_forked(&self) -> bool {
-        std::process::id() != self.opened_by
+        crate::os::process::id() != self.opened_by
     }
 
     /// Fails with [`Error::Forked`] in a forked child, before any mutex is taken.

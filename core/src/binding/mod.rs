@@ -27,7 +27,7 @@ pub use crate::error::{Language, language, set_language};
 /// Bindings check this before taking any mutex of theirs: one that a parent thread held at
 /// `fork()` stays locked in the child forever.
 pub fn check_process(opened_by: u32) -> crate::Result<()> {
-    let current = std::process::id();
+    let current = crate::os::process::id();
     if current == opened_by {
         Ok(())
     } else {

@@ -1,8 +1,9 @@
 //! Creating and opening the store file.
 //!
-//! Creation is atomic: the store is built under a temporary name, made durable, then linked to
-//! its final name and the directory is synced, so a crash at any point leaves either no store or
-//! a complete one — never a file that cannot be opened. The temporary file of a creation that
+//! Creation is atomic: the store is built under a temporary name, made durable, then given its
+//! final name (linked on Unix, moved on Windows; never replacing a store another process
+//! created meanwhile) and the directory is synced where the system can, so a crash at any point
+//! leaves either no store or a complete one — never a file that cannot be opened. The temporary file of a creation that
 //! a crash interrupted is removed by the next creation of the same store.
 //!
 //! A writable open of a store in an older format upgrades it to the current one in a single
@@ -23,6 +24,7 @@ use super::tables::*;
 use super::wal::{self, Recovered, Wal};
 use crate::error::{Error, Result, io_to_error};
 use crate::options::EngineConfig;
+use crate::os;
 
 const REDB_MAGIC: &[u8] = b"redb";
 
@@ -212,9 +214,7 @@ fn open_writable(path: &Path, b: &EngineConfig) -> Result<Database> {
     let Some(layer) = &b.storage_layer else {
         return Ok(redb_builder(b).open(path)?);
     };
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
+    let file = os::lock::shared(OpenOptions::new().read(true).write(true))
         .open(path)
         .map_err(io_to_error)?;
     let backend = layer.store_file(file).map_err(io_to_error)?;
@@ -481,15 +481,12 @@ fn create(path: &Path, b: &EngineConfig) -> Result<()> {
 /// Removes the temporary files of creations that a crash interrupted (their builder's
 /// process is gone), so that a store killed while being created leaves nothing behind once
 /// it is created again. Best effort: a file that cannot be listed or removed stays, and only
-/// where the system tells which processes are alive (Linux's /proc) is anything removed.
+/// where the system tells which processes exist (`os::process::exists`) is anything removed.
 fn remove_abandoned_builds(path: &Path) {
-    if !Path::new("/proc/self").exists() {
+    if os::process::exists(os::process::id()).is_none() {
         return;
     }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let dir = os::fs::dir_of(path);
     let prefix = temp_prefix(path);
     let Ok(entries) = fs::read_dir(&dir) else {
         return;
@@ -503,7 +500,7 @@ fn remove_abandoned_builds(path: &Path) {
             continue;
         };
         // A live builder (this process included) still needs its file.
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if os::process::exists(pid) != Some(false) {
             continue;
         }
         match fs::remove_file(entry.path()) {
@@ -522,12 +519,9 @@ fn remove_abandoned_builds(path: &Path) {
 
 fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     let mut opts = OpenOptions::new();
-    opts.read(true).write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
+    os::fs::owner_only(os::lock::shared(
+        opts.read(true).write(true).create_new(true),
+    ));
     let file = opts.open(tmp).map_err(io_to_error)?;
     let mut rb = redb_builder(b);
     rb.set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
@@ -551,32 +545,25 @@ fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     }
     txn.commit()?;
     drop(db);
-    File::open(tmp)
+    // Open for writing: Windows flushes only a handle that may write.
+    os::lock::shared(OpenOptions::new().write(true))
+        .open(tmp)
         .and_then(|f| f.sync_all())
         .map_err(io_to_error)?;
     Ok(())
 }
 
-/// Links the finished file to its name without replacing anything another process created
-/// meanwhile, then makes the new directory entry durable.
+/// Gives the finished file its name without replacing anything another process created
+/// meanwhile (a hard link on Unix, a move on Windows: `os::fs::publish`), then makes the new
+/// directory entry durable.
 fn publish(tmp: &Path, path: &Path) -> Result<()> {
-    match fs::hard_link(tmp, path) {
+    match os::fs::publish(tmp, path) {
         Ok(()) => {}
         // Another process created the store first: use theirs.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(io_to_error(e)),
     }
-    #[cfg(unix)]
-    {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_to_error)?;
-    }
-    Ok(())
+    os::fs::sync_dir(path).map_err(io_to_error)
 }
 
 /// Opens an existing store again after a failed write (see `db`): like [`open`], but never

@@ -27,7 +27,6 @@ mod tracking;
 mod wait;
 mod wait_async;
 mod wal;
-mod watch;
 
 // The engine's face: what the public API, the transaction and the processor may use. Everything
 // else stays inside.
@@ -82,8 +81,6 @@ pub struct Engine {
     /// The process that opened the store: a handle inherited across `fork()` must not touch
     /// the file (invariant 11).
     opened_by: u32,
-    /// This store's note in `in_process` (freed at close).
-    opened_note: Option<usize>,
     pipeline: Pipeline,
     pub signals: Arc<Signals>,
     pub clock: Arc<dyn Clock>,
@@ -98,9 +95,11 @@ pub struct Engine {
     closed: AtomicBool,
     pub stats: Arc<PipelineStats>,
     /// Multi-process mode: tells `look` when another process writes the file.
-    watch: crate::sync::Mutex<Option<watch::FileWatch>>,
+    watch: crate::sync::Mutex<Option<crate::os::watch::FileWatch>>,
     /// Multi-process mode: looks at the file for this process's waiters (see `poll`).
     look: Arc<poll::FileLook>,
+    /// The file is open in this process, until closed (see `os::lock::holder`).
+    open_mark: crate::sync::Mutex<Option<crate::os::lock::OpenMark>>,
     /// Single-process mode: the next message id (shared with the writer's batches).
     ids: Option<Arc<AtomicU64>>,
     /// Deletes queues whose `auto_delete_on_idle` period is over (started on demand).
@@ -157,16 +156,16 @@ impl Engine {
             Ok(opened) => opened,
             Err(Error::AlreadyOpen(m)) => {
                 let language = crate::error::language();
-                return Err(Error::AlreadyOpen(match in_process::holder(path) {
+                return Err(Error::AlreadyOpen(match crate::os::lock::holder(path) {
                     None => m,
-                    Some(in_process::Holder::ThisProcess) => format!(
+                    Some(crate::os::lock::Holder::ThisProcess) => format!(
                         "{} is already open in this process: {} instead of opening it twice",
                         path.display(),
                         language.share_store()
                     ),
                     // The parent's handle cannot be used here (it raises `Forked`), and the
                     // parent's lock keeps every single-process opener out.
-                    Some(in_process::Holder::Parent) => format!(
+                    Some(crate::os::lock::Holder::Parent) => format!(
                         "{} is open in the process this one was forked from, and a store \
                          handle does not cross fork(): open the store in every process, the \
                          parent included, with {} (here in the child with a new handle), or \
@@ -260,7 +259,7 @@ impl Engine {
             // Before the start: the watch may end (and say so) at once.
             look.set_watching(true);
             let l = look.clone();
-            let watch = watch::FileWatch::start(path, move |change| l.changed(change));
+            let watch = crate::os::watch::FileWatch::start(path, move |change| l.changed(change));
             if watch.is_none() {
                 look.set_watching(false);
             }
@@ -270,8 +269,7 @@ impl Engine {
         };
         Ok(Engine {
             db: slot,
-            opened_by: std::process::id(),
-            opened_note: in_process::note_open(path),
+            opened_by: crate::os::process::id(),
             pipeline,
             signals,
             clock,
@@ -286,6 +284,7 @@ impl Engine {
             stats,
             watch: crate::sync::Mutex::new(watch),
             look,
+            open_mark: crate::sync::Mutex::new(Some(crate::os::lock::OpenMark::new(path))),
             ids,
             janitor: crate::sync::Mutex::new(None),
             replies: crate::sync::Mutex::new(None),
@@ -300,13 +299,13 @@ impl Engine {
 
     /// Whether this handle was inherited across `fork()` (this process did not open it).
     pub fn is_forked(&self) -> bool {
-        std::process::id() != self.opened_by
+        crate::os::process::id() != self.opened_by
     }
 
     /// Fails in a forked child before anything else is touched: a lock that another thread of
     /// the parent held at fork time stays locked forever in the child.
     pub fn check_process(&self) -> Result<()> {
-        let current = std::process::id();
+        let current = crate::os::process::id();
         if current == self.opened_by {
             Ok(())
         } else {
@@ -407,15 +406,20 @@ impl Engine {
         // caught panic); that must not escape to the caller either.
         let (db, wal) = self.db.close();
         let dropped = guarded::catch(move || drop(db));
-        in_process::note_closed(self.opened_note);
+        *self.open_mark.lock() = None;
         // The closing batch was a checkpoint: the store file holds everything, and the log
         // goes, so that a closed store is one file. (Left behind, it would only be skipped.)
+        // Closed before it is removed: on Windows the name of a file removed while open stays
+        // taken until its last handle closes.
         if let Some(wal) = wal
             && result.is_ok()
             && !wal.has_failed()
-            && let Err(e) = std::fs::remove_file(wal.path())
         {
-            tracing::warn!(path = %wal.path().display(), error = %e, "the write-ahead log could not be removed");
+            let log = wal.path().to_owned();
+            drop(wal);
+            if let Err(e) = std::fs::remove_file(&log) {
+                tracing::warn!(path = %log.display(), error = %e, "the write-ahead log could not be removed");
+            }
         }
         match (result, dropped) {
             (Ok(()), Err(p)) => Err(panic_to_error(p)),
@@ -437,7 +441,7 @@ impl Drop for Engine {
             }
             self.pipeline.leak();
             if let Some(w) = self.watch.get_mut().take() {
-                std::mem::forget(w);
+                w.leak();
             }
             if let Some(j) = self.janitor.get_mut().take() {
                 j.leak();
@@ -445,97 +449,6 @@ impl Drop for Engine {
             return;
         }
         let _ = self.close();
-    }
-}
-
-/// Who has the store file open in this process, to tell "open in this process" from "open in
-/// another" when the file lock is taken, and "opened here" from "inherited from the process
-/// this one was forked from". Looks at the process's open files, and notes each store this
-/// process opens in a small table of atomics instead of a registry behind a lock: a
-/// process-wide lock would be inherited locked by a `fork()` child if another thread held it at
-/// that moment, and the child must be able to open stores.
-mod in_process {
-    use std::path::Path;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// Who holds a store file this process has open.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Holder {
-        /// A store handle of this process (or a file opened some other way).
-        ThisProcess,
-        /// A handle inherited across `fork()`: the parent opened it.
-        Parent,
-    }
-
-    /// `file key << 32 | pid` of the stores this process image opened (0: free). A process
-    /// with more stores open at once than slots is told "this process", the safe guess.
-    static OPENED: [AtomicU64; 32] = [const { AtomicU64::new(0) }; 32];
-
-    #[cfg(target_os = "linux")]
-    fn file_key(path: &Path) -> Option<u64> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        let folded = m.dev().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ m.ino();
-        Some(((folded ^ (folded >> 32)) & 0xFFFF_FFFF) | 1)
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn file_key(_path: &Path) -> Option<u64> {
-        None
-    }
-
-    /// Notes that this process opened the store at `path`; returns the slot to free at close.
-    pub fn note_open(path: &Path) -> Option<usize> {
-        let value = (file_key(path)? << 32) | u64::from(std::process::id());
-        OPENED.iter().position(|slot| {
-            slot.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        })
-    }
-
-    /// Frees a slot of `note_open` (at a clean close, in the process that opened the store).
-    pub fn note_closed(slot: Option<usize>) {
-        if let Some(s) = slot.and_then(|i| OPENED.get(i)) {
-            s.store(0, Ordering::Release);
-        }
-    }
-
-    /// Who holds the store at `path` in this process, if this process has it open.
-    #[cfg(target_os = "linux")]
-    pub fn holder(path: &Path) -> Option<Holder> {
-        use std::os::unix::fs::MetadataExt;
-        let target = std::fs::metadata(path).ok()?;
-        let fds = std::fs::read_dir("/proc/self/fd").ok()?;
-        let open = fds.flatten().any(|fd| {
-            std::fs::metadata(fd.path())
-                .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
-        });
-        if !open {
-            return None;
-        }
-        let key = file_key(path)?;
-        let me = u64::from(std::process::id());
-        let (mut mine, mut inherited) = (false, false);
-        for slot in &OPENED {
-            let v = slot.load(Ordering::Acquire);
-            if v != 0 && v >> 32 == key {
-                if v & 0xFFFF_FFFF == me {
-                    mine = true;
-                } else {
-                    inherited = true;
-                }
-            }
-        }
-        Some(if inherited && !mine {
-            Holder::Parent
-        } else {
-            Holder::ThisProcess
-        })
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub fn holder(_path: &Path) -> Option<Holder> {
-        None
     }
 }
 

@@ -24,10 +24,10 @@ use redb::ReadableDatabase;
 
 use super::batch::JOB_SIGNAL_BASE;
 use super::signal::Signals;
-use super::watch::Change;
 use super::{Engine, db, guarded, read};
 use crate::clock::Clock;
 use crate::error::Result;
+use crate::os::watch::Change;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
 

@@ -3,7 +3,8 @@
 use std::path::Path;
 
 /// Bytes an unprivileged process may still write on the file system holding `path`, or `None`
-/// where the system cannot tell.
+/// where the system cannot tell (`statvfs` on Unix; on Windows `GetDiskFreeSpaceExW`, which
+/// also counts the user's disk quota).
 pub fn available(path: &Path) -> Option<u64> {
     imp::available(path)
 }
@@ -30,7 +31,36 @@ mod imp {
     }
 }
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+mod imp {
+    use std::path::Path;
+
+    use windows_sys::Win32::Storage::FileSystem::GetDiskFreeSpaceExW;
+
+    pub fn available(path: &Path) -> Option<u64> {
+        // The call takes a directory: the file's own, unless `path` is one.
+        let dir = if path.is_dir() {
+            path.to_owned()
+        } else {
+            super::super::fs::dir_of(path)
+        };
+        let wide = super::super::wide(&dir);
+        let mut free = 0u64;
+        // SAFETY: `wide` is a NUL-terminated UTF-16 path that lives across the call; `free`
+        // is writable, and the two totals not asked for may be NULL.
+        let ok = unsafe {
+            GetDiskFreeSpaceExW(
+                wide.as_ptr(),
+                &mut free,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        (ok != 0).then_some(free)
+    }
+}
+
+#[cfg(not(any(unix, windows)))]
 mod imp {
     use std::path::Path;
 

@@ -2,9 +2,16 @@
 //! languages: prints its AMQP URI on a line of its own, then keeps it running until standard
 //! input reaches its end, and removes it.
 
-use std::io::{Read, Write};
-
+#[cfg(not(unix))]
 fn main() {
+    eprintln!("pbx-rabbit: the RabbitMQ harness runs on Unix only");
+    std::process::exit(1);
+}
+
+#[cfg(unix)]
+fn main() {
+    use std::io::{Read, Write};
+
     let node = match postbox_testkit::broker::Node::start() {
         Ok(n) => n,
         Err(e) => {

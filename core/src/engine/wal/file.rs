@@ -5,6 +5,7 @@ use std::io;
 use std::path::Path;
 
 use crate::error::{Result, io_at};
+use crate::os;
 use crate::storage::{LogFile, OsLogFile, SharedLayer};
 
 /// Opens (or creates) the log at `path`, through `layer` when tests put one in between.
@@ -29,39 +30,22 @@ pub fn open_log(path: &Path, layer: Option<&SharedLayer>) -> Result<Box<dyn LogF
     })
 }
 
-/// Opens (or creates, mode 0600) the log file at `path`. A new file's directory entry is made
-/// durable before anything is written to it, so a synced record is never in a file a crash
-/// can unlink.
+/// Opens (or creates, for its owner only: `os::fs::owner_only`) the log file at `path`. A new
+/// file's directory entry is made durable before anything is written to it, so a synced record
+/// is never in a file a crash can unlink (see `os::fs::sync_dir` for Windows).
 ///
 /// # Errors
 ///
 /// The file system's error.
 pub fn open_os(path: &Path) -> io::Result<(File, bool)> {
     let mut opts = std::fs::OpenOptions::new();
-    opts.read(true).write(true);
+    os::lock::shared(opts.read(true).write(true));
     match opts.open(path) {
         Ok(f) => return Ok((f, false)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.create(true).mode(0o600);
-    }
-    let f = opts.open(path)?;
-    sync_dir(path)?;
+    let f = os::fs::owner_only(opts.create(true)).open(path)?;
+    os::fs::sync_dir(path)?;
     Ok((f, true))
-}
-
-/// Syncs the directory holding `path`, making its entries durable.
-///
-/// # Errors
-///
-/// The file system's error.
-pub fn sync_dir(path: &Path) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => std::path::PathBuf::from("."),
-    };
-    File::open(dir)?.sync_all()
 }
