@@ -5,6 +5,9 @@
 //! elsewhere it says SKIP and passes. `POSTBOX_DISK_FULL_STEPS` sets how many free-space
 //! amounts are tried (default 12, spread over the range where the batch stops fitting).
 
+// Unix only: it fills a tmpfs mounted for the test (Linux, as root; SKIP on other Unix systems).
+#![cfg(unix)]
+
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};

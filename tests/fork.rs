@@ -2,6 +2,9 @@
 //! every call fails with `Forked` and writes nothing, closing or dropping the handle neither
 //! hangs nor touches the file, and the parent carries on as if nothing happened.
 
+// Unix only: Windows has no fork(), so no handle can reach a child process there.
+#![cfg(unix)]
+
 use std::time::{Duration, Instant};
 
 use postbox::{ErrorKind, Store};

@@ -9,6 +9,10 @@
 //! unwritable instead. The read-only file system is a tmpfs remounted read-only, which needs
 //! root; without it that test says SKIP and passes.
 
+// Unix only: it runs the opener as user nobody, changes owners and modes, and remounts a
+// tmpfs read-only.
+#![cfg(unix)]
+
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

@@ -199,7 +199,9 @@ fn sigkill_while_writing_through_the_log() {
 
 /// A store opened through a symbolic link keeps its log beside the file the link points to:
 /// killed while writing through one link, the store replays through the real path and through
-/// another link alike.
+/// another link alike. Unix only: on Windows a symbolic link needs Developer Mode or an
+/// administrator, and Wine 8's `CreateSymbolicLinkW` reports success and creates nothing.
+#[cfg(unix)]
 #[test]
 fn the_log_follows_the_file_not_the_link() {
     let dir = tempfile::tempdir().unwrap();

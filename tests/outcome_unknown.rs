@@ -6,9 +6,7 @@
 //! `fsync`, which the linker binds the standard library's (and so redb's) calls to, and which
 //! fail with EIO while a flag is set. That needs Linux; elsewhere only the mapping check runs.
 
-use std::time::Duration;
-
-use postbox::{Error, ErrorKind, Message, QueueOptions, Store};
+use postbox::{Error, ErrorKind};
 
 /// The mapping itself: every redb commit failure that is not "disk full" means the outcome is
 /// unknown.
@@ -26,6 +24,9 @@ fn commit_errors_map_to_outcome_unknown() {
 #[cfg(target_os = "linux")]
 #[test]
 fn fsync_eio_is_outcome_unknown_and_a_keyed_retry_is_safe() {
+    use std::time::Duration;
+
+    use postbox::{Message, QueueOptions, Store};
     use postbox_tests::{Proc, arg};
 
     let dir = tempfile::tempdir().unwrap();

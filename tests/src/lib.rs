@@ -1,5 +1,6 @@
 //! Shared helpers for the cross-process tests: spawning the `pbx-child` helper, reading what it
-//! reports line by line, killing it with SIGKILL, and the size knobs of the stress runs.
+//! reports line by line, killing it with SIGKILL (`TerminateProcess` on Windows), and the size
+//! knobs of the stress runs.
 //!
 //! Synchronization with children is by their stdout only: a child prints a line (and flushes)
 //! after the action it reports has returned, and the parent blocks on that line. Timeouts here
@@ -149,11 +150,11 @@ impl Proc {
         self.stdin.take();
     }
 
-    /// Sends SIGKILL, reaps the child, and returns every line it printed before dying that was
-    /// not read yet.
+    /// Kills the child the hard way (SIGKILL on Unix, `TerminateProcess` on Windows: no code
+    /// of the child runs any more), reaps it, and returns every line it printed before dying
+    /// that was not read yet.
     pub fn kill9(&mut self) -> Vec<String> {
-        // `Child::kill` is SIGKILL on Unix.
-        self.child.kill().expect("SIGKILL");
+        kill_hard(&mut self.child).expect("kill");
         let status = self.child.wait().expect("wait");
         assert!(
             !status.success(),
@@ -167,17 +168,17 @@ impl Proc {
     /// already exited on its own: a crash loop must not mistake a worker's failure for its
     /// kill.
     pub fn kill9_alive(&mut self) -> Vec<String> {
-        use std::os::unix::process::ExitStatusExt;
-        let _ = self.child.kill();
+        let _ = kill_hard(&mut self.child);
         let status = self.child.wait().expect("wait");
-        if status.signal() != Some(libc::SIGKILL) {
+        if !killed_hard(&status) {
             self.fail(&format!("exited on its own: {status:?}"));
         }
         self.rest()
     }
 
     /// Sends `signal` (e.g. SIGSTOP, SIGCONT); after SIGSTOP, returns once the child is
-    /// stopped.
+    /// stopped. Unix only: Windows has no stop signal.
+    #[cfg(unix)]
     pub fn signal(&mut self, signal: i32) {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: plain syscalls on our own, unreaped child.
@@ -231,13 +232,56 @@ impl Drop for Proc {
     fn drop(&mut self) {
         // A failing test must not leave children behind.
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+            let _ = kill_hard(&mut self.child);
             let _ = self.child.wait();
         }
     }
 }
 
 pub use postbox_testkit::{Rng, env_u64, stress};
+
+/// The exit code a process killed by [`kill_hard`] has on Windows (128 + SIGKILL, as a Unix
+/// shell reports a SIGKILL): no helper exits with it on its own.
+#[cfg(windows)]
+pub const KILLED_EXIT_CODE: u32 = 137;
+
+/// Ends `child` at once, wherever it is: SIGKILL on Unix (`Child::kill`); on Windows
+/// `TerminateProcess` with [`KILLED_EXIT_CODE`], so that [`killed_hard`] can tell the kill
+/// from an exit of the child's own.
+pub fn kill_hard(child: &mut Child) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        child.kill()
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::io::AsRawHandle;
+        // SAFETY: the handle is the child's own, open until `child` is dropped.
+        let ok = unsafe {
+            windows_sys::Win32::System::Threading::TerminateProcess(
+                child.as_raw_handle(),
+                KILLED_EXIT_CODE,
+            )
+        };
+        if ok == 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Whether a child ended by [`kill_hard`] (not by exiting on its own).
+pub fn killed_hard(status: &ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal() == Some(libc::SIGKILL)
+    }
+    #[cfg(windows)]
+    {
+        status.code() == Some(KILLED_EXIT_CODE as i32)
+    }
+}
 
 /// Parses a decimal word printed by a child.
 pub fn num(word: &str) -> u64 {
