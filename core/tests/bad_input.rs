@@ -505,6 +505,8 @@ fn permissions_bite(dir: &Path) -> bool {
     }
 }
 
+/// Unix only: Windows' read-only attribute on a directory does not stop files being created in
+/// it (only an ACL would, which the tests do not change).
 #[cfg(unix)]
 #[test]
 fn a_read_only_directory_is_an_io_error() {
@@ -532,17 +534,18 @@ fn a_read_only_directory_is_an_io_error() {
     assert_fresh_store_works(dir.path());
 }
 
-#[cfg(unix)]
+/// Read-only by its mode on Unix (0400), by its read-only attribute on Windows.
 #[test]
 fn a_read_only_store_file_is_a_typed_error() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ro.postbox");
     {
         let store = Store::open(&path).unwrap();
         store.queue("q").unwrap().send("kept").unwrap();
     }
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
+    let mut perms = fs::metadata(&path).unwrap().permissions();
+    perms.set_readonly(true);
+    fs::set_permissions(&path, perms).unwrap();
     if fs::OpenOptions::new().write(true).open(&path).is_ok() {
         eprintln!(
             "SKIPPED a_read_only_store_file_is_a_typed_error: permission checks do not apply \
@@ -552,7 +555,18 @@ fn a_read_only_store_file_is_a_typed_error() {
     }
     let e = open_err(&path);
     assert_eq!(e.kind(), ErrorKind::Io, "{e:?}");
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    #[cfg(windows)]
+    {
+        let mut perms = fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)] // Windows: clears the attribute only
+        perms.set_readonly(false);
+        fs::set_permissions(&path, perms).unwrap();
+    }
     let store = Store::open(&path).unwrap();
     assert_eq!(counts(&store.queue("q").unwrap()), (1, 0, 0, 0, 4));
 }

@@ -340,7 +340,11 @@ pub fn backup(path: &Path, dest: &Path, force: bool, as_json: bool) -> Outcome {
 fn copy_synced(from: &Path, to: &Path) -> Outcome<u64> {
     let n = std::fs::copy(from, to)
         .map_err(|e| Failure::store(format!("cannot copy to {}: {e}", to.display())))?;
-    File::open(to)?.sync_all()?;
+    // Open for writing: Windows flushes only a handle that may write.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(to)?
+        .sync_all()?;
     Ok(n)
 }
 

@@ -159,14 +159,14 @@ impl Engine {
                 return Err(Error::AlreadyOpen(match crate::os::lock::holder(path) {
                     None => m,
                     Some(crate::os::lock::Holder::ThisProcess) => format!(
-                        "{} is already open in this process: {} instead of opening it twice",
+                        "the store {} is already open in this process: {} instead of opening it twice",
                         path.display(),
                         language.share_store()
                     ),
                     // The parent's handle cannot be used here (it raises `Forked`), and the
                     // parent's lock keeps every single-process opener out.
                     Some(crate::os::lock::Holder::Parent) => format!(
-                        "{} is open in the process this one was forked from, and a store \
+                        "the store {} is open in the process this one was forked from, and a store \
                          handle does not cross fork(): open the store in every process, the \
                          parent included, with {} (here in the child with a new handle), or \
                          close it in the parent before forking",
