@@ -14,6 +14,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN 1
+#define NOMINMAX 1
+#include <windows.h>
+
+/* POSIX's rand_r, which Windows lacks: the generator the C standard gives as its example. */
+static inline int rand_r(unsigned *seed) {
+    *seed = *seed * 1103515245u + 12345u;
+    return (int)((*seed / 65536u) % 32768u);
+}
+#endif
+
 #include "postbox.h"
 
 static int harness_failed_checks;
@@ -98,14 +110,35 @@ static int bytes_is(postbox_bytes v, const char *s) {
     return v.data != NULL && v.len == n && memcmp(v.data, s, n) == 0;
 }
 
+/* Makes a fresh temporary directory, its name in out: /tmp/postbox-c-test-XXXXXX, or on
+ * Windows postbox-c-test-<pid>-<n> in the user's temporary directory. 0 on success. */
+static int make_temp_dir(char *out, size_t size) {
+#ifdef _WIN32
+    static unsigned counter;
+    char base[MAX_PATH];
+    DWORD n = GetTempPathA(sizeof base, base);
+    if (n == 0 || n >= sizeof base) return -1;
+    for (int i = 0; i < 1000; i++) {
+        snprintf(out, size, "%spostbox-c-test-%lu-%u", base, (unsigned long)GetCurrentProcessId(),
+                 counter++);
+        if (CreateDirectoryA(out, NULL)) return 0;
+        if (GetLastError() != ERROR_ALREADY_EXISTS) return -1;
+    }
+    return -1;
+#else
+    snprintf(out, size, "/tmp/postbox-c-test-XXXXXX");
+    return mkdtemp(out) == NULL ? -1 : 0;
+#endif
+}
+
 /* Runs the tests whose name contains filter (all if NULL); prints "N passed, N failed". */
 static int run_tests(const struct test_case *tests, size_t count, const char *filter) {
     int passed = 0, failed = 0;
     for (size_t i = 0; i < count; i++) {
         if (filter != NULL && strstr(tests[i].name, filter) == NULL) continue;
-        char dir[] = "/tmp/postbox-c-test-XXXXXX";
-        if (mkdtemp(dir) == NULL) {
-            perror("mkdtemp");
+        char dir[1024];
+        if (make_temp_dir(dir, sizeof dir) != 0) {
+            perror("make_temp_dir");
             return 2;
         }
         harness_failed_checks = 0;

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
             if (rc != POSTBOX_OK) status = fail("send", rc);
         }
     } else {
-        FILE *out = fopen(argv[4], "a");
+        FILE *out = fopen(argv[4], "ab"); /* binary: "\n" lines on Windows too */
         if (out == NULL) {
             perror("fopen");
             status = 1;

@@ -5,11 +5,25 @@
  */
 #include "harness.h"
 
+#ifdef _WIN32
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#define close_socket closesocket
+#define popen _popen
+#define pclose _pclose
+#define strncasecmp _strnicmp
+#define NO_STDERR "2>NUL"
+typedef SOCKET socket_t;
+#else
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#define close_socket close
+#define NO_STDERR "2>/dev/null"
+typedef int socket_t;
+#endif
 
 static const char *postbox_bin(void) {
     const char *b = getenv("POSTBOX_BIN");
@@ -23,32 +37,41 @@ static int run_capture(const char *cmd, char *out, size_t cap) {
     size_t n = fread(out, 1, cap - 1, p);
     out[n] = '\0';
     int status = pclose(p);
+#ifdef _WIN32
+    return status; /* the command's exit code */
+#else
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+#endif
 }
 
 /* Sends `request` as it is to 127.0.0.1:port; reads the whole answer (headers and body) into out. */
 static int http_raw(unsigned port, const char *request, char *out, size_t cap) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    socket_t fd = socket(AF_INET, SOCK_STREAM, 0);
+#ifdef _WIN32
+    if (fd == INVALID_SOCKET) return -1;
+#else
     if (fd < 0) return -1;
+#endif
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
+        close_socket(fd);
         return -1;
     }
-    size_t len = strlen(request);
-    if (write(fd, request, len) != (ssize_t)len) {
-        close(fd);
+    int len = (int)strlen(request);
+    if (send(fd, request, len, 0) != len) {
+        close_socket(fd);
         return -1;
     }
     size_t got = 0;
-    ssize_t n;
-    while (got < cap - 1 && (n = read(fd, out + got, cap - 1 - got)) > 0) got += (size_t)n;
+    int n;
+    while (got < cap - 1 && (n = (int)recv(fd, out + got, (int)(cap - 1 - got), 0)) > 0)
+        got += (size_t)n;
     out[got] = '\0';
-    close(fd);
+    close_socket(fd);
     return 0;
 }
 
@@ -83,14 +106,14 @@ static void serve_and_reach_with_the_command(const char *dir) {
 
     char cmd[2048], out[8192];
     /* Every command through the endpoint needs the token, reading ones too. */
-    snprintf(cmd, sizeof cmd, "%s --json --admin %s queues 2>/dev/null", postbox_bin(), url);
+    snprintf(cmd, sizeof cmd, "%s --json --admin %s queues " NO_STDERR, postbox_bin(), url);
     CHECK(run_capture(cmd, out, sizeof out) == 1);
     snprintf(cmd, sizeof cmd, "%s --json --admin %s --token t0ken queues", postbox_bin(), url);
     CHECK(run_capture(cmd, out, sizeof out) == 0);
     CHECK(strstr(out, "\"active\":2") != NULL);
 
     /* A change needs the token; with it, the message lands in this process's store. */
-    snprintf(cmd, sizeof cmd, "echo hi | %s --admin %s send jobs 2>/dev/null", postbox_bin(), url);
+    snprintf(cmd, sizeof cmd, "echo hi | %s --admin %s send jobs " NO_STDERR, postbox_bin(), url);
     CHECK(run_capture(cmd, out, sizeof out) == 1);
     snprintf(cmd, sizeof cmd, "echo hi | %s --admin %s --token t0ken send jobs", postbox_bin(), url);
     CHECK(run_capture(cmd, out, sizeof out) == 0);
@@ -212,6 +235,10 @@ int main(int argc, char **argv) {
         {"read_only_and_bad_arguments", read_only_and_bad_arguments},
         {"foreign_pages_are_refused", foreign_pages_are_refused},
     };
+#ifdef _WIN32
+    WSADATA wsa;
+    if (WSAStartup(MAKEWORD(2, 2), &wsa) != 0) return 2;
+#endif
     (void)sleep_ms; /* harness helpers this file has no use for */
     (void)bytes_is;
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);

@@ -13,10 +13,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#ifndef _WIN32
+#include <sys/mount.h>
 #include <sys/wait.h>
+#endif
 
 static postbox_store *open_store(const char *dir) {
     postbox_store *store = NULL;
@@ -212,6 +214,8 @@ static void test_store_bad_files(const char *dir) {
     }
 }
 
+#ifndef _WIN32
+/* Unix only: file modes, and a child that becomes user nobody. */
 static void child_exit(int code);
 
 /* The refused opens of test_read_only_directory, as whoever runs them. */
@@ -266,6 +270,7 @@ static void test_read_only_directory(const char *dir) {
     CHECK_OK(postbox_store_open(secret, NULL, &store));
     if (store != NULL) CHECK_OK(postbox_store_close(store));
 }
+#endif
 
 static void test_queue_open_list_delete(const char *dir) {
     postbox_store *store = open_store(dir);
@@ -1196,6 +1201,85 @@ static void test_stats(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+#ifdef _WIN32
+/* Windows has no fork(): the child is this program again, run as `--child WORK PATH`
+ * (run_child_work), which runs the named work, writes its verdict byte to its standard output
+ * and waits to be killed. */
+static char send_through_the_log(const char *path);
+static char collate_then_wait(const char *path);
+static const struct {
+    const char *name;
+    char (*work)(const char *path);
+} child_works[] = {
+    {"send_through_the_log", send_through_the_log},
+    {"collate_then_wait", collate_then_wait},
+};
+enum { KILLED_EXIT_CODE = 137 }; /* as a Unix shell reports a SIGKILL */
+
+static int run_child_work(const char *name, const char *path) {
+    for (size_t i = 0; i < sizeof child_works / sizeof child_works[0]; i++) {
+        if (strcmp(child_works[i].name, name) != 0) continue;
+        char verdict = child_works[i].work(path);
+        fwrite(&verdict, 1, 1, stdout);
+        fflush(stdout);
+        for (;;) Sleep(INFINITE); /* the kill interrupts nothing in progress */
+    }
+    return 2;
+}
+
+/* Runs `work(path)` in a child process, reads its verdict byte, kills the child with
+ * TerminateProcess, checks it died of that, and returns the verdict (0 when it could not run). */
+static char verdict_then_sigkill(const char *path, char (*work)(const char *path)) {
+    const char *name = NULL;
+    for (size_t i = 0; i < sizeof child_works / sizeof child_works[0]; i++)
+        if (child_works[i].work == work) name = child_works[i].name;
+    char exe[MAX_PATH];
+    if (name == NULL || GetModuleFileNameA(NULL, exe, sizeof exe) == 0) {
+        CHECK(!"a child work and this program's path");
+        return 0;
+    }
+    SECURITY_ATTRIBUTES sa = {sizeof sa, NULL, TRUE};
+    HANDLE rd = NULL, wr = NULL;
+    if (!CreatePipe(&rd, &wr, &sa, 0)) {
+        CHECK(!"CreatePipe");
+        return 0;
+    }
+    SetHandleInformation(rd, HANDLE_FLAG_INHERIT, 0);
+    HANDLE err = GetStdHandle(STD_ERROR_HANDLE);
+    SetHandleInformation(err, HANDLE_FLAG_INHERIT, HANDLE_FLAG_INHERIT);
+    STARTUPINFOA si;
+    memset(&si, 0, sizeof si);
+    si.cb = sizeof si;
+    si.dwFlags = STARTF_USESTDHANDLES;
+    si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+    si.hStdOutput = wr;
+    si.hStdError = err;
+    PROCESS_INFORMATION pi;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "\"%s\" --child %s \"%s\"", exe, name, path);
+    fflush(stdout);
+    fflush(stderr);
+    BOOL started = CreateProcessA(NULL, cmd, NULL, NULL, TRUE, 0, NULL, NULL, &si, &pi);
+    CloseHandle(wr);
+    if (!started) {
+        CloseHandle(rd);
+        CHECK(started);
+        return 0;
+    }
+    char verdict = 0;
+    DWORD n = 0;
+    BOOL got = ReadFile(rd, &verdict, 1, &n, NULL);
+    CloseHandle(rd);
+    CHECK(got && n == 1);
+    CHECK(TerminateProcess(pi.hProcess, KILLED_EXIT_CODE));
+    CHECK(WaitForSingleObject(pi.hProcess, INFINITE) == WAIT_OBJECT_0);
+    DWORD code = 0;
+    CHECK(GetExitCodeProcess(pi.hProcess, &code) && code == KILLED_EXIT_CODE);
+    CloseHandle(pi.hThread);
+    CloseHandle(pi.hProcess);
+    return verdict;
+}
+#else
 /* Runs `work(path)` in a forked child that opened nothing the parent holds; the child reports
  * work's verdict byte through a pipe and then waits, its handles open, to be killed. Kills the
  * child with SIGKILL once the verdict is read, checks it died of that, and returns the verdict
@@ -1232,6 +1316,7 @@ static char verdict_then_sigkill(const char *path, char (*work)(const char *path
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     return verdict;
 }
+#endif
 
 /* The write-ahead log: on by default (a `-log` file beside the store while it is open),
  * off with skip_write_ahead_log; a process killed with SIGKILL after its sends returned loses
@@ -2756,6 +2841,9 @@ static void test_oversize_fields(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+#ifndef _WIN32
+/* Unix only: fork(), and a tmpfs for the full disk. */
+
 /* ---------------------------------------------------------------------------------------- */
 /* fork(): a handle belongs to the process that opened its store (invariant 11)              */
 
@@ -3322,6 +3410,7 @@ static void test_disk_full(const char *dir) {
     }
     CHECK(umount2(mnt, MNT_DETACH) == 0);
 }
+#endif
 
 /* ---- selective receive, blocking peek, queues that must exist ---------------------------- */
 
@@ -5459,18 +5548,27 @@ static void test_typed_body_decode_failed(const char *dir) {
 /* The Rust producer of core/examples/typed_json_producer.rs: $POSTBOX_TYPED_PRODUCER, else
  * beside $POSTBOX_PEER (both are examples in the same target directory). */
 static int typed_producer(char *buf, size_t size) {
+#ifdef _WIN32
+    const int runnable = F_OK; /* Windows' access() knows no X_OK */
+    const char *exe = "typed_json_producer.exe";
+#else
+    const int runnable = X_OK;
+    const char *exe = "typed_json_producer";
+#endif
     const char *env = getenv("POSTBOX_TYPED_PRODUCER");
     if (env != NULL) {
         snprintf(buf, size, "%s", env);
-        return access(buf, X_OK) == 0;
+        return access(buf, runnable) == 0;
     }
     const char *peer = getenv("POSTBOX_PEER");
     if (peer == NULL) return 0;
     snprintf(buf, size, "%s", peer);
     char *slash = strrchr(buf, '/');
+    char *backslash = strrchr(buf, '\\');
+    if (backslash != NULL && (slash == NULL || backslash > slash)) slash = backslash;
     if (slash == NULL) return 0;
-    snprintf(slash + 1, size - (size_t)(slash + 1 - buf), "typed_json_producer");
-    return access(buf, X_OK) == 0;
+    snprintf(slash + 1, size - (size_t)(slash + 1 - buf), "%s", exe);
+    return access(buf, runnable) == 0;
 }
 
 static void test_typed_body_from_rust(const char *dir) {
@@ -5490,7 +5588,11 @@ static void test_typed_body_from_rust(const char *dir) {
         return;
     }
     char cmd[4096];
+#ifdef _WIN32
+    snprintf(cmd, sizeof cmd, "%s %s orders >NUL", producer, path_in(dir, "test.postbox"));
+#else
     snprintf(cmd, sizeof cmd, "%s %s orders >/dev/null", producer, path_in(dir, "test.postbox"));
+#endif
     CHECK(system(cmd) == 0);
 
     postbox_store *store = open_store(dir);
@@ -5536,7 +5638,9 @@ int main(int argc, char **argv) {
         {"status_codes", test_status_codes},
         {"store_open_close", test_store_open_close},
         {"store_bad_files", test_store_bad_files},
+#ifndef _WIN32 /* Unix file modes and users */
         {"read_only_directory", test_read_only_directory},
+#endif
         {"queue_open_list_delete", test_queue_open_list_delete},
         {"send_all_properties", test_send_all_properties},
         {"send_errors", test_send_errors},
@@ -5584,12 +5688,17 @@ int main(int argc, char **argv) {
         {"dead_letter_naming", test_dead_letter_naming},
         {"batch_and_property_refusals", test_batch_and_property_refusals},
         {"oversize_fields", test_oversize_fields},
+#ifndef _WIN32 /* Windows has no fork(); the full disk is a tmpfs */
         {"fork_child_gets_forked", test_fork_child_gets_forked},
         {"fork_during_commit", test_fork_during_commit},
         {"disk_full", test_disk_full},
+#endif
         {"typed_body_wrap_view", test_typed_body_wrap_view},
         {"typed_body_decode_failed", test_typed_body_decode_failed},
         {"typed_body_from_rust", test_typed_body_from_rust},
     };
+#ifdef _WIN32
+    if (argc == 4 && strcmp(argv[1], "--child") == 0) return run_child_work(argv[2], argv[3]);
+#endif
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }

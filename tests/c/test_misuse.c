@@ -18,7 +18,9 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <sys/types.h>
+#ifndef _WIN32
 #include <sys/wait.h>
+#endif
 
 static int misuse_cases;
 static int misuse_wrong;
@@ -1682,6 +1684,7 @@ static void test_tables(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+#ifndef _WIN32 /* only forked children exit through it */
 /* Ends a forked child with `code` through exec: the child lets go of inherited handles
  * without freeing the parent's state (it belongs to the parent's threads, which do not exist
  * in the child), so a leak check at exit (valgrind's, LeakSanitizer's) would count it against
@@ -1694,6 +1697,7 @@ static void child_exit(int code) {
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
     _exit(code);
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Bridges: start, stats, metrics, status line, stop. The broker is a port where nothing     */
@@ -1760,6 +1764,7 @@ static void test_bridges(const char *dir) {
     postbox_string_free(text);
     postbox_string_free(NULL);
 
+#ifndef _WIN32 /* Windows has no fork() */
     /* Inherited across fork(): POSTBOX_FORKED; stopping in the child only lets go. */
     fflush(NULL);
     pid_t pid = fork();
@@ -1779,6 +1784,7 @@ static void test_bridges(const char *dir) {
     MISUSE_THAT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
         fprintf(stderr, "  child's wrong calls: mask %d\n", WEXITSTATUS(status));
+#endif
     /* The parent's bridge runs on. */
     MISUSE(postbox_bridge_stats_get(bridge, &st), POSTBOX_OK);
 
@@ -1987,6 +1993,7 @@ static void test_close_while_waiting(const char *dir) {
 /* ---------------------------------------------------------------------------------------- */
 /* Handles inherited across fork(): POSTBOX_FORKED, nothing written; freeing only lets go.   */
 
+#ifndef _WIN32 /* Windows has no fork() */
 static void test_forked_handles(const char *dir) {
     postbox_store *store = open_store(dir);
     if (store == NULL) return;
@@ -2024,6 +2031,7 @@ static void test_forked_handles(const char *dir) {
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
 }
+#endif
 
 int main(int argc, char **argv) {
     static const struct test_case tests[] = {
@@ -2048,7 +2056,9 @@ int main(int argc, char **argv) {
         {"bridges", test_bridges},
         {"use_after_close", test_use_after_close},
         {"close_while_waiting", test_close_while_waiting},
+#ifndef _WIN32 /* Windows has no fork() */
         {"forked_handles", test_forked_handles},
+#endif
     };
     const char *filter = argc > 1 ? argv[1] : NULL;
     int rc = run_tests(tests, sizeof tests / sizeof tests[0], filter);

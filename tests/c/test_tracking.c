@@ -19,7 +19,9 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
+#ifndef _WIN32
 #include <sys/wait.h>
+#endif
 
 /* Lock duration of the queues whose locks the tests let expire (the job tests lengthen it
  * where a settle takes long, see calibrated_lock_ms). */
@@ -114,6 +116,7 @@ static int property_is(const postbox_message *m, const char *key, const char *va
 /* ---------------------------------------------------------------------------------------- */
 /* Child processes                                                                           */
 
+#ifndef _WIN32 /* child processes: fork() */
 /* Waits up to limit_ms for child pid; kills it if it is still running. Returns its exit code,
  * or -1 if it hung or died of a signal. */
 static int wait_child(pid_t pid, long limit_ms) {
@@ -129,7 +132,9 @@ static int wait_child(pid_t pid, long limit_ms) {
     waitpid(pid, &status, 0);
     return -1;
 }
+#endif
 
+#ifndef _WIN32 /* child processes: fork() */
 /* Ends a forked child with `code`, through exec rather than exit: valgrind's leak check at exit
  * would otherwise count the memory of the parent's threads, which do not exist in the child. */
 static void child_exit(int code) {
@@ -138,7 +143,9 @@ static void child_exit(int code) {
     execl("/bin/sh", "sh", "-c", code == 0 ? "exit 0" : "exit 1", (char *)NULL);
     _exit(code == 0 ? 0 : 1);
 }
+#endif
 
+#ifndef _WIN32 /* child processes: fork() */
 /* SIGKILLs a child and checks that the signal is what ended it. */
 static void kill_child(pid_t pid) {
     kill(pid, SIGKILL);
@@ -146,7 +153,9 @@ static void kill_child(pid_t pid) {
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 }
+#endif
 
+#ifndef _WIN32 /* child processes: fork() */
 /* Forks; the child runs fn(path, fd) with the write end of a pipe whose read end the parent
  * gets in *read_fd. fn never returns (it exits or pauses to be killed). */
 static pid_t fork_with_pipe(void (*fn)(const char *path, int fd), const char *path,
@@ -170,18 +179,23 @@ static pid_t fork_with_pipe(void (*fn)(const char *path, int fd), const char *pa
     *read_fd = fds[0];
     return pid;
 }
+#endif
 
+#ifndef _WIN32 /* child processes: fork() */
 /* Reads one byte from fd (the child's report); 0 if the pipe closed first. */
 static char read_report(int fd) {
     char c = 0;
     return read(fd, &c, 1) == 1 ? c : 0;
 }
+#endif
 
+#ifndef _WIN32 /* child processes: fork() */
 /* Reports `c` to the parent and waits to be killed. */
 static void report_and_pause(int fd, char c) {
     if (write(fd, &c, 1) != 1) child_exit(1);
     for (;;) pause();
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Jobs                                                                                      */
@@ -675,6 +689,7 @@ static void test_job_threads(const char *dir) {
 /* The path of this program (argv[0]), which the process test runs again as a worker. */
 static const char *self_path;
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* A worker process (this program run as `--job-worker STORE JOB_ID LOCK_MS`): opens the store
  * itself, works the job's pieces with two threads until the job is done; returns 0 when its
  * workers saw no error. */
@@ -707,7 +722,9 @@ static int job_worker_process(const char *path, const char *job_id, const char *
     int rc = postbox_store_close(store);
     return run.errors == 0 && rc == POSTBOX_OK ? 0 : 1;
 }
+#endif
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* Starts a worker process: fork and exec of this program, so that the worker is a fresh
  * process that opens the store itself (and, under valgrind, runs natively: valgrind does not
  * follow an exec, and a worker at valgrind's pace would spend its locks before settling). */
@@ -724,7 +741,9 @@ static pid_t spawn_job_worker(const char *path, uint64_t job_id) {
     }
     return pid;
 }
+#endif
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* The same job with its workers in three processes sharing the store, one of them SIGKILLed
  * mid-run: its pieces come back (their locks go with the process, or expire) and the job
  * still ends exactly once. */
@@ -773,6 +792,7 @@ static void test_job_processes(const char *dir) {
     postbox_queue_free(stitch);
     CHECK_OK(postbox_store_close(store));
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Replies, requests, receipts, temporary queues                                             */
@@ -1147,13 +1167,16 @@ static void test_queues_in_use(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+#ifndef _WIN32 /* helpers of process tests */
 /* Whether `name` begins with the temporary-queue prefix. */
 static int is_temporary_name(postbox_bytes name) {
     size_t n = strlen(POSTBOX_TEMPORARY_QUEUE_PREFIX);
     return name.data != NULL && name.len > n &&
            memcmp(name.data, POSTBOX_TEMPORARY_QUEUE_PREFIX, n) == 0;
 }
+#endif
 
+#ifndef _WIN32 /* a forked child, SIGKILLed */
 /* The child of the SIGKILL case: makes a temporary queue, reports its name, waits. */
 static void temporary_child(const char *path, int fd) {
     postbox_store *store = open_store_at(path, 0);
@@ -1167,7 +1190,9 @@ static void temporary_child(const char *path, int fd) {
     if (write(fd, line, (size_t)n) != n) child_exit(1);
     for (;;) pause();
 }
+#endif
 
+#ifndef _WIN32 /* a forked child, SIGKILLed */
 static void test_temporary_queues(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s", path_in(dir, "temp.postbox"));
@@ -1245,6 +1270,7 @@ static void test_temporary_queues(const char *dir) {
     CHECK(store_has_queue(store, line) == 0);
     CHECK_OK(postbox_store_close(store));
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Queue options, the listing, idle deletion                                                 */
@@ -1514,6 +1540,7 @@ static void test_checkpoints_abandon(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+#ifndef _WIN32 /* a forked child, SIGKILLed */
 /* The worker of the SIGKILL case: records half the keys, reports, waits to be killed. */
 static void checkpoint_child(const char *path, int fd) {
     postbox_store *store = open_store_at(path, 0);
@@ -1527,7 +1554,9 @@ static void checkpoint_child(const char *path, int fd) {
     }
     report_and_pause(fd, 'H');
 }
+#endif
 
+#ifndef _WIN32 /* a forked child, SIGKILLed */
 static void test_checkpoints_sigkill(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s", path_in(dir, "fanout.postbox"));
@@ -1561,6 +1590,7 @@ static void test_checkpoints_sigkill(const char *dir) {
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Application tables                                                                        */
@@ -1826,6 +1856,7 @@ struct count_thread {
     int conflicts;
 };
 
+#ifndef _WIN32 /* helpers of process tests */
 /* One counting thread: per_thread increments of row "n" of table "count", alone or each in a
  * transaction run again after POSTBOX_CONFLICT; keeps every value an increment returned. */
 static void *count_thread_main(void *arg) {
@@ -1860,7 +1891,9 @@ static void *count_thread_main(void *arg) {
     }
     return NULL;
 }
+#endif
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* A counting process (this program run as `--count-worker STORE PER_THREAD MODE GO_FD`): opens
  * the store, waits until the parent closes the go pipe, counts on COUNT_THREADS threads and
  * writes every value its increments returned to STORE.values.<pid> (raw int64_t). */
@@ -1900,7 +1933,9 @@ static int count_worker_process(const char *path, const char *per_thread, const 
     free(values);
     return postbox_store_close(store) == POSTBOX_OK && errors == 0 ? 0 : 1;
 }
+#endif
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* Two processes of COUNT_THREADS threads count one row of a shared store, per_thread times each
  * thread: the row ends at exactly 2 * COUNT_THREADS * per_thread, and the values returned are
  * 1 to that, each once. */
@@ -1962,16 +1997,21 @@ static void count_in_two_processes(const char *dir, const char *name, int per_th
     free(seen);
     CHECK_OK(postbox_store_close(store));
 }
+#endif
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* Issue 27: 8 threads x 1,000 increments in each of two processes end at exactly 16,000. */
 static void test_counter_processes(const char *dir) {
     count_in_two_processes(dir, "count.postbox", 1000, "auto");
 }
+#endif
 
+#ifndef _WIN32 /* worker processes through fork() and exec */
 /* The same in transactions (smaller without POSTBOX_C_STRESS: each conflict is a commit). */
 static void test_counter_processes_tx(const char *dir) {
     count_in_two_processes(dir, "count-tx.postbox", sized(20, 100), "tx");
 }
+#endif
 
 /* The outbox: a row and a message in one transaction, both or neither. */
 static void test_outbox(const char *dir) {
@@ -2029,8 +2069,11 @@ static void test_outbox(const char *dir) {
 /* The child of the outbox kill: commits a few orders (row + message), then begins another and
  * reports between its two writes: 'R' after the row (message_first 0) or 'M' after the
  * message. */
+#ifndef _WIN32
 static int outbox_message_first;
+#endif
 
+#ifndef _WIN32 /* a forked child, SIGKILLed */
 static void outbox_child(const char *path, int fd) {
     postbox_store *store = open_store_at(path, 0);
     postbox_queue *q = NULL;
@@ -2054,6 +2097,7 @@ static void outbox_child(const char *path, int fd) {
         if (postbox_tx_commit(tx) != POSTBOX_OK) child_exit(1);
     }
 }
+#endif
 
 struct outbox_check {
     postbox_queue *q;
@@ -2061,6 +2105,7 @@ struct outbox_check {
     int missing;
 };
 
+#ifndef _WIN32 /* helpers of process tests */
 static int outbox_row(void *user_data, postbox_bytes key, postbox_bytes value) {
     (void)value;
     struct outbox_check *c = (struct outbox_check *)user_data;
@@ -2080,7 +2125,9 @@ static int outbox_row(void *user_data, postbox_bytes key, postbox_bytes value) {
     if (!found) c->missing++;
     return 0;
 }
+#endif
 
+#ifndef _WIN32 /* a forked child, SIGKILLed */
 /* A process killed between the row and the message of a transaction leaves neither: every
  * committed order has both, the interrupted one has none. */
 static void test_outbox_sigkill(const char *dir) {
@@ -2113,6 +2160,7 @@ static void test_outbox_sigkill(const char *dir) {
         CHECK_OK(postbox_store_close(store));
     }
 }
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Send results                                                                              */
@@ -2239,6 +2287,7 @@ static void test_tx_batch_all_or_none(const char *dir) {
     CHECK_OK(postbox_store_close(store));
 }
 
+#ifndef _WIN32 /* Windows has no fork() */
 static void test_forked_handles(const char *dir) {
     postbox_store *store = open_store_at(path_in(dir, "fork.postbox"), 1);
     if (store == NULL) return;
@@ -2287,35 +2336,52 @@ static void test_forked_handles(const char *dir) {
     postbox_queue_free(q);
     CHECK_OK(postbox_store_close(store));
 }
+#endif
 
 int main(int argc, char **argv) {
     self_path = argv[0];
+#ifndef _WIN32
     if (argc == 5 && strcmp(argv[1], "--job-worker") == 0)
         return job_worker_process(argv[2], argv[3], argv[4]);
     if (argc == 6 && strcmp(argv[1], "--count-worker") == 0)
         return count_worker_process(argv[2], argv[3], argv[4], argv[5]);
+#endif
     static const struct test_case tests[] = {
         {"job_api", test_job_api},
         {"job_threads", test_job_threads},
+#ifndef _WIN32 /* processes through fork() */
         {"job_processes", test_job_processes},
+#endif
         {"reply", test_reply},
         {"request_response", test_request_response},
         {"receipts", test_receipts},
         {"queues_in_use", test_queues_in_use},
+#ifndef _WIN32 /* processes through fork() */
         {"temporary_queues", test_temporary_queues},
+#endif
         {"queue_options_and_listing", test_queue_options_and_listing},
         {"idle_queue_deleted", test_idle_queue_deleted},
         {"checkpoints_abandon", test_checkpoints_abandon},
+#ifndef _WIN32 /* processes through fork() */
         {"checkpoints_sigkill", test_checkpoints_sigkill},
+#endif
         {"tables", test_tables},
         {"table_counters", test_table_counters},
+#ifndef _WIN32 /* processes through fork() */
         {"counter_processes", test_counter_processes},
+#endif
+#ifndef _WIN32 /* processes through fork() */
         {"counter_processes_tx", test_counter_processes_tx},
+#endif
         {"outbox", test_outbox},
+#ifndef _WIN32 /* processes through fork() */
         {"outbox_sigkill", test_outbox_sigkill},
+#endif
         {"duplicate_sends", test_duplicate_sends},
         {"tx_batch_all_or_none", test_tx_batch_all_or_none},
+#ifndef _WIN32 /* processes through fork() */
         {"forked_handles", test_forked_handles},
+#endif
     };
     return run_tests(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -715,11 +716,27 @@ int main(int argc, char **argv) {
     int passed = 0, failed = 0;
     for (const test_case &t : tests) {
         if (filter != nullptr && std::strstr(t.name, filter) == nullptr) continue;
+#ifdef _WIN32
+        // No mkdtemp on Windows: a fresh name in the user's temporary directory.
+        char dir[1024] = "";
+        for (int i = 0; i < 1000 && dir[0] == 0; i++) {
+            std::error_code made;
+            auto p = std::filesystem::temp_directory_path() /
+                     ("postbox-cpp-test-" + std::to_string(std::random_device{}()));
+            if (std::filesystem::create_directory(p, made))
+                std::snprintf(dir, sizeof dir, "%s", p.string().c_str());
+        }
+        if (dir[0] == 0) {
+            std::fprintf(stderr, "cannot make a temporary directory\n");
+            return 2;
+        }
+#else
         char dir[] = "/tmp/postbox-cpp-test-XXXXXX";
         if (mkdtemp(dir) == nullptr) {
             std::perror("mkdtemp");
             return 2;
         }
+#endif
         failed_checks = 0;
         std::fprintf(stderr, "test %s ...\n", t.name);
         try {
