@@ -4,11 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-scripts=(rust header c package python idle wheel sizes snippets dashboard bridge stress fuzz concurrency bench-smoke)
+scripts=(rust apple header c package python idle wheel sizes snippets windows dashboard bridge stress fuzz concurrency bench-smoke)
 
-# The stress concern runs a CI-sized pass (40 SIGKILLs, one round) unless asked for more, e.g.
-# POSTBOX_STRESS=10 POSTBOX_STRESS_ROUNDS=2 ./test.sh; the other concerns run their defaults.
-stress_env=(POSTBOX_STRESS="${POSTBOX_STRESS:-2}" POSTBOX_STRESS_ROUNDS="${POSTBOX_STRESS_ROUNDS:-1}")
+# The stress concern runs a CI-sized pass (20 SIGKILLs in the crash loop, 40 per crash-checker
+# scenario, one round) and fuzzing 30 s per target, unless asked for more, e.g.
+# POSTBOX_STRESS=10 POSTBOX_STRESS_ROUNDS=2 POSTBOX_FUZZ_SECONDS=600 ./test.sh; the other
+# concerns run their defaults. (The Windows concern's crash runs add 100 kills under Wine.)
+stress_env=(POSTBOX_STRESS="${POSTBOX_STRESS:-1}" POSTBOX_STRESS_ROUNDS="${POSTBOX_STRESS_ROUNDS:-1}")
+fuzz_env=(POSTBOX_FUZZ_SECONDS="${POSTBOX_FUZZ_SECONDS:-30}")
 # CI builds once from a clean clone, so incremental state (2 GB) would only fill the disk.
 if [ -n "${CI:-}" ]; then
   export CARGO_INCREMENTAL=0
@@ -27,6 +30,7 @@ for s in "${scripts[@]}"; do
   start=$SECONDS
   env_for=()
   [ "$s" = stress ] && env_for=("${stress_env[@]}")
+  [ "$s" = fuzz ] && env_for=("${fuzz_env[@]}")
   if env "${env_for[@]}" bash "$f"; then
     echo "=== $f passed in $((SECONDS - start)) s"
   else

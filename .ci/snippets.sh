@@ -11,17 +11,7 @@ WORK=$(mktemp -d /tmp/postbox-snippets-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 # Writes README's block for $1 to $2; fails if the marker or its block is missing.
-extract() {
-    python3 - "$1" "$2" <<'PY'
-import re, sys
-lang, out = sys.argv[1], sys.argv[2]
-text = open("README.md", encoding="utf-8").read()
-m = re.search(r"<!-- snippet: " + re.escape(lang) + r" -->\n```[a-z+]*\n(.*?)\n```", text, re.S)
-if not m:
-    sys.exit(f"README.md has no block after <!-- snippet: {lang} -->")
-open(out, "w", encoding="utf-8").write(m.group(1) + "\n")
-PY
-}
+extract() { python3 .ci/snippet.py "$1" "$2"; }
 
 expect_processed() { grep -qx 'processed hello' "$1" || { cat "$1"; echo "no 'processed hello' from $2"; exit 1; }; }
 

@@ -175,6 +175,7 @@ fn path_of(path: *const c_char) -> Result<std::path::PathBuf, Failure> {
         }
         Ok(std::ffi::OsStr::from_bytes(bytes).into())
     }
+    // Windows names are UTF-16: a C caller passes UTF-8, as to SQLite.
     #[cfg(not(unix))]
     {
         let s = arg_str(path, "path")?;
@@ -188,7 +189,9 @@ fn path_of(path: *const c_char) -> Result<std::path::PathBuf, Failure> {
 /// Opens the store at `path`, creating the file if it does not exist. An existing store keeps
 /// all its messages.
 ///
-/// - `path`: NUL-terminated file name (bytes on Unix); the directory must exist.
+/// - `path`: NUL-terminated file name: any bytes on Unix; UTF-8 on Windows (as SQLite's
+///   `sqlite3_open`), where a name that is not valid UTF-8 is `POSTBOX_INVALID_ARGUMENT`. The
+///   directory must exist.
 /// - `options`: NULL for the defaults, or a struct prepared with `postbox_store_options_init`.
 ///   It is read during the call only.
 /// - `store_out`: receives the new handle on success. The caller owns it and must release it

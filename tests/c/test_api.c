@@ -199,6 +199,27 @@ static void test_store_bad_files(const char *dir) {
     CHECK_RC(postbox_store_open(path_in(dir, "empty"), NULL, &store), POSTBOX_CORRUPTED);
     CHECK_RC(postbox_store_open(dir, NULL, &store), POSTBOX_NOT_A_STORE); /* a directory */
     CHECK(store == NULL);
+    /* A name beyond ASCII: UTF-8 (on Windows converted to the system's UTF-16). */
+    REQUIRE_OK(postbox_store_open(path_in(dir, "caf\xc3\xa9.postbox"), NULL, &store));
+    CHECK_OK(postbox_store_close(store));
+    store = NULL;
+    /* The file has that name: as bytes on Unix, as UTF-16 on Windows (whose narrow calls
+     * would take the ANSI code page, not UTF-8). */
+#ifdef _WIN32
+    wchar_t wide[1024];
+    CHECK(MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path_in(dir, "caf\xc3\xa9.postbox"), -1,
+                              wide, 1024) > 0);
+    FILE *utf8 = _wfopen(wide, L"rb");
+#else
+    FILE *utf8 = fopen(path_in(dir, "caf\xc3\xa9.postbox"), "rb");
+#endif
+    CHECK(utf8 != NULL);
+    if (utf8 != NULL) fclose(utf8);
+#ifdef _WIN32
+    /* Not UTF-8: refused, as a name that cannot be one. */
+    CHECK_RC(postbox_store_open(path_in(dir, "\xff\xfe.postbox"), NULL, &store), POSTBOX_INVALID_ARGUMENT);
+    CHECK(store == NULL);
+#endif
 
     /* A store from a future version (made by the Rust helper when it is available). */
     const char *helper = getenv("POSTBOX_PEER");
