@@ -68,7 +68,17 @@ pub fn fsync_probe(dir: &Path, duration: Duration) -> f64 {
 /// journal a size change, which on many filesystems makes it several times cheaper. A store
 /// whose file no longer grows commits closer to this rate.
 pub fn fsync_probe_overwrite(dir: &Path, duration: Duration) -> f64 {
-    use std::os::unix::fs::FileExt;
+    #[cfg(unix)]
+    fn write_at_start(f: &std::fs::File, block: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(block, 0)
+    }
+    #[cfg(not(unix))]
+    fn write_at_start(mut f: &std::fs::File, block: &[u8]) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        f.seek(SeekFrom::Start(0))?;
+        f.write_all(block)
+    }
     let path = dir.join(format!("fsync-probe-overwrite-{}", std::process::id()));
     let f = OpenOptions::new()
         .create(true)
@@ -78,12 +88,12 @@ pub fn fsync_probe_overwrite(dir: &Path, duration: Duration) -> f64 {
         .open(&path)
         .expect("open the fsync probe file");
     let block = [0x5au8; 1024];
-    f.write_all_at(&block, 0).expect("write");
+    write_at_start(&f, &block).expect("write");
     f.sync_all().expect("fsync");
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < duration {
-        f.write_all_at(&block, 0).expect("write");
+        write_at_start(&f, &block).expect("write");
         f.sync_data().expect("fdatasync");
         n += 1;
     }
