@@ -180,6 +180,7 @@ pub(crate) fn stdin_is_terminal() -> bool {
 /// Creates (or truncates) `path` for a file of messages, readable and writable by its owner
 /// only — mode 0600 whatever the umask, like the store and its log. An existing regular file
 /// is made 0600 before it is truncated; a FIFO or device (`/dev/stdout`) is written as it is.
+/// On Windows no ACL is set: the file takes its directory's, like the store.
 ///
 /// # Errors
 ///

@@ -36,10 +36,12 @@ pub fn publish(tmp: &Path, path: &Path) -> io::Result<()> {
 /// survives a power loss once this returned.
 ///
 /// Unix: `fsync` of the directory (`F_FULLFSYNC` on Apple systems, through the standard
-/// library). Windows has no directory sync and this does nothing: NTFS journals its metadata,
-/// and the flush of a file (`FlushFileBuffers`, which every durable commit makes) commits that
-/// journal up to the file's creation and renames; a file system without a journal (FAT32,
-/// exFAT) can lose a file created just before a power loss.
+/// library). Windows cannot sync a directory and this does nothing: a new store's name is made
+/// durable by its move ([`publish`] writes through), and a new log's entry relies on NTFS's
+/// metadata journal, which the log's first flush (`FlushFileBuffers`) commits with the file's
+/// own metadata. A file system without a journal (FAT32, exFAT) can lose a log created just
+/// before a power loss; the store then refuses to open without it (`docs/design.md`
+/// § Platforms).
 ///
 /// # Errors
 ///
