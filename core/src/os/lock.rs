@@ -43,7 +43,8 @@ pub const SHARE_ALL: u32 = {
 pub enum Holder {
     /// A store handle of this process (or a file opened some other way).
     ThisProcess,
-    /// A handle inherited across `fork()`: the parent opened it.
+    /// A handle inherited across `fork()`: the parent opened it (Unix only).
+    #[cfg_attr(not(unix), allow(dead_code))]
     Parent,
 }
 

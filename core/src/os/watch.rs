@@ -19,6 +19,7 @@ use std::path::Path;
 
 /// What the watch reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))] // no watch there
 pub enum Change {
     /// The file was written, or (Linux) closed by a process that had it open for writing.
     Written,
