@@ -58,8 +58,11 @@ timed processes env POSTBOX_CRASH_ITERATIONS=20 POSTBOX_JEPSEN_KILLS="$kills" \
 timed cli cargo test -p postbox-cli --target "$T" --locked
 
 # C: postbox.dll, its import library libpostbox.dll.a, and the Rust peers of the C tests.
-cargo build -p postbox-ffi -p postbox-cli --target "$T" --locked
-cargo build -p postbox-ffi --example pbx_peer --target "$T" --locked
+# The C tests exercise the admin endpoint and the bridge: the library with both features, as
+# .ci/c.sh builds it (the default build answers POSTBOX_UNSUPPORTED there).
+cargo build -p postbox-ffi --features admin,bridge --target "$T" --locked
+cargo build -p postbox-cli --target "$T" --locked
+cargo build -p postbox-ffi --features admin,bridge --example pbx_peer --target "$T" --locked
 cargo build -p postbox --example typed_json_producer --target "$T" --locked
 ls -l "$BIN/postbox.dll" "$BIN/libpostbox.dll.a" "$BIN/postbox.exe" include/postbox.h
 cp "$BIN/postbox.dll" "$OUT/"
