@@ -294,6 +294,108 @@ fn overview_and_resubmit_serve_the_dashboard() {
     assert_eq!(get(&format!("{}nowhere", server.url())).0, 404);
 }
 
+/// The overview, as the page reads it.
+fn overview_doc(server: &postbox_admin::AdminServer) -> Value {
+    let (status, text) = get(&format!("{}api/overview", server.url()));
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// Polls the overview until `ok` holds of it (the sampler reads the store once a second);
+/// fails after 30 s with the last document.
+fn wait_for_overview(
+    server: &postbox_admin::AdminServer,
+    what: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        let doc = overview_doc(server);
+        if ok(&doc) {
+            return doc;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "waited 30 s for {what}: {doc}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A queue's entry in each history point of an overview.
+fn history_of<'a>(doc: &'a Value, queue: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    doc["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(move |p| p["queues"].get(queue))
+}
+
+/// Issue 28: writes by other processes showed as no throughput at all, since the rates were
+/// the serving process's own traffic. The change of the counts, which the store file keeps for
+/// every process, shows them; the serving process's own sends stay apart, named as its own.
+#[test]
+fn the_change_of_counts_shows_what_other_processes_write() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("shared.postbox");
+    pb().args(["create"])
+        .arg(&path)
+        .arg("jobs")
+        .assert()
+        .success();
+    let store = Store::builder()
+        .multi_process(true)
+        .open(&path)
+        .expect("open shared");
+    let server = store
+        .serve_admin_with("127.0.0.1:0", AdminOptions::with_actions(Some("t".into())))
+        .expect("serve");
+    let doc = overview_doc(&server);
+    assert_eq!(doc["multi_process"], true);
+    assert_eq!(doc["all_processes"]["messages"], 0);
+
+    // Another process sends 50 messages.
+    let file = dir.path().join("fifty.jsonl");
+    let lines: String = (0..50)
+        .map(|i| format!("{{\"body\":\"m{i}\"}}\n"))
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    pb().arg("import")
+        .arg(&path)
+        .arg("jobs")
+        .arg(&file)
+        .assert()
+        .success();
+    let doc = wait_for_overview(&server, "the sends of another process", |d| {
+        history_of(d, "jobs").any(|q| q["net_per_second"].as_f64().unwrap() > 0.0)
+    });
+    assert_eq!(doc["all_processes"]["messages"], 50);
+    let jobs = &doc["queues"][0];
+    assert_eq!(jobs["active"], 50);
+    // This process sent nothing, and says so.
+    assert_eq!(jobs["sent_total"], 0);
+    assert!(history_of(&doc, "jobs").all(|q| q["sends_per_second"] == 0.0));
+
+    // Another process takes them away: the change is negative.
+    pb().arg("purge").arg(&path).arg("jobs").assert().success();
+    let doc = wait_for_overview(&server, "the purge of another process", |d| {
+        history_of(d, "jobs").any(|q| q["net_per_second"].as_f64().unwrap() < 0.0)
+    });
+    assert_eq!(doc["all_processes"]["messages"], 0);
+    let net: Vec<f64> = history_of(&doc, "jobs")
+        .map(|q| q["net_per_second"].as_f64().unwrap())
+        .collect();
+    assert!(
+        net.iter().any(|&r| r > 0.0) && net.iter().any(|&r| r < 0.0),
+        "{net:?}"
+    );
+    assert!(
+        history_of(&doc, "jobs").all(|q| q["completions_per_second"] == 0.0),
+        "the completions of this process"
+    );
+    server.stop();
+}
+
 /// Every sample line of the exposition: `name{labels} value`.
 fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()

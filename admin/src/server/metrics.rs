@@ -17,9 +17,9 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-/// The exposition of `now`, with rates taken against `before` (a sample about a second
-/// older), if there is one.
-pub fn render(now: &Sample, before: Option<&Sample>) -> String {
+/// The exposition of `now`, with rates taken between `pair` (the two most recent samples,
+/// older first), if there are two.
+pub fn render(now: &Sample, pair: Option<(&Sample, &Sample)>) -> String {
     let mut out = String::new();
     family(
         &mut out,
@@ -98,19 +98,19 @@ pub fn render(now: &Sample, before: Option<&Sample>) -> String {
     let gauges: [(&str, &str, bool); 2] = [
         (
             "postbox_queue_sends_per_second",
-            "Sends per second over the last sample interval.",
+            "Sends per second by the serving process over the last sample interval.",
             true,
         ),
         (
             "postbox_queue_completions_per_second",
-            "Completions per second over the last sample interval.",
+            "Completions per second by the serving process over the last sample interval.",
             false,
         ),
     ];
     for (name, help, sends) in gauges {
         family(&mut out, name, "gauge", help);
         for q in &now.queues {
-            let r = before.map(|b| rates(b, now, &q.name)).unwrap_or_default();
+            let r = pair.map(|(b, a)| rates(b, a, &q.name)).unwrap_or_default();
             let v = if sends { r.sends } else { r.completions };
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v:.3}", label(&q.name));
         }

@@ -376,8 +376,8 @@ fn handle(shared: &Shared, ex: Exchange) {
 fn metrics_route(shared: &Shared, ex: Exchange) {
     match sampler::take(&shared.store) {
         Ok(now) => {
-            let before = shared.sampler.last();
-            let mut body = metrics::render(&now, before.as_deref());
+            let pair = shared.sampler.last_two();
+            let mut body = metrics::render(&now, pair.as_ref().map(|(b, a)| (&**b, &**a)));
             if let Some(extra) = &shared.extra_metrics {
                 body.push_str(&(extra.0)());
             }
@@ -397,15 +397,21 @@ fn overview(shared: &Shared, ex: Exchange) {
         Err(e) => return ex.respond_error(503, &e.to_string()),
     };
     let history = shared.sampler.history();
-    let last = history.last().cloned();
+    // Rates between the last two samples, a whole interval apart; counts from `now`.
+    let pair = match history.as_slice() {
+        [.., b, a] => Some((b.clone(), a.clone())),
+        _ => None,
+    };
+    let rates_of = |name: &str| {
+        pair.as_ref()
+            .map(|(b, a)| sampler::rates(b, a, name))
+            .unwrap_or_default()
+    };
     let queues: Vec<Value> = now
         .queues
         .iter()
         .map(|q| {
-            let r = last
-                .as_deref()
-                .map(|b| sampler::rates(b, &now, &q.name))
-                .unwrap_or_default();
+            let r = rates_of(&q.name);
             // The counts as `postbox --json stats` writes them, and what the page adds.
             let mut doc = inspect::stats_json(&q.stats);
             let extra = json!({
@@ -415,6 +421,8 @@ fn overview(shared: &Shared, ex: Exchange) {
                 "completed_total": q.traffic.completed,
                 "sends_per_second": r.sends,
                 "completions_per_second": r.completions,
+                "net_per_second": r.net,
+                "dead_lettered_per_second": r.dead_lettered,
                 "sessions": q.sessions.iter().map(|g| json!({
                     "group": g.group,
                     "messages": g.messages,
@@ -465,6 +473,8 @@ fn overview(shared: &Shared, ex: Exchange) {
                             "dead_lettered": q.stats.dead_lettered,
                             "sends_per_second": r.sends,
                             "completions_per_second": r.completions,
+                            "net_per_second": r.net,
+                            "dead_lettered_per_second": r.dead_lettered,
                         }),
                     )
                 })
@@ -472,12 +482,25 @@ fn overview(shared: &Shared, ex: Exchange) {
             json!({ "at_ms": a.at_ms, "queues": per })
         })
         .collect();
+    // The whole store, from the counts every process keeps exact in the file.
+    let (mut net, mut dead_net) = (0.0, 0.0);
+    for q in &now.queues {
+        let r = rates_of(&q.name);
+        net += r.net;
+        dead_net += r.dead_lettered;
+    }
     let s = &now.store;
     let doc = json!({
         "store": shared.store.path().display().to_string(),
         "multi_process": shared.store.is_multi_process(),
         "actions": shared.allow_actions,
         "at_ms": now.at_ms,
+        "all_processes": {
+            "messages": now.queues.iter().map(|q| sampler::held(&q.stats)).sum::<u64>(),
+            "dead_lettered": now.queues.iter().map(|q| q.stats.dead_lettered).sum::<u64>(),
+            "net_per_second": net,
+            "dead_lettered_per_second": dead_net,
+        },
         "store_stats": {
             "commits": s.commits,
             "operations": s.operations,

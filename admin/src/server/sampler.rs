@@ -1,5 +1,14 @@
 //! Once a second, every queue's counts and traffic: the rates and charts of the dashboard and
 //! `/metrics` come from the difference of two samples.
+//!
+//! Two kinds of rate come out of it, and they mean different things. The counts are the
+//! store file's own (`Queue::stats`), kept exact by every commit of every process, so their
+//! change per second is the whole store's: sends minus everything that takes a message away
+//! (completions, dead-letterings, expiries, purges), which cancel out when they balance. The
+//! traffic (`Queue::traffic`) counts the sends and completions of this process only: the
+//! file keeps no such totals, so no process can see another's. For a store held in
+//! single-process mode by the serving application that is the whole store's traffic; for a
+//! store several processes share, it is only what goes through the serving one.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,8 +50,20 @@ pub struct Sample {
 /// Per-second rates of one queue between two samples.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Rates {
+    /// Sends by this process (its traffic).
     pub sends: f64,
+    /// Completions by this process (its traffic).
     pub completions: f64,
+    /// Change of the messages the queue holds (active, locked, scheduled, deferred), from the
+    /// store's counts: every process's work, negative when the queue shrinks.
+    pub net: f64,
+    /// Change of the queue's dead letters, from the store's counts (every process).
+    pub dead_lettered: f64,
+}
+
+/// The messages a queue holds, whatever their state (its dead letters aside).
+pub fn held(s: &QueueStats) -> u64 {
+    s.active + s.locked + s.scheduled + s.deferred
 }
 
 /// Reads every queue now.
@@ -96,15 +117,21 @@ fn millis(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Rates of queue `name` from `before` to `after` (zero when it is in only one of them).
+/// Rates of queue `name` from `before` to `after` (zero when it is in only one of them: a
+/// queue created or deleted meanwhile has no change to show).
 pub fn rates(before: &Sample, after: &Sample, name: &str) -> Rates {
     let secs = (after.at_ms.saturating_sub(before.at_ms) as f64 / 1000.0).max(1e-3);
-    let find = |s: &Sample| s.queues.iter().find(|q| q.name == name).map(|q| q.traffic);
-    match (find(before), find(after)) {
+    fn find<'a>(s: &'a Sample, name: &str) -> Option<&'a QueueSample> {
+        s.queues.iter().find(|q| q.name == name)
+    }
+    let change = |b: u64, a: u64| (a as f64 - b as f64) / secs;
+    match (find(before, name), find(after, name)) {
         (Some(b), Some(a)) => Rates {
             // A reopened store counts from zero again: no negative rates.
-            sends: a.sent.saturating_sub(b.sent) as f64 / secs,
-            completions: a.completed.saturating_sub(b.completed) as f64 / secs,
+            sends: a.traffic.sent.saturating_sub(b.traffic.sent) as f64 / secs,
+            completions: a.traffic.completed.saturating_sub(b.traffic.completed) as f64 / secs,
+            net: change(held(&b.stats), held(&a.stats)),
+            dead_lettered: change(b.stats.dead_lettered, a.stats.dead_lettered),
         },
         _ => Rates::default(),
     }
@@ -168,13 +195,13 @@ impl Sampler {
             .collect()
     }
 
-    /// The most recent sample, if one was taken.
-    pub fn last(&self) -> Option<Arc<Sample>> {
-        self.history
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .back()
-            .cloned()
+    /// The two most recent samples, older first, once two were taken: rates are taken
+    /// between them, a whole interval apart (a fresh read and the last sample may be a few
+    /// milliseconds apart, and one message over a few milliseconds is no rate).
+    pub fn last_two(&self) -> Option<(Arc<Sample>, Arc<Sample>)> {
+        let h = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = h.len();
+        (n >= 2).then(|| (h[n - 2].clone(), h[n - 1].clone()))
     }
 
     /// Asks the thread to stop (it ends within 50 ms).
