@@ -396,6 +396,38 @@ fn the_change_of_counts_shows_what_other_processes_write() {
     server.stop();
 }
 
+#[test]
+fn the_page_says_how_to_get_the_token_and_whose_figures_it_shows() {
+    let (_dir, store) = app_store();
+    let server = store.serve_admin("127.0.0.1:0").expect("serve");
+    let (status, page) = get(&server.url());
+    assert_eq!(status, 200);
+    // The notice the page shows without a token or with a refused one, and how to get it.
+    for text in [
+        r#"<div id="token-help" class="alert" role="alert" hidden>"#,
+        "No token: this page was opened without the admin token.",
+        "The token was refused (wrong or missing X-Postbox-Token).",
+        "<code>postbox dashboard</code> prints it when it starts",
+        "<code>token:</code> line",
+        "<code>http://…/#token=…</code>",
+        "paste the token in the Token box above",
+        "<code>AdminServer::token()</code>",
+        // Whose figures: every process's from the file's counts, or this process's.
+        "commits by this process",
+        "operations by this process",
+        "Change/s<small>every process</small>",
+        "Sends/s<small>this process</small>",
+    ] {
+        assert!(page.contains(text), "the page lacks {text:?}");
+    }
+    // The refusal the notice recognises is the one the endpoint gives.
+    let (status, text) = get(&format!("{}api/dead-letters?queue=jobs", server.url()));
+    assert_eq!(status, 403);
+    assert!(text.contains("X-Postbox-Token"), "{text}");
+    // A single-process store: this process is its only writer, which the page says.
+    assert_eq!(overview_doc(&server)["multi_process"], false);
+}
+
 /// Every sample line of the exposition: `name{labels} value`.
 fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()
