@@ -396,6 +396,96 @@ fn the_change_of_counts_shows_what_other_processes_write() {
     server.stop();
 }
 
+/// Runs `args` (program name first) through `POST /api/command` as the page's purge button
+/// does; returns the HTTP status and, for a 200, the exit code and the output and error text.
+fn page_command(
+    server: &postbox_admin::AdminServer,
+    token: Option<&str>,
+    args: &[&str],
+) -> (u16, Option<i32>, String, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut call = agent
+        .post(&format!("{}api/command", server.url()))
+        .header("Content-Type", "application/json");
+    if let Some(t) = token {
+        call = call.header("X-Postbox-Token", t);
+    }
+    let body = serde_json::json!({ "args": args, "stdin_base64": "" }).to_string();
+    let mut r = call.send(body.as_str()).expect("POST");
+    let status = r.status().as_u16();
+    let bytes = r.body_mut().read_to_vec().expect("body");
+    if status != 200 {
+        return (
+            status,
+            None,
+            String::from_utf8_lossy(&bytes).into_owned(),
+            String::new(),
+        );
+    }
+    let (mut code, mut out, mut err) = (None, String::new(), String::new());
+    let mut rest = &bytes[..];
+    while let Some((tag, b)) = postbox_admin::wire::read_frame(&mut rest).expect("a frame") {
+        match tag {
+            postbox_admin::wire::OUT => out.push_str(&String::from_utf8_lossy(&b)),
+            postbox_admin::wire::ERR => err.push_str(&String::from_utf8_lossy(&b)),
+            postbox_admin::wire::EXIT => {
+                code = Some(i32::from_le_bytes(b.try_into().expect("4 bytes")));
+            }
+            _ => {}
+        }
+    }
+    (status, code, out, err)
+}
+
+#[test]
+fn the_page_purges_a_queue_through_the_command_with_the_token() {
+    let purge = ["postbox", "--json", "purge", "(admin)", "jobs"];
+    let (_dir, store) = app_store();
+    let jobs = store.open_queue("jobs").unwrap();
+
+    // Read-only: the token is right, the purge is refused, and says why.
+    let server = store.serve_admin("127.0.0.1:0").expect("serve");
+    let token = server.token().to_owned();
+    let (status, code, _, err) = page_command(&server, Some(&token), &purge);
+    assert_eq!((status, code), (200, Some(1)), "{err}");
+    assert!(err.contains("only reads"), "{err}");
+    assert_eq!(jobs.stats().unwrap().active, 3);
+    server.stop();
+
+    let server = store
+        .serve_admin_with(
+            "127.0.0.1:0",
+            AdminOptions::with_actions(Some("s3cret".into())),
+        )
+        .expect("serve");
+    // Without the token, or with a wrong one: refused before the command runs.
+    for token in [None, Some("wrong")] {
+        let (status, code, text, _) = page_command(&server, token, &purge);
+        assert_eq!((status, code), (403, None), "{text}");
+        let doc: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["error"], "wrong or missing X-Postbox-Token");
+        assert_eq!(jobs.stats().unwrap().active, 3);
+    }
+    // With it: every message goes, the dead letter stays; the answer says how many.
+    let (status, code, out, err) = page_command(&server, Some("s3cret"), &purge);
+    assert_eq!((status, code), (200, Some(0)), "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).expect("JSON");
+    assert_eq!(doc, serde_json::json!({ "queue": "jobs", "purged": 3 }));
+    let s = jobs.stats().unwrap();
+    assert_eq!((s.active, s.dead_lettered), (0, 1));
+    // A queue that is not there: the command's own failure, exit code 2.
+    let (status, code, _, err) = page_command(
+        &server,
+        Some("s3cret"),
+        &["postbox", "--json", "purge", "(admin)", "nosuch"],
+    );
+    assert_eq!((status, code), (200, Some(2)), "{err}");
+    assert!(err.contains("nosuch"), "{err}");
+}
+
 #[test]
 fn the_page_says_how_to_get_the_token_and_whose_figures_it_shows() {
     let (_dir, store) = app_store();
@@ -417,6 +507,7 @@ fn the_page_says_how_to_get_the_token_and_whose_figures_it_shows() {
         "operations by this process",
         "Change/s<small>every process</small>",
         "Sends/s<small>this process</small>",
+        "Purge",
     ] {
         assert!(page.contains(text), "the page lacks {text:?}");
     }

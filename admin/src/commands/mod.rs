@@ -295,8 +295,9 @@ pub enum Command {
         /// counts to the network, and all the rest to whoever has the token (plain HTTP).
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: String,
-        /// Allow actions (the page's resubmit, --admin commands that change the store). Dead
-        /// letters and --admin commands always need the token printed at start.
+        /// Allow actions (the page's resubmit and purge buttons, --admin commands that change
+        /// the store). Dead letters, the buttons and --admin commands always need the token
+        /// printed at start.
         #[arg(long)]
         allow_actions: bool,
     },

@@ -58,7 +58,7 @@ pub(crate) fn dashboard(store: &Store, bind: &str, allow_actions: bool, json: bo
         say!("  page:     {}", server.page_url());
         say!("  metrics:  {}metrics", server.url());
         say!(
-            "  token:    {} (dead letters, and postbox --admin {} --token …)",
+            "  token:    {} (the page's dead letters and buttons; postbox --admin {} --token …)",
             server.token(),
             server.url()
         );

@@ -53,8 +53,8 @@ const MAX_COMMANDS: usize = 4;
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct AdminOptions {
-    /// Allow actions: the dashboard's resubmit button and `postbox --admin` commands that
-    /// change the store. Off by default: commands and the page then only read.
+    /// Allow actions: the dashboard's resubmit and purge buttons and `postbox --admin`
+    /// commands that change the store. Off by default: commands and the page then only read.
     pub allow_actions: bool,
     /// The token that reading messages, running commands and actions need (the
     /// `X-Postbox-Token` header, `postbox --admin URL --token`); `None` makes a random one
