@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The dashboard of `postbox dashboard`, in a real browser: Debian's headless Chromium driven by
-# Selenium (tests/dashboard). The page loads with the right counts, counts follow a send from
-# another process, the resubmit button moves a dead letter back (and fails visibly without the
-# token), and /metrics parses with prometheus_client's parser. The last test takes the README's
-# screenshot: POSTBOX_SCREENSHOT=docs/dashboard.png bash .ci/dashboard.sh refreshes it.
+# Selenium (tests/dashboard). The page loads with the right counts, counts and their change per
+# second follow sends from another process, the resubmit button moves a dead letter back, the
+# purge button empties a queue after a confirmation, a missing or wrong token is said at the top
+# of the page, and /metrics parses with prometheus_client's parser. The last test takes the
+# README's screenshot: POSTBOX_SCREENSHOT=docs/dashboard.png bash .ci/dashboard.sh refreshes it.
 #
 # Installs chromium and chromium-driver with apt when missing; where neither is there nor can be
 # installed, says SKIPPED and why, and passes. Python packages go into a venv of their own,

@@ -30,7 +30,11 @@ from typing import Any, Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -68,6 +72,15 @@ STORE_STATS_JS = """
 const out = {};
 for (const d of document.querySelectorAll('#store-stats [data-stat]')) {
   out[d.dataset.stat] = d.querySelector('b').textContent;
+}
+return out;
+"""
+
+# The labels of the store's figures: {name: label shown}.
+STORE_LABELS_JS = """
+const out = {};
+for (const d of document.querySelectorAll('#store-stats [data-stat]')) {
+  out[d.dataset.stat] = d.querySelector('span').textContent;
 }
 return out;
 """
@@ -244,6 +257,41 @@ def test_counts_follow_a_send_from_another_process(browser: WebDriver, dashboard
     )
 
 
+def test_the_change_shows_sends_of_another_process(browser: WebDriver, dashboard: Dashboard):
+    """Sends by another process show in the change per second (from the store's counts), not
+    in the sends of the dashboard's own process."""
+    open_page(browser, dashboard)
+    stop = threading.Event()
+
+    def load() -> None:
+        # Pacing the load generator (not waiting for the page): 8 sends a second, for as long
+        # as the page has not shown them, at most 10 s.
+        start = time.monotonic()
+        for i in range(80):
+            if stop.is_set():
+                return
+            postbox("send", str(dashboard.store), "orders", json.dumps({"order": 500 + i}))
+            time.sleep(max(0.0, start + (i + 1) / 8 - time.monotonic()))
+
+    sender = threading.Thread(target=load)
+    sender.start()
+    try:
+        row = wait(
+            browser,
+            lambda dr: (r := queue_table(dr)["orders"])["change"].startswith("+") and r,
+            "orders' change per second to go up",
+        )
+    finally:
+        stop.set()
+        sender.join()
+    assert float(row["change"]) > 0 and row["sends"] == "0.0", row
+    labels = browser.execute_script(STORE_LABELS_JS)
+    assert labels["commits"] == "commits by this process", labels
+    assert labels["change per second"] == "change of messages held per second", labels
+    note = browser.find_element(By.ID, "rates-note").text
+    assert "every process" in note and "other processes' sends and completions are not in them" in note
+
+
 def test_resubmit_moves_a_dead_letter_back(browser: WebDriver, dashboard: Dashboard):
     before = counts(dashboard.store)["emails"]
     browser.get(dashboard.page)  # the URL `postbox dashboard` prints
@@ -301,6 +349,90 @@ def test_dead_letters_need_the_token(browser: WebDriver, dashboard: Dashboard):
     rows = wait(browser, lambda dr: dr.execute_script(DEAD_LETTERS_JS), "the dead letters")
     assert len(rows) == 2 and all(r["enabled"] for r in rows)
     assert counts(dashboard.store) == before
+
+
+def token_help(driver: WebDriver) -> str:
+    """The notice about the token: its text when it shows, else ''."""
+    box = driver.find_element(By.ID, "token-help")
+    return box.text if box.is_displayed() else ""
+
+
+def test_a_missing_or_wrong_token_is_said_on_the_page(browser: WebDriver, dashboard: Dashboard):
+    before = counts(dashboard.store)
+    open_page(browser, dashboard)  # without the token
+    help_text = wait(browser, token_help, "the notice of the missing token")
+    assert help_text.startswith("No token"), help_text
+    # It says where the token comes from and how to pass it.
+    for words in ("postbox dashboard prints it", "token:", "#token=", "Token box"):
+        assert words in help_text, (words, help_text)
+    # An action that needs it, tried anyway: refused, and said so where it was clicked.
+    click_purge(browser, "orders")
+    wait(browser, alert_text, "the confirmation")
+    browser.switch_to.alert.accept()
+    wait(
+        browser,
+        lambda dr: "purge of orders refused: wrong or missing X-Postbox-Token"
+        in dr.find_element(By.ID, "queue-action").text,
+        "the refused purge to be reported",
+    )
+    assert token_help(browser).startswith("No token")
+    enter_token(browser, "wrong")
+    wait(
+        browser,
+        lambda dr: token_help(dr).startswith("The token was refused"),
+        "the notice of a refused token",
+    )
+    enter_token(browser, dashboard.token)
+    wait(browser, lambda dr: token_help(dr) == "", "the notice to go with the right token")
+    assert counts(dashboard.store) == before
+
+
+def click_purge(driver: WebDriver, queue: str) -> None:
+    def click(dr: WebDriver) -> bool:
+        button = dr.find_element(By.CSS_SELECTOR, f'#queues tbody tr[data-queue="{queue}"] button.purge')
+        if not button.is_enabled():
+            return False
+        button.click()  # a table rebuilt meanwhile raises StaleElement before clicking: retried
+        return True
+
+    wait(driver, click, f"the purge button of {queue}")
+
+
+def alert_text(driver: WebDriver) -> str | None:
+    try:
+        return driver.switch_to.alert.text
+    except NoAlertPresentException:
+        return None
+
+
+def test_purge_empties_a_queue_after_a_confirmation(browser: WebDriver, dashboard: Dashboard):
+    before = counts(dashboard.store)
+    held = sum(before["orders"][k] for k in ("active", "locked", "scheduled", "deferred"))
+    assert held > 0
+    browser.get(dashboard.page)
+    wait(browser, lambda dr: status(dr).startswith("updated "), "the first poll")
+    assert token_help(browser) == ""
+    # Cancelled: nothing happens.
+    click_purge(browser, "orders")
+    question = wait(browser, alert_text, "the confirmation")
+    assert question.startswith("Purge orders?") and f"({held} now" in question, question
+    assert "dead letters stay" in question, question
+    browser.switch_to.alert.dismiss()
+    assert counts(dashboard.store) == before
+    # Confirmed: every message of orders goes; the other queues and the dead letters stay.
+    click_purge(browser, "orders")
+    wait(browser, alert_text, "the confirmation")
+    browser.switch_to.alert.accept()
+    noun = "message" if held == 1 else "messages"
+    wait(
+        browser,
+        lambda dr: dr.find_element(By.ID, "queue-action").text == f"purged {held} {noun} from orders"
+        and queue_table(dr)["orders"]["active"] == "0",
+        "the purge to be reported and orders to show empty",
+    )
+    after = counts(dashboard.store)
+    assert after["orders"]["active"] + after["orders"]["scheduled"] == 0
+    assert after["emails"] == before["emails"] and after["audit"] == before["audit"]
 
 
 def test_a_rebinding_name_is_refused(browser: WebDriver, dashboard: Dashboard):
@@ -440,7 +572,7 @@ def test_metrics_parse_as_prometheus_text(dashboard: Dashboard):
 def test_screenshot(browser: WebDriver, dashboard: Dashboard, tmp_path: Path):
     """The README's picture: the page after a few seconds of traffic through the dashboard."""
     browser.set_window_size(1280, 900)
-    open_page(browser, dashboard)
+    open_page(browser, dashboard, f"#token={dashboard.token}")
     # About 4 s of traffic through the dashboard's process (so that its throughput chart has
     # lines): sends to orders and emails, and orders completed from the second second on.
     start = time.monotonic()
