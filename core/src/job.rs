@@ -157,9 +157,11 @@ impl Job {
     /// [`Error::InvalidArgument`] for a sealed one. A duplicate (its `message_key` seen inside
     /// the queue's dedup window) is not a new piece.
     pub fn send(&self, queue: &Queue, message: impl Into<Message>) -> Result<MessageId> {
-        let mut ids = self.send_batch(queue, [message.into()])?;
-        ids.pop()
-            .ok_or_else(|| Error::Panic("send returned no id".into()))
+        self.check_queue(queue)?;
+        let m = self.piece(message.into())?;
+        let (q, name) = (queue.id, queue.name.to_string());
+        let sent = self.engine.call(move |b| b.send_one(q, &name, m))?;
+        Ok(sent.id)
     }
 
     /// Sends several pieces atomically (all or none, one commit); returns their ids.
@@ -173,13 +175,19 @@ impl Job {
         I::Item: Into<Message>,
     {
         self.check_queue(queue)?;
-        let mut msgs: Vec<Message> = messages.into_iter().map(Into::into).collect();
-        for m in &mut msgs {
-            m.validate()?;
-            m.tags.job = Some(self.id);
-        }
+        let msgs = messages
+            .into_iter()
+            .map(|m| self.piece(m.into()))
+            .collect::<Result<Vec<_>>>()?;
         let (q, name) = (queue.id, queue.name.to_string());
         self.engine.call(move |b| b.send(q, &name, msgs))
+    }
+
+    /// `m`, checked and marked as a piece of this job.
+    fn piece(&self, mut m: Message) -> Result<Message> {
+        m.validate()?;
+        m.tags.job = Some(self.id);
+        Ok(m)
     }
 
     pub(crate) fn check_queue(&self, queue: &Queue) -> Result<()> {

@@ -110,9 +110,8 @@ impl Queue {
         let m = message.into();
         m.validate()?;
         let (q, name) = (self.id, self.name.to_string());
-        let mut ids = self.engine.call(move |b| b.send(q, &name, vec![m]))?;
-        ids.pop()
-            .ok_or_else(|| Error::Panic("send returned no id".into()))
+        let sent = self.engine.call(move |b| b.send_one(q, &name, m))?;
+        Ok(sent.id)
     }
 
     /// [`Queue::send`], saying whether the message was a duplicate: its `message_key` was in
@@ -122,9 +121,10 @@ impl Queue {
     ///
     /// As [`Queue::send`].
     pub fn send_checked(&self, message: impl Into<Message>) -> Result<Sent> {
-        let mut v = self.send_batch_checked([message.into()])?;
-        v.pop()
-            .ok_or_else(|| Error::Panic("send returned no id".into()))
+        let m = message.into();
+        m.validate()?;
+        let (q, name) = (self.id, self.name.to_string());
+        self.engine.call(move |b| b.send_one(q, &name, m))
     }
 
     /// [`Queue::send_batch`], saying of each message whether it was a duplicate.
@@ -142,10 +142,7 @@ impl Queue {
             m.validate()?;
         }
         let (q, name) = (self.id, self.name.to_string());
-        let mut out = self
-            .engine
-            .call(move |b| b.send_many_detailed(vec![(q, name, msgs)]))?;
-        Ok(out.pop().unwrap_or_default())
+        self.engine.call(move |b| b.send_detailed(q, &name, msgs))
     }
 
     /// Sends `message` as a request and waits up to `timeout` for its reply: the message goes

@@ -68,11 +68,9 @@ impl Engine {
         self.call(move |b| {
             b.check_lock(l.id, l.token)?;
             let (q, name) = b.queue_id_by_name(&to)?;
-            let ids = b.send(q, &name, vec![reply])?;
+            let sent = b.send_one(q, &name, reply)?;
             b.complete_all(&[l])?;
-            ids.into_iter()
-                .next()
-                .ok_or_else(|| Error::corrupted("a send returned no id"))
+            Ok(sent.id)
         })
     }
 

@@ -9,10 +9,33 @@ use super::*;
 use crate::message::Sent;
 
 impl<'t> Batch<'t> {
-    /// Sends messages to queue `q` atomically: all are stored or none.
+    /// Sends messages to queue `q` atomically: all are stored or none. One id per message, in
+    /// order.
     pub fn send(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<MessageId>> {
-        let mut ids = self.send_many(vec![(q, name.to_owned(), msgs)])?;
-        Ok(ids.pop().unwrap_or_default())
+        Ok(self
+            .send_detailed(q, name, msgs)?
+            .into_iter()
+            .map(|s| s.id)
+            .collect())
+    }
+
+    /// [`Batch::send`], saying of each message whether it was a duplicate.
+    pub fn send_detailed(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<Sent>> {
+        let (q, name) = self.forward_target(q, name)?;
+        let rec = self.require_queue(q, &name)?;
+        let plan = self.plan_send(q, &rec, &msgs, (0, 0))?;
+        self.insert_planned(q, &rec, msgs, plan)
+    }
+
+    /// Sends one message to queue `q`: the planning and writing of [`Batch::send`] for a single
+    /// message, so that its caller gets exactly one result.
+    pub fn send_one(&mut self, q: u32, name: &str, m: Message) -> Result<Sent> {
+        let (q, name) = self.forward_target(q, name)?;
+        let rec = self.require_queue(q, &name)?;
+        let mut plan = Planner::for_queue(&rec)?;
+        let step = self.plan_step(q, &rec, &mut plan, 0, &m)?;
+        self.check_quota(q, &rec, (0, 0), &plan)?;
+        self.insert_step(q, &rec, m, step, &[])
     }
 
     /// Sends to several queues atomically: every message of every group is validated (size,
@@ -21,20 +44,6 @@ impl<'t> Batch<'t> {
         &mut self,
         groups: Vec<(u32, String, Vec<Message>)>,
     ) -> Result<Vec<Vec<MessageId>>> {
-        Ok(self
-            .send_many_detailed(groups)?
-            .into_iter()
-            .map(|g| g.into_iter().map(|s| s.id).collect())
-            .collect())
-    }
-
-    /// [`Batch::send_many`], saying of each message whether it was a duplicate (its
-    /// `message_key` was seen inside the dedup window: nothing was stored and the id is the
-    /// original's).
-    pub fn send_many_detailed(
-        &mut self,
-        groups: Vec<(u32, String, Vec<Message>)>,
-    ) -> Result<Vec<Vec<Sent>>> {
         // Auto-forwarding: each group lands at the end of its queue's `forward_to` chain.
         let groups = groups
             .into_iter()
@@ -56,21 +65,47 @@ impl<'t> Batch<'t> {
         }
         let mut out = Vec::with_capacity(groups.len());
         for ((q, _, msgs), (rec, plan)) in groups.into_iter().zip(plans) {
-            let mut sent: Vec<Sent> = Vec::with_capacity(msgs.len());
-            for (m, step) in msgs.into_iter().zip(plan.steps) {
-                let (id, duplicate) = match step {
-                    SendStep::Existing(id) => (id, true),
-                    SendStep::SameAs(j) => (sent[j].id.0, true),
-                    SendStep::New => (self.insert_message(q, &rec.1.options, m)?, false),
-                };
-                sent.push(Sent {
-                    id: MessageId(id),
-                    duplicate,
-                });
-            }
-            out.push(sent);
+            let sent = self.insert_planned(q, &rec, msgs, plan)?;
+            out.push(sent.into_iter().map(|s| s.id).collect());
         }
         Ok(out)
+    }
+
+    /// Writes a planned group: one result per message, in order.
+    fn insert_planned(
+        &mut self,
+        q: u32,
+        rec: &(String, QueueRecord),
+        msgs: Vec<Message>,
+        plan: SendPlan,
+    ) -> Result<Vec<Sent>> {
+        let mut sent: Vec<Sent> = Vec::with_capacity(msgs.len());
+        for (m, step) in msgs.into_iter().zip(plan.steps) {
+            let s = self.insert_step(q, rec, m, step, &sent)?;
+            sent.push(s);
+        }
+        Ok(sent)
+    }
+
+    /// Writes one message as planned; `earlier` holds the results of the messages before it
+    /// in its group (a `SameAs` step names one of them).
+    fn insert_step(
+        &mut self,
+        q: u32,
+        rec: &(String, QueueRecord),
+        m: Message,
+        step: SendStep,
+        earlier: &[Sent],
+    ) -> Result<Sent> {
+        let (id, duplicate) = match step {
+            SendStep::Existing(id) => (id, true),
+            SendStep::SameAs(j) => (earlier[j].id.0, true),
+            SendStep::New => (self.insert_message(q, &rec.1.options, m)?, false),
+        };
+        Ok(Sent {
+            id: MessageId(id),
+            duplicate,
+        })
     }
 
     fn plan_send(
@@ -80,56 +115,77 @@ impl<'t> Batch<'t> {
         msgs: &[Message],
         already: (u64, u64),
     ) -> Result<SendPlan> {
-        let (qname, rec) = (&rec.0, &rec.1);
-        if rec.kind == QueueKind::DeadLetter {
-            return Err(Error::invalid(
-                "messages cannot be sent to a dead-letter queue",
-            ));
+        let mut plan = Planner::for_queue(rec)?;
+        let steps = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| self.plan_step(q, rec, &mut plan, i, m))
+            .collect::<Result<Vec<_>>>()?;
+        self.check_quota(q, rec, already, &plan)?;
+        Ok(SendPlan {
+            steps,
+            new_count: plan.new_count,
+            new_bytes: plan.new_bytes,
+        })
+    }
+
+    /// Plans message `i` of a group: validates it and says whether it is new or a duplicate.
+    fn plan_step<'m>(
+        &mut self,
+        q: u32,
+        rec: &(String, QueueRecord),
+        plan: &mut Planner<'m>,
+        i: usize,
+        m: &'m Message,
+    ) -> Result<SendStep> {
+        let (qname, o) = (&rec.0, &rec.1.options);
+        validate_message(m, o.max_message_size)?;
+        if let Some(job) = m.tags.job
+            && !plan.jobs_seen.contains(&job)
+        {
+            self.check_job_open(job)?;
+            plan.jobs_seen.push(job);
         }
-        let o = &rec.options;
-        let mut steps = Vec::with_capacity(msgs.len());
-        let mut keys_here: HashMap<&str, usize> = HashMap::new();
-        let (mut new_count, mut new_bytes) = (0u64, 0u64);
-        let mut jobs_seen: Vec<u64> = Vec::new();
-        for (i, m) in msgs.iter().enumerate() {
-            validate_message(m, o.max_message_size)?;
-            if let Some(job) = m.tags.job
-                && !jobs_seen.contains(&job)
+        if o.requires_session && m.props.group.is_none() {
+            return Err(Error::invalid(format!(
+                "queue {qname:?} requires sessions: every message needs a group"
+            )));
+        }
+        let key = m
+            .props
+            .message_key
+            .as_deref()
+            .filter(|_| o.dedup_window.is_some());
+        if let Some(key) = key {
+            let now = self.now;
+            if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value())
+                && forget_at > now
             {
-                self.check_job_open(job)?;
-                jobs_seen.push(job);
+                return Ok(SendStep::Existing(id));
             }
-            if o.requires_session && m.props.group.is_none() {
-                return Err(Error::invalid(format!(
-                    "queue {qname:?} requires sessions: every message needs a group"
-                )));
+            if let Some(&j) = plan.keys_here.get(key) {
+                return Ok(SendStep::SameAs(j));
             }
-            let key = m
-                .props
-                .message_key
-                .as_deref()
-                .filter(|_| o.dedup_window.is_some());
-            if let Some(key) = key {
-                let now = self.now;
-                if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value())
-                    && forget_at > now
-                {
-                    steps.push(SendStep::Existing(id));
-                    continue;
-                }
-                if let Some(&j) = keys_here.get(key) {
-                    steps.push(SendStep::SameAs(j));
-                    continue;
-                }
-                keys_here.insert(key, i);
-            }
-            steps.push(SendStep::New);
-            new_count += 1;
-            new_bytes += m.size();
+            plan.keys_here.insert(key, i);
         }
+        plan.new_count += 1;
+        plan.new_bytes += m.size();
+        Ok(SendStep::New)
+    }
+
+    /// Refuses a plan that would take the queue past its quotas, counting `already`: what
+    /// earlier groups of the same send add to it.
+    fn check_quota(
+        &mut self,
+        q: u32,
+        rec: &(String, QueueRecord),
+        already: (u64, u64),
+        plan: &Planner<'_>,
+    ) -> Result<()> {
+        let (qname, o) = (&rec.0, &rec.1.options);
         let c = self.counters(q)?;
         if let Some(max) = o.max_messages
-            && c.total() + already.0 + new_count > max
+            && c.total() + already.0 + plan.new_count > max
         {
             return Err(Error::QueueFull {
                 queue: qname.clone(),
@@ -137,18 +193,14 @@ impl<'t> Batch<'t> {
             });
         }
         if let Some(max) = o.max_bytes
-            && c.bytes + already.1 + new_bytes > max
+            && c.bytes + already.1 + plan.new_bytes > max
         {
             return Err(Error::QueueFull {
                 queue: qname.clone(),
                 limit: format!("max_bytes = {max}"),
             });
         }
-        Ok(SendPlan {
-            steps,
-            new_count,
-            new_bytes,
-        })
+        Ok(())
     }
 
     pub(super) fn insert_message(&mut self, q: u32, o: &QueueSettings, m: Message) -> Result<u64> {
@@ -250,6 +302,32 @@ struct SendPlan {
     steps: Vec<SendStep>,
     new_count: u64,
     new_bytes: u64,
+}
+
+/// What planning a group has seen so far: its message keys, the jobs already checked, and
+/// what its new messages add to the queue.
+struct Planner<'m> {
+    keys_here: HashMap<&'m str, usize>,
+    jobs_seen: Vec<u64>,
+    new_count: u64,
+    new_bytes: u64,
+}
+
+impl Planner<'_> {
+    /// A plan for sending to the queue of `rec`, which must take sends.
+    fn for_queue(rec: &(String, QueueRecord)) -> Result<Self> {
+        if rec.1.kind == QueueKind::DeadLetter {
+            return Err(Error::invalid(
+                "messages cannot be sent to a dead-letter queue",
+            ));
+        }
+        Ok(Planner {
+            keys_here: HashMap::new(),
+            jobs_seen: Vec::new(),
+            new_count: 0,
+            new_bytes: 0,
+        })
+    }
 }
 
 /// Checks a message against the queue's current `max_message_size` (which counts the whole
