@@ -1,6 +1,7 @@
 //! Operations on several locks at once, written here once and called by name by the queue
 //! handle, the transaction and the processor: complete all or none, abandon all, renew all,
-//! and "do this, then lock the next messages" in the same commit.
+//! and "do this, then that" in the same commit (a settle and the next receive, or a settle and
+//! a session's next message), with the one rule for what each part hears when one fails.
 
 use super::batch::{Batch, Locked, Settle};
 use super::{Engine, HeldLock};
@@ -88,13 +89,27 @@ impl Engine {
         A: Send + 'static,
     {
         let (owner, name) = (self.owner, name.to_owned());
-        let r = self.call(move |b| {
-            let done = b.attempt(first)?;
-            let got = if want == 0 {
+        self.both(first, move |b| {
+            if want == 0 {
                 Ok(Vec::new())
             } else {
-                b.attempt(|b| b.receive(q, &name, owner, want))?
-            };
+                b.receive(q, &name, owner, want)
+            }
+        })
+    }
+
+    /// Runs `first`, then `second`, in one commit. Either may fail alone when it failed before
+    /// writing; one that failed half way fails both, and so does a commit that failed.
+    pub fn both<A, B, F, G>(&self, first: F, second: G) -> (Result<A>, Result<B>)
+    where
+        F: FnOnce(&mut Batch<'_>) -> Result<A> + Send + 'static,
+        G: FnOnce(&mut Batch<'_>) -> Result<B> + Send + 'static,
+        A: Send + 'static,
+        B: Send + 'static,
+    {
+        let r = self.call(move |b| {
+            let done = b.attempt(first)?;
+            let got = b.attempt(second)?;
             Ok((done, got))
         });
         match r {

@@ -354,18 +354,10 @@ impl Worker<'_> {
         let q = &self.sh.queue;
         let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
         let g = group.clone();
-        let r = q.engine.call(move |b| {
-            let settled = b.attempt(|b| b.settle(id, token, &how))?;
-            let next = b.attempt(|b| b.session_next(qid, &name, &g, stoken, owner))?;
-            Ok((settled, next))
-        });
-        let (settled, next) = match r {
-            Ok(pair) => pair,
-            Err(e) => {
-                let again = e.duplicate();
-                (Err(e), Err(again))
-            }
-        };
+        let (settled, next) = q.engine.both(
+            move |b| b.settle(id, token, &how),
+            move |b| b.session_next(qid, &name, &g, stoken, owner),
+        );
         match next {
             Ok((Some(l), Some(until))) => {
                 self.session = Some((group, stoken, until));
