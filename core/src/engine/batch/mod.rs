@@ -5,9 +5,25 @@
 //! one that failed half way (the whole batch is aborted).
 //!
 //! This file holds the batch itself: its lazily opened tables, the id sequences and the exact
-//! per-queue counts it writes back in `flush`. The operations are split by concern: `catalog`
-//! (queues), `in_use` (which queues may not be deleted), `state` (a message's status transitions), `send`, `settle` (receive, settle,
-//! renew), `sweep` (time-driven work) and `reaping` (processes and their locks).
+//! per-queue counts it writes back in `flush`. The operations are split by concern, one file
+//! each:
+//!
+//! - `app_rows`: application tables, rows written in the same commit as sends and settles.
+//! - `catalog`: the queue catalog (create, open, delete, purge) and each dead-letter queue.
+//! - `checkpoints`: progress keys recorded on a held message, skipped by a redelivery.
+//! - `collate`: collators, holding an out-of-order series and releasing it in sequence order.
+//! - `in_use`: which queues may not be deleted while another queue or a job relies on them.
+//! - `jobs`: jobs, their pieces' tracking rows and the continuation sent when the last ends.
+//! - `reaping`: the processes that have the store open and the release of dead ones' locks.
+//! - `receipts`: the work-complete receipt posted to a queue's `receipts_to`.
+//! - `replies`: taking a request's reply from the reply queue, dropping stale replies.
+//! - `send`: validation and quota planning, then the inserts.
+//! - `sessions`: session queues, one group in send order to the holder of its session lock.
+//! - `settle`: receiving (locking the head of a queue), settling and renewing a lock.
+//! - `state`: a message's status transitions, requeueing and dead-lettering.
+//! - `sweep`: time-driven work (expired locks, due and expired messages, old duplicate keys).
+//! - `temporary`: queues that go away on their own (temporary and idle queues).
+//! - `topics`: topics, their subscriptions and the fan-out of a publish.
 
 mod app_rows;
 mod catalog;
