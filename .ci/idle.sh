@@ -40,7 +40,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if ! "$venv/bin/python" -c "import postbox" 2>/dev/null; then
     "$venv/bin/python" -m pip install -q --disable-pip-version-check maturin
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
+    PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
         --force-reinstall --no-deps ./python
 fi
 

@@ -246,7 +246,7 @@ pub use postbox_testkit::{Rng, env_u64, stress};
 pub const KILLED_EXIT_CODE: u32 = 137;
 
 /// Ends `child` at once, wherever it is: SIGKILL on Unix (`Child::kill`); on Windows
-/// `TerminateProcess` with [`KILLED_EXIT_CODE`], so that [`killed_hard`] can tell the kill
+/// `TerminateProcess` with `KILLED_EXIT_CODE` (Windows only), so that [`killed_hard`] can tell the kill
 /// from an exit of the child's own.
 pub fn kill_hard(child: &mut Child) -> std::io::Result<()> {
     #[cfg(unix)]
