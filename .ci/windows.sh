@@ -159,7 +159,7 @@ import pathlib, sys, zipfile
 wheels = list(pathlib.Path(sys.argv[1]).glob("*.whl"))
 assert len(wheels) == 1, wheels
 w = wheels[0]
-assert w.name.startswith("postbox-") and w.name.endswith("-cp39-abi3-win_amd64.whl"), w.name
+assert w.name.startswith("postbox_mq-") and w.name.endswith("-cp39-abi3-win_amd64.whl"), w.name
 z = zipfile.ZipFile(w)
 names = set(z.namelist())
 package = {"__init__.py", "_errors.py", "_typed.py", "aio.py", "_postbox.pyi", "py.typed", "_postbox.pyd"}
