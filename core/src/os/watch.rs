@@ -382,16 +382,22 @@ mod tests {
     use std::io::Write;
     use std::time::Duration;
 
+    /// A watch of `path` whose reports arrive on the returned channel.
+    fn watched(path: &std::path::Path) -> (FileWatch, crossbeam_channel::Receiver<Change>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let watch = FileWatch::start(path, move |c| {
+            let _ = tx.send(c);
+        })
+        .expect("a watch can be made here");
+        (watch, rx)
+    }
+
     #[test]
     fn a_write_to_the_file_calls_back_and_stop_ends_the_thread() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"start").unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let watch = FileWatch::start(&path, move |c| {
-            let _ = tx.send(c);
-        })
-        .expect("a watch can be made here");
+        let (watch, rx) = watched(&path);
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
@@ -422,11 +428,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"start").unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let watch = FileWatch::start(&path, move |c| {
-            let _ = tx.send(c);
-        })
-        .unwrap();
+        let (watch, rx) = watched(&path);
         // Opened for writing and closed without a write: what a dying process does.
         drop(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
         assert_eq!(
@@ -441,11 +443,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"x").unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let watch = FileWatch::start(&path, move |c| {
-            let _ = tx.send(c);
-        })
-        .unwrap();
+        let (watch, rx) = watched(&path);
         std::fs::remove_file(&path).unwrap();
         // With no handle left open, the file goes away and the watch ends; the thread says so
         // last.
