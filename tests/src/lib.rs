@@ -20,6 +20,38 @@ use std::time::{Duration, Instant};
 /// are slow and shared. Never used to order events.
 pub const LINE_GUARD: Duration = Duration::from_secs(120);
 
+/// Starts `exe args…` with all three streams piped.
+///
+/// Under Wine, `CreateProcess` now and then fails with ERROR_INTERNAL_ERROR (1359) while other
+/// tests start and terminate processes at the same moment; a real Windows does not do this.
+/// Such a failure is retried a few times, each after a pause that doubles; any other error, or
+/// a fifth 1359, is returned.
+fn spawn_piped(exe: &str, args: &[&str]) -> std::io::Result<Child> {
+    const WINE_INTERNAL_ERROR: i32 = 1359;
+    let mut pause = Duration::from_millis(20);
+    let mut attempt = 1;
+    loop {
+        let started = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match started {
+            Err(e)
+                if cfg!(windows)
+                    && e.raw_os_error() == Some(WINE_INTERNAL_ERROR)
+                    && attempt < 5 =>
+            {
+                std::thread::sleep(pause);
+                pause *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A running helper process and the lines it printed.
 pub struct Proc {
     pub name: String,
@@ -34,13 +66,8 @@ pub struct Proc {
 impl Proc {
     /// Spawns `exe args…` with piped stdin/stdout/stderr.
     pub fn spawn(exe: &str, name: &str, args: &[&str]) -> Proc {
-        let mut child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {exe}: {e}"));
+        let mut child =
+            spawn_piped(exe, args).unwrap_or_else(|e| panic!("cannot spawn {exe}: {e}"));
         let stdout = child.stdout.take().expect("stdout");
         let mut stderr_pipe = child.stderr.take().expect("stderr");
         let (tx, lines) = mpsc::channel();
