@@ -3,8 +3,9 @@
 
 use postbox::{Collator, MessageId};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-use crate::convert::{self, SendArgs};
+use crate::convert;
 use crate::errors::{IntoPy, check_process};
 use crate::queue::PyQueue;
 
@@ -49,10 +50,8 @@ impl PyCollator {
     /// one (its number is the length). A declaration that contradicts the series raises
     /// `InvalidArgumentError`, also on a resend of a number the series has (it is not the same
     /// message). The other keywords are those of `Queue.send`.
-    #[pyo3(signature = (body, *, group, sequence, series_length=None, last=false, label=None,
-        content_type=None, priority=None, correlation_id=None, reply_to=None, ttl=None,
-        delay=None, visible_at=None, expires_at=None, properties=None, message_key=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (body, *, group, sequence, series_length=None, last=false, **props))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: series keywords beside **props
     fn send(
         &self,
         py: Python<'_>,
@@ -61,35 +60,12 @@ impl PyCollator {
         sequence: u64,
         series_length: Option<u64>,
         last: bool,
-        label: Option<String>,
-        content_type: Option<String>,
-        priority: Option<&Bound<'_, PyAny>>,
-        correlation_id: Option<String>,
-        reply_to: Option<String>,
-        ttl: Option<&Bound<'_, PyAny>>,
-        delay: Option<&Bound<'_, PyAny>>,
-        visible_at: Option<&Bound<'_, PyAny>>,
-        expires_at: Option<&Bound<'_, PyAny>>,
-        properties: Option<&Bound<'_, PyAny>>,
-        message_key: Option<String>,
+        props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyCollated> {
         check_process(self.opened_by)?;
-        let mut m = SendArgs {
-            label,
-            content_type,
-            priority,
-            correlation_id,
-            reply_to,
-            ttl,
-            delay,
-            visible_at,
-            expires_at,
-            group: Some(group),
-            sequence: Some(sequence),
-            properties,
-            message_key,
-        }
-        .build(convert::body(body)?)?;
+        let mut m = convert::message(body, props, "send")?
+            .group(group)
+            .sequence(sequence);
         if let Some(n) = series_length {
             m = m.series_length(n);
         }

@@ -210,27 +210,28 @@ pub fn properties_to_py<'py>(
     Ok(dict)
 }
 
-/// The keyword arguments of `send`, shared by `Queue.send`, `Queue.send_batch` and
-/// `Transaction.send`.
+/// The keyword arguments of `send`, parsed from a `**props` dict by `from_dict`: the one parser
+/// behind every method that sends (`send`, `publish`, `send_checked`, `request`, `reply`, a
+/// transaction's and a collator's `send`, job pieces and `send_batch` items).
 #[derive(Default)]
-pub struct SendArgs<'a, 'py> {
-    pub label: Option<String>,
-    pub content_type: Option<String>,
-    pub priority: Option<&'a Bound<'py, PyAny>>,
-    pub correlation_id: Option<String>,
-    pub reply_to: Option<String>,
-    pub ttl: Option<&'a Bound<'py, PyAny>>,
-    pub delay: Option<&'a Bound<'py, PyAny>>,
-    pub visible_at: Option<&'a Bound<'py, PyAny>>,
-    pub expires_at: Option<&'a Bound<'py, PyAny>>,
-    pub group: Option<String>,
-    pub sequence: Option<u64>,
-    pub properties: Option<&'a Bound<'py, PyAny>>,
-    pub message_key: Option<String>,
+struct SendArgs<'a, 'py> {
+    label: Option<String>,
+    content_type: Option<String>,
+    priority: Option<&'a Bound<'py, PyAny>>,
+    correlation_id: Option<String>,
+    reply_to: Option<String>,
+    ttl: Option<&'a Bound<'py, PyAny>>,
+    delay: Option<&'a Bound<'py, PyAny>>,
+    visible_at: Option<&'a Bound<'py, PyAny>>,
+    expires_at: Option<&'a Bound<'py, PyAny>>,
+    group: Option<String>,
+    sequence: Option<u64>,
+    properties: Option<&'a Bound<'py, PyAny>>,
+    message_key: Option<String>,
 }
 
 impl SendArgs<'_, '_> {
-    pub fn build(self, body: Vec<u8>) -> PyResult<Message> {
+    fn build(self, body: Vec<u8>) -> PyResult<Message> {
         let mut m = Message::new(body);
         let mut priority = None;
         if let Some(p) = self.priority {
@@ -397,7 +398,7 @@ pub fn message(
         let k: String = k.extract()?;
         if k == "body" || !SEND_KEYS.contains(&k.as_str()) {
             return Err(PyTypeError::new_err(format!(
-                "{method}() got an unexpected keyword argument {k:?} (expected send's keywords: {})",
+                "{method}() got an unexpected keyword argument '{k}' (expected send's keywords: {})",
                 SEND_KEYS[1..].join(", ")
             )));
         }

@@ -8,7 +8,7 @@ use postbox::{MessageId, Queue, QueueOptions, Received};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{self, SendArgs};
+use crate::convert;
 use crate::errors::{IntoPy, check_process, empty, empty_because, invalid};
 use crate::message::PyMessage;
 use crate::session::PySession;
@@ -89,45 +89,15 @@ impl PyQueue {
     }
 
     /// Sends one message; returns its id once it is stored (durably by default).
-    #[pyo3(signature = (body, *, label=None, content_type=None, priority=None, correlation_id=None,
-        reply_to=None, ttl=None, delay=None, visible_at=None, expires_at=None, group=None,
-        sequence=None, properties=None, message_key=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (body, **props))]
     fn send(
         &self,
         py: Python<'_>,
         body: &Bound<'_, PyAny>,
-        label: Option<String>,
-        content_type: Option<String>,
-        priority: Option<&Bound<'_, PyAny>>,
-        correlation_id: Option<String>,
-        reply_to: Option<String>,
-        ttl: Option<&Bound<'_, PyAny>>,
-        delay: Option<&Bound<'_, PyAny>>,
-        visible_at: Option<&Bound<'_, PyAny>>,
-        expires_at: Option<&Bound<'_, PyAny>>,
-        group: Option<String>,
-        sequence: Option<u64>,
-        properties: Option<&Bound<'_, PyAny>>,
-        message_key: Option<String>,
+        props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
         check_process(self.opened_by)?;
-        let m = SendArgs {
-            label,
-            content_type,
-            priority,
-            correlation_id,
-            reply_to,
-            ttl,
-            delay,
-            visible_at,
-            expires_at,
-            group,
-            sequence,
-            properties,
-            message_key,
-        }
-        .build(convert::body(body)?)?;
+        let m = convert::message(body, props, "send")?;
         let q = &self.q;
         py.detach(|| q.send(m)).py_err().map(MessageId::get)
     }

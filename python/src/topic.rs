@@ -5,7 +5,7 @@ use postbox::{Filter, Topic};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{self, SendArgs};
+use crate::convert;
 use crate::errors::{IntoPy, check_process};
 use crate::queue::PyQueue;
 use crate::store::queue_options;
@@ -123,45 +123,15 @@ impl PyTopic {
     /// it passes gets a copy, in one commit. Returns how many did; 0 counts as unmatched in
     /// `stats()`. A full subscription refuses the whole publish. A message without a `group`
     /// skips the subscriptions that require sessions.
-    #[pyo3(signature = (body, *, label=None, content_type=None, priority=None, correlation_id=None,
-        reply_to=None, ttl=None, delay=None, visible_at=None, expires_at=None, group=None,
-        sequence=None, properties=None, message_key=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (body, **props))]
     fn publish(
         &self,
         py: Python<'_>,
         body: &Bound<'_, PyAny>,
-        label: Option<String>,
-        content_type: Option<String>,
-        priority: Option<&Bound<'_, PyAny>>,
-        correlation_id: Option<String>,
-        reply_to: Option<String>,
-        ttl: Option<&Bound<'_, PyAny>>,
-        delay: Option<&Bound<'_, PyAny>>,
-        visible_at: Option<&Bound<'_, PyAny>>,
-        expires_at: Option<&Bound<'_, PyAny>>,
-        group: Option<String>,
-        sequence: Option<u64>,
-        properties: Option<&Bound<'_, PyAny>>,
-        message_key: Option<String>,
+        props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<usize> {
         check_process(self.opened_by)?;
-        let m = SendArgs {
-            label,
-            content_type,
-            priority,
-            correlation_id,
-            reply_to,
-            ttl,
-            delay,
-            visible_at,
-            expires_at,
-            group,
-            sequence,
-            properties,
-            message_key,
-        }
-        .build(convert::body(body)?)?;
+        let m = convert::message(body, props, "publish")?;
         let t = &self.t;
         py.detach(|| t.publish(m)).py_err()
     }

@@ -9,7 +9,7 @@ use postbox::{Envelope, MessageId, Transaction};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
-use crate::convert::{self, SendArgs};
+use crate::convert;
 use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
 use crate::job::PyJob;
 use crate::message::PyMessage;
@@ -278,45 +278,15 @@ impl PyTransaction {
     /// application row or another message of the same transaction; if the transaction aborts,
     /// it is never used. A duplicate (its `message_key` in the queue's dedup window) returns the
     /// original message's id (`send_checked` says so).
-    #[pyo3(signature = (queue, body, *, label=None, content_type=None, priority=None,
-        correlation_id=None, reply_to=None, ttl=None, delay=None, visible_at=None,
-        expires_at=None, group=None, sequence=None, properties=None, message_key=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (queue, body, **props))]
     fn send(
         &self,
         py: Python<'_>,
         queue: &Bound<'_, PyQueue>,
         body: &Bound<'_, PyAny>,
-        label: Option<String>,
-        content_type: Option<String>,
-        priority: Option<&Bound<'_, PyAny>>,
-        correlation_id: Option<String>,
-        reply_to: Option<String>,
-        ttl: Option<&Bound<'_, PyAny>>,
-        delay: Option<&Bound<'_, PyAny>>,
-        visible_at: Option<&Bound<'_, PyAny>>,
-        expires_at: Option<&Bound<'_, PyAny>>,
-        group: Option<String>,
-        sequence: Option<u64>,
-        properties: Option<&Bound<'_, PyAny>>,
-        message_key: Option<String>,
+        props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
-        let m = SendArgs {
-            label,
-            content_type,
-            priority,
-            correlation_id,
-            reply_to,
-            ttl,
-            delay,
-            visible_at,
-            expires_at,
-            group,
-            sequence,
-            properties,
-            message_key,
-        }
-        .build(convert::body(body)?)?;
+        let m = convert::message(body, props, "send")?;
         let q = &queue.get().q;
         self.with(py, |tx| tx.send(q, m)).map(MessageId::get)
     }
@@ -373,45 +343,15 @@ impl PyTransaction {
     /// Publishes a message to `topic` when the transaction commits (same keywords as
     /// `Queue.send`): it reaches the subscriptions the topic has at that commit, or none if
     /// the transaction aborts. A deleted topic or a full subscription fails the commit.
-    #[pyo3(signature = (topic, body, *, label=None, content_type=None, priority=None,
-        correlation_id=None, reply_to=None, ttl=None, delay=None, visible_at=None,
-        expires_at=None, group=None, sequence=None, properties=None, message_key=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (topic, body, **props))]
     fn publish(
         &self,
         py: Python<'_>,
         topic: &Bound<'_, PyTopic>,
         body: &Bound<'_, PyAny>,
-        label: Option<String>,
-        content_type: Option<String>,
-        priority: Option<&Bound<'_, PyAny>>,
-        correlation_id: Option<String>,
-        reply_to: Option<String>,
-        ttl: Option<&Bound<'_, PyAny>>,
-        delay: Option<&Bound<'_, PyAny>>,
-        visible_at: Option<&Bound<'_, PyAny>>,
-        expires_at: Option<&Bound<'_, PyAny>>,
-        group: Option<String>,
-        sequence: Option<u64>,
-        properties: Option<&Bound<'_, PyAny>>,
-        message_key: Option<String>,
+        props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        let m = SendArgs {
-            label,
-            content_type,
-            priority,
-            correlation_id,
-            reply_to,
-            ttl,
-            delay,
-            visible_at,
-            expires_at,
-            group,
-            sequence,
-            properties,
-            message_key,
-        }
-        .build(convert::body(body)?)?;
+        let m = convert::message(body, props, "publish")?;
         let t = &topic.get().t;
         self.with(py, |tx| tx.publish(t, m))
     }
