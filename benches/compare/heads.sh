@@ -55,7 +55,7 @@ for line in open(sys.argv[1]):
     m = re.match(r"^(\S+/\S+)", rest)
     if m and not rest.startswith(" "):
         last[who] = m.group(1)
-    t = re.search(r"thrpt:\s+\[\S+ \S+ (\S+) (\S+) ", rest)
+    t = re.search(r"thrpt:\s+\[\S+\s+\S+\s+(\S+)\s+(\S*elem/s)", rest)
     if t and who in last:
         rates[last[who]][who].append(float(t.group(1)) * unit[t.group(2)])
 print(f"{'benchmark':52} {'old/s':>10} {'new/s':>10}  new/old per round (median)")
@@ -67,4 +67,4 @@ for bench in sorted(rates):
     print(f"{bench:52} {statistics.median(old):10,.0f} {statistics.median(new):10,.0f}  "
           f"{statistics.median(ratios):.2f}x {[round(x, 2) for x in ratios]}")
 EOF
-rm -f "$OUT"
+mv "$OUT" "$WORK/last-run.txt" # the raw criterion output, for a second look
