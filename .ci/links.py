@@ -16,8 +16,9 @@ FILES = ["README.md", "CONTRIBUTING.md", "BENCHMARKS.md", ".ci/README.md", "pyth
 
 
 def prose(text):
-    """The lines outside fenced code, with inline code blanked out."""
-    fence = None
+    """The text with fenced code blanked line by line and inline code blanked out, so that
+    line numbers stay and a link whose text wraps onto the next line is still one match."""
+    fence, out = None, []
     for line in text.split("\n"):
         m = re.match(r"\s*(```+|~~~+)", line)
         if m:
@@ -25,9 +26,12 @@ def prose(text):
                 fence = m.group(1)
             elif m.group(1).startswith(fence):
                 fence = None
-            continue
-        if fence is None:
-            yield re.sub(r"`+[^`]*`+", "``", line)
+            out.append("")
+        elif fence is None:
+            out.append(re.sub(r"`+[^`]*`+", "``", line))
+        else:
+            out.append("")
+    return "\n".join(out)
 
 
 def slug(heading):
@@ -65,20 +69,21 @@ def check(files):
     """Returns one line per broken link."""
     broken = []
     for f in files:
-        for lineno, line in enumerate(prose(open(f, encoding="utf-8").read()), 1):
-            for m in LINK.finditer(line):
-                target = m.group(1)
-                if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
-                    continue
-                path, _, anchor = target.partition("#")
-                dest = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
-                if not os.path.exists(dest):
-                    broken.append(f"{f}: {target}: no file {dest}")
-                elif anchor:
-                    if not dest.endswith(".md") or os.path.isdir(dest):
-                        broken.append(f"{f}: {target}: an anchor into a file that is not Markdown")
-                    elif anchor not in anchors(dest):
-                        broken.append(f"{f}: {target}: {dest} has no heading #{anchor}")
+        text = prose(open(f, encoding="utf-8").read())
+        for m in LINK.finditer(text):
+            target = m.group(1)
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            at = f"{f}:{text.count(chr(10), 0, m.start()) + 1}: {target}"
+            path, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
+            if not os.path.exists(dest):
+                broken.append(f"{at}: no file {dest}")
+            elif anchor:
+                if not dest.endswith(".md") or os.path.isdir(dest):
+                    broken.append(f"{at}: an anchor into a file that is not Markdown")
+                elif anchor not in anchors(dest):
+                    broken.append(f"{at}: {dest} has no heading #{anchor}")
     return broken
 
 
@@ -97,7 +102,7 @@ def self_test():
         bad = check([good, page])
         assert bad == [], bad
         with open(page, "a", encoding="utf-8") as w:
-            w.write("[gone](../README.md#no-such-heading) [lost](missing.md)\n")
+            w.write("[gone](../README.md#no-such-heading) [lost, its text\nwrapped](missing.md)\n")
         bad = check([good, page])
         assert len(bad) == 2 and "no heading #no-such-heading" in bad[0] and "missing.md" in bad[1], bad
     print("links: self-test passed (a planted broken link and anchor are caught)")
