@@ -4,7 +4,7 @@
 # second follow sends from another process, the resubmit button moves a dead letter back, the
 # purge button empties a queue after a confirmation, a missing or wrong token is said at the top
 # of the page, and /metrics parses with prometheus_client's parser. The last test takes the
-# README's screenshot: POSTBOX_SCREENSHOT=docs/dashboard.png bash .ci/dashboard.sh refreshes it.
+# The screenshot in docs/cli.md: POSTBOX_SCREENSHOT=docs/dashboard.png bash .ci/dashboard.sh refreshes it.
 #
 # Installs chromium and chromium-driver with apt when missing; where neither is there nor can be
 # installed, says SKIPPED and why, and passes. Python packages go into a venv of their own,

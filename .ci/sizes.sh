@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Release artifacts as users get them, and their bounds (README, "Sizes"): the default
+# Release artifacts as users get them, and their bounds (docs/sizes.md): the default
 # libpostbox (no optional feature), stripped by the release profile, and the crates it links;
 # a C program linked with its static library, with and without --gc-sections; the postbox
 # command with everything in it. Prints the figures and fails when one outgrows its bound. The

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# README's shortest programs: extracts the code block after each `<!-- snippet: LANG -->` marker
-# in README.md and builds and runs it exactly as written (Rust, C, C++, Python), each in a
-# fresh directory, expecting it to print "processed hello". Needs the Python module that
-# .ci/python.sh installs into python/.venv.
+# The docs' checked programs: extracts the code block after each `<!-- snippet: LANG -->` marker
+# in README.md or docs/*.md and builds and runs it exactly as written (Rust, C, C++, Python),
+# each in a fresh directory, expecting it to print "processed hello"; fails if a marker has no
+# runner here or fewer blocks than before are found. Then checks every relative link and
+# anchor of the docs (.ci/links.py). Needs the Python module that .ci/python.sh installs into
+# python/.venv.
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -10,8 +12,27 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$(mktemp -d /tmp/postbox-snippets-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-# Writes README's block for $1 to $2; fails if the marker or its block is missing.
-extract() { python3 .ci/snippet.py "$1" "$2"; }
+# Writes the block for $1 to $2; fails if the marker or its block is missing.
+RAN=0
+extract() { python3 .ci/snippet.py "$1" "$2"; RAN=$((RAN + 1)); }
+
+# Every marker must be one this script runs, and none may go missing: a block moved between
+# README.md and docs/ is still found, and a block that stops being checked fails here.
+RUNS="c cpp python rust"
+MIN_BLOCKS=4
+MARKED=$(python3 .ci/snippet.py --list | cut -d' ' -f1 | sort | tr '\n' ' ' | sed 's/ $//')
+if [ "$MARKED" != "$RUNS" ]; then
+    python3 .ci/snippet.py --list
+    echo "snippet markers found: '$MARKED'; this script runs: '$RUNS'"
+    exit 1
+fi
+if [ "$(echo "$MARKED" | wc -w)" -lt "$MIN_BLOCKS" ]; then
+    echo "fewer than $MIN_BLOCKS checked blocks"
+    exit 1
+fi
+
+python3 .ci/links.py --self-test
+python3 .ci/links.py
 
 expect_processed() { grep -qx 'processed hello' "$1" || { cat "$1"; echo "no 'processed hello' from $2"; exit 1; }; }
 
@@ -61,4 +82,8 @@ extract python "$WORK/hello.py"
 mkdir "$WORK/run-py"
 (cd "$WORK/run-py" && "$PY" "$WORK/hello.py" > out.txt)
 expect_processed "$WORK/run-py/out.txt" Python
-echo "snippets: rust c cpp python ran"
+if [ "$RAN" -lt "$MIN_BLOCKS" ]; then
+    echo "only $RAN blocks were run, fewer than $MIN_BLOCKS"
+    exit 1
+fi
+echo "snippets: rust c cpp python ran ($RAN blocks); links resolve"

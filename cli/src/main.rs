@@ -25,7 +25,7 @@ enum Local {
     /// line shows each link; with a bind address, the dashboard serves the bridge's counters
     /// on /metrics too.
     Bridge {
-        /// The configuration file (see README, "Beyond one machine").
+        /// The configuration file (see docs/bridge.md, "Beyond one machine").
         #[arg(long)]
         config: PathBuf,
         /// The store (instead of the file's `store`); created when missing.

@@ -1,4 +1,4 @@
-"""The Python processor's features that Rust and C have too (README, "Processor features in
+"""The Python processor's features that Rust and C have too (docs/processors.md, "Processor features in
 each language"): transactional handlers, typed bodies, the lock-lost signal and the autoscaling
 knobs."""
 

@@ -570,7 +570,7 @@ def test_metrics_parse_as_prometheus_text(dashboard: Dashboard):
 
 
 def test_screenshot(browser: WebDriver, dashboard: Dashboard, tmp_path: Path):
-    """The README's picture: the page after a few seconds of traffic through the dashboard."""
+    """docs/cli.md's picture: the page after a few seconds of traffic through the dashboard."""
     browser.set_window_size(1280, 900)
     open_page(browser, dashboard, f"#token={dashboard.token}")
     # About 4 s of traffic through the dashboard's process (so that its throughput chart has

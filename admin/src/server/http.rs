@@ -53,7 +53,7 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The admin endpoint's bounds (README § Security lists them).
+    /// The admin endpoint's bounds (docs/security.md lists them).
     pub const DEFAULT: Limits = Limits {
         workers: 8,
         queue: 32,

@@ -202,7 +202,7 @@ impl ServeAdmin for Store {
 /// Starts the admin endpoint for `store` on `addr` (`host:port`; port 0 picks a free one):
 /// the dashboard page, `/metrics`, and the commands of `postbox --admin URL`. It runs on
 /// threads of its own until [`AdminServer::stop`] or drop: one that accepts connections, a
-/// fixed pool of workers and a sampler, whatever its callers do (README § Security).
+/// fixed pool of workers and a sampler, whatever its callers do (docs/security.md).
 ///
 /// Counts (the page, `/api/overview`, `/metrics`) are open to any caller that names the
 /// endpoint in `Host`; dead letters and commands need [`AdminServer::token`] in the
