@@ -20,14 +20,18 @@ extract() { python3 .ci/snippet.py "$1" "$2"; RAN=$((RAN + 1)); }
 # README.md and docs/ is still found, and a block that stops being checked fails here.
 RUNS="c cpp python rust"
 MIN_BLOCKS=4
-MARKED=$(python3 .ci/snippet.py --list | cut -d' ' -f1 | sort | tr '\n' ' ' | sed 's/ $//')
-if [ "$MARKED" != "$RUNS" ]; then
-    python3 .ci/snippet.py --list
-    echo "snippet markers found: '$MARKED'; this script runs: '$RUNS'"
+LIST=$(python3 .ci/snippet.py --list)
+FOUND=$(printf '%s\n' "$LIST" | grep -c . || true)
+echo "snippets: $FOUND checked blocks found in README.md and docs/*.md (at least $MIN_BLOCKS expected)"
+if [ "$FOUND" -lt "$MIN_BLOCKS" ]; then
+    echo "$LIST"
+    echo "fewer than $MIN_BLOCKS checked blocks"
     exit 1
 fi
-if [ "$(echo "$MARKED" | wc -w)" -lt "$MIN_BLOCKS" ]; then
-    echo "fewer than $MIN_BLOCKS checked blocks"
+MARKED=$(printf '%s\n' "$LIST" | cut -d' ' -f1 | sort | tr '\n' ' ' | sed 's/ $//')
+if [ "$MARKED" != "$RUNS" ]; then
+    echo "$LIST"
+    echo "snippet markers found: '$MARKED'; this script runs: '$RUNS'"
     exit 1
 fi
 
