@@ -266,72 +266,58 @@ impl redb::StorageBackend for Layered {
 
 type BackendResult<T> = std::result::Result<T, redb::BackendError>;
 
-/// Calls `$f(args…, table)?` for every postbox table (their types differ, hence a macro).
-macro_rules! for_each_table {
-    ($f:ident($($arg:expr),*)) => {{
-        $f($($arg,)* META)?;
-        $f($($arg,)* QUEUES)?;
-        $f($($arg,)* QUEUE_IDS)?;
-        $f($($arg,)* COUNTERS)?;
-        $f($($arg,)* STATE)?;
-        $f($($arg,)* DATA)?;
-        $f($($arg,)* READY)?;
-        $f($($arg,)* SCHEDULED)?;
-        $f($($arg,)* EXPIRING)?;
-        $f($($arg,)* LOCK_EXPIRY)?;
-        $f($($arg,)* OWNERS)?;
-        $f($($arg,)* OWNER_SCOPES)?;
-        $f($($arg,)* DEDUP)?;
-        $f($($arg,)* DEDUP_EXPIRY)?;
-        $f($($arg,)* DEFERRED)?;
-        $f($($arg,)* HELD)?;
-        $f($($arg,)* SERIES)?;
-        $f($($arg,)* SESSION_MSGS)?;
-        $f($($arg,)* SESSIONS)?;
-        $f($($arg,)* JOBS)?;
-        $f($($arg,)* JOB_PIECES)?;
-        $f($($arg,)* PIECE_JOB)?;
-        $f($($arg,)* CHECKPOINTS)?;
-        $f($($arg,)* APP_ROWS)?;
-    }};
-}
-
 /// Checks that the file is a postbox store this version can open and returns its format
 /// version. Every table is looked up, so that damage to redb's table directory (a table's name
 /// or types) is reported here as `Corrupted`, not later as a missing or foreign table.
 fn inspect(path: &Path, db: &impl ReadableDatabase) -> Result<u64> {
     let txn = db.begin_read()?;
     let version = check_version(path, super::read::format_version(&txn)?)?;
-    for_each_table!(check_table(&txn, version));
+    each_table(&mut CheckTable { txn: &txn, version })?;
     Ok(version)
 }
 
-fn check_table<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &ReadTransaction,
+/// Looks a table up, reporting a damaged table directory as `Corrupted`.
+struct CheckTable<'a> {
+    txn: &'a ReadTransaction,
     version: u64,
-    def: TableDefinition<K, V>,
-) -> Result<()> {
-    match txn.open_table(def) {
-        Ok(_) => Ok(()),
-        // A format-1 store may predate a table; its upgrade creates it.
-        Err(redb::TableError::TableDoesNotExist(_)) if version < FORMAT_VERSION => Ok(()),
-        Err(
-            e @ (redb::TableError::TableDoesNotExist(_)
-            | redb::TableError::TableTypeMismatch { .. }
-            | redb::TableError::TableIsMultimap(_)),
-        ) => Err(Error::Corrupted(format!(
-            "{e} (the store's table directory is damaged)"
-        ))),
-        Err(e) => Err(e.into()),
+}
+
+impl TableVisitor for CheckTable<'_> {
+    type Error = Error;
+
+    fn visit<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        def: TableDefinition<K, V>,
+    ) -> Result<()> {
+        match self.txn.open_table(def) {
+            Ok(_) => Ok(()),
+            // A format-1 store may predate a table; its upgrade creates it.
+            Err(redb::TableError::TableDoesNotExist(_)) if self.version < FORMAT_VERSION => Ok(()),
+            Err(
+                e @ (redb::TableError::TableDoesNotExist(_)
+                | redb::TableError::TableTypeMismatch { .. }
+                | redb::TableError::TableIsMultimap(_)),
+            ) => Err(Error::Corrupted(format!(
+                "{e} (the store's table directory is damaged)"
+            ))),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
-fn create_table<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &WriteTransaction,
-    def: TableDefinition<K, V>,
-) -> Result<()> {
-    txn.open_table(def)?;
-    Ok(())
+/// Creates every table a store lacks.
+struct CreateTable<'a>(&'a WriteTransaction);
+
+impl TableVisitor for CreateTable<'_> {
+    type Error = Error;
+
+    fn visit<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        def: TableDefinition<K, V>,
+    ) -> Result<()> {
+        self.0.open_table(def)?;
+        Ok(())
+    }
 }
 
 /// The format version of a postbox store that this version can open.
@@ -375,7 +361,7 @@ fn upgrade(db: &Database) -> Result<()> {
         txn.abort()?;
         return Ok(());
     }
-    for_each_table!(create_table(&txn));
+    each_table(&mut CreateTable(&txn))?;
     {
         let mut meta = txn.open_table(META)?;
         if meta.get(KEY_STORE_ID)?.is_none() {
@@ -535,7 +521,7 @@ fn build_new(tmp: &Path, b: &EngineConfig) -> Result<()> {
     };
     let txn = db.begin_write()?;
     {
-        for_each_table!(create_table(&txn));
+        each_table(&mut CreateTable(&txn))?;
         let mut meta = txn.open_table(META)?;
         write_format(&mut meta)?;
         meta.insert(KEY_STORE_ID, new_store_id())?;

@@ -77,12 +77,12 @@ impl<'t> LoggedTxn<'t> {
     /// # Errors
     ///
     /// redb's error opening the table; `Corrupted` for a table the log has no number for
-    /// (a bug: every table of `tables` is listed in `wal::rows`).
+    /// (a bug: every table of the `tables!` list has one).
     pub fn open<K: Key + 'static, V: Value + 'static>(
         &self,
         def: TableDefinition<K, V>,
     ) -> Result<Logged<'t, K, V>> {
-        let id = rows::table_id(def.name()).ok_or_else(|| {
+        let id = super::tables::table_id(def.name()).ok_or_else(|| {
             Error::corrupted(format!(
                 "table {} has no write-ahead log number",
                 def.name()

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use redb::{Key, Table, TableHandle, Value, WriteTransaction};
+use redb::{Key, Table, Value, WriteTransaction};
 
 use super::super::tables::*;
 use crate::error::{Error, Result};
@@ -15,59 +15,41 @@ use crate::error::{Error, Result};
 const PUT: u8 = 1;
 const REMOVE: u8 = 2;
 
-/// Lists every table with its log number; generates the name lookup and replay's opener.
-macro_rules! logged_tables {
-    ($($id:literal => $def:ident),* $(,)?) => {
-        /// The log number of the table named `name`.
-        pub fn table_id(name: &str) -> Option<u8> {
-            $( if name == $def.name() { return Some($id); } )*
-            None
-        }
-
-        fn open_for_replay<'t>(txn: &'t WriteTransaction, id: u8) -> Result<Box<dyn Replay + 't>> {
-            match id {
-                $( $id => Ok(Box::new(txn.open_table($def)?)), )*
-                other => Err(Error::corrupted(format!(
-                    "write-ahead log: unknown table number {other}"
-                ))),
-            }
-        }
-
-        /// The highest table number in use.
-        const MAX_TABLE: usize = {
-            let mut max = 0u8;
-            $( if $id > max { max = $id; } )*
-            max as usize
-        };
-    };
+/// Replay's opener: opens the table a change names, whatever its types.
+struct Opener<'t> {
+    txn: &'t WriteTransaction,
+    opened: Option<Box<dyn Replay + 't>>,
 }
 
-logged_tables! {
-    1 => META,
-    2 => QUEUES,
-    3 => QUEUE_IDS,
-    4 => COUNTERS,
-    5 => STATE,
-    6 => DATA,
-    7 => READY,
-    8 => SCHEDULED,
-    9 => EXPIRING,
-    10 => LOCK_EXPIRY,
-    11 => OWNERS,
-    12 => OWNER_SCOPES,
-    13 => DEDUP,
-    14 => DEDUP_EXPIRY,
-    15 => DEFERRED,
-    16 => HELD,
-    17 => SERIES,
-    18 => SESSION_MSGS,
-    19 => SESSIONS,
-    20 => JOBS,
-    21 => JOB_PIECES,
-    22 => PIECE_JOB,
-    23 => CHECKPOINTS,
-    24 => APP_ROWS,
+impl<'t> TableVisitor for Opener<'t> {
+    type Error = Error;
+
+    fn visit<K: Key + 'static, V: Value + 'static>(
+        &mut self,
+        def: redb::TableDefinition<K, V>,
+    ) -> Result<()> {
+        self.opened = Some(Box::new(self.txn.open_table(def)?));
+        Ok(())
+    }
 }
+
+fn open_for_replay<'t>(txn: &'t WriteTransaction, id: u8) -> Result<Box<dyn Replay + 't>> {
+    let mut opener = Opener { txn, opened: None };
+    match visit_table(id, &mut opener) {
+        Some(r) => r?,
+        None => {
+            return Err(Error::corrupted(format!(
+                "write-ahead log: unknown table number {id}"
+            )));
+        }
+    }
+    opener
+        .opened
+        .ok_or_else(|| bad("table could not be opened"))
+}
+
+/// The highest table number in use.
+const MAX_TABLE: usize = MAX_TABLE_ID as usize;
 
 fn put_len(buf: &mut Vec<u8>, mut n: usize) {
     while n >= 0x80 {
@@ -314,7 +296,7 @@ mod tests {
     fn replay_writes_the_net_effect_of_changes_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
-        let data = table_id(DATA.name()).unwrap();
+        let data = table_id(redb::TableHandle::name(&DATA)).unwrap();
         let key = |id: u64| id.to_le_bytes();
         {
             // Row 9 exists before the replay; the log removes it and puts it back.
@@ -371,6 +353,7 @@ mod tests {
 
     #[test]
     fn every_table_has_a_number() {
+        use redb::TableHandle;
         for name in [
             META.name(),
             QUEUES.name(),
