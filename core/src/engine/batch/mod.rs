@@ -50,11 +50,11 @@ pub use app_rows::{
 pub use catalog::{
     DEAD_LETTER_SUFFIX, MAX_QUEUE_NAME_LEN, dead_letter_name, journal_name, validate_queue_name,
 };
+pub use catalog::{SUBSCRIPTIONS_INFIX, subscription_name};
 pub use in_use::{continuation_user, option_user};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;
 pub use temporary::{TEMPORARY_PREFIX, idle_due_at};
-pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
 pub use traffic::Traffic;
 
 use std::collections::{HashMap, HashSet};
