@@ -12,7 +12,8 @@ composes the files under it: declaring, re-exporting or calling into them is no 
 strings and `#[cfg(test)] mod` blocks are ignored.
 
 Fails (exit 1) on any import cycle, printing the files on it, and, for core/src, on a file under
-engine/ that imports a public API module. Usage: layers.py [SRC_DIR ...] (default core/src).
+engine/ that imports a public API module. Usage: layers.py [--bindings] [SRC_DIR ...] (default
+core/src); --bindings also reports the cycles of ffi/src and python/src, without failing.
 """
 
 import re
@@ -46,14 +47,8 @@ def parse_tree(s: str, prefix: list[str], out: list[tuple[list[str], str]]) -> N
     s = s.strip()
     if not s:
         return
-    i = 0
     depth = 0
-    # Find a top-level `{` (the group), if any.
-    for i, ch in enumerate(s):
-        if ch == "{":
-            break
-    else:
-        i = -1
+    i = s.find("{")  # a group: `head::{a, b::{c, d}}`
     if i >= 0:
         head = s[:i].strip().rstrip(":").strip()
         body = s[i + 1 : s.rindex("}")]
@@ -91,6 +86,7 @@ class Crate:
         self.bindings: dict[tuple, dict[str, list[str]]] = {}  # module -> name -> path
         self.globs: dict[tuple, list[list[str]]] = {}
         self.defs: dict[tuple, set[str]] = {}
+        self.words: dict[Path, set[str]] = {}  # the identifiers each file's code spells
         self.refs: list[tuple[Path, tuple, list[str], str, bool]] = []  # file, module, path, shown, a named use
         for f in sorted(root.rglob("*.rs")):
             rel = f.relative_to(root).with_suffix("")
@@ -103,6 +99,8 @@ class Crate:
 
     def scan(self, f: Path, mod: tuple) -> None:
         text = f.read_text()
+        code = TOKEN.sub(lambda m: " " if m.group("comment") or m.group("str") or m.group("rawstr") or m.group("char") else m.group(0), text)
+        self.words[f] = set(re.findall(r"\b[A-Za-z_]\w*", code))
         is_parent = f.name in ("mod.rs", "lib.rs", "main.rs")
         stack: list[tuple[tuple, int, bool]] = [(mod, 0, False)]
         depth = 0
@@ -204,6 +202,16 @@ class Crate:
             r = self.resolve(mod, segs)
             if r is None:
                 continue
+            if r[0] == "mod" and shown.endswith("::*"):
+                # A glob imports what the file then spells: each such name, where it is defined.
+                g = r[1]
+                names = set(self.defs.get(g, ())) | set(self.bindings.get(g, {})) | {m[-1] for m in self.modules if m[:-1] == g}
+                for n in sorted(names & self.words[f]):
+                    found = self.lookup(g, n, frozenset())
+                    t = self.file_of(found) if found and found[0] == "file" else None
+                    if t is not None and t != f and not (f.name in ("mod.rs", "lib.rs", "main.rs") and t.is_relative_to(f.parent)):
+                        edges[f].setdefault(t, shown + f" ({n})")
+                continue
             if r[0] == "mod" and named:
                 # `use a::b;` of a module only names it: the paths through it are the imports.
                 continue
@@ -297,7 +305,8 @@ def check(src: Path, api: bool) -> list[str]:
                     failures.append(f"{name(f)} imports the public API module {top} ({shown})")
     for comp in cycles(edges):
         circle = one_cycle(edges, comp)
-        lines = [f"import cycle among {len(comp)} files of {src.relative_to(REPO) if src.is_relative_to(REPO) else src}: " + ", ".join(name(p) for p in comp)]
+        where = src.relative_to(REPO) if src.is_relative_to(REPO) else src
+        lines = [f"import cycle among {len(comp)} files of {where}: " + ", ".join(name(p) for p in comp)]
         lines.append("  for example:")
         for a, b in zip(circle, circle[1:] + circle[:1]):
             lines.append(f"    {name(a)} -> {name(b)}  ({edges[a][b]})")
@@ -306,15 +315,22 @@ def check(src: Path, api: bool) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    roots = [Path(a).resolve() for a in argv] or [REPO / "core" / "src"]
+    # --bindings also reads ffi/src and python/src, reporting their cycles without failing.
+    bindings = "--bindings" in argv
+    roots = [Path(a).resolve() for a in argv if a != "--bindings"] or [REPO / "core" / "src"]
+    shown = lambda r: str(r.relative_to(REPO)) if r.is_relative_to(REPO) else str(r)  # noqa: E731
     failures = []
     for src in roots:
         failures += check(src, api=True)
     for f in failures:
         print(f"layers: {f}", file=sys.stderr)
+    if bindings:
+        for src in (REPO / "ffi" / "src", REPO / "python" / "src"):
+            for f in check(src, api=False):
+                print(f"layers (not enforced): {f}", file=sys.stderr)
     if failures:
         return 1
-    print("layers: no import cycle among the files of " + ", ".join(str(r.relative_to(REPO)) if r.is_relative_to(REPO) else str(r) for r in roots))
+    print("layers: no import cycle among the files of " + ", ".join(shown(r) for r in roots))
     return 0
 
 
