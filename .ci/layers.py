@@ -11,8 +11,9 @@ composes the files under it: declaring, re-exporting or calling into them is no 
 `use a::b;` of a module b is no import by itself; the paths `b::C` through it are. Comments,
 strings and `#[cfg(test)] mod` blocks are ignored.
 
-Fails (exit 1) on any import cycle, printing the files on it, and, for core/src, on a file under
-engine/ that imports a public API module. Usage: layers.py [--bindings] [SRC_DIR ...] (default
+Fails (exit 1) on any import cycle, printing the files on it, on a cycle among the top-level
+modules (a directory as one node, which the file graph can hide), and on a file under engine/
+that imports a public API module; on success prints the top-level modules bottom up. Usage: layers.py [--bindings] [SRC_DIR ...] (default
 core/src); --bindings also reports the cycles of ffi/src and python/src, without failing.
 """
 
@@ -224,7 +225,7 @@ class Crate:
         return edges
 
 
-def cycles(edges: dict[Path, dict[Path, str]]) -> list[list[Path]]:
+def cycles(edges: dict) -> list[list]:
     """The strongly connected components of more than one file (Tarjan, iterative)."""
     index: dict[Path, int] = {}
     low: dict[Path, int] = {}
@@ -303,6 +304,10 @@ def check(src: Path, api: bool) -> list[str]:
                 top = t.relative_to(src).parts[0].removesuffix(".rs")
                 if top in API:
                     failures.append(f"{name(f)} imports the public API module {top} ({shown})")
+    if api:
+        # The top-level modules stay layered too (a directory counts as one node).
+        for comp in module_order(src)[1]:
+            failures.append("import cycle among top-level modules: " + ", ".join(comp))
     for comp in cycles(edges):
         circle = one_cycle(edges, comp)
         where = src.relative_to(REPO) if src.is_relative_to(REPO) else src
@@ -312,6 +317,26 @@ def check(src: Path, api: bool) -> list[str]:
             lines.append(f"    {name(a)} -> {name(b)}  ({edges[a][b]})")
         failures.append("\n".join(lines))
     return failures
+
+
+def module_order(src: Path) -> tuple[list[str], list[list[str]]]:
+    """The top-level modules bottom up (each after everything it imports), and the cycles among
+    them (a directory counting as one node)."""
+    edges = Crate(src).graph()
+    top = lambda p: p.relative_to(src).parts[0].removesuffix(".rs")  # noqa: E731
+    deps: dict[str, dict[str, str]] = {}
+    for a, targets in edges.items():
+        if top(a) != "lib":
+            deps.setdefault(top(a), {}).update({top(b): "" for b in targets if top(b) not in (top(a), "lib")})
+    for d in list(deps.values()):
+        for m in d:
+            deps.setdefault(m, {})
+    order: list[str] = []
+    while True:
+        ready = sorted(m for m in deps if m not in order and set(deps[m]) <= set(order))
+        if not ready:
+            return order, cycles(deps)
+        order.append(ready[0])
 
 
 def main(argv: list[str]) -> int:
@@ -331,6 +356,8 @@ def main(argv: list[str]) -> int:
     if failures:
         return 1
     print("layers: no import cycle among the files of " + ", ".join(shown(r) for r in roots))
+    if roots == [REPO / "core" / "src"]:
+        print("layers: bottom up: " + " < ".join(module_order(roots[0])[0]))
     return 0
 
 
