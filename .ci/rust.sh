@@ -9,6 +9,7 @@ cargo fmt --all --check
 cargo metadata --manifest-path fuzz/Cargo.toml --format-version 1 --locked >/dev/null
 # The layering of core/src: no import cycle, the engine below the public API.
 python3 .ci/layers.py
+python3 .ci/test_layers.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The bindings with their optional features on (the line above builds them without).
 cargo clippy -p postbox-ffi -p postbox-python --all-targets --features admin,bridge --locked -- -D warnings

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::message::MessageId;
+use crate::message_id::MessageId;
 
 /// Defines [`ErrorKind`] and its [`ErrorKind::ALL`] list from one table, so that a kind added
 /// to the enum cannot be missing from the list the bindings' coverage tests walk.

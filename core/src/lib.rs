@@ -130,6 +130,7 @@ mod filter;
 pub use engine::fuzzing;
 mod job;
 mod message;
+mod message_id;
 mod options;
 // The OS layer: the crate's only unsafe code, each block with its reason.
 #[allow(unsafe_code)]

@@ -547,3 +547,15 @@ impl<T> HeldMessage<T> {
         self.forget_lock();
     }
 }
+
+/// Ends the loan of `message` after its handler returned `handler`, and passes that result on.
+/// What the handler asked for through the message (a dead letter, a reply) is already with the
+/// delivery; the processor applies it whatever the handler returned, as [`Delivery`] promises.
+///
+/// # Errors
+///
+/// The handler's failure text.
+pub fn finish_lent<T>(message: &HeldMessage<T>, handler: Result<(), String>) -> Result<(), String> {
+    message.end_loan();
+    handler
+}

@@ -1,12 +1,11 @@
 //! The bridge between a processor delivery and a handler written in another language: the
-//! handler gets a [`HeldMessage`] lent for one call, whose processor calls go to the
+//! handler gets a [`HeldMessage`](super::HeldMessage) lent for one call, whose processor calls go to the
 //! delivery's [`LentDelivery`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::held::HeldMessage;
 use crate::Transaction;
 use crate::error::Result;
 use crate::message::{Message, MessageId};
@@ -94,18 +93,6 @@ impl LentDelivery {
     pub fn has_returned(&self) -> bool {
         self.0.is_closed()
     }
-}
-
-/// Ends the loan of `message` after its handler returned `handler`, and passes that result on.
-/// What the handler asked for through the message (a dead letter, a reply) is already with the
-/// delivery; the processor applies it whatever the handler returned, as [`Delivery`] promises.
-///
-/// # Errors
-///
-/// The handler's failure text.
-pub fn finish_lent<T>(message: &HeldMessage<T>, handler: Result<(), String>) -> Result<(), String> {
-    message.end_loan();
-    handler
 }
 
 /// The retry policy of flat processor options, where each absent field takes the default's

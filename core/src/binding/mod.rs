@@ -14,9 +14,9 @@ pub mod lent;
 pub mod request;
 pub mod send;
 
-pub use held::{HeldMessage, Hold};
+pub use held::{HeldMessage, Hold, finish_lent};
 pub use interrupt::{Interrupt, interrupted, interruptible};
-pub use lent::{LentDelivery, finish_lent, retry_policy, take_transaction};
+pub use lent::{LentDelivery, retry_policy, take_transaction};
 pub use request::{PendingRequest, send_request};
 pub use send::{FlatSend, FlatSendError};
 

@@ -100,7 +100,25 @@ pub struct ParkedReceive {
     /// An async caller's: dropped with the request, after `reply` (the answer sent, or the
     /// request dropped unanswered), it wakes the caller's task (see `wait_async`).
     #[allow(dead_code, reason = "held for its Drop, which wakes the caller")]
-    pub hook: Option<super::wait_async::AnswerHook>,
+    pub hook: Option<AnswerHook>,
+}
+
+/// What an async caller's side does when its parked request is dropped (see `wait_async`): a
+/// trait object, so that parking needs nothing from the async side.
+pub trait OnAnswer: Send + Sync + std::fmt::Debug {
+    /// Called once, as the parked request holding it is dropped.
+    fn answered(&self);
+}
+
+/// Dropped with its parked request, after `reply` (the answer sent, or the request dropped
+/// unanswered): tells the async caller's side.
+#[derive(Debug)]
+pub struct AnswerHook(pub Arc<dyn OnAnswer>);
+
+impl Drop for AnswerHook {
+    fn drop(&mut self) {
+        self.0.answered();
+    }
 }
 
 impl ParkedReceive {

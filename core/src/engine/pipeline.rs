@@ -23,7 +23,7 @@ use crate::sync::{Condvar, Mutex};
 #[cfg(all(test, shuttle))]
 mod concurrency_checking;
 
-use super::batch::{Batch, DueHints};
+use super::batch::{Batch, DueHints, Traffic};
 use super::db::{DbSlot, Resolved};
 use super::guarded;
 use super::logged::{Changes, LoggedTxn};
@@ -121,13 +121,6 @@ pub struct PipelineStats {
     /// Messages this process's committed batches sent to and completed from each queue (by
     /// queue id): the traffic behind the admin endpoint's rates.
     pub traffic: Mutex<HashMap<u32, Traffic>>,
-}
-
-/// Sends and completions of one queue, counted per batch and added once the batch commits.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Traffic {
-    pub sent: u64,
-    pub completed: u64,
 }
 
 /// What waits to be written, and who is writing.

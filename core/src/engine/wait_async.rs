@@ -23,6 +23,7 @@ use crate::sync::Mutex;
 use crate::sync::channel::{self, Receiver, TryRecvError};
 
 use super::batch::Locked;
+use super::park::{AnswerHook, OnAnswer};
 use super::pipeline::Detacher;
 use super::poll::Backoff;
 use super::signal::{Signal, Waiting};
@@ -46,15 +47,12 @@ struct SlotInner {
     orphaned: Option<Detacher>,
 }
 
-/// Dropped with its parked request, after the answer was sent (or the request dropped
+/// Told when its parked request is dropped, after the answer was sent (or the request dropped
 /// unanswered, which disconnects the answer): wakes the task, or takes back what an orphaned
 /// answer locked.
-#[derive(Debug)]
-pub struct AnswerHook(Arc<Slot>);
-
-impl Drop for AnswerHook {
-    fn drop(&mut self) {
-        let mut g = self.0.inner.lock();
+impl OnAnswer for Slot {
+    fn answered(&self) {
+        let mut g = self.inner.lock();
         if let Some(detacher) = g.orphaned.take() {
             if let Ok(Ok(locks)) = g.answer.try_recv() {
                 drop(g);

@@ -414,6 +414,15 @@ pub fn journal_name(source: &str) -> String {
     format!("{source}{JOURNAL_SUFFIX}")
 }
 
+/// What separates a topic's name from a subscription's in the subscription queue's name
+/// (`orders/$subscriptions/audit`); reserved in queue names.
+pub const SUBSCRIPTIONS_INFIX: &str = "/$subscriptions/";
+
+/// The queue name of subscription `sub` of topic `topic`.
+pub fn subscription_name(topic: &str, sub: &str) -> String {
+    format!("{topic}{SUBSCRIPTIONS_INFIX}{sub}")
+}
+
 /// The longest `forward_to` chain followed.
 pub const MAX_FORWARD_HOPS: usize = 4;
 

@@ -41,6 +41,7 @@ mod state;
 mod sweep;
 mod temporary;
 mod topics;
+mod traffic;
 
 pub use app_rows::{
     MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite, add_to_counter, validate_app_key,
@@ -49,11 +50,12 @@ pub use app_rows::{
 pub use catalog::{
     DEAD_LETTER_SUFFIX, MAX_QUEUE_NAME_LEN, dead_letter_name, journal_name, validate_queue_name,
 };
+pub use catalog::{SUBSCRIPTIONS_INFIX, subscription_name};
 pub use in_use::{continuation_user, option_user};
 pub use jobs::{JOB_SIGNAL_BASE, JobRecord, decode_piece, job_signal};
 pub use send::validate_message;
 pub use temporary::{TEMPORARY_PREFIX, idle_due_at};
-pub use topics::{SUBSCRIPTIONS_INFIX, subscription_name};
+pub use traffic::Traffic;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -150,7 +152,7 @@ pub struct Batch<'t> {
     /// Queues that gained receivable messages; their waiters are woken after the commit.
     pub woken: HashSet<u32>,
     /// Sends and completions per queue, added to the store's counters if the batch commits.
-    pub traffic: HashMap<u32, crate::engine::pipeline::Traffic>,
+    pub traffic: HashMap<u32, Traffic>,
     queues: Option<Logged<'t, &'static str, &'static [u8]>>,
     queue_ids: Option<Logged<'t, u32, &'static str>>,
     counters: Option<Logged<'t, u32, [u8; COUNTERS_LEN]>>,

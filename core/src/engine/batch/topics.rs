@@ -7,15 +7,6 @@ use redb::ReadableTable;
 use super::*;
 use crate::filter::Filter;
 
-/// What separates a topic's name from a subscription's in the subscription queue's name
-/// (`orders/$subscriptions/audit`); reserved in queue names.
-pub const SUBSCRIPTIONS_INFIX: &str = "/$subscriptions/";
-
-/// The queue name of subscription `sub` of topic `topic`.
-pub fn subscription_name(topic: &str, sub: &str) -> String {
-    format!("{topic}{SUBSCRIPTIONS_INFIX}{sub}")
-}
-
 /// A topic's counts: published messages, and those that matched no subscription.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TopicCounts {
