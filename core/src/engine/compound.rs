@@ -8,6 +8,10 @@ use super::batch::{Batch, Locked, Settle};
 use super::{Engine, HeldLock};
 use crate::error::{Error, Result};
 
+/// A session's next step (see `Batch::session_next`): its next message, and the session
+/// lock's expiry (`None`: released).
+pub type SessionNext = (Option<Locked>, Option<u64>);
+
 impl Batch<'_> {
     /// Completes every lock, all or none: every lock is checked before the first completion.
     pub fn complete_all(&mut self, locks: &[HeldLock]) -> Result<()> {
@@ -125,10 +129,7 @@ impl Engine {
         name: &str,
         group: &str,
         session: u64,
-    ) -> (
-        Result<Option<String>>,
-        Result<(Option<Locked>, Option<u64>)>,
-    ) {
+    ) -> (Result<Option<String>>, Result<SessionNext>) {
         let (owner, name, group) = (self.owner, name.to_owned(), group.to_owned());
         self.both(
             move |b| b.settle(lock.id, lock.token, &how),
