@@ -93,6 +93,7 @@ impl Queue {
         self.kind == QueueKind::DeadLetter
     }
 
+    /// Exact counts. Time-driven changes (expired locks and messages, due scheduled messages)
     /// are applied first, so the counts are true as of this call.
     ///
     /// # Errors

@@ -1,6 +1,7 @@
 //! Processors: many receivers on one queue, automatic lock renewal, retries, graceful shutdown
 //! and autoscaling — the receive loop users should not have to write.
-//!//! Layout: `builder` configures and starts a processor, `lifecycle` is the running
+//!
+//! Layout: `builder` configures and starts a processor, `lifecycle` is the running
 //! processor's handle (stop, join, drop); `shared` is the state its threads share and `gate`
 //! the part of it that admits handler runs and waits for threads; `worker` runs one receiver;
 //! `renewal` renews locks and enforces handler time limits; `scaling` autoscales; `retry`,

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::message::{Envelope, MessageId, MessageState};
 
 impl Queue {
+    /// The message at the head of the queue (the next one `receive` would take), without
     /// locking it. A message whose lock expired or whose scheduled time came counts as
     /// receivable, as it does for `receive`, even before any write has put it back.
     ///
