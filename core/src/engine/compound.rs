@@ -1,11 +1,16 @@
 //! Operations on several locks at once, written here once and called by name by the queue
 //! handle, the transaction and the processor: complete all or none, abandon all, renew all,
 //! and "do this, then that" in the same commit (a settle and the next receive, or a settle and
-//! a session's next message), with the one rule for what each part hears when one fails.
+//! a session's next message: `settle_then_receive`, `settle_then_session_next`), with the one
+//! rule for what each part hears when one fails.
 
 use super::batch::{Batch, Locked, Settle};
 use super::{Engine, HeldLock};
 use crate::error::{Error, Result};
+
+/// A session's next step (see `Batch::session_next`): its next message, and the session
+/// lock's expiry (`None`: released).
+pub type SessionNext = (Option<Locked>, Option<u64>);
 
 impl Batch<'_> {
     /// Completes every lock, all or none: every lock is checked before the first completion.
@@ -96,6 +101,40 @@ impl Engine {
                 b.receive(q, &name, owner, want)
             }
         })
+    }
+
+    /// Settles the message under `lock` as `how`, then locks up to `want` messages of queue
+    /// `q`, in one commit (see `then_receive`): a processor worker's settle and its next
+    /// receive. The settle's answer is the dead-letter reason when the message went there.
+    pub fn settle_then_receive(
+        &self,
+        lock: HeldLock,
+        how: Settle,
+        q: u32,
+        name: &str,
+        want: usize,
+    ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
+        self.then_receive(move |b| b.settle(lock.id, lock.token, &how), q, name, want)
+    }
+
+    /// Settles the message under `lock` as `how`, then, in the same commit, takes the next
+    /// message of session `group` of queue `q`, held under the session token `session` (see
+    /// `Batch::session_next`: the message, and the session lock's expiry, `None` once the
+    /// session is released). A session worker pays one commit per message this way.
+    pub fn settle_then_session_next(
+        &self,
+        lock: HeldLock,
+        how: Settle,
+        q: u32,
+        name: &str,
+        group: &str,
+        session: u64,
+    ) -> (Result<Option<String>>, Result<SessionNext>) {
+        let (owner, name, group) = (self.owner, name.to_owned(), group.to_owned());
+        self.both(
+            move |b| b.settle(lock.id, lock.token, &how),
+            move |b| b.session_next(q, &name, &group, session, owner),
+        )
     }
 
     /// Runs `first`, then `second`, in one commit. Either may fail alone when it failed before

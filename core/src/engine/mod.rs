@@ -41,7 +41,7 @@ pub(crate) use batch::{
 pub(crate) use codec::{QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
 pub(crate) use tracking::AwaitingReply;
-pub(crate) use wait::{Cancel, thread_interrupt, with_interrupt};
+pub(crate) use wait::{Cancel, IdleReceiver, thread_interrupt, with_interrupt};
 pub(crate) use wait_async::AsyncReceive;
 
 /// Read-only queries on one snapshot, run through [`Engine::read`].

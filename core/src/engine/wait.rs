@@ -327,3 +327,55 @@ impl Engine {
         self.read(|t| read::has_candidate(t, q, now_ms))
     }
 }
+
+/// Pause after a wait of an [`IdleReceiver`] failed with an error that may pass (e.g. a full
+/// disk), before it waits again.
+const IDLE_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// A receiver that waits without a time limit whenever it has nothing to do, woken for work or
+/// through a token it renews itself: what [`Engine::wait_idle`] asks of it, and all the engine
+/// knows of it.
+pub trait IdleReceiver {
+    /// Why a wait ended without work (e.g. the receiver stops).
+    type Leave;
+
+    /// The token that ends the next wait early. Taken before `leave` looks, so that a reason
+    /// to leave arising after that look cancels the token and the wait cannot miss it.
+    fn idle_token(&self) -> Cancel;
+
+    /// Whether to end the wait now, and why; `woken`: the last wait was ended by its token.
+    fn leave(&mut self, woken: bool) -> Option<Self::Leave>;
+
+    /// One wait for work, ended early by `token`: whether work was taken.
+    fn wait_once(&mut self, engine: &Engine, token: &Cancel) -> Result<bool>;
+
+    /// A failed wait: `Some` ends the wait; `None` pauses briefly and waits again.
+    fn failed(&mut self, e: &Error) -> Option<Self::Leave>;
+}
+
+impl Engine {
+    /// Waits until `receiver`, idle on queue `q`, has taken work (`None`) or wants to leave
+    /// (`Some`, why). Wakes only for work, its token or — after a failed wait — the queue's
+    /// signal or a short pause, never on a timer.
+    pub fn wait_idle<R: IdleReceiver>(&self, q: u32, receiver: &mut R) -> Option<R::Leave> {
+        let signal = self.signals.get(q);
+        let mut woken = false;
+        loop {
+            let token = receiver.idle_token();
+            let seen = signal.seq();
+            if let Some(leave) = receiver.leave(woken) {
+                return Some(leave);
+            }
+            match receiver.wait_once(self, &token) {
+                Ok(true) => return None,
+                Ok(false) => woken = true,
+                Err(e) => {
+                    if let Some(leave) = receiver.failed(&e) {
+                        return Some(leave);
+                    }
+                    signal.wait(seen, Instant::now().checked_add(IDLE_ERROR_PAUSE));
+                }
+            }
+        }
+    }
+}
