@@ -113,7 +113,9 @@ pub fn decode_envelope(id: u64, buf: &[u8]) -> DecodeResult<StoredEnvelope> {
 /// with them delivery order, follow the series): priority, visibility, expiry, then the
 /// envelope and body as [`encode_envelope`] writes them, bound to the series and number.
 pub fn encode_held(series: &str, seq: u64, m: &Message) -> Vec<u8> {
-    let mut out = vec![m.priority];
+    // A held message without a priority is held with the default one: the record has no way
+    // to say "not set", and its format is fixed.
+    let mut out = vec![m.priority.unwrap_or(crate::message::DEFAULT_PRIORITY)];
     let mut w = Writer(Vec::new());
     let (tag, ms) = match m.visibility {
         Visibility::Now => (0, 0),
@@ -167,7 +169,7 @@ pub fn decode_held(series: &str, seq: u64, buf: &[u8]) -> DecodeResult<Message> 
     Ok(Message {
         body: env.body,
         props: env.props,
-        priority,
+        priority: Some(priority),
         visibility,
         expiry,
         tags: Default::default(),

@@ -73,6 +73,9 @@ const EXT_TEMPORARY_OWNER: u64 = 7;
 const EXT_AUTO_DELETE: u64 = 8;
 /// Tag 9: `receipts_to` (the receipt queue's name).
 const EXT_RECEIPTS_TO: u64 = 9;
+/// Tag 10: `default_priority` (varint), written only when not `DEFAULT_PRIORITY`, so that the
+/// records of queues that leave it alone are as before.
+const EXT_DEFAULT_PRIORITY: u64 = 10;
 
 fn encode_filter(w: &mut Writer, f: &Filter) {
     match f {
@@ -193,6 +196,11 @@ pub fn encode_queue(name: &str, rec: &QueueRecord) -> Vec<u8> {
             (rec.temporary_owner != 0).then_some(rec.temporary_owner),
         ),
         (EXT_AUTO_DELETE, o.auto_delete_on_idle.map(|d| ms(Some(d)))),
+        (
+            EXT_DEFAULT_PRIORITY,
+            (o.default_priority != crate::message::DEFAULT_PRIORITY)
+                .then_some(u64::from(o.default_priority)),
+        ),
     ] {
         if let Some(v) = v {
             let mut e = Writer(Vec::new());
@@ -236,6 +244,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
     let (mut forward_to, mut forward_dead_letters_to) = (None, None);
     let (mut journal, mut journal_queue) = (None, 0u32);
     let (mut temporary_owner, mut auto_delete_on_idle, mut receipts_to) = (0u64, None, None);
+    let mut default_priority = crate::message::DEFAULT_PRIORITY;
     let text = |p: &[u8]| {
         String::from_utf8(p.to_vec()).map_err(|_| "invalid UTF-8 in queue record".to_string())
     };
@@ -259,6 +268,11 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
             auto_delete_on_idle = from_ms(Reader::new(payload).varint()?);
         } else if tag == EXT_RECEIPTS_TO {
             receipts_to = Some(text(payload)?);
+        } else if tag == EXT_DEFAULT_PRIORITY {
+            default_priority = u8::try_from(Reader::new(payload).varint()?)
+                .ok()
+                .filter(|p| *p <= crate::message::MAX_PRIORITY)
+                .ok_or("default_priority out of range")?;
         } else if tag == EXT_SUBSCRIPTION {
             let mut e = Reader::new(payload);
             let topic = u32::try_from(e.varint()?).map_err(|_| "topic id out of range")?;
@@ -287,6 +301,7 @@ pub fn decode_queue(name: &str, buf: &[u8]) -> DecodeResult<QueueRecord> {
             journal,
             auto_delete_on_idle,
             receipts_to,
+            default_priority,
         },
     })
 }

@@ -276,3 +276,20 @@ fn truncated_v1_envelopes_are_errors_not_panics() {
         assert!(decode_envelope(7, &buf[..len]).is_err(), "len {len}");
     }
 }
+
+#[test]
+fn default_priority_is_stored_only_when_changed() {
+    let mut rec = sample_queue();
+    let plain = encode_queue("q", &rec);
+    rec.options.default_priority = 6;
+    let with = encode_queue("q", &rec);
+    assert!(with.len() > plain.len());
+    assert_eq!(
+        decode_queue("q", &with).unwrap().options.default_priority,
+        6
+    );
+    assert_eq!(
+        decode_queue("q", &plain).unwrap().options.default_priority,
+        crate::message::DEFAULT_PRIORITY
+    );
+}
