@@ -450,6 +450,11 @@
 #define POSTBOX_OPTION_AUTO_DELETE_ON_IDLE (1 << 11)
 
 /**
+ * `postbox_queue_options.clear`: put `default_priority` back to its default (3).
+ */
+#define POSTBOX_OPTION_DEFAULT_PRIORITY (1 << 12)
+
+/**
  * Kind of a user property value: UTF-8 text.
  */
 #define POSTBOX_PROPERTY_STRING 0
@@ -873,12 +878,12 @@ typedef struct postbox_log_stats {
  *
  * `postbox_queue_options_get` writes 0 (NULL) for an option that is not set (no TTL, no
  * quota, no dedup window, no forwarding, no journal, no receipts, no idle deletion) and the
- * stored value for the others, defaults included.
+ * stored value for the others, defaults included (`has_default_priority` is 1).
  *
  * Versioned: fields are only ever appended. A caller built against an older header passes
- * its smaller `struct_size` (the fields before `clear`, before `forward_to`, or before
- * `receipts_to`); the fields it does not know are neither read (they are "not mentioned")
- * nor written.
+ * its smaller `struct_size` (the fields before `clear`, before `forward_to`, before
+ * `receipts_to`, or before `default_priority`); the fields it does not know are neither read
+ * (they are "not mentioned") nor written.
  */
 typedef struct postbox_queue_options {
   /**
@@ -987,6 +992,17 @@ typedef struct postbox_queue_options {
    * `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
    */
   uint64_t auto_delete_on_idle_ms;
+  /**
+   * The priority, 0 (lowest) to 7 (highest), of a message sent to this queue without one
+   * (`postbox_send_options.has_priority` 0); a message that sets its priority keeps it. Read
+   * only when `has_default_priority` is non-zero (default 3; `POSTBOX_OPTION_DEFAULT_PRIORITY`
+   * puts it back). Above 7 is `POSTBOX_INVALID_ARGUMENT`.
+   */
+  uint32_t default_priority;
+  /**
+   * Non-zero: `default_priority` is set (0: not mentioned). Read back as 1.
+   */
+  int has_default_priority;
 } postbox_queue_options;
 
 /**
@@ -1118,7 +1134,8 @@ typedef struct postbox_send_options {
    */
   uint32_t struct_size;
   /**
-   * Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise 3.
+   * Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise the
+   * queue's `default_priority` (3 unless set).
    */
   uint32_t priority;
   /**

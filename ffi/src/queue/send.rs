@@ -25,7 +25,8 @@ pub struct postbox_property {
 pub struct postbox_send_options {
     /// `sizeof(postbox_send_options)`.
     pub struct_size: u32,
-    /// Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise 3.
+    /// Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise the
+    /// queue's `default_priority` (3 unless set).
     pub priority: u32,
     /// Non-zero: `priority` is set.
     pub has_priority: c_int,
