@@ -450,6 +450,11 @@
 #define POSTBOX_OPTION_AUTO_DELETE_ON_IDLE (1 << 11)
 
 /**
+ * `postbox_queue_options.clear`: put `default_priority` back to its default (3).
+ */
+#define POSTBOX_OPTION_DEFAULT_PRIORITY (1 << 12)
+
+/**
  * Kind of a user property value: UTF-8 text.
  */
 #define POSTBOX_PROPERTY_STRING 0
@@ -873,12 +878,12 @@ typedef struct postbox_log_stats {
  *
  * `postbox_queue_options_get` writes 0 (NULL) for an option that is not set (no TTL, no
  * quota, no dedup window, no forwarding, no journal, no receipts, no idle deletion) and the
- * stored value for the others, defaults included.
+ * stored value for the others, defaults included (`has_default_priority` is 1).
  *
  * Versioned: fields are only ever appended. A caller built against an older header passes
- * its smaller `struct_size` (the fields before `clear`, before `forward_to`, or before
- * `receipts_to`); the fields it does not know are neither read (they are "not mentioned")
- * nor written.
+ * its smaller `struct_size` (the fields before `clear`, before `forward_to`, before
+ * `receipts_to`, or before `default_priority`); the fields it does not know are neither read
+ * (they are "not mentioned") nor written.
  */
 typedef struct postbox_queue_options {
   /**
@@ -987,6 +992,17 @@ typedef struct postbox_queue_options {
    * `POSTBOX_OPTION_AUTO_DELETE_ON_IDLE` turns it off).
    */
   uint64_t auto_delete_on_idle_ms;
+  /**
+   * The priority, 0 (lowest) to 7 (highest), of a message sent to this queue without one
+   * (`postbox_send_options.has_priority` 0); a message that sets its priority keeps it. Read
+   * only when `has_default_priority` is non-zero (default 3; `POSTBOX_OPTION_DEFAULT_PRIORITY`
+   * puts it back). Above 7 is `POSTBOX_INVALID_ARGUMENT`.
+   */
+  uint32_t default_priority;
+  /**
+   * Non-zero: `default_priority` is set (0: not mentioned). Read back as 1.
+   */
+  int has_default_priority;
 } postbox_queue_options;
 
 /**
@@ -1118,7 +1134,8 @@ typedef struct postbox_send_options {
    */
   uint32_t struct_size;
   /**
-   * Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise 3.
+   * Priority 0 (lowest) to 7 (highest), used when `has_priority` is non-zero; otherwise the
+   * queue's `default_priority` (3 unless set).
    */
   uint32_t priority;
   /**
@@ -1903,14 +1920,6 @@ int postbox_store_compact(struct postbox_store *store,
                           uint64_t *bytes_after);
 
 /**
- * Fills `options` with the defaults and sets its `struct_size`.
- *
- * # Returns
- * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
- */
-int postbox_queue_options_init(struct postbox_queue_options *options);
-
-/**
  * Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
  * An existing queue keeps its messages, and its stored options except those `options`
  * mentions (see `postbox_queue_options`); with `options` NULL nothing changes (a new queue
@@ -2058,63 +2067,12 @@ int postbox_queue_counts_get(const struct postbox_queue *queue,
 int postbox_queue_purge(struct postbox_queue *queue, uint64_t *removed_out);
 
 /**
- * Fills `options` with the defaults (no properties, priority 3) and sets its `struct_size`.
+ * Fills `options` with the defaults and sets its `struct_size`.
  *
  * # Returns
  * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
  */
-int postbox_send_options_init(struct postbox_send_options *options);
-
-/**
- * Sends one message with body `body[0..body_len]` (copied; NULL allowed when `body_len` is 0)
- * and the properties in `options` (NULL for none).
- *
- * With `tx` NULL the send commits on its own: when it returns `POSTBOX_OK` the message is
- * durable (under the default durability) and `id_out` (may be NULL) receives its id. With a
- * transaction the message is stored when `tx` commits; `id_out` then receives the id it will
- * have (reserved now, so it can go into an application row or another message of the same
- * transaction; never used if the transaction aborts). `tx` must come from the same store as
- * `queue`. A duplicate (its `message_key` within the queue's dedup window) stores nothing and
- * gets the original's id; `postbox_send_checked` also says so.
- *
- * The message's size — body, text properties, user property keys and values — counts against
- * the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
- * most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes each, property keys 1 to
- * `POSTBOX_MAX_PROPERTY_KEY_LEN` bytes, each key at most once.
- *
- * # Returns
- * `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (the message is above the queue's `max_message_size`,
- * checked at once, also with a transaction); `POSTBOX_QUEUE_FULL` (quota; with a
- * transaction, reported by the commit); `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with
- * a length, bad options, priority above 7, invalid UTF-8, a text property or property key out
- * of bounds, a property key listed twice, a dead-letter queue, a transaction of another store,
- * a finished transaction); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted; at once with a
- * transaction too); `POSTBOX_CLOSED` (at once with a transaction too); `POSTBOX_FORKED`;
- * `POSTBOX_STORAGE_FULL` (the disk is full: nothing was stored); `POSTBOX_OUTCOME_UNKNOWN`
- * (the commit failed after it may have reached the disk); other storage errors.
- */
-int postbox_send(struct postbox_queue *queue,
-                 struct postbox_tx *tx,
-                 const uint8_t *body,
-                 size_t body_len,
-                 const struct postbox_send_options *options,
-                 uint64_t *id_out);
-
-/**
- * Sends `count` messages atomically: all are stored in one commit, or none. `ids_out` may be
- * NULL, or an array of `count` elements that receives the ids in order (with a transaction,
- * the ids reserved for them, as in `postbox_send`). `count` may be 0.
- *
- * # Returns
- * As `postbox_send`; on any error no message of the batch was stored, and the error names the
- * offending item (with a transaction, none of the batch joined it: the transaction stays as it
- * was and may still be committed).
- */
-int postbox_send_batch(struct postbox_queue *queue,
-                       struct postbox_tx *tx,
-                       const struct postbox_send_item *items,
-                       size_t count,
-                       uint64_t *ids_out);
+int postbox_queue_options_init(struct postbox_queue_options *options);
 
 /**
  * Reads the message at the head of the queue (the one a receive would take next) without
@@ -2306,6 +2264,65 @@ int postbox_complete_batch_and_receive(struct postbox_queue *queue,
                                        int64_t timeout_ms,
                                        struct postbox_message **messages_out,
                                        size_t *count_out);
+
+/**
+ * Fills `options` with the defaults (no properties, priority 3) and sets its `struct_size`.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_INVALID_ARGUMENT` if `options` is NULL.
+ */
+int postbox_send_options_init(struct postbox_send_options *options);
+
+/**
+ * Sends one message with body `body[0..body_len]` (copied; NULL allowed when `body_len` is 0)
+ * and the properties in `options` (NULL for none).
+ *
+ * With `tx` NULL the send commits on its own: when it returns `POSTBOX_OK` the message is
+ * durable (under the default durability) and `id_out` (may be NULL) receives its id. With a
+ * transaction the message is stored when `tx` commits; `id_out` then receives the id it will
+ * have (reserved now, so it can go into an application row or another message of the same
+ * transaction; never used if the transaction aborts). `tx` must come from the same store as
+ * `queue`. A duplicate (its `message_key` within the queue's dedup window) stores nothing and
+ * gets the original's id; `postbox_send_checked` also says so.
+ *
+ * The message's size — body, text properties, user property keys and values — counts against
+ * the queue's `max_message_size` and `max_bytes`. Text properties (`label` … `group`) are at
+ * most `POSTBOX_MAX_TEXT_PROPERTY_LEN` bytes each, property keys 1 to
+ * `POSTBOX_MAX_PROPERTY_KEY_LEN` bytes, each key at most once.
+ *
+ * # Returns
+ * `POSTBOX_OK`; `POSTBOX_TOO_LARGE` (the message is above the queue's `max_message_size`,
+ * checked at once, also with a transaction); `POSTBOX_QUEUE_FULL` (quota; with a
+ * transaction, reported by the commit); `POSTBOX_INVALID_ARGUMENT` (NULL queue, NULL body with
+ * a length, bad options, priority above 7, invalid UTF-8, a text property or property key out
+ * of bounds, a property key listed twice, a dead-letter queue, a transaction of another store,
+ * a finished transaction); `POSTBOX_QUEUE_NOT_FOUND` (queue deleted; at once with a
+ * transaction too); `POSTBOX_CLOSED` (at once with a transaction too); `POSTBOX_FORKED`;
+ * `POSTBOX_STORAGE_FULL` (the disk is full: nothing was stored); `POSTBOX_OUTCOME_UNKNOWN`
+ * (the commit failed after it may have reached the disk); other storage errors.
+ */
+int postbox_send(struct postbox_queue *queue,
+                 struct postbox_tx *tx,
+                 const uint8_t *body,
+                 size_t body_len,
+                 const struct postbox_send_options *options,
+                 uint64_t *id_out);
+
+/**
+ * Sends `count` messages atomically: all are stored in one commit, or none. `ids_out` may be
+ * NULL, or an array of `count` elements that receives the ids in order (with a transaction,
+ * the ids reserved for them, as in `postbox_send`). `count` may be 0.
+ *
+ * # Returns
+ * As `postbox_send`; on any error no message of the batch was stored, and the error names the
+ * offending item (with a transaction, none of the batch joined it: the transaction stays as it
+ * was and may still be committed).
+ */
+int postbox_send_batch(struct postbox_queue *queue,
+                       struct postbox_tx *tx,
+                       const struct postbox_send_item *items,
+                       size_t count,
+                       uint64_t *ids_out);
 
 /**
  * Frees a message handle. A message still held (received with peek-lock and not settled) is

@@ -276,6 +276,8 @@ struct queue_options {
         auto_delete_on_idle;
     std::optional<std::uint64_t> max_message_size, max_messages, max_bytes, journal_max_messages;
     std::optional<std::string> forward_to, forward_dead_letters_to, receipts_to;
+    /// Priority (0-7) of a message sent without one; unset: 3 for a new queue.
+    std::optional<std::uint32_t> default_priority;
     bool requires_session = false; ///< Only when the queue is created.
     std::uint32_t clear = 0;
 };
@@ -398,6 +400,10 @@ inline postbox_queue_options c_queue_options(const queue_options &o) {
     if (o.max_messages) c.max_messages = *o.max_messages;
     if (o.max_bytes) c.max_bytes = *o.max_bytes;
     if (o.journal_max_messages) c.journal_max_messages = *o.journal_max_messages;
+    if (o.default_priority) {
+        c.default_priority = *o.default_priority;
+        c.has_default_priority = 1;
+    }
     c.forward_to = c_str(o.forward_to);
     c.forward_dead_letters_to = c_str(o.forward_dead_letters_to);
     c.receipts_to = c_str(o.receipts_to);

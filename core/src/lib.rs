@@ -164,7 +164,7 @@ pub use message::{
     RECEIPT_MESSAGE_ID, RECEIPT_OUTCOME, RECEIPT_QUEUE, RECEIPT_REASON, SERIES_LAST_PROPERTY,
     SERIES_LENGTH_PROPERTY, Sent,
 };
-pub use options::{Durability, QueueOptions};
+pub use options::{Durability, OptionField, OptionKind, OptionValue, QueueOptions};
 pub use processor::{
     Autoscale, Delivery, EventCallback, LockWatch, MAX_PROCESSOR_WORKERS, Processor,
     ProcessorBuilder, ProcessorEvent, ProcessorStats, REASON_DECODE_FAILED, RetryPolicy,

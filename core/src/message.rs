@@ -112,7 +112,8 @@ pub(crate) enum Expiry {
 pub struct Message {
     pub(crate) body: Vec<u8>,
     pub(crate) props: Properties,
-    pub(crate) priority: u8,
+    /// `None` until [`Message::priority`] sets it: the queue's `default_priority` applies.
+    pub(crate) priority: Option<u8>,
     pub(crate) visibility: Visibility,
     pub(crate) expiry: Expiry,
     /// What the engine attaches to a send beyond the message itself (a job, a reserved id).
@@ -212,13 +213,13 @@ impl Properties {
 }
 
 impl Message {
-    /// A message with this body, priority [`DEFAULT_PRIORITY`], visible now, with the queue's
-    /// default time-to-live.
+    /// A message with this body, the queue's default priority (`default_priority`, itself
+    /// [`DEFAULT_PRIORITY`] unless set), visible now, with the queue's default time-to-live.
     pub fn new(body: impl Into<Vec<u8>>) -> Message {
         Message {
             body: body.into(),
             props: Properties::default(),
-            priority: DEFAULT_PRIORITY,
+            priority: None,
             visibility: Visibility::Now,
             expiry: Expiry::QueueDefault,
             tags: SendTags::default(),
@@ -238,10 +239,11 @@ impl Message {
 
     /// Checks what can be checked without a queue: priority range and property bounds.
     pub(crate) fn validate(&self) -> crate::Result<()> {
-        if self.priority > MAX_PRIORITY {
+        if let Some(p) = self.priority
+            && p > MAX_PRIORITY
+        {
             return Err(crate::Error::invalid(format!(
-                "priority {} is out of range 0..=7",
-                self.priority
+                "priority {p} is out of range 0..=7"
             )));
         }
         self.props.validate()
@@ -308,7 +310,7 @@ impl Message {
     /// Priority from 0 (lowest) to 7 (highest); higher is delivered first. Values above 7 are
     /// rejected by `send` with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn priority(mut self, priority: u8) -> Self {
-        self.priority = priority;
+        self.priority = Some(priority);
         self
     }
 
@@ -575,7 +577,7 @@ impl Envelope {
         Message {
             body: self.body.clone(),
             props: self.props.clone(),
-            priority: self.priority,
+            priority: Some(self.priority),
             visibility: Visibility::Now,
             expiry: match self.expires_at {
                 Some(at) => Expiry::At(at),

@@ -49,6 +49,7 @@ class _QueueOptions(TypedDict, total=False):
     journal: int | None
     auto_delete_on_idle: _Seconds | None
     receipts_to: str | Queue | None
+    default_priority: int | None
 
 __all__ = [
     "AdminServer",
@@ -193,6 +194,7 @@ class Store:
         journal: int | None = ...,
         auto_delete_on_idle: _Seconds | None = ...,
         receipts_to: str | Queue | None = ...,
+        default_priority: int | None = ...,
     ) -> Queue:
         """Opens queue ``name``, creating it if missing; an existing queue keeps its messages.
 
@@ -224,6 +226,10 @@ class Store:
         ``forward_to``, ``forward_dead_letters_to`` and ``receipts_to`` must name an existing,
         plain, non-temporary queue (``InvalidArgumentError`` otherwise), which is then in use:
         ``delete_queue`` raises ``InUseError`` for it and ``auto_delete_on_idle`` skips it.
+
+        ``default_priority`` (0 to ``MAX_PRIORITY``, default 3; ``None`` puts it back) is the
+        priority of a message sent to this queue without ``priority=``; a message that gives
+        one keeps it. Above ``MAX_PRIORITY`` raises ``InvalidArgumentError``.
         """
     def open_queue(self, name: str) -> Queue:
         """Opens queue ``name`` only if it exists, never creating it.
@@ -1188,6 +1194,7 @@ class Topic:
         journal: int | None = ...,
         auto_delete_on_idle: _Seconds | None = ...,
         receipts_to: str | Queue | None = ...,
+        default_priority: int | None = ...,
     ) -> Queue:
         """Opens subscription ``name`` (no ``/``), creating it if missing; returns its queue.
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use postbox::binding::HeldMessage;
 use postbox::sync::Mutex;
-use postbox::{MessageId, Queue, QueueOptions, Received};
+use postbox::{MessageId, OptionValue, Queue, QueueOptions, Received};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -458,39 +458,19 @@ impl PyQueue {
     }
 }
 
+/// A queue's options as the dict `Queue.options` returns: every option of
+/// `QueueOptions::FIELDS`, `None` for one not set.
 pub fn options_to_py<'py>(py: Python<'py>, o: &QueueOptions) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("lock_duration", convert::timedelta(py, o.lock_duration)?)?;
-    d.set_item("max_deliveries", o.max_deliveries)?;
-    d.set_item(
-        "default_ttl",
-        o.default_ttl
-            .map(|t| convert::timedelta(py, t))
-            .transpose()?,
-    )?;
-    d.set_item("max_message_size", o.max_message_size)?;
-    d.set_item("max_messages", o.max_messages)?;
-    d.set_item("max_bytes", o.max_bytes)?;
-    d.set_item(
-        "dedup_window",
-        o.dedup_window
-            .map(|t| convert::timedelta(py, t))
-            .transpose()?,
-    )?;
-    d.set_item("requires_session", o.requires_session)?;
-    d.set_item("forward_to", o.forward_to.as_deref())?;
-    d.set_item(
-        "forward_dead_letters_to",
-        o.forward_dead_letters_to.as_deref(),
-    )?;
-    d.set_item("journal", o.journal)?;
-    d.set_item(
-        "auto_delete_on_idle",
-        o.auto_delete_on_idle
-            .map(|t| convert::timedelta(py, t))
-            .transpose()?,
-    )?;
-    d.set_item("receipts_to", o.receipts_to.as_deref())?;
+    for (f, v) in o.values() {
+        match v {
+            OptionValue::Duration(t) => d.set_item(f.name, convert::timedelta(py, t)?)?,
+            OptionValue::Number(n) => d.set_item(f.name, n)?,
+            OptionValue::Flag(b) => d.set_item(f.name, b)?,
+            OptionValue::Text(s) => d.set_item(f.name, s)?,
+            _ => d.set_item(f.name, py.None())?,
+        }
+    }
     Ok(d)
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use postbox::{Durability, JobOptions, QueueInfo, QueueOptions, Store};
+use postbox::{Durability, JobOptions, OptionKind, OptionValue, QueueInfo, QueueOptions, Store};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDateTime, PyDict, PyType};
@@ -29,23 +29,6 @@ pub struct PyStore {
     pub store: Store,
     closed: AtomicBool,
 }
-
-/// The keywords of `Store.queue`, in the order the stubs list them.
-const OPTION_KEYS: &[&str] = &[
-    "lock_duration",
-    "max_deliveries",
-    "default_ttl",
-    "max_message_size",
-    "max_messages",
-    "max_bytes",
-    "dedup_window",
-    "requires_session",
-    "forward_to",
-    "forward_dead_letters_to",
-    "journal",
-    "auto_delete_on_idle",
-    "receipts_to",
-];
 
 /// A non-negative integer option (never a bool, which Python would accept as 0 or 1).
 fn int_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
@@ -97,65 +80,38 @@ fn str_option(v: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
 
 /// The options of `Store.queue(name, **options)` as a `QueueOptions` that mentions exactly the
 /// keywords given: a keyword left out keeps the stored value, `None` clears an optional option
-/// (`default_ttl`, `max_messages`, `max_bytes`, `dedup_window`, `forward_to`,
-/// `forward_dead_letters_to`, `journal`, `auto_delete_on_idle`, `receipts_to`) and puts a required one (`lock_duration`,
-/// `max_deliveries`, `max_message_size`, `requires_session`) back to its default.
-/// `method` names the method in the error for an unknown keyword.
+/// and puts a required one back to its default. The keywords are the names of
+/// `QueueOptions::FIELDS`, each converted by its kind. `method` names the method in the error
+/// for an unknown keyword.
 pub fn queue_options(options: Option<&Bound<'_, PyDict>>, method: &str) -> PyResult<QueueOptions> {
     let mut o = QueueOptions::default();
     let Some(options) = options else {
         return Ok(o);
     };
-    let d = QueueOptions::default();
     for (k, v) in options.iter() {
         let key: String = k.extract()?;
-        let none = v.is_none();
-        o = match key.as_str() {
-            "lock_duration" if none => o.lock_duration(d.lock_duration),
-            "lock_duration" => o.lock_duration(convert::duration(&v, "lock_duration")?),
-            "max_deliveries" if none => o.max_deliveries(d.max_deliveries),
-            "max_deliveries" => {
-                let n = int_option(&v, "max_deliveries")?;
-                o.max_deliveries(u32::try_from(n).map_err(|_| {
-                    invalid(format!("max_deliveries must be from 1 to 2**32-1, got {n}"))
-                })?)
+        let Some(f) = QueueOptions::FIELDS.iter().find(|f| f.name == key) else {
+            let names: Vec<_> = QueueOptions::FIELDS.iter().map(|f| f.name).collect();
+            return Err(PyTypeError::new_err(format!(
+                "{method}() got an unexpected keyword argument {key:?} (options are {})",
+                names.join(", ")
+            )));
+        };
+        let value = if v.is_none() {
+            if f.optional {
+                OptionValue::Unset
+            } else {
+                f.default_value()
             }
-            "default_ttl" if none => o.no_default_ttl(),
-            "default_ttl" => o.default_ttl(convert::duration(&v, "default_ttl")?),
-            "max_message_size" if none => o.max_message_size(d.max_message_size),
-            "max_message_size" => {
-                let n = int_option(&v, "max_message_size")?;
-                o.max_message_size(usize::try_from(n).unwrap_or(usize::MAX))
-            }
-            "max_messages" if none => o.no_max_messages(),
-            "max_messages" => o.max_messages(int_option(&v, "max_messages")?),
-            "max_bytes" if none => o.no_max_bytes(),
-            "max_bytes" => o.max_bytes(int_option(&v, "max_bytes")?),
-            "dedup_window" if none => o.no_dedup_window(),
-            "dedup_window" => o.dedup_window(convert::duration(&v, "dedup_window")?),
-            "requires_session" if none => o.requires_session(d.requires_session),
-            "requires_session" => o.requires_session(bool_option(&v, "requires_session")?),
-            "forward_to" if none => o.no_forward_to(),
-            "forward_to" => o.forward_to(str_option(&v, "forward_to")?),
-            "forward_dead_letters_to" if none => o.no_forward_dead_letters_to(),
-            "forward_dead_letters_to" => {
-                o.forward_dead_letters_to(str_option(&v, "forward_dead_letters_to")?)
-            }
-            "journal" if none => o.no_journal(),
-            "journal" => o.journal(int_option(&v, "journal")?),
-            "auto_delete_on_idle" if none => o.no_auto_delete_on_idle(),
-            "auto_delete_on_idle" => {
-                o.auto_delete_on_idle(convert::duration(&v, "auto_delete_on_idle")?)
-            }
-            "receipts_to" if none => o.no_receipts_to(),
-            "receipts_to" => o.receipts_to(str_option(&v, "receipts_to")?),
-            other => {
-                return Err(PyTypeError::new_err(format!(
-                    "{method}() got an unexpected keyword argument {other:?} (options are {})",
-                    OPTION_KEYS.join(", ")
-                )));
+        } else {
+            match f.kind {
+                OptionKind::Duration => OptionValue::Duration(convert::duration(&v, f.name)?),
+                OptionKind::Flag => OptionValue::Flag(bool_option(&v, f.name)?),
+                OptionKind::QueueName => OptionValue::Text(str_option(&v, f.name)?),
+                _ => OptionValue::Number(int_option(&v, f.name)?),
             }
         };
+        o.set(f.name, value).map_err(crate::errors::to_py)?;
     }
     Ok(o)
 }
@@ -301,12 +257,12 @@ impl PyStore {
     /// Options (keyword-only): `lock_duration`, `max_deliveries`, `default_ttl`,
     /// `max_message_size`, `max_messages`, `max_bytes`, `dedup_window`, `requires_session`,
     /// `forward_to`, `forward_dead_letters_to`, `journal`, `auto_delete_on_idle`,
-    /// `receipts_to`. Only the options given change an existing queue; the others keep their
+    /// `receipts_to`, `default_priority`. Only the options given change an existing queue; the others keep their
     /// stored values. `None` clears an optional one (`default_ttl`, `max_messages`,
     /// `max_bytes`, `dedup_window`, `forward_to`, `forward_dead_letters_to`, `journal`,
     /// `auto_delete_on_idle`, `receipts_to`) and puts a required one (`lock_duration`,
-    /// `max_deliveries`, `max_message_size`, `requires_session`) back to its default. The
-    /// same rule holds in Rust and C, in every process.
+    /// `max_deliveries`, `max_message_size`, `requires_session`, `default_priority`) back to
+    /// its default. The same rule holds in Rust and C, in every process.
     #[pyo3(signature = (name, **options))]
     fn queue(
         &self,

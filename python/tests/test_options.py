@@ -3,6 +3,7 @@ every handle reads what is stored now (invariant 12)."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +25,7 @@ DEFAULTS = {
     "journal": None,
     "auto_delete_on_idle": None,
     "receipts_to": None,
+    "default_priority": 3,
 }
 
 SET = {
@@ -35,6 +37,7 @@ SET = {
     "max_bytes": 10_000,
     "dedup_window": 60,
     "auto_delete_on_idle": 86_400,
+    "default_priority": 6,
 }
 
 AS_READ = {
@@ -46,6 +49,7 @@ AS_READ = {
     "max_bytes": 10_000,
     "dedup_window": timedelta(minutes=1),
     "auto_delete_on_idle": timedelta(days=1),
+    "default_priority": 6,
     # Not in SET: their own tests are in test_forwarding.py, test_sessions.py and
     # test_receipts.py.
     "requires_session": False,
@@ -151,3 +155,41 @@ def test_bad_option_values(tmp_store: postbox.Store) -> None:
         tmp_store.queue("q", default_ttl=0)
     # A refused call changes nothing.
     assert tmp_store.queue("q").options == DEFAULTS
+    with pytest.raises(postbox.InvalidArgumentError):
+        tmp_store.queue("q", default_priority=postbox.MAX_PRIORITY + 1)
+    with pytest.raises(TypeError):
+        tmp_store.queue("q", default_priority=True)
+    assert tmp_store.queue("q").options == DEFAULTS
+
+
+def test_default_priority_applies_to_sends_without_one(tmp_store: postbox.Store) -> None:
+    q = tmp_store.queue("q", default_priority=6)
+    q.send(b"explicit", priority=2)
+    q.send(b"plain")
+    with tmp_store.transaction() as tx:
+        tx.send(q, b"in a tx")
+    got = []
+    for _ in range(3):
+        m = q.receive_nowait()
+        got.append((m.priority, m.body))
+        m.complete()
+    assert got == [(6, b"plain"), (6, b"in a tx"), (2, b"explicit")]
+
+
+def _stubs() -> str:
+    here = Path(__file__).resolve().parent.parent / "postbox" / "_postbox.pyi"
+    path = here if here.exists() else Path(postbox.__file__).parent / "_postbox.pyi"
+    return path.read_text(encoding="utf-8")
+
+
+def test_every_option_is_in_the_stubs(tmp_store: postbox.Store) -> None:
+    # `Queue.options` lists every option the library has (its option table), so an option
+    # added there without its keyword in the stubs fails here.
+    names = set(tmp_store.queue("q").options)
+    stubs = _stubs()
+    queue_sig = re.search(r"def queue\(\s*self,\s*name: str,\s*\*,(.*?)\) -> Queue:", stubs, re.S)
+    typed = re.search(r"class _QueueOptions\(TypedDict.*?\n\n(.*?)\n\n", stubs, re.S)
+    assert queue_sig is not None and typed is not None
+    for name in names:
+        assert re.search(rf"\b{name}:", queue_sig.group(1)), f"Store.queue lacks {name}"
+        assert re.search(rf"\b{name}:", typed.group(1)), f"_QueueOptions lacks {name}"

@@ -314,7 +314,7 @@ static void test_queue_open(const char *dir) {
 
     postbox_queue_options o;
     CHECK_OK(postbox_queue_options_init(&o));
-    o.clear = 1u << 12; /* no such option */
+    o.clear = 1u << 30; /* no such option */
     MISUSE(postbox_queue_open(store, "q", &o, &q), INVALID);
     o.clear = UINT32_MAX;
     MISUSE(postbox_queue_open(store, "q", &o, &q), INVALID);

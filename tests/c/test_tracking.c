@@ -1311,7 +1311,7 @@ static void test_queue_options_and_listing(const char *dir) {
     o.clear = POSTBOX_OPTION_AUTO_DELETE_ON_IDLE;
     CHECK_RC(postbox_queue_open(store, "work", &o, &bad), POSTBOX_INVALID_ARGUMENT);
     postbox_queue_options_init(&o);
-    o.clear = 1u << 12;
+    o.clear = 1u << 30;
     CHECK_RC(postbox_queue_open(store, "work", &o, &bad), POSTBOX_INVALID_ARGUMENT);
     CHECK(bad == NULL);
 

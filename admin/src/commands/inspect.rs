@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
-use postbox::{Envelope, PropertyValue, Queue, QueueOptions, QueueStats, Store};
+use postbox::{
+    Envelope, OptionKind, OptionValue, PropertyValue, Queue, QueueOptions, QueueStats, Store,
+};
 use serde_json::json;
 
 use super::record::{Record, age, preview, short_duration, time};
@@ -33,64 +35,56 @@ fn oldest(q: &Queue, active: u64) -> Outcome<(Option<SystemTime>, bool)> {
     Ok((min, active <= OLDEST_SCAN))
 }
 
+/// Every option of `QueueOptions::FIELDS` by name; durations in whole ms, as `<name>_ms`.
 fn options_json(o: &QueueOptions) -> serde_json::Value {
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    json!({
-        "lock_duration_ms": ms(o.lock_duration),
-        "max_deliveries": o.max_deliveries,
-        "default_ttl_ms": o.default_ttl.map(ms),
-        "max_message_size": o.max_message_size,
-        "max_messages": o.max_messages,
-        "max_bytes": o.max_bytes,
-        "dedup_window_ms": o.dedup_window.map(ms),
-        "requires_session": o.requires_session,
-        "forward_to": o.forward_to,
-        "forward_dead_letters_to": o.forward_dead_letters_to,
-        "journal": o.journal,
-        "auto_delete_on_idle_ms": o.auto_delete_on_idle.map(ms),
-        "receipts_to": o.receipts_to,
-    })
+    let mut out = serde_json::Map::new();
+    for (f, v) in o.values() {
+        let (key, value) = match v {
+            OptionValue::Duration(d) => (format!("{}_ms", f.name), json!(ms(d))),
+            OptionValue::Number(n) => (f.name.to_owned(), json!(n)),
+            OptionValue::Flag(b) => (f.name.to_owned(), json!(b)),
+            OptionValue::Text(t) => (f.name.to_owned(), json!(t)),
+            _ if f.kind == OptionKind::Duration => (format!("{}_ms", f.name), json!(null)),
+            _ => (f.name.to_owned(), json!(null)),
+        };
+        out.insert(key, value);
+    }
+    serde_json::Value::Object(out)
 }
 
-/// The options that differ from the defaults, in a few words.
+/// The short names `queues` gives some options; the others go by their name, dashed.
+const SHORT_NAMES: &[(&str, &str)] = &[
+    ("lock_duration", "lock"),
+    ("default_ttl", "ttl"),
+    ("max_message_size", "max-size"),
+    ("dedup_window", "dedup"),
+    ("requires_session", "sessions"),
+    ("forward_dead_letters_to", "dead-letters-to"),
+    ("auto_delete_on_idle", "auto-delete"),
+];
+
+/// The options that differ from the defaults, in a few words (the lock duration and the
+/// deliveries always).
 fn options_short(o: &QueueOptions) -> String {
     let d = QueueOptions::default();
-    let mut parts = vec![
-        format!("lock={}", short_duration(o.lock_duration)),
-        format!("max-deliveries={}", o.max_deliveries),
-    ];
-    if let Some(t) = o.default_ttl {
-        parts.push(format!("ttl={}", short_duration(t)));
-    }
-    if o.max_message_size != d.max_message_size {
-        parts.push(format!("max-size={}", o.max_message_size));
-    }
-    if let Some(n) = o.max_messages {
-        parts.push(format!("max-messages={n}"));
-    }
-    if let Some(n) = o.max_bytes {
-        parts.push(format!("max-bytes={n}"));
-    }
-    if let Some(w) = o.dedup_window {
-        parts.push(format!("dedup={}", short_duration(w)));
-    }
-    if o.requires_session {
-        parts.push("sessions".into());
-    }
-    if let Some(f) = &o.forward_to {
-        parts.push(format!("forward-to={f}"));
-    }
-    if let Some(f) = &o.forward_dead_letters_to {
-        parts.push(format!("dead-letters-to={f}"));
-    }
-    if let Some(n) = o.journal {
-        parts.push(format!("journal={n}"));
-    }
-    if let Some(i) = o.auto_delete_on_idle {
-        parts.push(format!("auto-delete={}", short_duration(i)));
-    }
-    if let Some(r) = &o.receipts_to {
-        parts.push(format!("receipts-to={r}"));
+    let mut parts = Vec::new();
+    for (f, v) in o.values() {
+        let always = matches!(f.name, "lock_duration" | "max_deliveries");
+        if !always && d.get(f.name).as_ref() == Some(&v) {
+            continue;
+        }
+        let name = SHORT_NAMES
+            .iter()
+            .find(|(n, _)| *n == f.name)
+            .map_or_else(|| f.name.replace('_', "-"), |(_, s)| (*s).to_owned());
+        match v {
+            OptionValue::Duration(t) => parts.push(format!("{name}={}", short_duration(t))),
+            OptionValue::Number(n) => parts.push(format!("{name}={n}")),
+            OptionValue::Text(t) => parts.push(format!("{name}={t}")),
+            OptionValue::Flag(true) => parts.push(name),
+            _ => {}
+        }
     }
     parts.join(" ")
 }
@@ -497,4 +491,35 @@ pub fn dead_letters(q: &Queue, limit: Option<usize>, as_json: bool) -> Outcome {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod option_listing_tests {
+    use super::*;
+
+    #[test]
+    fn every_option_is_listed_and_the_changed_ones_in_short() {
+        let o = QueueOptions::default()
+            .default_ttl(Duration::from_secs(60))
+            .requires_session(true)
+            .default_priority(6);
+        assert_eq!(
+            options_short(&o),
+            format!(
+                "lock={} max-deliveries=10 ttl={} sessions default-priority=6",
+                short_duration(Duration::from_secs(30)),
+                short_duration(Duration::from_secs(60))
+            )
+        );
+        let j = options_json(&o);
+        assert_eq!(j["lock_duration_ms"], 30_000);
+        assert_eq!(j["default_ttl_ms"], 60_000);
+        assert_eq!(j["dedup_window_ms"], serde_json::Value::Null);
+        assert_eq!(j["default_priority"], 6);
+        assert_eq!(j["receipts_to"], serde_json::Value::Null);
+        assert_eq!(
+            j.as_object().map(|m| m.len()),
+            Some(QueueOptions::FIELDS.len())
+        );
+    }
 }

@@ -244,7 +244,7 @@ impl<'t> Batch<'t> {
             tracked: m.tags.job.is_some(),
             checkpointed: false,
             queue: q,
-            priority: m.priority,
+            priority: m.priority.unwrap_or(o.default_priority),
             status: Status::Ready,
             delivery_count: m.tags.prior_deliveries,
             size,
