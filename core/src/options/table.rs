@@ -305,3 +305,13 @@ queue_option_table! {
         set /// Sets `default_priority` (0 to [`MAX_PRIORITY`](crate::MAX_PRIORITY)).
         (priority: u8) => priority;
 }
+
+// Beside the table, not with the descriptor type: the defaults are the table's.
+impl OptionField {
+    /// The option's default value.
+    pub fn default_value(&self) -> OptionValue {
+        super::QueueOptions::default()
+            .get(self.name)
+            .unwrap_or(OptionValue::Unset)
+    }
+}

@@ -53,15 +53,6 @@ pub struct OptionField {
     pub unit: &'static str,
 }
 
-impl OptionField {
-    /// The option's default value.
-    pub fn default_value(&self) -> OptionValue {
-        crate::QueueOptions::default()
-            .get(self.name)
-            .unwrap_or(OptionValue::Unset)
-    }
-}
-
 /// A Rust type an option field can have, and its conversion to and from [`OptionValue`].
 pub(crate) trait FieldValue: Sized {
     const KIND: OptionKind;
