@@ -49,7 +49,8 @@ impl From<&[u8]> for PropertyValue {
 pub const MIN_PRIORITY: u8 = 0;
 /// The highest priority.
 pub const MAX_PRIORITY: u8 = 7;
-/// The priority of a message that does not set one (as MSMQ).
+/// The priority of a message that sets none, unless its queue's `default_priority` says otherwise
+/// (as MSMQ).
 pub const DEFAULT_PRIORITY: u8 = 3;
 
 /// The longest text property (`label`, `content_type`, `correlation_id`, `reply_to`,
