@@ -187,6 +187,17 @@ class SqliteClient:
             self.c.execute("DELETE FROM q WHERE id = ?", (i,))  # commit 2: complete
         return len(rows)
 
+    def consume_one(self):
+        """The peer of postbox's consume loop: one durable commit per consumed message, taking
+        the head and deleting it in one statement (no lock, so no second commit)."""
+        now = int(time.time() * 1000)
+        row = self.c.execute(
+            "DELETE FROM q WHERE id = (SELECT id FROM q WHERE locked_until < ? ORDER BY id LIMIT 1)"
+            " RETURNING id, body",
+            (now,),
+        ).fetchone()
+        return 0 if row is None else 1
+
     def receive_complete_many(self, k):
         rows = self._poll(k)
         if rows:
@@ -400,6 +411,27 @@ def workload_a(args, p):
         f"{sent}→{sent - got}" + (f" (capped at {args.cap:g} s)" if got < sent else ""),
     )
     emit(args, p, "total", sent + got, send_s + recv_s, f"0→{sent}→{sent - got}")
+    if not batched and hasattr(c, "consume_one"):
+        consume_loop(args, p, c, sent, got)
+
+
+def consume_loop(args, p, c, sent, consumed):
+    """Like postbox's consume loop: refill (untimed) to the `sent` messages the receive+complete
+    phase started from, then consume them one commit each."""
+    for _ in range(consumed):
+        c.send()
+    t = time.monotonic()
+    got = 0
+    while got < sent and time.monotonic() - t < args.cap:
+        n = c.consume_one()
+        if n == 0:
+            break
+        got += n
+    secs = time.monotonic() - t
+    emit(
+        args, p, "consume loop", got, secs,
+        f"{sent}→{sent - got}" + (f" (capped at {args.cap:g} s)" if got < sent else ""),
+    )
 
 
 def workload_b(args, p):

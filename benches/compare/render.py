@@ -119,6 +119,10 @@ def main():
             versus(w, ph, "batched", DURABLE_BATCHED)
     versus("A", "consume loop", "per-message", DURABLE_PM, their_ph="receive+complete",
            what="{who} consume loop (1 commit/msg) vs {p} receive+complete")
+    # The peer with the same number of durable commits per consumed message: SQLite taking
+    # and deleting the head in one statement.
+    versus("A", "consume loop", "per-message", ["sqlite-wal-full"], need=1.05,
+           what="{who} consume loop vs {p} one-commit DELETE … RETURNING of the head (1 commit/msg each)")
     if any(k[3] == "postbox-python" for k in idx):
         for ph in PHASES["A"]:
             versus("A", ph, "per-message", ["persist-queue"], who="postbox-python")
@@ -184,10 +188,12 @@ def main():
     md.append(f"- **B (steady state)**: 4 producer and 4 consumer threads for {meta.get('seconds', 10)} s after 1 s of warm-up; producers")
     md.append("  hold the backlog near 100 (depth column: mean of 10 ms samples). msgs/s counts completed messages.")
     md.append("- **per-message** class: one message per call and per acknowledgement (postbox: `send`, `receive` +")
-    md.append("  `complete`; two durable commits per consumed message). The **consume loop** phase (postbox only)")
-    md.append("  consumes the same count again the way a processor does: each call completes the held message and")
-    md.append("  locks the next in one durable commit (`complete_batch_and_receive(held, 1)`), one commit per message;")
-    md.append("  its ratios are taken against the peers' receive+complete. **batched** class: postbox `send_batch` /")
+    md.append("  `complete`; two durable commits per consumed message). The **consume loop** phase consumes the same")
+    md.append("  count again the way a processor does: each postbox call completes the held message and locks the")
+    md.append("  next in one durable commit (`complete_batch_and_receive(held, 1)`), one commit per message; plain")
+    md.append("  SQLite runs it too, taking and deleting the head in one `DELETE … RETURNING` commit. Its ratios are")
+    md.append("  taken against the peers' consume loop where they have one, and against their receive+complete.")
+    md.append("  **batched** class: postbox `send_batch` /")
     md.append("  `receive_batch` + `complete_batch`; RabbitMQ publishes a batch and waits once for the confirms,")
     md.append("  consumes with prefetch = batch and one multiple-ack; Redis pipelines XADDs and reads/acks COUNT")
     md.append("  entries; SQLite wraps the batch in one transaction. Batches are 100 in A and 25 (= 100 / 4 producers) in B.")
