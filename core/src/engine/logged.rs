@@ -10,7 +10,7 @@
 //! of what the rows mean.
 
 use std::borrow::Borrow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Deref;
 
 use redb::{
@@ -20,18 +20,25 @@ use redb::{
 use super::wal::rows;
 use crate::error::{Error, Result};
 
-/// The row changes of one batch, encoded as the log records them (see `wal::rows`).
+/// The row changes of one batch, encoded as the log records them (see `wal::rows`), and
+/// their number.
 #[derive(Debug, Default)]
 pub struct Changes {
     /// `None` when the store keeps no log (multi-process or `Durability::None`): recording
     /// costs one branch.
     buf: Option<RefCell<Vec<u8>>>,
+    /// Rows put or removed so far, counted whether or not they are recorded: how the batch
+    /// knows whether an operation wrote anything (see `Batch::attempt`).
+    writes: Cell<u64>,
 }
 
 impl Changes {
     /// A recorder that keeps nothing.
     pub fn off() -> Changes {
-        Changes { buf: None }
+        Changes {
+            buf: None,
+            writes: Cell::new(0),
+        }
     }
 
     /// A recorder that keeps every change, in `buf` (emptied first).
@@ -39,6 +46,7 @@ impl Changes {
         buf.clear();
         Changes {
             buf: Some(RefCell::new(buf)),
+            writes: Cell::new(0),
         }
     }
 
@@ -52,6 +60,16 @@ impl Changes {
         if let Some(buf) = &self.buf {
             rows::encode_remove(&mut buf.borrow_mut(), table, key);
         }
+    }
+
+    /// How many rows were put or removed so far (a removal of a missing key changes nothing
+    /// and is not counted).
+    pub fn writes(&self) -> u64 {
+        self.writes.get()
+    }
+
+    fn wrote(&self) {
+        self.writes.set(self.writes.get() + 1);
     }
 
     fn recording(&self) -> bool {
@@ -77,7 +95,7 @@ impl<'t> LoggedTxn<'t> {
     /// # Errors
     ///
     /// redb's error opening the table; `Corrupted` for a table the log has no number for
-    /// (a bug: every table of the `tables!` list has one).
+    /// (a bug: every table of `tables::table_list` has one).
     pub fn open<K: Key + 'static, V: Value + 'static>(
         &self,
         def: TableDefinition<K, V>,
@@ -129,10 +147,12 @@ impl<K: Key + 'static, V: Value + 'static> Logged<'_, K, V> {
                 V::as_bytes(value.borrow()).as_ref(),
             );
         }
+        self.changes.wrote();
         self.table.insert(key, value)
     }
 
-    /// `Table::remove`, recorded (a removal of a missing key replays as a no-op).
+    /// `Table::remove`, recorded (a removal of a missing key replays as a no-op), and counted
+    /// if it removed a row (or failed, which may have changed the table).
     ///
     /// # Errors
     ///
@@ -141,32 +161,43 @@ impl<K: Key + 'static, V: Value + 'static> Logged<'_, K, V> {
         &mut self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> std::result::Result<Option<AccessGuard<'_, V>>, StorageError> {
-        if self.changes.recording() {
-            self.changes
-                .remove(self.id, K::as_bytes(key.borrow()).as_ref());
+        let changes = self.changes;
+        if changes.recording() {
+            changes.remove(self.id, K::as_bytes(key.borrow()).as_ref());
         }
-        self.table.remove(key)
+        let removed = self.table.remove(key);
+        if !matches!(removed, Ok(None)) {
+            changes.wrote();
+        }
+        removed
     }
 
-    /// `Table::retain`, each removed row recorded.
+    /// `Table::retain`, each removed row recorded and counted.
     ///
     /// # Errors
     ///
-    /// redb's storage error.
+    /// redb's storage error (counted as a write: the table may have changed).
     pub fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
         mut predicate: F,
     ) -> std::result::Result<(), StorageError> {
         let (changes, id) = (self.changes, self.id);
-        self.table.retain(|k, v| {
+        let retained = self.table.retain(|k, v| {
             let key = changes
                 .recording()
                 .then(|| K::as_bytes(&k).as_ref().to_vec());
             let keep = predicate(k, v);
-            if let (false, Some(key)) = (keep, key) {
-                changes.remove(id, &key);
+            if !keep {
+                changes.wrote();
+                if let Some(key) = key {
+                    changes.remove(id, &key);
+                }
             }
             keep
-        })
+        });
+        if retained.is_err() {
+            changes.wrote();
+        }
+        retained
     }
 }

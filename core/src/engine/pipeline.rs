@@ -990,7 +990,7 @@ fn run_batch(
                 fatal = Some(e);
             }
         }
-        dirty = batch.mutations > 0;
+        dirty = batch.changed();
         // Commit marks settle a failed durable commit (see `db`); a logged batch that fails
         // is settled by reopening, which replays the log.
         if fatal.is_none()

@@ -99,7 +99,7 @@ pub fn add_to_counter(
 impl<'t> Batch<'t> {
     /// The value of row `key` of application table `table`.
     fn app_row(&mut self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let t = self.txn.open(APP_ROWS)?;
+        let t = self.tables.app_rows()?;
         Ok(t.get((table, key))?.map(|g| g.value().to_vec()))
     }
 
@@ -141,7 +141,7 @@ impl<'t> Batch<'t> {
         if reads.is_empty() {
             return Ok(());
         }
-        let t = self.txn.open(APP_ROWS)?;
+        let t = self.tables.app_rows()?;
         for ((table, key), read) in reads {
             let now = t.get((table.as_str(), key.as_slice()))?;
             if now.as_ref().map(|g| g.value()) != read.as_deref() {
@@ -159,8 +159,7 @@ impl<'t> Batch<'t> {
         if writes.is_empty() {
             return Ok(());
         }
-        self.mutations += 1;
-        let mut t = self.txn.open(APP_ROWS)?;
+        let t = self.tables.app_rows()?;
         for (table, key, w) in writes {
             match w {
                 RowWrite::Put(v) => {

@@ -14,12 +14,17 @@ impl<'t> Batch<'t> {
         if let Some(r) = self.queue_cache.get(&q) {
             return Ok(r.clone());
         }
-        let name = self.t_queue_ids()?.get(q)?.map(|g| g.value().to_owned());
+        let name = self
+            .tables
+            .queue_ids()?
+            .get(q)?
+            .map(|g| g.value().to_owned());
         let rec = match name {
             None => None,
             Some(name) => {
                 let raw = self
-                    .t_queues()?
+                    .tables
+                    .queues()?
                     .get(name.as_str())?
                     .ok_or_else(|| {
                         Error::corrupted(format!("queue {name:?} has an id but no record"))
@@ -57,7 +62,7 @@ impl<'t> Batch<'t> {
     }
 
     pub(super) fn queue_by_name(&mut self, name: &str) -> Result<Option<QueueRecord>> {
-        match self.t_queues()?.get(name)? {
+        match self.tables.queues()?.get(name)? {
             None => Ok(None),
             Some(g) => Ok(Some(
                 codec::decode_queue(name, g.value()).map_err(|e| corrupted("queue record", e))?,
@@ -74,10 +79,10 @@ impl<'t> Batch<'t> {
     }
 
     pub(super) fn put_queue(&mut self, name: &str, rec: &QueueRecord) -> Result<()> {
-        self.mutations += 1;
-        self.t_queues()?
+        self.tables
+            .queues()?
             .insert(name, codec::encode_queue(name, rec).as_slice())?;
-        self.t_queue_ids()?.insert(rec.id, name)?;
+        self.tables.queue_ids()?.insert(rec.id, name)?;
         self.queue_cache.remove(&rec.id);
         Ok(())
     }
@@ -191,9 +196,11 @@ impl<'t> Batch<'t> {
         }
         self.put_queue(name, &rec)?;
         self.put_queue(&dead_letter_name(name), &dlq)?;
-        self.t_counters()?
+        self.tables
+            .counters()?
             .insert(id, QueueCounts::default().encode())?;
-        self.t_counters()?
+        self.tables
+            .counters()?
             .insert(dlq_id, QueueCounts::default().encode())?;
         // Touched, so that the commit records its first activity (idle deletion counts from it).
         self.counters_mut(id)?;
@@ -217,7 +224,8 @@ impl<'t> Batch<'t> {
             journal: 0,
         };
         self.put_queue(&journal_name(name), &rec)?;
-        self.t_counters()?
+        self.tables
+            .counters()?
             .insert(id, QueueCounts::default().encode())?;
         Ok(id)
     }
@@ -328,28 +336,30 @@ impl<'t> Batch<'t> {
         for (q, qname) in parts {
             self.purge(q)?;
             self.drop_sessions(q)?;
-            self.mutations += 1;
-            self.t_queues()?.remove(qname.as_str())?;
-            self.t_queue_ids()?.remove(q)?;
-            self.t_counters()?.remove(q)?;
-            self.t_counters()?.remove(EXTRA_COUNTS_BASE + q)?;
+            self.tables.queues()?.remove(qname.as_str())?;
+            self.tables.queue_ids()?.remove(q)?;
+            self.tables.counters()?.remove(q)?;
+            self.tables.counters()?.remove(EXTRA_COUNTS_BASE + q)?;
             self.counter_cache.remove(&q);
             self.queue_cache.remove(&q);
             self.deleted.insert(q);
             // Waiters on the queue (parked receives, processors) must learn that it is gone.
             self.woken.insert(q);
             let keys: Vec<String> = self
-                .t_dedup()?
+                .tables
+                .dedup()?
                 .range((q, "")..(q.saturating_add(1), ""))?
                 .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
                 .collect::<std::result::Result<_, _>>()?;
             for key in keys {
                 let removed = self
-                    .t_dedup()?
+                    .tables
+                    .dedup()?
                     .remove((q, key.as_str()))?
                     .map(|g| g.value());
                 if let Some((_, forget_at)) = removed {
-                    self.t_dedup_expiry()?
+                    self.tables
+                        .dedup_expiry()?
                         .remove((forget_at, q, key.as_str()))?;
                 }
             }
@@ -361,14 +371,18 @@ impl<'t> Batch<'t> {
     /// how many.
     pub fn purge(&mut self, q: u32) -> Result<u64> {
         let mut ids: Vec<u64> = Vec::new();
-        for e in self.t_ready()?.range((q, 0, 0)..=(q, u8::MAX, u64::MAX))? {
+        for e in self
+            .tables
+            .ready()?
+            .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
+        {
             ids.push(e?.0.value().2);
         }
-        for e in self.t_deferred()?.range((q, 0)..=(q, u64::MAX))? {
+        for e in self.tables.deferred()?.range((q, 0)..=(q, u64::MAX))? {
             ids.push(e?.0.value().1);
         }
-        let mut others = index_ids(self.t_scheduled()?)?;
-        others.extend(index_ids(self.t_lock_expiry()?)?);
+        let mut others = index_ids(self.tables.scheduled()?)?;
+        others.extend(index_ids(self.tables.lock_expiry()?)?);
         for id in others {
             if self.load_state(id)?.is_some_and(|st| st.queue == q) {
                 ids.push(id);

@@ -27,7 +27,7 @@ impl<'t> Batch<'t> {
         let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         self.detach(id, &st)?;
         {
-            let mut t = self.txn.open(CHECKPOINTS)?;
+            let t = self.tables.checkpoints()?;
             for k in keys {
                 t.insert((id, k.as_str()), ())?;
             }
@@ -39,8 +39,7 @@ impl<'t> Batch<'t> {
     }
 
     pub(super) fn clear_checkpoints(&mut self, id: u64) -> Result<()> {
-        self.mutations += 1;
-        let mut t = self.txn.open(CHECKPOINTS)?;
+        let t = self.tables.checkpoints()?;
         let keys: Vec<String> = t
             .range((id, "")..(id.saturating_add(1), ""))?
             .map(|e| e.map(|(k, _)| k.value().1.to_owned()))

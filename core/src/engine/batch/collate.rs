@@ -59,7 +59,8 @@ impl<'t> Batch<'t> {
             journal: 0,
         };
         self.put_queue(name, &rec)?;
-        self.t_counters()?
+        self.tables
+            .counters()?
             .insert(rec.id, QueueCounts::default().encode())?;
         Ok(rec)
     }
@@ -104,12 +105,17 @@ impl<'t> Batch<'t> {
             }
             let declared = series_length(&m)?;
             let mut s = self.series(q, &series)?;
-            let held = self.t_held()?.get((q, series.as_str(), seq))?.is_some();
+            let held = self
+                .tables
+                .held()?
+                .get((q, series.as_str(), seq))?
+                .is_some();
             // A declared length is checked before the duplicate test: a resend that contradicts
             // the series is not the same message, and is refused rather than ignored.
             if let Some(n) = declared {
                 let highest_held = self
-                    .t_held()?
+                    .tables
+                    .held()?
                     .range((q, series.as_str(), 0)..=(q, series.as_str(), u64::MAX))?
                     .next_back()
                     .transpose()?
@@ -144,15 +150,17 @@ impl<'t> Batch<'t> {
                 s.length = n;
             }
             let held = codec::encode_held(&series, seq, &m);
-            self.mutations += 1;
-            self.t_held()?
+            self.tables
+                .held()?
                 .insert((q, series.as_str(), seq), held.as_slice())?;
             let c = self.counters_mut(q)?;
             c.held += 1;
             c.bytes += m.size();
             s.held += 1;
             let released = self.release(q, &dest, &series, &mut s)?;
-            self.t_series()?.insert((q, series.as_str()), s.encode())?;
+            self.tables
+                .series()?
+                .insert((q, series.as_str()), s.encode())?;
             out.push(Collated {
                 released,
                 duplicate: false,
@@ -165,7 +173,8 @@ impl<'t> Batch<'t> {
     /// into `dest`: what a collator whose destination was gone held back.
     fn release_all(&mut self, q: u32, dest: &(String, QueueRecord)) -> Result<()> {
         let rows: Vec<(String, SeriesState)> = self
-            .t_series()?
+            .tables
+            .series()?
             .range((q, "")..(q.saturating_add(1), ""))?
             .map(|e| e.map(|(k, v)| (k.value().1.to_owned(), SeriesState::decode(&v.value()))))
             .collect::<std::result::Result<_, _>>()?;
@@ -174,7 +183,9 @@ impl<'t> Batch<'t> {
                 continue;
             }
             if !self.release(q, dest, &series, &mut s)?.is_empty() {
-                self.t_series()?.insert((q, series.as_str()), s.encode())?;
+                self.tables
+                    .series()?
+                    .insert((q, series.as_str()), s.encode())?;
             }
         }
         Ok(())
@@ -182,7 +193,7 @@ impl<'t> Batch<'t> {
 
     /// Series `series` of collator `q` as stored (a new one starts at 1).
     fn series(&mut self, q: u32, series: &str) -> Result<SeriesState> {
-        Ok(self.t_series()?.get((q, series))?.map_or(
+        Ok(self.tables.series()?.get((q, series))?.map_or(
             SeriesState {
                 next: 1,
                 ..SeriesState::default()
@@ -202,7 +213,7 @@ impl<'t> Batch<'t> {
     ) -> Result<Vec<u64>> {
         let mut ids = Vec::new();
         loop {
-            let removed = self.t_held()?.remove((q, series, s.next))?;
+            let removed = self.tables.held()?.remove((q, series, s.next))?;
             let Some(raw) = removed.map(|g| g.value().to_vec()) else {
                 break;
             };
@@ -227,7 +238,8 @@ impl<'t> Batch<'t> {
     ) -> Result<Vec<(String, SeriesState, Vec<u64>)>> {
         self.require_collator(q, name)?;
         let rows: Vec<(String, SeriesState)> = self
-            .t_series()?
+            .tables
+            .series()?
             .range((q, "")..(q.saturating_add(1), ""))?
             .map(|e| e.map(|(k, v)| (k.value().1.to_owned(), SeriesState::decode(&v.value()))))
             .collect::<std::result::Result<_, _>>()?;
@@ -237,7 +249,8 @@ impl<'t> Batch<'t> {
                 continue;
             }
             let held = self
-                .t_held()?
+                .tables
+                .held()?
                 .range((q, series.as_str(), 0)..=(q, series.as_str(), u64::MAX))?
                 .map(|e| e.map(|(k, _)| k.value().2))
                 .collect::<std::result::Result<_, _>>()?;
@@ -252,7 +265,8 @@ impl<'t> Batch<'t> {
     pub fn forget_series(&mut self, q: u32, name: &str, series: &str) -> Result<bool> {
         self.require_collator(q, name)?;
         let Some(s) = self
-            .t_series()?
+            .tables
+            .series()?
             .get((q, series))?
             .map(|g| SeriesState::decode(&g.value()))
         else {
@@ -265,8 +279,7 @@ impl<'t> Batch<'t> {
                 s.held, s.next
             )));
         }
-        self.mutations += 1;
-        self.t_series()?.remove((q, series))?;
+        self.tables.series()?.remove((q, series))?;
         Ok(true)
     }
 
@@ -274,26 +287,27 @@ impl<'t> Batch<'t> {
     pub(super) fn delete_collator(&mut self, name: &str, rec: &QueueRecord) -> Result<bool> {
         let q = rec.id;
         let held: Vec<(String, u64)> = self
-            .t_held()?
+            .tables
+            .held()?
             .range((q, "", 0)..(q.saturating_add(1), "", 0))?
             .map(|e| e.map(|(k, _)| (k.value().1.to_owned(), k.value().2)))
             .collect::<std::result::Result<_, _>>()?;
         for (series, seq) in held {
-            self.t_held()?.remove((q, series.as_str(), seq))?;
+            self.tables.held()?.remove((q, series.as_str(), seq))?;
         }
         let series: Vec<String> = self
-            .t_series()?
+            .tables
+            .series()?
             .range((q, "")..(q.saturating_add(1), ""))?
             .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
             .collect::<std::result::Result<_, _>>()?;
         for s in series {
-            self.t_series()?.remove((q, s.as_str()))?;
+            self.tables.series()?.remove((q, s.as_str()))?;
         }
-        self.mutations += 1;
-        self.t_queues()?.remove(name)?;
-        self.t_queue_ids()?.remove(q)?;
-        self.t_counters()?.remove(q)?;
-        self.t_counters()?.remove(EXTRA_COUNTS_BASE + q)?;
+        self.tables.queues()?.remove(name)?;
+        self.tables.queue_ids()?.remove(q)?;
+        self.tables.counters()?.remove(q)?;
+        self.tables.counters()?.remove(EXTRA_COUNTS_BASE + q)?;
         self.counter_cache.remove(&q);
         self.queue_cache.remove(&q);
         self.deleted.insert(q);

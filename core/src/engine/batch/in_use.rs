@@ -100,12 +100,13 @@ impl<'t> Batch<'t> {
         q: u32,
         except: &[u32],
     ) -> Result<Option<String>> {
-        if let Some(by) = option_user(&**self.t_queues()?, name, q, except)? {
+        if let Some(by) = option_user(&**self.tables.queues()?, name, q, except)? {
             return Ok(Some(by));
         }
         let fresh = std::mem::take(&mut self.job_cache);
         let found = self
-            .t_jobs()
+            .tables
+            .jobs()
             .and_then(|t| continuation_user(&**t, &fresh, q));
         self.job_cache = fresh;
         found

@@ -132,7 +132,7 @@ impl<'t> Batch<'t> {
         if let Some(r) = self.job_cache.get(&job) {
             return Ok(Some(r.clone()));
         }
-        match self.t_jobs()?.get(job)? {
+        match self.tables.jobs()?.get(job)? {
             None => Ok(None),
             Some(g) => JobRecord::decode(job, g.value())
                 .map(Some)
@@ -143,7 +143,7 @@ impl<'t> Batch<'t> {
     /// Records the job's new state; written once, by `flush`, however many pieces of the job
     /// the batch touched.
     fn put_job(&mut self, job: u64, rec: &JobRecord) -> Result<()> {
-        self.mutations += 1;
+        self.cache_changed();
         self.job_cache.insert(job, rec.clone());
         Ok(())
     }
@@ -154,7 +154,9 @@ impl<'t> Batch<'t> {
             return Ok(());
         }
         for (job, rec) in std::mem::take(&mut self.job_cache) {
-            self.t_jobs()?.insert(job, rec.encode(job).as_slice())?;
+            self.tables
+                .jobs()?
+                .insert(job, rec.encode(job).as_slice())?;
         }
         Ok(())
     }
@@ -197,8 +199,10 @@ impl<'t> Batch<'t> {
         let mut rec = self.load_job(job)?.ok_or(Error::JobNotFound(job))?;
         rec.total += 1;
         self.put_job(job, &rec)?;
-        self.t_job_pieces()?.insert((job, id), encode_piece(0, 0))?;
-        self.t_piece_job()?.insert(id, job)?;
+        self.tables
+            .job_pieces()?
+            .insert((job, id), encode_piece(0, 0))?;
+        self.tables.piece_job()?.insert(id, job)?;
         Ok(())
     }
 
@@ -209,8 +213,7 @@ impl<'t> Batch<'t> {
             return Ok(());
         }
         st.tracked = false;
-        self.mutations += 1;
-        let Some(job) = self.t_piece_job()?.remove(id)?.map(|g| g.value()) else {
+        let Some(job) = self.tables.piece_job()?.remove(id)?.map(|g| g.value()) else {
             return Ok(());
         };
         // A job deleted while its pieces were out leaves them untracked.
@@ -218,7 +221,7 @@ impl<'t> Batch<'t> {
             return Ok(());
         };
         let row = encode_piece(end as u8, self.now);
-        self.t_job_pieces()?.insert((job, id), row)?;
+        self.tables.job_pieces()?.insert((job, id), row)?;
         match end {
             PieceEnd::Completed => rec.completed += 1,
             PieceEnd::DeadLettered => rec.dead_lettered += 1,
@@ -288,17 +291,20 @@ impl<'t> Batch<'t> {
         if self.load_job(job)?.is_none() {
             return Ok(false);
         }
-        self.mutations += 1;
-        self.job_cache.remove(&job);
-        self.t_jobs()?.remove(job)?;
+        // A job created in this batch is only in the cache until `flush`.
+        if self.job_cache.remove(&job).is_some() {
+            self.cache_changed();
+        }
+        self.tables.jobs()?.remove(job)?;
         let pieces: Vec<u64> = self
-            .t_job_pieces()?
+            .tables
+            .job_pieces()?
             .range((job, 0)..=(job, u64::MAX))?
             .map(|e| e.map(|(k, _)| k.value().1))
             .collect::<std::result::Result<_, _>>()?;
         for id in pieces {
-            self.t_job_pieces()?.remove((job, id))?;
-            self.t_piece_job()?.remove(id)?;
+            self.tables.job_pieces()?.remove((job, id))?;
+            self.tables.piece_job()?.remove(id)?;
         }
         Ok(true)
     }

@@ -1,12 +1,13 @@
 //! One redb write transaction shared by every operation of a group commit.
 //!
-//! Each operation first validates (reads only), then mutates. `mutations` counts writes, so the
-//! pipeline can tell an operation that failed cleanly (its error goes to its caller alone) from
-//! one that failed half way (the whole batch is aborted).
+//! Each operation first validates (reads only), then mutates. The batch counts its changes —
+//! every row its tables put or remove (counted by `logged::Changes`) and every change to the
+//! caches `flush` writes back — so the pipeline can tell an operation that failed cleanly (its
+//! error goes to its caller alone) from one that failed half way (the whole batch is aborted).
 //!
-//! This file holds the batch itself: its lazily opened tables, the id sequences and the exact
-//! per-queue counts it writes back in `flush`. The operations are split by concern, one file
-//! each:
+//! This file holds the batch itself: the id sequences and the exact per-queue counts it writes
+//! back in `flush`. Its lazily opened tables are in `slots`, generated from the list of
+//! tables. The operations are split by concern, one file each:
 //!
 //! - `app_rows`: application tables, rows written in the same commit as sends and settles.
 //! - `catalog`: the queue catalog (create, open, delete, purge) and each dead-letter queue.
@@ -37,9 +38,12 @@ mod replies;
 mod send;
 mod sessions;
 mod settle;
+mod slots;
 mod state;
 mod sweep;
 mod temporary;
+#[cfg(test)]
+mod tests;
 mod topics;
 mod traffic;
 
@@ -62,7 +66,8 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use super::logged::{Logged, LoggedTxn};
+use super::logged::LoggedTxn;
+use slots::Slots;
 
 use super::codec::{self, DeadLetter, QueueKind, QueueRecord, Subscription};
 use super::tables::*;
@@ -126,12 +131,6 @@ pub struct DueHints {
     dedup: u64,
 }
 
-/// (collator id, series, sequence number) → the held message.
-type HeldTable<'t> = Logged<'t, (u32, &'static str, u64), &'static [u8]>;
-
-/// (queue id, message_key) → (message id, forget at ms).
-type DedupTable<'t> = Logged<'t, (u32, &'static str), (u64, u64)>;
-
 impl DueHints {
     /// When the earliest scheduled message or lock expiry may fall due (ms; 0 = unknown).
     pub fn next_receivable(&self) -> u64 {
@@ -144,36 +143,18 @@ impl DueHints {
 pub const ACTIVITY_RESOLUTION_MS: u64 = 100;
 
 pub struct Batch<'t> {
-    txn: LoggedTxn<'t>,
+    /// The batch's transaction and the tables it has opened.
+    tables: Slots<'t>,
     /// Carried from batch to batch by the pipeline; see [`DueHints`].
     pub hints: DueHints,
     pub now: u64,
-    pub mutations: u64,
+    /// Changes to the caches below that `flush` writes back (counts, sequences, jobs): with
+    /// the rows the tables count, what tells whether the batch changed anything.
+    cache_changes: u64,
     /// Queues that gained receivable messages; their waiters are woken after the commit.
     pub woken: HashSet<u32>,
     /// Sends and completions per queue, added to the store's counters if the batch commits.
     pub traffic: HashMap<u32, Traffic>,
-    queues: Option<Logged<'t, &'static str, &'static [u8]>>,
-    queue_ids: Option<Logged<'t, u32, &'static str>>,
-    counters: Option<Logged<'t, u32, [u8; COUNTERS_LEN]>>,
-    state: Option<Logged<'t, u64, [u8; STATE_LEN]>>,
-    data: Option<Logged<'t, u64, &'static [u8]>>,
-    ready: Option<Logged<'t, (u32, u8, u64), ()>>,
-    scheduled: Option<Logged<'t, (u64, u64), ()>>,
-    expiring: Option<Logged<'t, (u64, u64), ()>>,
-    lock_expiry: Option<Logged<'t, (u64, u64), ()>>,
-    owners: Option<Logged<'t, u64, (u32, u64)>>,
-    owner_scopes: Option<Logged<'t, u64, u64>>,
-    dedup: Option<DedupTable<'t>>,
-    dedup_expiry: Option<Logged<'t, (u64, u32, &'static str), ()>>,
-    deferred: Option<Logged<'t, (u32, u64), ()>>,
-    held: Option<HeldTable<'t>>,
-    series: Option<Logged<'t, (u32, &'static str), [u8; 24]>>,
-    session_msgs: Option<Logged<'t, (u32, &'static str, u64), ()>>,
-    sessions: Option<Logged<'t, (u32, &'static str), &'static [u8]>>,
-    jobs: Option<Logged<'t, u64, &'static [u8]>>,
-    job_pieces: Option<Logged<'t, (u64, u64), [u8; 9]>>,
-    piece_job: Option<Logged<'t, u64, u64>>,
     /// The sequences, once read in this batch; written back by `flush`.
     seqs: Option<[u64; 4]>,
     /// Each queue's counts as this batch changed them, with its extra counts as loaded (the
@@ -190,18 +171,6 @@ pub struct Batch<'t> {
     queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
 }
 
-fn lazy<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: LoggedTxn<'t>,
-    slot: &'a mut Option<Logged<'t, K, V>>,
-    def: redb::TableDefinition<K, V>,
-) -> Result<&'a mut Logged<'t, K, V>> {
-    if slot.is_none() {
-        *slot = Some(txn.open(def)?);
-    }
-    slot.as_mut()
-        .ok_or_else(|| Error::corrupted("table could not be opened"))
-}
-
 fn corrupted(what: &str, e: String) -> Error {
     Error::Corrupted(format!("{what}: {e}"))
 }
@@ -212,42 +181,36 @@ impl<'t> Batch<'t> {
     /// write), so the job may go on and report it to its caller. `Err(e)`: it failed after
     /// writing, so the batch holds half an operation and must be aborted as a whole.
     pub fn attempt<T>(&mut self, op: impl FnOnce(&mut Self) -> Result<T>) -> Result<Result<T>> {
-        let before = self.mutations;
+        let before = self.change_count();
         match op(self) {
-            Err(e) if self.mutations != before => Err(e),
+            Err(e) if self.change_count() != before => Err(e),
             r => Ok(r),
         }
     }
 
+    /// Whether the batch changed anything so far: if not, it has nothing to commit.
+    pub fn changed(&self) -> bool {
+        self.change_count() != 0
+    }
+
+    /// Rows written and cache changes so far.
+    fn change_count(&self) -> u64 {
+        self.tables.writes() + self.cache_changes
+    }
+
+    /// Counts a change to a cache that `flush` writes back (it writes no row until then).
+    fn cache_changed(&mut self) {
+        self.cache_changes += 1;
+    }
+
     pub fn open(txn: LoggedTxn<'t>, now: u64, hints: DueHints) -> Result<Batch<'t>> {
         Ok(Batch {
-            txn,
+            tables: Slots::new(txn),
             hints,
             now,
-            mutations: 0,
+            cache_changes: 0,
             woken: HashSet::new(),
             traffic: HashMap::new(),
-            queues: None,
-            queue_ids: None,
-            counters: None,
-            state: None,
-            data: None,
-            ready: None,
-            scheduled: None,
-            expiring: None,
-            lock_expiry: None,
-            owners: None,
-            owner_scopes: None,
-            dedup: None,
-            dedup_expiry: None,
-            deferred: None,
-            held: None,
-            series: None,
-            session_msgs: None,
-            sessions: None,
-            jobs: None,
-            job_pieces: None,
-            piece_job: None,
             seqs: None,
             counter_cache: HashMap::new(),
             activity: None,
@@ -258,98 +221,17 @@ impl<'t> Batch<'t> {
         })
     }
 
-    // Tables are opened on first use: opening one costs a lookup and a type check in redb,
-    // and most operations touch only a few of them.
-
-    fn t_queues(&mut self) -> Result<&mut Logged<'t, &'static str, &'static [u8]>> {
-        lazy(self.txn, &mut self.queues, QUEUES)
-    }
-
-    fn t_queue_ids(&mut self) -> Result<&mut Logged<'t, u32, &'static str>> {
-        lazy(self.txn, &mut self.queue_ids, QUEUE_IDS)
-    }
-
-    fn t_counters(&mut self) -> Result<&mut Logged<'t, u32, [u8; COUNTERS_LEN]>> {
-        lazy(self.txn, &mut self.counters, COUNTERS)
-    }
-
-    fn t_state(&mut self) -> Result<&mut Logged<'t, u64, [u8; STATE_LEN]>> {
-        lazy(self.txn, &mut self.state, STATE)
-    }
-
-    fn t_data(&mut self) -> Result<&mut Logged<'t, u64, &'static [u8]>> {
-        lazy(self.txn, &mut self.data, DATA)
-    }
-
-    fn t_ready(&mut self) -> Result<&mut Logged<'t, (u32, u8, u64), ()>> {
-        lazy(self.txn, &mut self.ready, READY)
-    }
-
-    fn t_scheduled(&mut self) -> Result<&mut Logged<'t, (u64, u64), ()>> {
-        lazy(self.txn, &mut self.scheduled, SCHEDULED)
-    }
-
-    fn t_expiring(&mut self) -> Result<&mut Logged<'t, (u64, u64), ()>> {
-        lazy(self.txn, &mut self.expiring, EXPIRING)
-    }
-
-    fn t_lock_expiry(&mut self) -> Result<&mut Logged<'t, (u64, u64), ()>> {
-        lazy(self.txn, &mut self.lock_expiry, LOCK_EXPIRY)
-    }
-
-    fn t_owner_scopes(&mut self) -> Result<&mut Logged<'t, u64, u64>> {
-        lazy(self.txn, &mut self.owner_scopes, OWNER_SCOPES)
-    }
-
-    fn t_owners(&mut self) -> Result<&mut Logged<'t, u64, (u32, u64)>> {
-        lazy(self.txn, &mut self.owners, OWNERS)
-    }
-
-    fn t_dedup(&mut self) -> Result<&mut DedupTable<'t>> {
-        lazy(self.txn, &mut self.dedup, DEDUP)
-    }
-
-    fn t_held(&mut self) -> Result<&mut HeldTable<'t>> {
-        lazy(self.txn, &mut self.held, HELD)
-    }
-
-    fn t_series(&mut self) -> Result<&mut Logged<'t, (u32, &'static str), [u8; 24]>> {
-        lazy(self.txn, &mut self.series, SERIES)
-    }
-
-    fn t_session_msgs(&mut self) -> Result<&mut Logged<'t, (u32, &'static str, u64), ()>> {
-        lazy(self.txn, &mut self.session_msgs, SESSION_MSGS)
-    }
-
-    fn t_sessions(&mut self) -> Result<&mut Logged<'t, (u32, &'static str), &'static [u8]>> {
-        lazy(self.txn, &mut self.sessions, SESSIONS)
-    }
-
-    fn t_jobs(&mut self) -> Result<&mut Logged<'t, u64, &'static [u8]>> {
-        lazy(self.txn, &mut self.jobs, JOBS)
-    }
-
-    fn t_job_pieces(&mut self) -> Result<&mut Logged<'t, (u64, u64), [u8; 9]>> {
-        lazy(self.txn, &mut self.job_pieces, JOB_PIECES)
-    }
-
-    fn t_piece_job(&mut self) -> Result<&mut Logged<'t, u64, u64>> {
-        lazy(self.txn, &mut self.piece_job, PIECE_JOB)
-    }
-
-    fn t_deferred(&mut self) -> Result<&mut Logged<'t, (u32, u64), ()>> {
-        lazy(self.txn, &mut self.deferred, DEFERRED)
-    }
-
-    fn t_dedup_expiry(&mut self) -> Result<&mut Logged<'t, (u64, u32, &'static str), ()>> {
-        lazy(self.txn, &mut self.dedup_expiry, DEDUP_EXPIRY)
-    }
-
-    /// Writes the cached sequences and counters. Called once, before the commit.
+    /// Writes the cached sequences and counters. Called once, before the commit. A batch
+    /// that changed nothing writes nothing, not even sequences an operation that failed
+    /// cleanly advanced: it is not committed.
     pub fn flush(&mut self) -> Result<()> {
+        if !self.changed() {
+            return Ok(());
+        }
         self.flush_jobs()?;
         if let Some(seqs) = self.seqs.take() {
-            self.t_counters()?
+            self.tables
+                .counters()?
                 .insert(SEQUENCES_KEY, encode_sequences(&seqs))?;
         }
         let now = self.now;
@@ -369,13 +251,13 @@ impl<'t> Batch<'t> {
                     c.last_activity = now;
                 }
             }
-            self.t_counters()?.insert(q, c.encode())?;
+            self.tables.counters()?.insert(q, c.encode())?;
             if c.extra() != loaded_extra {
                 let key = EXTRA_COUNTS_BASE + q;
                 if c.has_extra() {
-                    self.t_counters()?.insert(key, c.encode_extra())?;
+                    self.tables.counters()?.insert(key, c.encode_extra())?;
                 } else {
-                    self.t_counters()?.remove(key)?;
+                    self.tables.counters()?.remove(key)?;
                 }
             }
         }
@@ -397,7 +279,7 @@ impl<'t> Batch<'t> {
     fn load_seqs(&mut self) -> Result<[u64; 4]> {
         match self.seqs {
             Some(s) => Ok(s),
-            None => match self.t_counters()?.get(SEQUENCES_KEY)? {
+            None => match self.tables.counters()?.get(SEQUENCES_KEY)? {
                 Some(g) => Ok(decode_sequences(&g.value())),
                 None => Err(Error::corrupted("the id sequences are missing")),
             },
@@ -423,7 +305,7 @@ impl<'t> Batch<'t> {
     /// Moves the message sequence past `id`, an id reserved earlier (see
     /// `Engine::reserve_id`). A reserved id is never handed out twice, so it must be new.
     fn pass_reserved(&mut self, id: u64) -> Result<()> {
-        if self.t_state()?.get(id)?.is_some() {
+        if self.tables.state()?.get(id)?.is_some() {
             return Err(Error::corrupted(format!(
                 "reserved message id {id} is already in use"
             )));
@@ -438,7 +320,7 @@ impl<'t> Batch<'t> {
     /// Reserves a message id in the file (for a multi-process store, where no process can
     /// reserve one in memory).
     pub fn reserve_id(&mut self) -> Result<u64> {
-        self.mutations += 1;
+        self.cache_changed();
         self.next_seq(Seq::Message)
     }
 
@@ -452,7 +334,7 @@ impl<'t> Batch<'t> {
             let c = self.load_counts(q)?;
             self.counter_cache.insert(q, (c, c.extra()));
         }
-        self.mutations += 1;
+        self.cache_changed();
         Ok(&mut self.counter_cache.entry(q).or_default().0)
     }
 
@@ -465,7 +347,7 @@ impl<'t> Batch<'t> {
 
     /// Queue `q`'s counts as stored: its counts row and, if it has one, its extra counts row.
     fn load_counts(&mut self, q: u32) -> Result<QueueCounts> {
-        let t = self.t_counters()?;
+        let t = self.tables.counters()?;
         let mut c = t
             .get(q)?
             .map(|g| QueueCounts::decode(&g.value()))

@@ -27,7 +27,8 @@ impl<'t> Batch<'t> {
         let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
         let max_deliveries = rec.1.options.max_deliveries;
         let ids: Vec<u64> = self
-            .t_ready()?
+            .tables
+            .ready()?
             .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
             .map(|e| e.map(|(k, _)| k.value().2))
             .collect::<std::result::Result<_, _>>()?;

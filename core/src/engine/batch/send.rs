@@ -158,7 +158,7 @@ impl<'t> Batch<'t> {
             .filter(|_| o.dedup_window.is_some());
         if let Some(key) = key {
             let now = self.now;
-            if let Some((id, forget_at)) = self.t_dedup()?.get((q, key))?.map(|g| g.value())
+            if let Some((id, forget_at)) = self.tables.dedup()?.get((q, key))?.map(|g| g.value())
                 && forget_at > now
             {
                 return Ok(SendStep::Existing(id));
@@ -216,7 +216,7 @@ impl<'t> Batch<'t> {
                 let id = self.next_seq(Seq::Message)?;
                 // The sequence row carries no checksum: damage to it must not make a send
                 // overwrite a stored message (docs/design.md § Checksums).
-                if self.t_state()?.get(id)?.is_some() {
+                if self.tables.state()?.get(id)?.is_some() {
                     return Err(Error::corrupted(format!(
                         "message id {id} is already in use: the id sequence is damaged"
                     )));
@@ -255,8 +255,7 @@ impl<'t> Batch<'t> {
             lock_token: 0,
             locked_until: 0,
         };
-        self.mutations += 1;
-        self.t_data()?.insert(
+        self.tables.data()?.insert(
             id,
             codec::encode_envelope(id, &m.props, None, &m.body).as_slice(),
         )?;
@@ -279,13 +278,16 @@ impl<'t> Batch<'t> {
         if let (Some(key), Some(window)) = (m.props.message_key.as_deref(), o.dedup_window) {
             let forget_at = now.saturating_add(crate::clock::duration_ms(window));
             let old = self
-                .t_dedup()?
+                .tables
+                .dedup()?
                 .insert((q, key), (id, forget_at))?
                 .map(|g| g.value());
             if let Some((_, old_at)) = old {
-                self.t_dedup_expiry()?.remove((old_at, q, key))?;
+                self.tables.dedup_expiry()?.remove((old_at, q, key))?;
             }
-            self.t_dedup_expiry()?.insert((forget_at, q, key), ())?;
+            self.tables
+                .dedup_expiry()?
+                .insert((forget_at, q, key), ())?;
             self.hints.dedup = self.hints.dedup.min(forget_at);
         }
         Ok(id)

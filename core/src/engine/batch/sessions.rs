@@ -17,7 +17,7 @@ impl<'t> Batch<'t> {
 
     /// Indexes message `id` of session queue `q` under its group.
     pub(super) fn index_session_message(&mut self, q: u32, group: &str, id: u64) -> Result<()> {
-        self.t_session_msgs()?.insert((q, group, id), ())?;
+        self.tables.session_msgs()?.insert((q, group, id), ())?;
         Ok(())
     }
 
@@ -30,7 +30,7 @@ impl<'t> Batch<'t> {
         id: u64,
     ) -> Result<()> {
         if let Some(g) = &props.group {
-            self.t_session_msgs()?.remove((q, g.as_str(), id))?;
+            self.tables.session_msgs()?.remove((q, g.as_str(), id))?;
             // The group's next message may be receivable now, or the group free to accept.
             self.woken.insert(q);
         }
@@ -38,7 +38,7 @@ impl<'t> Batch<'t> {
     }
 
     fn session(&mut self, q: u32, group: &str) -> Result<SessionRecord> {
-        match self.t_sessions()?.get((q, group))? {
+        match self.tables.sessions()?.get((q, group))? {
             None => Ok(SessionRecord::default()),
             Some(g) => {
                 SessionRecord::decode(q, group, g.value()).map_err(|e| corrupted("session", e))
@@ -47,15 +47,15 @@ impl<'t> Batch<'t> {
     }
 
     fn put_session(&mut self, q: u32, group: &str, s: &SessionRecord) -> Result<()> {
-        self.mutations += 1;
         if s.token == 0 {
             // Released: whoever waits to accept it may.
             self.woken.insert(q);
         }
         if s.token == 0 && s.state.is_none() {
-            self.t_sessions()?.remove((q, group))?;
+            self.tables.sessions()?.remove((q, group))?;
         } else {
-            self.t_sessions()?
+            self.tables
+                .sessions()?
                 .insert((q, group), s.encode(q, group).as_slice())?;
         }
         Ok(())
@@ -109,7 +109,7 @@ impl<'t> Batch<'t> {
         let mut from = Bound::Included((q, String::new(), 0u64));
         loop {
             let next = {
-                let t = self.t_session_msgs()?;
+                let t = self.tables.session_msgs()?;
                 let lower = match &from {
                     Bound::Included((a, g, i)) => Bound::Included((*a, g.as_str(), *i)),
                     Bound::Excluded((a, g, i)) => Bound::Excluded((*a, g.as_str(), *i)),
@@ -138,7 +138,8 @@ impl<'t> Batch<'t> {
     /// the rest keeps them waiting: one at a time, in order).
     fn session_head(&mut self, q: u32, group: &str) -> Result<Option<(u64, State)>> {
         let ids: Vec<u64> = self
-            .t_session_msgs()?
+            .tables
+            .session_msgs()?
             .range((q, group, 0)..=(q, group, u64::MAX))?
             .map(|e| e.map(|(k, _)| k.value().2))
             .collect::<std::result::Result<_, _>>()?;
@@ -176,7 +177,7 @@ impl<'t> Batch<'t> {
         let takeable = |id: u64, st: &State| st.status == Status::Deferred || Some(id) == head;
         match select {
             Select::Id(id) => {
-                if self.t_session_msgs()?.get((q, group, *id))?.is_none() {
+                if self.tables.session_msgs()?.get((q, group, *id))?.is_none() {
                     return Ok(None);
                 }
                 Ok(self
@@ -186,7 +187,8 @@ impl<'t> Batch<'t> {
             }
             Select::CorrelationId(wanted) => {
                 let ids: Vec<u64> = self
-                    .t_session_msgs()?
+                    .tables
+                    .session_msgs()?
                     .range((q, group, 0)..=(q, group, u64::MAX))?
                     .map(|e| e.map(|(k, _)| k.value().2))
                     .collect::<std::result::Result<_, _>>()?;
@@ -348,7 +350,7 @@ impl<'t> Batch<'t> {
     /// message locks are (`release_locks_of`). Returns how many.
     pub(super) fn release_sessions_of(&mut self, owner: Option<u64>) -> Result<u64> {
         let mut held = Vec::new();
-        for e in self.t_sessions()?.iter()? {
+        for e in self.tables.sessions()?.iter()? {
             let (k, v) = e?;
             let (q, group) = k.value();
             let s =
@@ -372,12 +374,13 @@ impl<'t> Batch<'t> {
     /// Forgets every session of queue `q` (it is being deleted).
     pub(super) fn drop_sessions(&mut self, q: u32) -> Result<()> {
         let groups: Vec<String> = self
-            .t_sessions()?
+            .tables
+            .sessions()?
             .range((q, "")..(q.saturating_add(1), ""))?
             .map(|e| e.map(|(k, _)| k.value().1.to_owned()))
             .collect::<std::result::Result<_, _>>()?;
         for g in groups {
-            self.t_sessions()?.remove((q, g.as_str()))?;
+            self.tables.sessions()?.remove((q, g.as_str()))?;
         }
         Ok(())
     }

@@ -20,7 +20,8 @@ impl<'t> Batch<'t> {
         let mut out = Vec::new();
         while out.len() < max {
             let head = self
-                .t_ready()?
+                .tables
+                .ready()?
                 .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
                 .next()
                 .transpose()?
@@ -115,7 +116,8 @@ impl<'t> Batch<'t> {
                 .map(|st| (*id, st))),
             Select::CorrelationId(wanted) => {
                 let ids: Vec<u64> = self
-                    .t_ready()?
+                    .tables
+                    .ready()?
                     .range((q, 0, 0)..=(q, u8::MAX, u64::MAX))?
                     .map(|e| e.map(|(k, _)| k.value().2))
                     .collect::<std::result::Result<_, _>>()?;

@@ -11,7 +11,7 @@ use crate::engine::rules;
 
 impl<'t> Batch<'t> {
     pub(super) fn load_state(&mut self, id: u64) -> Result<Option<State>> {
-        match self.t_state()?.get(id)? {
+        match self.tables.state()?.get(id)? {
             None => Ok(None),
             Some(g) => Ok(Some(
                 State::decode(id, &g.value()).map_err(|e| corrupted("message state", e))?,
@@ -21,23 +21,22 @@ impl<'t> Batch<'t> {
 
     /// Removes the index entries of the message's current status and its count.
     pub(super) fn detach(&mut self, id: u64, st: &State) -> Result<()> {
-        self.mutations += 1;
         match st.status {
             Status::Ready => {
-                self.t_ready()?.remove(st.ready_key(id))?;
+                self.tables.ready()?.remove(st.ready_key(id))?;
             }
             Status::Scheduled => {
-                self.t_scheduled()?.remove((st.visible_at, id))?;
+                self.tables.scheduled()?.remove((st.visible_at, id))?;
             }
             Status::Locked => {
-                self.t_lock_expiry()?.remove((st.locked_until, id))?;
+                self.tables.lock_expiry()?.remove((st.locked_until, id))?;
             }
             Status::Deferred => {
-                self.t_deferred()?.remove((st.queue, id))?;
+                self.tables.deferred()?.remove((st.queue, id))?;
             }
         }
         if st.status != Status::Locked && st.expires_at != 0 {
-            self.t_expiring()?.remove((st.expires_at, id))?;
+            self.tables.expiring()?.remove((st.expires_at, id))?;
         }
         let c = self.counters_mut(st.queue)?;
         let slot = c.slot(st.status);
@@ -47,7 +46,6 @@ impl<'t> Batch<'t> {
 
     /// Puts the message in `status`: index entries, count, stored state.
     pub(super) fn attach(&mut self, id: u64, st: &mut State, status: Status) -> Result<()> {
-        self.mutations += 1;
         st.status = status;
         if status != Status::Locked {
             st.lock_owner = 0;
@@ -56,19 +54,21 @@ impl<'t> Batch<'t> {
         }
         match status {
             Status::Ready => {
-                self.t_ready()?.insert(st.ready_key(id), ())?;
+                self.tables.ready()?.insert(st.ready_key(id), ())?;
                 self.woken.insert(st.queue);
             }
             Status::Scheduled => {
-                self.t_scheduled()?.insert((st.visible_at, id), ())?;
+                self.tables.scheduled()?.insert((st.visible_at, id), ())?;
                 self.hints.scheduled = self.hints.scheduled.min(st.visible_at);
             }
             Status::Locked => {
-                self.t_lock_expiry()?.insert((st.locked_until, id), ())?;
+                self.tables
+                    .lock_expiry()?
+                    .insert((st.locked_until, id), ())?;
                 self.hints.lock = self.hints.lock.min(st.locked_until);
             }
             Status::Deferred => {
-                self.t_deferred()?.insert((st.queue, id), ())?;
+                self.tables.deferred()?.insert((st.queue, id), ())?;
                 if st.session {
                     // Set aside: its group's next message may be receivable now.
                     self.woken.insert(st.queue);
@@ -76,11 +76,11 @@ impl<'t> Batch<'t> {
             }
         }
         if status != Status::Locked && st.expires_at != 0 {
-            self.t_expiring()?.insert((st.expires_at, id), ())?;
+            self.tables.expiring()?.insert((st.expires_at, id), ())?;
             self.hints.expiring = self.hints.expiring.min(st.expires_at);
         }
         *self.counters_mut(st.queue)?.slot(status) += 1;
-        self.t_state()?.insert(id, st.encode(id))?;
+        self.tables.state()?.insert(id, st.encode(id))?;
         Ok(())
     }
 
@@ -116,7 +116,8 @@ impl<'t> Batch<'t> {
         let mut oldest: Option<u64> = None;
         for p in 0..=crate::message::MAX_PRIORITY {
             let first = self
-                .t_ready()?
+                .tables
+                .ready()?
                 .range((q, p, 0)..=(q, p, u64::MAX))?
                 .next()
                 .transpose()?
@@ -143,8 +144,8 @@ impl<'t> Batch<'t> {
         self.detach(id, st)?;
         let c = self.counters_mut(st.queue)?;
         c.bytes = c.bytes.saturating_sub(u64::from(st.size));
-        self.t_state()?.remove(id)?;
-        self.t_data()?.remove(id)?;
+        self.tables.state()?.remove(id)?;
+        self.tables.data()?.remove(id)?;
         Ok(())
     }
 
@@ -167,7 +168,8 @@ impl<'t> Batch<'t> {
     /// Reads and decodes message `id`'s envelope and body.
     pub(super) fn load_envelope(&mut self, id: u64) -> Result<StoredEnvelope> {
         let data = self
-            .t_data()?
+            .tables
+            .data()?
             .get(id)?
             .ok_or_else(|| Error::corrupted(format!("message {id} has state but no data")))?;
         codec::decode_envelope(id, data.value()).map_err(|e| corrupted("envelope", e))
@@ -198,7 +200,7 @@ impl<'t> Batch<'t> {
         let size = u64::from(st.size);
         let c = self.counters_mut(st.queue)?;
         c.bytes = c.bytes.saturating_sub(size);
-        self.t_data()?.insert(
+        self.tables.data()?.insert(
             id,
             codec::encode_envelope(id, &env.props, dead_letter, &env.body).as_slice(),
         )?;
@@ -285,7 +287,7 @@ impl<'t> Batch<'t> {
             source_queue: source.1.id,
             at_ms: self.now,
         };
-        self.t_data()?.insert(
+        self.tables.data()?.insert(
             id,
             codec::encode_envelope(id, &env.props, Some(&dl), &env.body).as_slice(),
         )?;

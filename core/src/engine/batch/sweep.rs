@@ -21,20 +21,21 @@ impl<'t> Batch<'t> {
         let now = self.now;
         if self.hints.lock <= now {
             self.sweep_locks()?;
-            self.hints.lock = next_at(self.t_lock_expiry()?)?;
+            self.hints.lock = next_at(self.tables.lock_expiry()?)?;
         }
         if self.hints.scheduled <= now {
             self.sweep_scheduled()?;
-            self.hints.scheduled = next_at(self.t_scheduled()?)?;
+            self.hints.scheduled = next_at(self.tables.scheduled()?)?;
         }
         if self.hints.expiring <= now {
             self.sweep_expiring()?;
-            self.hints.expiring = next_at(self.t_expiring()?)?;
+            self.hints.expiring = next_at(self.tables.expiring()?)?;
         }
         if self.hints.dedup <= now {
             self.sweep_dedup()?;
             let next = self
-                .t_dedup_expiry()?
+                .tables
+                .dedup_expiry()?
                 .first()?
                 .map_or(u64::MAX, |(k, _)| k.value().0);
             self.hints.dedup = next;
@@ -59,20 +60,19 @@ impl<'t> Batch<'t> {
     /// else drop the stale entry.
     fn sweep_index(
         &mut self,
-        index: fn(&mut Self) -> Result<&mut TimeIndex<'t>>,
+        index: for<'a> fn(&'a mut Slots<'t>) -> Result<&'a mut TimeIndex<'t>>,
         owns: fn(&State, u64) -> bool,
         act: fn(&mut Self, u64, State) -> Result<()>,
     ) -> Result<()> {
         let now = self.now;
         for _ in 0..SWEEP_LIMIT {
-            let Some((at, id)) = first_due(index(self)?, now)? else {
+            let Some((at, id)) = first_due(index(&mut self.tables)?, now)? else {
                 break;
             };
             match self.load_state(id)? {
                 Some(st) if owns(&st, at) => act(self, id, st)?,
                 _ => {
-                    self.mutations += 1;
-                    index(self)?.remove((at, id))?;
+                    index(&mut self.tables)?.remove((at, id))?;
                 }
             }
         }
@@ -82,7 +82,7 @@ impl<'t> Batch<'t> {
     /// Expired locks: the message goes back to its queue (or, spent, to the dead letters).
     fn sweep_locks(&mut self) -> Result<()> {
         self.sweep_index(
-            Self::t_lock_expiry,
+            Slots::lock_expiry,
             |st, at| st.status == Status::Locked && st.locked_until == at,
             Self::requeue,
         )
@@ -91,7 +91,7 @@ impl<'t> Batch<'t> {
     /// Due scheduled messages become receivable (unless spent).
     fn sweep_scheduled(&mut self) -> Result<()> {
         self.sweep_index(
-            Self::t_scheduled,
+            Slots::scheduled,
             |st, at| st.status == Status::Scheduled && st.visible_at == at,
             Self::requeue,
         )
@@ -100,7 +100,7 @@ impl<'t> Batch<'t> {
     /// Messages whose time to live ran out go to the dead-letter queue.
     fn sweep_expiring(&mut self) -> Result<()> {
         self.sweep_index(
-            Self::t_expiring,
+            Slots::expiring,
             |st, at| st.status != Status::Locked && st.expires_at == at,
             |b, id, st| b.move_to_dead_letter(id, st, REASON_TTL_EXPIRED, "time to live expired"),
         )
@@ -109,7 +109,7 @@ impl<'t> Batch<'t> {
     fn sweep_dedup(&mut self) -> Result<()> {
         let now = self.now;
         for _ in 0..SWEEP_LIMIT {
-            let first = match self.t_dedup_expiry()?.first()? {
+            let first = match self.tables.dedup_expiry()?.first()? {
                 Some((k, _)) => {
                     let (at, q, key) = k.value();
                     (at <= now).then(|| (at, q, key.to_owned()))
@@ -117,14 +117,14 @@ impl<'t> Batch<'t> {
                 None => None,
             };
             let Some((at, q, key)) = first else { break };
-            self.mutations += 1;
-            self.t_dedup_expiry()?.remove((at, q, key.as_str()))?;
+            self.tables.dedup_expiry()?.remove((at, q, key.as_str()))?;
             let stale = self
-                .t_dedup()?
+                .tables
+                .dedup()?
                 .get((q, key.as_str()))?
                 .is_some_and(|g| g.value().1 == at);
             if stale {
-                self.t_dedup()?.remove((q, key.as_str()))?;
+                self.tables.dedup()?.remove((q, key.as_str()))?;
             }
         }
         Ok(())

@@ -39,7 +39,8 @@ impl<'t> Batch<'t> {
     pub fn delete_temporary_queues(&mut self, owner: Option<u64>) -> Result<usize> {
         let end = format!("{}\u{10FFFF}", TEMPORARY_PREFIX);
         let names: Vec<(String, Vec<u8>)> = self
-            .t_queues()?
+            .tables
+            .queues()?
             .range(TEMPORARY_PREFIX..end.as_str())?
             .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
             .collect::<std::result::Result<_, _>>()?;
@@ -64,7 +65,8 @@ impl<'t> Batch<'t> {
     /// deleted.
     pub fn delete_idle_queues(&mut self) -> Result<Vec<String>> {
         let records: Vec<(String, Vec<u8>)> = self
-            .t_queues()?
+            .tables
+            .queues()?
             .iter()?
             .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
             .collect::<std::result::Result<_, _>>()?;

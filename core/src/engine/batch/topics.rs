@@ -62,7 +62,8 @@ impl<'t> Batch<'t> {
             journal: 0,
         };
         self.put_queue(name, &rec)?;
-        self.t_counters()?
+        self.tables
+            .counters()?
             .insert(rec.id, TopicCounts::default().encode())?;
         Ok(rec)
     }
@@ -142,7 +143,8 @@ impl<'t> Batch<'t> {
             &SUBSCRIPTIONS_INFIX[..SUBSCRIPTIONS_INFIX.len() - 1]
         );
         let raw: Vec<(String, Vec<u8>)> = self
-            .t_queues()?
+            .tables
+            .queues()?
             .range(from.as_str()..to.as_str())?
             .map(|e| e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
             .collect::<std::result::Result<_, _>>()?;
@@ -199,15 +201,15 @@ impl<'t> Batch<'t> {
         let mut c = self.topic_counts(topic)?;
         c.published += reached.len() as u64;
         c.unmatched += reached.iter().filter(|n| **n == 0).count() as u64;
-        self.mutations += 1;
-        self.t_counters()?.insert(topic, c.encode())?;
+        self.tables.counters()?.insert(topic, c.encode())?;
         Ok(reached)
     }
 
     /// The counts of topic `topic`.
     pub fn topic_counts(&mut self, topic: u32) -> Result<TopicCounts> {
         Ok(self
-            .t_counters()?
+            .tables
+            .counters()?
             .get(topic)?
             .map(|g| TopicCounts::decode(&g.value()))
             .unwrap_or_default())
@@ -234,10 +236,9 @@ impl<'t> Batch<'t> {
         for (sub, sub_rec) in &subs {
             self.drop_queue(sub, sub_rec)?;
         }
-        self.mutations += 1;
-        self.t_queues()?.remove(name)?;
-        self.t_queue_ids()?.remove(rec.id)?;
-        self.t_counters()?.remove(rec.id)?;
+        self.tables.queues()?.remove(name)?;
+        self.tables.queue_ids()?.remove(rec.id)?;
+        self.tables.counters()?.remove(rec.id)?;
         self.queue_cache.remove(&rec.id);
         self.deleted.insert(rec.id);
         Ok(true)

@@ -15,12 +15,11 @@ mod state;
 
 pub use state::State;
 
-/// Defines every table once, with its log number, and generates from that one list the
-/// definitions, the log's number lookup ([`table_id`], [`MAX_TABLE_ID`]) and the walks over
-/// every table ([`each_table`], [`visit_table`]), so that a table added here cannot be missing
-/// from any of them. Log numbers are written in the write-ahead log: never change or reuse one.
+/// Generates, from the one list of tables ([`table_list`]), the definitions, the log's number
+/// lookup ([`table_id`], [`MAX_TABLE_ID`]) and the walks over every table ([`each_table`],
+/// [`visit_table`]), so that a table added to the list cannot be missing from any of them.
 macro_rules! tables {
-    ($($(#[$doc:meta])* $id:literal $def:ident = $name:literal: $k:ty => $v:ty;)*) => {
+    ($($(#[$doc:meta])* $id:literal $def:ident $slot:ident = $name:literal: $k:ty => $v:ty;)*) => {
         $($(#[$doc])* pub const $def: TableDefinition<$k, $v> = TableDefinition::new($name);)*
 
         /// The log number of the table named `name`.
@@ -71,64 +70,85 @@ pub trait TableVisitor {
     ) -> Result<(), Self::Error>;
 }
 
-tables! {
-    /// Small named integers: the format version.
-    1 META = "postbox.meta": &'static str => u64;
-    /// Queue name → encoded queue record.
-    2 QUEUES = "postbox.queues": &'static str => &'static [u8];
-    /// Queue id → queue name, to validate ids held by handles and to name queues in envelopes.
-    3 QUEUE_IDS = "postbox.queue_ids": u32 => &'static str;
-    /// Queue id → exact counts, updated in the same write transaction as every change.
-    4 COUNTERS = "postbox.counters": u32 => [u8; COUNTERS_LEN];
-    /// Message id → fixed-size mutable state (queue, status, delivery count, lock).
-    5 STATE = "postbox.state": u64 => [u8; STATE_LEN];
-    /// Message id → immutable envelope (versioned) followed by the body. Kept apart from `STATE` so
-    /// that locking a large message never rewrites its body.
-    6 DATA = "postbox.data": u64 => &'static [u8];
-    /// (queue id, 7 - priority, message id): messages receivable now, in delivery order.
-    7 READY = "postbox.ready": (u32, u8, u64) => ();
-    /// (visible_at ms, message id): scheduled messages, due first.
-    8 SCHEDULED = "postbox.scheduled": (u64, u64) => ();
-    /// (expires_at ms, message id): unlocked messages with a time to live.
-    9 EXPIRING = "postbox.expiring": (u64, u64) => ();
-    /// (locked_until ms, message id): held locks, soonest expiry first.
-    10 LOCK_EXPIRY = "postbox.lock_expiry": (u64, u64) => ();
-    /// Owner id → (pid, process start time): the processes that have the store open.
-    11 OWNERS = "postbox.owners": u64 => (u32, u64);
-    /// Owner id → where the owner runs (a hash of the boot id and PID namespace; see `owners`).
-    /// Kept apart from `OWNERS` so that stores created before it existed stay readable.
-    12 OWNER_SCOPES = "postbox.owner_scopes": u64 => u64;
-    /// (queue id, message_key) → (message id, forget at ms): duplicate detection.
-    13 DEDUP = "postbox.dedup": (u32, &'static str) => (u64, u64);
-    /// (collator queue id, series, sequence number) → the message (`codec::encode_held`): messages
-    /// a collator holds until their series is contiguous up to them. They get an id only when
-    /// released, so ids (and delivery order) follow the series (format 3).
-    16 HELD = "postbox.held": (u32, &'static str, u64) => &'static [u8];
-    /// (collator queue id, series) → the series' progress ([`SeriesState`]), while it is incomplete.
-    17 SERIES = "postbox.series": (u32, &'static str) => [u8; 24];
-    /// (session queue id, group, message id): every message of a queue that requires sessions, by
-    /// group in send order (format 3).
-    18 SESSION_MSGS = "postbox.session_msgs": (u32, &'static str, u64) => ();
-    /// (session queue id, group) → the session's lock and state ([`SessionRecord`]) (format 3).
-    19 SESSIONS = "postbox.sessions": (u32, &'static str) => &'static [u8];
-    /// (queue id, message id): deferred messages, set aside until received by id (format 3).
-    15 DEFERRED = "postbox.deferred": (u32, u64) => ();
-    /// Job id → the job's record ([`JobRecord`]): counts, sealed flag and continuation (format 4).
-    20 JOBS = "postbox.jobs": u64 => &'static [u8];
-    /// (job id, message id) → the piece's state: byte 0 outcome (0 pending, 1 completed, 2
-    /// dead-lettered), bytes 1..9 when it ended (ms) (format 4).
-    21 JOB_PIECES = "postbox.job_pieces": (u64, u64) => [u8; 9];
-    /// Message id → the job it is a piece of, while it is pending (state flag `0x10`) (format 4).
-    22 PIECE_JOB = "postbox.piece_job": u64 => u64;
-    /// (message id, key): the progress keys a receiver recorded on a message it holds (state flag
-    /// `0x08`), removed with the message (format 4).
-    23 CHECKPOINTS = "postbox.checkpoints": (u64, &'static str) => ();
-    /// (table name, key) → value: the application's own rows, written in the same commit as its
-    /// sends and settles (format 4).
-    24 APP_ROWS = "postbox.app_rows": (&'static str, &'static [u8]) => &'static [u8];
-    /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are forgotten.
-    14 DEDUP_EXPIRY = "postbox.dedup_expiry": (u64, u32, &'static str) => ();
+/// Every table, declared once: its log number, its definition's name, the name of its slot in
+/// a batch (`batch::slots`, which cannot derive it: `macro_rules!` cannot lowercase), its redb
+/// name, and its key and value types. `table_list!(m)` hands the list to macro `m`, so each
+/// thing made per table is generated from here. Log numbers are written in the write-ahead
+/// log: never change or reuse one.
+macro_rules! table_list {
+    ($m:ident) => {
+        $m! {
+            /// Small named integers: the format version.
+            1 META meta = "postbox.meta": &'static str => u64;
+            /// Queue name → encoded queue record.
+            2 QUEUES queues = "postbox.queues": &'static str => &'static [u8];
+            /// Queue id → queue name, to validate ids held by handles and to name queues in
+            /// envelopes.
+            3 QUEUE_IDS queue_ids = "postbox.queue_ids": u32 => &'static str;
+            /// Queue id → exact counts, updated in the same write transaction as every change.
+            4 COUNTERS counters = "postbox.counters": u32 => [u8; COUNTERS_LEN];
+            /// Message id → fixed-size mutable state (queue, status, delivery count, lock).
+            5 STATE state = "postbox.state": u64 => [u8; STATE_LEN];
+            /// Message id → immutable envelope (versioned) followed by the body. Kept apart from
+            /// `STATE` so that locking a large message never rewrites its body.
+            6 DATA data = "postbox.data": u64 => &'static [u8];
+            /// (queue id, 7 - priority, message id): messages receivable now, in delivery order.
+            7 READY ready = "postbox.ready": (u32, u8, u64) => ();
+            /// (visible_at ms, message id): scheduled messages, due first.
+            8 SCHEDULED scheduled = "postbox.scheduled": (u64, u64) => ();
+            /// (expires_at ms, message id): unlocked messages with a time to live.
+            9 EXPIRING expiring = "postbox.expiring": (u64, u64) => ();
+            /// (locked_until ms, message id): held locks, soonest expiry first.
+            10 LOCK_EXPIRY lock_expiry = "postbox.lock_expiry": (u64, u64) => ();
+            /// Owner id → (pid, process start time): the processes that have the store open.
+            11 OWNERS owners = "postbox.owners": u64 => (u32, u64);
+            /// Owner id → where the owner runs (a hash of the boot id and PID namespace; see
+            /// `owners`). Kept apart from `OWNERS` so that stores created before it existed stay
+            /// readable.
+            12 OWNER_SCOPES owner_scopes = "postbox.owner_scopes": u64 => u64;
+            /// (queue id, message_key) → (message id, forget at ms): duplicate detection.
+            13 DEDUP dedup = "postbox.dedup": (u32, &'static str) => (u64, u64);
+            /// (collator queue id, series, sequence number) → the message (`codec::encode_held`):
+            /// messages a collator holds until their series is contiguous up to them. They get an
+            /// id only when released, so ids (and delivery order) follow the series (format 3).
+            16 HELD held = "postbox.held": (u32, &'static str, u64) => &'static [u8];
+            /// (collator queue id, series) → the series' progress ([`SeriesState`]), while it is
+            /// incomplete.
+            17 SERIES series = "postbox.series": (u32, &'static str) => [u8; 24];
+            /// (session queue id, group, message id): every message of a queue that requires
+            /// sessions, by group in send order (format 3).
+            18 SESSION_MSGS session_msgs = "postbox.session_msgs": (u32, &'static str, u64) => ();
+            /// (session queue id, group) → the session's lock and state ([`SessionRecord`])
+            /// (format 3).
+            19 SESSIONS sessions = "postbox.sessions": (u32, &'static str) => &'static [u8];
+            /// (queue id, message id): deferred messages, set aside until received by id
+            /// (format 3).
+            15 DEFERRED deferred = "postbox.deferred": (u32, u64) => ();
+            /// Job id → the job's record ([`JobRecord`]): counts, sealed flag and continuation
+            /// (format 4).
+            20 JOBS jobs = "postbox.jobs": u64 => &'static [u8];
+            /// (job id, message id) → the piece's state: byte 0 outcome (0 pending, 1 completed, 2
+            /// dead-lettered), bytes 1..9 when it ended (ms) (format 4).
+            21 JOB_PIECES job_pieces = "postbox.job_pieces": (u64, u64) => [u8; 9];
+            /// Message id → the job it is a piece of, while it is pending (state flag `0x10`)
+            /// (format 4).
+            22 PIECE_JOB piece_job = "postbox.piece_job": u64 => u64;
+            /// (message id, key): the progress keys a receiver recorded on a message it holds
+            /// (state flag `0x08`), removed with the message (format 4).
+            23 CHECKPOINTS checkpoints = "postbox.checkpoints": (u64, &'static str) => ();
+            /// (table name, key) → value: the application's own rows, written in the same commit as
+            /// its sends and settles (format 4).
+            24 APP_ROWS app_rows = "postbox.app_rows": (&'static str, &'static [u8]) => &'static [u8];
+            /// (forget at ms, queue id, message_key): dedup entries by expiry, so old keys are
+            /// forgotten.
+            14 DEDUP_EXPIRY dedup_expiry = "postbox.dedup_expiry": (u64, u32, &'static str) => ();
+        }
+    };
 }
+
+pub(crate) use table_list;
+
+table_list!(tables);
 
 /// Current on-disk format. Bumped when a table or record layout changes incompatibly.
 ///
