@@ -305,16 +305,6 @@ def one_cycle(edges: dict[Path, dict[Path, str]], comp: list[Path]) -> list[Path
     return comp
 
 
-# Cycles known and not yet untangled: one whose files all sit in such a directory of core/src is
-# printed but does not fail. Each entry says why it is there; a new cycle anywhere else fails.
-KNOWN = {
-    "processor": "its files each add an `impl Shared` block and name each other's types; "
-    "the split by concern moved code without yet ordering the files",
-}
-
-KNOWN_SEEN: list[str] = []
-
-
 def check(src: Path, api: bool) -> list[str]:
     crate = Crate(src)
     edges = crate.graph()
@@ -334,12 +324,6 @@ def check(src: Path, api: bool) -> list[str]:
         for comp in module_order(src)[1]:
             failures.append("import cycle among top-level modules: " + ", ".join(comp))
     for comp in cycles(edges):
-        dirs = {p.relative_to(src).parts[0] for p in comp}
-        if api and len(dirs) == 1 and next(iter(dirs)) in KNOWN:
-            d = next(iter(dirs))
-            KNOWN_SEEN.append(d)
-            print(f"layers (known, not enforced): a cycle among {len(comp)} files of {d}/: {KNOWN[d]}", file=sys.stderr)
-            continue
         circle = one_cycle(edges, comp)
         where = src.relative_to(REPO) if src.is_relative_to(REPO) else src
         lines = [f"import cycle among {len(comp)} files of {where}: " + ", ".join(name(p) for p in comp)]
@@ -386,8 +370,7 @@ def main(argv: list[str]) -> int:
                 print(f"layers (not enforced): {f}", file=sys.stderr)
     if failures:
         return 1
-    print("layers: no import cycle among the files of " + ", ".join(shown(r) for r in roots)
-          + (" but the known ones above" if KNOWN_SEEN else ""))
+    print("layers: no import cycle among the files of " + ", ".join(shown(r) for r in roots))
     if roots == [REPO / "core" / "src"]:
         print("layers: bottom up: " + " < ".join(module_order(roots[0])[0]))
     return 0

@@ -1,4 +1,5 @@
-//! Configuring and starting a processor.
+//! Configuring and starting a processor: [`Processor::builder`] with the defaults it sets,
+//! the [`ProcessorBuilder`], and the start that spawns the threads.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,33 +10,17 @@ use serde::de::DeserializeOwned;
 
 #[cfg(doc)]
 use super::REASON_DECODE_FAILED;
+use super::config::Config;
+use super::shared::Counters;
 use super::{
-    Autoscale, Delivery, EventCallback, Failure, Gate, Handler, MAX_PROCESSOR_WORKERS, Processor,
-    ProcessorEvent, RetryPolicy, ScaleCallback, Shared, renewal, report::Counters, scaling, worker,
+    Autoscale, Delivery, Failure, Gate, Handler, MAX_PROCESSOR_WORKERS, Processor, ProcessorEvent,
+    RetryPolicy, Shared, renewal, scaling, worker,
 };
 use crate::engine::Cancel;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::sync::Mutex;
 use crate::tx::Transaction;
-
-#[derive(Clone)]
-pub(super) struct Config {
-    pub(super) workers: usize,
-    pub(super) retry: RetryPolicy,
-    pub(super) handler_timeout: Option<Duration>,
-    pub(super) max_auto_renew: Duration,
-    pub(super) prefetch: usize,
-    pub(super) combined_commit: bool,
-    pub(super) autoscale: Option<Autoscale>,
-    pub(super) drop_timeout: Duration,
-    pub(super) on_scale: Option<ScaleCallback>,
-    pub(super) on_event: Option<EventCallback>,
-    /// Stack size of worker threads; `None` for the Rust default.
-    pub(super) stack_size: Option<usize>,
-    /// Session mode: each worker holds one session (group) at a time.
-    pub(super) sessions: bool,
-}
 
 /// Configures and starts a [`Processor`]; see [`Processor::builder`].
 ///
@@ -70,6 +55,29 @@ impl fmt::Debug for ProcessorBuilder {
             .field("combined_commit", &self.config.combined_commit)
             .field("autoscale", &self.config.autoscale)
             .finish_non_exhaustive()
+    }
+}
+
+impl Processor {
+    /// Starts configuring a processor of `queue`.
+    pub fn builder(queue: &Queue) -> ProcessorBuilder {
+        ProcessorBuilder {
+            queue: queue.clone(),
+            config: Config {
+                workers: 4,
+                retry: RetryPolicy::default(),
+                handler_timeout: None,
+                max_auto_renew: Duration::from_secs(300),
+                prefetch: 0,
+                combined_commit: true,
+                autoscale: None,
+                drop_timeout: Duration::from_secs(30),
+                on_scale: None,
+                on_event: None,
+                stack_size: None,
+                sessions: false,
+            },
+        }
     }
 }
 

@@ -1,20 +1,17 @@
 //! What a running processor tells its callbacks: worker-count changes and [`ProcessorEvent`]s.
+//! The telling is `notify.rs`, which needs the shared state that holds these callbacks.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(doc)]
-use super::ProcessorBuilder;
-use super::{Shared, worker};
 use crate::message::MessageId;
 
 /// A callback told the live worker count whenever it changes (see
-/// [`ProcessorBuilder::on_scale`]).
+/// [`ProcessorBuilder::on_scale`](crate::ProcessorBuilder::on_scale)).
 pub type ScaleCallback = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// Something a running processor did that a dashboard, a bridge or a log may want to see (see
-/// [`ProcessorBuilder::on_event`]). The same events also go to `tracing`.
+/// [`ProcessorBuilder::on_event`](crate::ProcessorBuilder::on_event)). The same events also go to `tracing`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProcessorEvent {
@@ -55,43 +52,5 @@ pub enum ProcessorEvent {
     },
 }
 
-/// A callback told every [`ProcessorEvent`] (see [`ProcessorBuilder::on_event`]).
+/// A callback told every [`ProcessorEvent`] (see [`ProcessorBuilder::on_event`](crate::ProcessorBuilder::on_event)).
 pub type EventCallback = Arc<dyn Fn(&ProcessorEvent) + Send + Sync>;
-
-impl Shared {
-    /// Tells the `on_event` callback, if any, about `event`.
-    pub(super) fn emit(&self, event: ProcessorEvent) {
-        if let Some(f) = &self.config.on_event
-            && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&event)))
-        {
-            tracing::error!(
-                queue = %self.queue.name(),
-                panic = %worker::panic_text(p.as_ref()),
-                "processor on_event callback panicked"
-            );
-        }
-    }
-
-    /// Tells `on_scale` and `on_event` the live worker count after a change. Reports are made
-    /// one at a time, each with the count at its making (not the count its caller saw): workers
-    /// retiring together then report in order and the last report is the final count.
-    pub(super) fn report_scale(&self) {
-        let mut last = self.last_scale.lock();
-        let live = self.state.lock().live;
-        if *last == Some(live) {
-            return;
-        }
-        *last = Some(live);
-        self.emit(ProcessorEvent::Scaled { workers: live });
-        if let Some(f) = &self.config.on_scale
-            && let Err(p) = catch_unwind(AssertUnwindSafe(|| f(live)))
-        {
-            tracing::error!(
-                queue = %self.queue.name(),
-                workers = live,
-                panic = %worker::panic_text(p.as_ref()),
-                "processor on_scale callback panicked"
-            );
-        }
-    }
-}

@@ -4,8 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::builder::{Config, ProcessorBuilder};
-use super::{ProcessorStats, RetryPolicy, Shared, ShutdownReport, WORKER_OF};
+use super::{ProcessorStats, Shared, ShutdownReport, WORKER_OF};
 use crate::queue::Queue;
 
 /// Many receivers on one queue running a handler per message, with automatic lock renewal,
@@ -46,27 +45,6 @@ impl fmt::Debug for Processor {
 }
 
 impl Processor {
-    /// Starts configuring a processor of `queue`.
-    pub fn builder(queue: &Queue) -> ProcessorBuilder {
-        ProcessorBuilder {
-            queue: queue.clone(),
-            config: Config {
-                workers: 4,
-                retry: RetryPolicy::default(),
-                handler_timeout: None,
-                max_auto_renew: Duration::from_secs(300),
-                prefetch: 0,
-                combined_commit: true,
-                autoscale: None,
-                drop_timeout: Duration::from_secs(30),
-                on_scale: None,
-                on_event: None,
-                stack_size: None,
-                sessions: false,
-            },
-        }
-    }
-
     /// The queue being processed.
     pub fn queue(&self) -> &Queue {
         &self.shared.queue

@@ -1,13 +1,12 @@
-//! What a processor counts: its live counters, the stats read from them and the report of a
-//! shutdown.
+//! What a processor reports: the stats read from its live counters (`Counters`, in the shared
+//! state) and the report of a shutdown.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-#[cfg(doc)]
-use super::Processor;
 use super::Shared;
 
-/// Counters of a processor, readable at any time with [`Processor::stats`].
+/// Counters of a processor, readable at any time with
+/// [`Processor::stats`](crate::Processor::stats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct ProcessorStats {
@@ -33,7 +32,8 @@ pub struct ProcessorStats {
     pub workers: usize,
 }
 
-/// What [`Processor::shutdown`] and [`Processor::join`] report.
+/// What [`Processor::shutdown`](crate::Processor::shutdown) and
+/// [`Processor::join`](crate::Processor::join) report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct ShutdownReport {
@@ -61,16 +61,6 @@ pub struct ShutdownReport {
     /// `finished` is false, `still_running` 0, the counters are those copied at the fork, and
     /// the parent's processor runs on unaffected.
     pub forked: bool,
-}
-
-#[derive(Default)]
-pub(super) struct Counters {
-    pub(super) processed: AtomicU64,
-    pub(super) failed: AtomicU64,
-    pub(super) dead_lettered: AtomicU64,
-    pub(super) lock_lost: AtomicU64,
-    pub(super) returned: AtomicU64,
-    pub(super) unsettled: AtomicU64,
 }
 
 impl Shared {

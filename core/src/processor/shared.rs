@@ -2,11 +2,11 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
-use super::builder::Config;
+use super::config::Config;
 use super::gate::Gate;
 use super::handler::Handler;
-use super::report::Counters;
 use crate::clock::Clock;
 use crate::engine::{Cancel, Signal};
 use crate::error::Result;
@@ -36,6 +36,17 @@ pub(super) struct Shared {
     /// Reached through `Deref`, as `sh.state` and `sh.cv`, by the workers and watchers.
     pub(super) gate: Gate,
     pub(super) counters: Counters,
+}
+
+/// What a processor counts over its life, read into `ProcessorStats` and `ShutdownReport`.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) processed: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
+    pub(super) lock_lost: AtomicU64,
+    pub(super) returned: AtomicU64,
+    pub(super) unsettled: AtomicU64,
 }
 
 impl Deref for Shared {

@@ -17,7 +17,7 @@ use crate::sync::thread;
 
 use super::{
     Delivery, Failure, Handler, Lease, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched,
-    renewal,
+    panic_text, renewal,
 };
 use crate::engine::{Cancel, Engine, HeldLock, IdleReceiver, Locked};
 use crate::error::{Error, Result};
@@ -371,13 +371,6 @@ impl IdleReceiver for Worker<'_> {
 
 fn tx_free(h: &Handler) -> bool {
     matches!(h, Handler::PeekLock(_))
-}
-
-pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// The lock a receive took.
