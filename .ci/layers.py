@@ -34,7 +34,7 @@ TOKEN = re.compile(
   | (?P<char>b?'(?:\\[^']{1,10}|[^\\'\n])')
   | (?P<mod>(?P<modtest>\#\[cfg\((?:all\()?test\b[^\]]*\]\s*)?(?:pub(?:\([^)]*\))?\s+)?mod\s+(?P<modname>\w+)\s*\{)
   | (?P<use>(?P<usepub>pub(?:\([^)]*\))?\s+)?use\s+(?P<usetree>[^;]+);)
-  | (?P<def>\b(?:fn|struct|enum|trait|type|const|static|union)\s+(?P<defname>\w+)|macro_rules!\s*(?P<macname>\w+))
+  | (?P<def>(?<!\*)\b(?:fn|struct|enum|trait|type|const|static|union)\s+(?P<defname>\w+)|macro_rules!\s*(?P<macname>\w+))
   | (?P<path>(?<![\w:.])[a-z_]\w*(?:\s*::\s*\w+)+)
   | (?P<open>\{)
   | (?P<close>\})
@@ -148,7 +148,9 @@ class Crate:
                     if not reexport:
                         self.refs.append((f, cur, segs, "use " + "::".join(segs + (["*"] if name == "*" else [])), name != "*"))
             elif m.group("def"):
-                self.defs.setdefault(cur, set()).add(m.group("defname") or m.group("macname"))
+                # `const _` names nothing: a glob of its module brings no `_` to import.
+                if (m.group("defname") or m.group("macname")) != "_":
+                    self.defs.setdefault(cur, set()).add(m.group("defname") or m.group("macname"))
             elif m.group("path"):
                 segs = [p.strip() for p in m.group("path").split("::")]
                 self.refs.append((f, cur, segs, "::".join(segs), False))

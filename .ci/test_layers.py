@@ -79,6 +79,30 @@ CASES = [
         ["message.rs", "engine/batch/send.rs"],
     ),
     (
+        "an unnamed const or a raw pointer defines nothing",
+        # error.rs glob-imports message.rs and spells `_` (a match arm) and `u8`; message.rs
+        # has a `const _` and a `*const u8`. Only a real name would close error.rs ->
+        # message.rs -> error.rs.
+        planted({"error.rs": "use crate::message::*;\npub struct Error;\n"
+                 "pub type Result<T> = std::result::Result<T, Error>;\n"
+                 "fn f(x: u8) -> u8 { match x { _ => 0 } }\n",
+                 "message.rs": "use crate::error::Result;\npub struct Message;\n"
+                 "const _: () = ();\nfn p(_: *const u8) {}\n"
+                 "pub fn check() -> Result<()> { Ok(()) }\n"}),
+        False,
+        [],
+    ),
+    (
+        "cycle among the files of one directory",
+        # Nothing is exempt: two files of processor/ importing each other fail.
+        planted({"lib.rs": CLEAN["lib.rs"] + "mod processor;\n",
+                 "processor/mod.rs": "mod a;\nmod b;\n",
+                 "processor/a.rs": "use super::b::B;\npub struct A;\nfn f(_: B) {}\n",
+                 "processor/b.rs": "use super::a::A;\npub struct B;\nfn f(_: A) {}\n"}),
+        True,
+        ["processor/a.rs", "processor/b.rs"],
+    ),
+    (
         "engine file importing a public module",
         planted({"engine/read.rs": "use crate::queue::Queue;\npub fn get() {}\n"}),
         True,
