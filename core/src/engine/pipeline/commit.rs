@@ -1,0 +1,148 @@
+//! Committing a batch that has run: to the write-ahead log with redb catching up on the applier
+//! thread, or durably to the store file; and settling a commit that failed (did it land?).
+//! Apart from running the batch (`run.rs`): what a commit costs and how it fails is its own
+//! subject (docs/design.md § Write-ahead log, § I/O failures).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::applier::Applier;
+use super::writer::WriterContext;
+use crate::engine::db::Resolved;
+use crate::engine::wal::{self, AppendError, Wal};
+use crate::error::{Error, Result};
+use crate::options::Durability;
+
+/// A commit failed: find out whether it landed, so that callers hear the truth. `None` when
+/// the batch is durable after all; its error (`StorageFull` for a full disk) when it is not; a
+/// commit whose outcome cannot be learnt is `OutcomeUnknown`.
+fn settle_failed_commit(ctx: &WriterContext, batch_no: u64, failed: Error) -> Option<Error> {
+    if batch_no == 0 {
+        // The closing batch writes no mark; the next open settles what it left.
+        ctx.db.mark_broken();
+        return Some(failed);
+    }
+    match ctx.db.resolve(ctx.owner, batch_no, &failed) {
+        Resolved::Applied => {
+            tracing::warn!(error = %failed, "a commit reported failure but is durable");
+            ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Resolved::NotApplied => Some(match failed {
+            Error::OutcomeUnknown(text) => Error::Io(std::io::Error::other(format!(
+                "the commit failed and was not applied: {text}"
+            ))),
+            other => other,
+        }),
+        Resolved::Unknown(unknown) => Some(unknown),
+    }
+}
+
+/// Commits a batch whose record goes to the log: the record is written first (a failure
+/// there aborts the batch cleanly); then redb commits the batch without a sync on the applier
+/// thread while this thread syncs the log, so that the apply costs no time of its own. The
+/// batch is durable when the sync returns.
+///
+/// A failed sync leaves the outcome unknown and the log closed; a failed apply leaves redb
+/// refusing further use, while the batch is durable in the log. Either way the store is
+/// marked for reopening, which replays the log: the store then holds the batch exactly when
+/// its record is durable. Returns the batch's error, if any — or, when the log had to grow
+/// and the disk had no room, the transaction back, for a durable commit instead.
+pub(super) fn commit_logged(
+    ctx: &WriterContext,
+    mut txn: redb::WriteTransaction,
+    wal: &Wal,
+    body: &[u8],
+    started: Instant,
+) -> std::result::Result<Option<Error>, Box<redb::WriteTransaction>> {
+    let ran = Instant::now();
+    if let Err(e) = txn.set_durability(redb::Durability::None) {
+        let _ = txn.abort();
+        return Ok(Some(Error::Config(e.to_string())));
+    }
+    let mut applier = ctx.applier.lock();
+    let applier = applier.get_or_insert_with(Applier::start);
+    let mut pending = Some(txn);
+    let appended = wal.append(body, || {
+        if let Some(t) = pending.take() {
+            applier.hand(t);
+        }
+    });
+    let s = &ctx.stats;
+    Ok(match appended {
+        Err(AppendError::NoRoom(e)) => match pending {
+            Some(t) => return Err(Box::new(t)),
+            None => Some(e),
+        },
+        Err(AppendError::NotWritten(e)) => {
+            if let Some(t) = pending {
+                let _ = t.abort();
+            }
+            Some(e)
+        }
+        Err(AppendError::NotSynced(e)) => {
+            let _ = applier.wait();
+            ctx.db.mark_broken();
+            Some(e)
+        }
+        Ok(a) => {
+            let (applied, apply_ns) = applier.wait();
+            s.commits.fetch_add(1, Ordering::Relaxed);
+            s.log_records.fetch_add(1, Ordering::Relaxed);
+            s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+            s.run_ns
+                .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
+            s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
+            s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
+            s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
+            if let Err(e) = applied {
+                // Durable in the log all the same: the reopen replays it.
+                tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
+                ctx.db.mark_broken();
+            }
+            None
+        }
+    })
+}
+
+/// Commits a batch durably to the store file: with a log, as a checkpoint (every record so
+/// far is then applied, and the log starts a new cycle; the closing batch, `batch_no` 0,
+/// records that the store needs no log); without, as asked by `durability`.
+pub(super) fn commit_durably(
+    ctx: &WriterContext,
+    mut txn: redb::WriteTransaction,
+    wal: Option<&Wal>,
+    durability: Durability,
+    batch_no: u64,
+    oversized: bool,
+) -> Option<Error> {
+    let commit = (|| -> Result<()> {
+        if let Some(w) = wal {
+            // The batch is not logged: when it is durable, so is every record.
+            wal::checkpoint(&txn, w, batch_no == 0)?;
+        } else if matches!(durability, Durability::None) {
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| Error::Config(e.to_string()))?;
+        }
+        Ok(txn.commit()?)
+    })();
+    match commit {
+        Ok(()) => {
+            ctx.stats.commits.fetch_add(1, Ordering::Relaxed);
+            if let Some(w) = wal {
+                w.reset();
+                ctx.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            None
+        }
+        Err(e) if oversized => {
+            // No mark was written for this batch: a reopen tells nothing about it.
+            ctx.db.mark_broken();
+            Some(match e {
+                e @ Error::StorageFull(_) => e,
+                other => Error::OutcomeUnknown(other.to_string()),
+            })
+        }
+        Err(failed) => settle_failed_commit(ctx, batch_no, failed),
+    }
+}

@@ -1,0 +1,277 @@
+//! Running one batch on the store: [`WriterContext`]'s [`Writer`] implementation, which opens
+//! the transaction, runs the jobs and the parked receives, has the batch committed and answers
+//! every caller with the outcome. Apart from the commit itself (`commit.rs`), and from the
+//! election, which never sees the store.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::commit::{commit_durably, commit_logged};
+use super::job::Job;
+use super::writer::{Writer, WriterContext};
+use crate::engine::batch::{Batch, DueHints};
+use crate::engine::guarded;
+use crate::engine::logged::{Changes, LoggedTxn};
+use crate::engine::park::{self, ParkedReceive};
+use crate::error::Error;
+use crate::options::Durability;
+
+impl Writer for WriterContext {
+    type Job = Box<dyn Job>;
+
+    fn durability(&self) -> Durability {
+        // Short of space, `Durability::None` commits durably too: only a durable commit lets
+        // redb reuse the pages the commits before it freed.
+        match self.durability {
+            Durability::None if self.space.is_short() => Durability::Immediate,
+            d => d,
+        }
+    }
+
+    fn reap_as(&self) -> Option<(u64, u64)> {
+        self.reap_as
+    }
+
+    fn due_in_ms(&self) -> u64 {
+        let due = self.hints.lock().next_receivable();
+        due.saturating_sub(self.clock.now_ms())
+    }
+
+    fn run(
+        &self,
+        jobs: Vec<Box<dyn Job>>,
+        parked: &mut Vec<ParkedReceive>,
+        timer: bool,
+        durability: Durability,
+        reap: Option<(u64, u64)>,
+        batch_no: u64,
+    ) {
+        run_guarded(self, jobs, parked, timer, durability, reap, batch_no);
+    }
+}
+
+fn run_guarded(
+    ctx: &WriterContext,
+    jobs: Vec<Box<dyn Job>>,
+    parked: &mut Vec<ParkedReceive>,
+    timer: bool,
+    durability: Durability,
+    reap: Option<(u64, u64)>,
+    batch_no: u64,
+) {
+    // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
+    // callers get an error instead of hanging; the writer thread lives on.
+    let outcome =
+        guarded::catch(|| run_batch(ctx, jobs, parked, timer, durability, reap, batch_no));
+    if outcome.is_err() {
+        // The parked receives this batch did not reach are still parked. A caller whose
+        // deadline passed (a `try_receive`) waits for its answer, and the time-driven batch
+        // that would answer it may panic on the same damaged page every time: answer those
+        // callers now, as a failed batch does.
+        park::expire(
+            parked,
+            Some(&Error::Corrupted(
+                "storage failure: the commit pipeline caught a panic before answering".into(),
+            )),
+        );
+        ctx.signals.notify_all();
+    }
+}
+
+fn run_batch(
+    ctx: &WriterContext,
+    jobs: Vec<Box<dyn Job>>,
+    parked: &mut Vec<ParkedReceive>,
+    timer: bool,
+    durability: Durability,
+    reap: Option<(u64, u64)>,
+    batch_no: u64,
+) {
+    let n = jobs.len() as u64;
+    let mut fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
+        if e.is_io_failure() {
+            ctx.db.mark_broken();
+        }
+        for j in jobs {
+            j.fail(e);
+        }
+        park::expire(parked, Some(e));
+    };
+    let (db, wal) = match ctx.db.get_with_log() {
+        Ok(both) => both,
+        Err(e) => return fail_all(jobs, &e),
+    };
+    let txn = match db.begin_write() {
+        Ok(t) => t,
+        Err(e) => return fail_all(jobs, &e.into()),
+    };
+    // With a log, a batch is made durable by its record, or (a checkpoint: the closing batch,
+    // or one due by the log's size or age) by a durable redb commit that marks every record so
+    // far as applied.
+    let checkpoint = wal
+        .as_ref()
+        .is_some_and(|w| batch_no == 0 || w.checkpoint_due() || ctx.space.is_short());
+    let logged = wal.is_some() && !checkpoint;
+    let changes = if logged {
+        Changes::on(std::mem::take(&mut *ctx.log_buf.lock()))
+    } else {
+        Changes::off()
+    };
+    let started = Instant::now();
+    let mut ran = Vec::with_capacity(jobs.len());
+    let mut served = Vec::new();
+    let mut fatal: Option<Error> = None;
+    let woken;
+    let traffic;
+    let dirty;
+    let final_hints;
+    {
+        let hints = if ctx.reap_as.is_none() {
+            std::mem::take(&mut *ctx.hints.lock())
+        } else {
+            DueHints::default()
+        };
+        let ltxn = LoggedTxn {
+            txn: &txn,
+            changes: &changes,
+        };
+        let mut batch = match Batch::open(ltxn, ctx.clock.now_ms(), hints) {
+            Ok(b) => b,
+            Err(e) => return fail_all(jobs, &e),
+        };
+        batch.track_activity(ctx.activity.clone());
+        if let Some(ids) = &ctx.ids {
+            batch.share_ids(ids.clone());
+        }
+        let mut maintenance = batch.sweep();
+        if let (Ok(()), Some(me)) = (&maintenance, reap) {
+            maintenance = batch.reap_dead_owners(me.0, me.1);
+        }
+        if let Err(e) = maintenance {
+            drop(batch);
+            let _ = txn.abort();
+            return fail_all(jobs, &e);
+        }
+        let mut rest = jobs.into_iter();
+        for job in rest.by_ref() {
+            let r = job.run(&mut batch);
+            let failed = r.fatal.as_ref().map(Error::duplicate);
+            ran.push(r);
+            if let Some(e) = failed {
+                fatal = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = &fatal {
+            for j in rest {
+                j.fail(e);
+            }
+        } else {
+            match park::serve(&mut batch, parked, timer) {
+                Ok(s) => served = s,
+                Err(e) => fatal = Some(e),
+            }
+            if fatal.is_none()
+                && let Err(e) = batch.flush()
+            {
+                fatal = Some(e);
+            }
+        }
+        dirty = batch.changed();
+        // Commit marks settle a failed durable commit (see `db`); a logged batch that fails
+        // is settled by reopening, which replays the log.
+        if fatal.is_none()
+            && dirty
+            && batch_no != 0
+            && !logged
+            && let Err(e) = batch.write_mark(ctx.owner, batch_no)
+        {
+            fatal = Some(e);
+        }
+        woken = std::mem::take(&mut batch.woken);
+        traffic = std::mem::take(&mut batch.traffic);
+        final_hints = batch.hints;
+    }
+    let mut body = changes.take();
+    let oversized = wal
+        .as_ref()
+        .is_some_and(|w| logged && w.too_big(body.len()));
+    let outcome = match fatal {
+        Some(e) => {
+            let _ = txn.abort();
+            if e.is_io_failure() {
+                ctx.db.mark_broken();
+            }
+            Some(e)
+        }
+        None if !dirty => {
+            let _ = txn.abort();
+            None
+        }
+        None if logged
+            && !oversized
+            && let Some(wal) = &wal =>
+        {
+            match commit_logged(ctx, txn, wal, &body, started) {
+                Ok(outcome) => outcome,
+                Err(txn) => {
+                    let mut txn = *txn;
+                    // The log could not grow for want of space: the batch commits durably
+                    // instead, as a checkpoint, after which the log starts again at its first
+                    // slot and needs no growth.
+                    ctx.space.ran_out();
+                    drop(db);
+                    let marked = txn
+                        .set_durability(redb::Durability::Immediate)
+                        .map_err(|e| Error::Config(e.to_string()))
+                        .and_then(|()| crate::engine::db::write_mark(&txn, ctx.owner, batch_no));
+                    match marked {
+                        Ok(()) => commit_durably(ctx, txn, Some(wal), durability, batch_no, false),
+                        Err(e) => {
+                            let _ = txn.abort();
+                            Some(e)
+                        }
+                    }
+                }
+            }
+        }
+        None => {
+            drop(db);
+            commit_durably(ctx, txn, wal.as_deref(), durability, batch_no, oversized)
+        }
+    };
+    if outcome
+        .as_ref()
+        .is_some_and(|e| matches!(e, Error::StorageFull(_)))
+    {
+        ctx.space.ran_out();
+    }
+    body.clear();
+    *ctx.log_buf.lock() = body;
+    if outcome.is_none() && ctx.reap_as.is_none() {
+        // Hints taken from the store are kept only if what they describe was committed; on
+        // failure the default (look everywhere) stays in place.
+        *ctx.hints.lock() = final_hints;
+    }
+    // A parked receive served in this batch is an operation of the batch like any other.
+    ctx.stats
+        .operations
+        .fetch_add(n + served.len() as u64, Ordering::Relaxed);
+    for r in ran {
+        (r.deliver)(outcome.as_ref());
+    }
+    for s in served {
+        s.answer(outcome.as_ref());
+    }
+    if outcome.is_none() {
+        if !traffic.is_empty() {
+            let mut total = ctx.stats.traffic.lock();
+            for (q, t) in traffic {
+                let e = total.entry(q).or_default();
+                e.sent += t.sent;
+                e.completed += t.completed;
+            }
+        }
+        ctx.signals.notify(woken);
+    }
+}
