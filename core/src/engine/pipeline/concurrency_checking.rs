@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use shuttle::rand::Rng;
 
+use super::writer::Round;
 use super::{Msg, Pipeline, Writer};
 use crate::engine::batch::Locked;
 use crate::engine::park::{self, ParkState, ParkedReceive};
@@ -52,15 +53,8 @@ impl Writer for Fake {
         u64::MAX
     }
 
-    fn run(
-        &self,
-        jobs: Vec<FakeJob>,
-        parked: &mut Vec<ParkedReceive>,
-        timer: bool,
-        _durability: Durability,
-        _reap: Option<(u64, u64)>,
-        _batch_no: u64,
-    ) {
+    fn run(&self, jobs: Vec<FakeJob>, parked: &mut Vec<ParkedReceive>, round: Round) {
+        let timer = round.timer;
         let mut queue = self.queue.lock();
         let mut b = FakeBatch {
             queue: &mut queue,

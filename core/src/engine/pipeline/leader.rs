@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::writer::Writer;
+use super::writer::{Round, Writer};
 use crate::engine::park::{self, ParkedReceive};
 use crate::error::{Error, Result};
 use crate::options::Durability;
@@ -215,8 +215,13 @@ impl<W: Writer> Shared<W> {
                 };
                 let started = Instant::now();
                 c.batch_no += 1;
-                self.ctx
-                    .run(jobs, &mut c.parked, timer, durability, reap, c.batch_no);
+                let round = Round {
+                    timer,
+                    durability,
+                    reap,
+                    batch_no: c.batch_no,
+                };
+                self.ctx.run(jobs, &mut c.parked, round);
                 c.last_cost = started.elapsed();
             }
             timer = false;
@@ -224,14 +229,13 @@ impl<W: Writer> Shared<W> {
                 // Parked receives are dropped unanswered: their callers see the store closed.
                 c.parked.clear();
                 // Batch 0 writes no commit mark: the closing batch unregisters this owner.
-                self.ctx.run(
-                    vec![last],
-                    &mut c.parked,
-                    false,
-                    Durability::Immediate,
-                    None,
-                    0,
-                );
+                let closing = Round {
+                    timer: false,
+                    durability: Durability::Immediate,
+                    reap: None,
+                    batch_no: 0,
+                };
+                self.ctx.run(vec![last], &mut c.parked, closing);
                 let mut inbox = self.inbox.lock();
                 inbox.exit = true;
                 self.writer_cv.notify_one();

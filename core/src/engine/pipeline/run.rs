@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::commit::{commit_durably, commit_logged};
 use super::job::Job;
-use super::writer::{Writer, WriterContext};
+use super::writer::{Round, Writer, WriterContext};
 use crate::engine::batch::{Batch, DueHints};
 use crate::engine::guarded;
 use crate::engine::logged::{Changes, LoggedTxn};
@@ -37,16 +37,8 @@ impl Writer for WriterContext {
         due.saturating_sub(self.clock.now_ms())
     }
 
-    fn run(
-        &self,
-        jobs: Vec<Box<dyn Job>>,
-        parked: &mut Vec<ParkedReceive>,
-        timer: bool,
-        durability: Durability,
-        reap: Option<(u64, u64)>,
-        batch_no: u64,
-    ) {
-        run_guarded(self, jobs, parked, timer, durability, reap, batch_no);
+    fn run(&self, jobs: Vec<Box<dyn Job>>, parked: &mut Vec<ParkedReceive>, round: Round) {
+        run_guarded(self, jobs, parked, round);
     }
 }
 
@@ -54,15 +46,11 @@ fn run_guarded(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
     parked: &mut Vec<ParkedReceive>,
-    timer: bool,
-    durability: Durability,
-    reap: Option<(u64, u64)>,
-    batch_no: u64,
+    round: Round,
 ) {
     // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
     // callers get an error instead of hanging; the writer thread lives on.
-    let outcome =
-        guarded::catch(|| run_batch(ctx, jobs, parked, timer, durability, reap, batch_no));
+    let outcome = guarded::catch(|| run_batch(ctx, jobs, parked, round));
     if outcome.is_err() {
         // The parked receives this batch did not reach are still parked. A caller whose
         // deadline passed (a `try_receive`) waits for its answer, and the time-driven batch
@@ -82,11 +70,14 @@ fn run_batch(
     ctx: &WriterContext,
     jobs: Vec<Box<dyn Job>>,
     parked: &mut Vec<ParkedReceive>,
-    timer: bool,
-    durability: Durability,
-    reap: Option<(u64, u64)>,
-    batch_no: u64,
+    round: Round,
 ) {
+    let Round {
+        timer,
+        durability,
+        reap,
+        batch_no,
+    } = round;
     let n = jobs.len() as u64;
     let mut fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
         if e.is_io_failure() {

@@ -57,13 +57,18 @@ pub trait Writer: Send + Sync + 'static {
     /// parked receive.
     fn due_in_ms(&self) -> u64;
     /// Runs one batch and answers its callers.
-    fn run(
-        &self,
-        jobs: Vec<Self::Job>,
-        parked: &mut Vec<ParkedReceive>,
-        timer: bool,
-        durability: Durability,
-        reap: Option<(u64, u64)>,
-        batch_no: u64,
-    );
+    fn run(&self, jobs: Vec<Self::Job>, parked: &mut Vec<ParkedReceive>, round: Round);
+}
+
+/// How the election asks one batch to run.
+#[derive(Debug, Clone, Copy)]
+pub struct Round {
+    /// Woken by time-driven work (a due message, a lock expiry), not only by callers.
+    pub timer: bool,
+    /// How durable this batch's commit must be.
+    pub durability: Durability,
+    /// `Some((owner, scope))`: reap the locks of dead processes in this batch.
+    pub reap: Option<(u64, u64)>,
+    /// The batch's number; 0 for the closing batch, which writes no commit mark.
+    pub batch_no: u64,
 }
