@@ -43,6 +43,27 @@ pub fn body(size: usize) -> Vec<u8> {
 /// Appends 1 KiB and calls `fdatasync` in a loop for `duration` in `dir`; returns syncs per
 /// second. This is the ceiling for one-commit-at-a-time durable writes on this filesystem.
 pub fn fsync_probe(dir: &Path, duration: Duration) -> f64 {
+    let (n, took) = fsync_append_loop(dir, duration, u64::MAX, |_| {});
+    n as f64 / took.as_secs_f64()
+}
+
+/// The same loop as [`fsync_probe`], as a latency distribution: the duration of each
+/// append + `fdatasync`, for `duration` or `max_count` syncs, whichever comes first. What a
+/// caller committing one durable write at a time waits at least, call by call.
+pub fn fsync_probe_samples(dir: &Path, duration: Duration, max_count: u64) -> Vec<Duration> {
+    let mut samples = Vec::new();
+    fsync_append_loop(dir, duration, max_count, |d| samples.push(d));
+    samples
+}
+
+/// The fsync probe's loop: 1 KiB appended and `fdatasync`ed until `duration` or `max_count`,
+/// each pair's duration given to `sample`; returns how many it did and how long they took.
+fn fsync_append_loop(
+    dir: &Path,
+    duration: Duration,
+    max_count: u64,
+    mut sample: impl FnMut(Duration),
+) -> (u64, Duration) {
     let path = dir.join(format!("fsync-probe-{}", std::process::id()));
     let mut f = OpenOptions::new()
         .create(true)
@@ -53,15 +74,17 @@ pub fn fsync_probe(dir: &Path, duration: Duration) -> f64 {
     let block = [0x5au8; 1024];
     let start = Instant::now();
     let mut n = 0u64;
-    while start.elapsed() < duration {
+    while n < max_count && start.elapsed() < duration {
+        let call = Instant::now();
         f.write_all(&block).expect("append");
         f.sync_data().expect("fdatasync");
+        sample(call.elapsed());
         n += 1;
     }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let took = start.elapsed();
     drop(f);
     let _ = std::fs::remove_file(&path);
-    rate
+    (n, took)
 }
 
 /// Like [`fsync_probe`], but rewrites the same 1 KiB in place: `fdatasync` then need not
