@@ -10,7 +10,9 @@
 # systems to run, for development), POSTBOX_COMPARE_OUT (the markdown file, BENCHMARKS.md),
 # POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails),
 # POSTBOX_COMPARE_RECOVERY_MESSAGES (messages of the large store whose open after kill -9 is
-# timed, 1000000). Last, the RabbitMQ bridge's benchmark (system name `bridge` in
+# timed, 1000000). After the workloads, `postbox-latency` times each of ~12 s of single-thread
+# sends across write-ahead log checkpoints beside the fsync probe's per-sync latency (~20 s).
+# Last, the RabbitMQ bridge's benchmark (system name `bridge` in
 # POSTBOX_COMPARE_ONLY) appends its table.
 #
 # Everything the script installs goes to benches/compare/.work (git-ignored) or comes from
@@ -282,6 +284,8 @@ if wanted postbox-c; then
 fi
 
 PROBE_AFTER=$(probe)
+log "send latency across write-ahead log checkpoints, beside the fsync probe's (postbox-latency)"
+LATENCY=$("$BIN/postbox-latency" "$DATA" 2>/dev/null || echo '{}')
 log "recovery: open after kill -9 with a full write-ahead log, and with a large store"
 RECOVERY=$("$BIN/postbox-recovery" "$DATA" "${POSTBOX_COMPARE_RECOVERY_MESSAGES:-1000000}" 2>/dev/null || echo '{}')
 
@@ -312,6 +316,7 @@ json.dump({
   "rabbitmq": "$RABBIT_VER (Erlang $ERLANG_VER)",
   "count": $COUNT, "cap": $CAP, "seconds": $SECS,
   "probe_before": $PROBE_BEFORE, "probe_after": $PROBE_AFTER, "recovery": $RECOVERY,
+  "latency": $LATENCY,
   "elapsed_s": $(($(date +%s) - STARTED)),
 }, open(sys.argv[1], "w"))
 EOF
