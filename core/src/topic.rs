@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Engine, QueueRecord, subscription_name};
+use crate::engine::{Engine, QueueEntry, QueueRecord, subscription_name};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::message::Message;
@@ -101,7 +101,10 @@ impl Topic {
         options: Option<QueueOptions>,
     ) -> Result<Queue> {
         let (t, tname, sub) = (self.id, self.name.clone(), name.to_owned());
-        let (qname, rec) = self
+        let QueueEntry {
+            name: qname,
+            record: rec,
+        } = self
             .engine
             .call(move |b| b.subscribe(t, &tname, &sub, &filter, options.as_ref()))?;
         Ok(Queue::new(self.engine.clone(), &qname, rec))

@@ -38,7 +38,7 @@ pub(crate) use batch::{
     JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite, TEMPORARY_PREFIX,
     add_to_counter, validate_app_key, validate_app_value,
 };
-pub(crate) use codec::{QueueKind, QueueRecord};
+pub(crate) use codec::{QueueEntry, QueueKind, QueueRecord};
 pub(crate) use signal::Signal;
 pub(crate) use tracking::AwaitingReply;
 pub(crate) use wait::{Cancel, IdleReceiver, thread_interrupt, with_interrupt};

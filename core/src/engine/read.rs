@@ -3,7 +3,7 @@
 
 use redb::{ReadTransaction, ReadableTable};
 
-use super::codec::{self, QueueKind, QueueRecord, StoredEnvelope};
+use super::codec::{self, QueueEntry, QueueKind, QueueRecord, StoredEnvelope};
 use super::rules;
 use super::tables::*;
 use crate::clock::to_system_time;
@@ -390,7 +390,7 @@ pub fn counts(txn: &ReadTransaction, q: u32) -> Result<QueueCounts> {
 }
 
 /// Every ordinary queue's name and record, in name order.
-pub fn queue_records(txn: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
+pub fn queue_records(txn: &ReadTransaction) -> Result<Vec<QueueEntry>> {
     let t = txn.open_table(QUEUES)?;
     let mut out = Vec::new();
     for e in t.iter()? {
@@ -398,7 +398,10 @@ pub fn queue_records(txn: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>
         let rec =
             codec::decode_queue(k.value(), v.value()).map_err(|e| corrupted("queue record", e))?;
         if rec.kind == QueueKind::Normal {
-            out.push((k.value().to_owned(), rec));
+            out.push(QueueEntry {
+                name: k.value().to_owned(),
+                record: rec,
+            });
         }
     }
     Ok(out)
@@ -418,7 +421,7 @@ pub struct IdleSchedule {
 /// it every second.
 pub fn idle_schedule(txn: &ReadTransaction) -> Result<IdleSchedule> {
     let mut s = IdleSchedule::default();
-    for (name, rec) in queue_records(txn)? {
+    for QueueEntry { name, record: rec } in queue_records(txn)? {
         let Some(idle) = rec.options.auto_delete_on_idle else {
             continue;
         };

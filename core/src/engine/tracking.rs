@@ -178,7 +178,7 @@ impl Engine {
         let owner = self.owner;
         let made = self.call(move |b| {
             b.create_temporary_queue(owner, None)
-                .map(|(name, rec)| (rec.id, name))
+                .map(|e| (e.record.id, e.name))
         })?;
         *slot = Some(made.clone());
         Ok(made)

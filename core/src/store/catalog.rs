@@ -6,7 +6,7 @@ use crate::app_table::Table;
 use crate::collator::Collator;
 use crate::engine::queries as read;
 use crate::engine::validate_queue_name;
-use crate::engine::{QueueKind, QueueRecord};
+use crate::engine::{QueueEntry, QueueKind, QueueRecord};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobInfo, JobOptions};
 use crate::options::{QueueOptions, QueueSettings};
@@ -165,7 +165,7 @@ impl Store {
             o.apply_to(&QueueSettings::default()).validate()?;
         }
         let owner = self.engine.owner;
-        let (name, rec) = self
+        let QueueEntry { name, record: rec } = self
             .engine
             .call(move |b| b.create_temporary_queue(owner, options.as_ref()))?;
         if rec.options.auto_delete_on_idle.is_some() {
@@ -255,7 +255,7 @@ impl Store {
         self.engine.read(|t| {
             read::queue_records(t)?
                 .into_iter()
-                .map(|(name, rec)| {
+                .map(|QueueEntry { name, record: rec }| {
                     let c = read::counts(t, rec.id)?;
                     Ok(QueueInfo {
                         options: QueueOptions::from(&rec.options),

@@ -10,7 +10,7 @@ use super::*;
 
 impl<'t> Batch<'t> {
     /// The record of queue `q`, or `None` if it was deleted.
-    pub fn queue(&mut self, q: u32) -> Result<Option<Arc<(String, QueueRecord)>>> {
+    pub fn queue(&mut self, q: u32) -> Result<Option<Arc<QueueEntry>>> {
         if let Some(r) = self.queue_cache.get(&q) {
             return Ok(r.clone());
         }
@@ -33,18 +33,14 @@ impl<'t> Batch<'t> {
                     .to_vec();
                 let rec =
                     codec::decode_queue(&name, &raw).map_err(|e| corrupted("queue record", e))?;
-                Some(Arc::new((name, rec)))
+                Some(Arc::new(QueueEntry { name, record: rec }))
             }
         };
         self.queue_cache.insert(q, rec.clone());
         Ok(rec)
     }
 
-    pub(super) fn require_queue(
-        &mut self,
-        q: u32,
-        name: &str,
-    ) -> Result<Arc<(String, QueueRecord)>> {
+    pub(super) fn require_queue(&mut self, q: u32, name: &str) -> Result<Arc<QueueEntry>> {
         if let Some(rec) = self.queue(q)? {
             return Ok(rec);
         }
@@ -276,7 +272,7 @@ impl<'t> Batch<'t> {
         let mut at = (q, name.to_owned());
         for _ in 0..=MAX_FORWARD_HOPS {
             let rec = self.require_queue(at.0, &at.1)?;
-            let Some(next) = rec.1.options.forward_to.clone() else {
+            let Some(next) = rec.record.options.forward_to.clone() else {
                 return Ok(at);
             };
             let target = self

@@ -24,7 +24,7 @@ impl<'t> Batch<'t> {
             )));
         }
         let rec = self.require_queue(st.queue, "")?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         self.detach(id, &st)?;
         {
             let t = self.tables.checkpoints()?;

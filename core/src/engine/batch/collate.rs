@@ -24,7 +24,7 @@ impl<'t> Batch<'t> {
     /// takes `dest` as its destination and releases there what is ready.
     pub fn open_collator(&mut self, name: &str, dest: u32, dest_name: &str) -> Result<QueueRecord> {
         let target = self.require_queue(dest, dest_name)?;
-        self.check_reference(&format!("collator {name:?}"), &target.1, dest_name)?;
+        self.check_reference(&format!("collator {name:?}"), &target.record, dest_name)?;
         if let Some(mut rec) = self.queue_by_name(name)? {
             if rec.kind != QueueKind::Collator {
                 return Err(Error::invalid(format!(
@@ -38,7 +38,7 @@ impl<'t> Batch<'t> {
             if let Some(current) = self.queue(rec.peer)? {
                 return Err(Error::invalid(format!(
                     "collator {name:?} releases into queue {:?}, not {dest_name:?}",
-                    current.0
+                    current.name
                 )));
             }
             rec.peer = dest;
@@ -68,13 +68,13 @@ impl<'t> Batch<'t> {
     /// The record of collator `q`, failing when it was deleted or is not a collator.
     pub fn require_collator(&mut self, q: u32, name: &str) -> Result<QueueRecord> {
         let rec = self.require_queue(q, name)?;
-        if rec.1.kind != QueueKind::Collator {
+        if rec.record.kind != QueueKind::Collator {
             return Err(Error::invalid(format!(
                 "{name:?} is {}, not a collator",
-                rec.1.kind.described()
+                rec.record.kind.described()
             )));
         }
-        Ok(rec.1.clone())
+        Ok(rec.record.clone())
     }
 
     /// Sends `msgs` through collator `q`, which releases into queue `dest_name` (as its
@@ -94,7 +94,7 @@ impl<'t> Batch<'t> {
         let dest = self.require_queue(rec.peer, dest_name)?;
         let mut out = Vec::with_capacity(msgs.len());
         for m in msgs {
-            validate_message(&m, dest.1.options.max_message_size)?;
+            validate_message(&m, dest.record.options.max_message_size)?;
             let (Some(series), Some(seq)) = (m.props.group.clone(), m.props.sequence) else {
                 return Err(Error::invalid(
                     "a collated message needs a group (its series) and a sequence number",
@@ -171,7 +171,7 @@ impl<'t> Batch<'t> {
 
     /// Releases, from every series of collator `q`, what is contiguous from its next number on
     /// into `dest`: what a collator whose destination was gone held back.
-    fn release_all(&mut self, q: u32, dest: &(String, QueueRecord)) -> Result<()> {
+    fn release_all(&mut self, q: u32, dest: &QueueEntry) -> Result<()> {
         let rows: Vec<(String, SeriesState)> = self
             .tables
             .series()?
@@ -207,7 +207,7 @@ impl<'t> Batch<'t> {
     fn release(
         &mut self,
         q: u32,
-        dest: &(String, QueueRecord),
+        dest: &QueueEntry,
         series: &str,
         s: &mut SeriesState,
     ) -> Result<Vec<u64>> {
@@ -222,7 +222,7 @@ impl<'t> Batch<'t> {
             let c = self.counters_mut(q)?;
             c.held = c.held.saturating_sub(1);
             c.bytes = c.bytes.saturating_sub(m.size());
-            ids.push(self.insert_message(dest.1.id, &dest.1.options, m)?);
+            ids.push(self.insert_message(dest.record.id, &dest.record.options, m)?);
             s.next += 1;
             s.held = s.held.saturating_sub(1);
         }

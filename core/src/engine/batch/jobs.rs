@@ -167,8 +167,8 @@ impl<'t> Batch<'t> {
         let continuation = match continuation {
             Some((q, name, m)) => {
                 let rec = self.require_queue(q, &name)?;
-                self.check_reference("a job's continuation", &rec.1, &name)?;
-                validate_message(&m, rec.1.options.max_message_size)?;
+                self.check_reference("a job's continuation", &rec.record, &name)?;
+                validate_message(&m, rec.record.options.max_message_size)?;
                 Some((q, codec::encode_held("job", 0, &m)))
             }
             None => None,
@@ -258,7 +258,7 @@ impl<'t> Batch<'t> {
             let m =
                 codec::decode_held("job", 0, raw).map_err(|e| corrupted("job continuation", e))?;
             if let Some(target) = self.queue(*q)? {
-                let settings = target.1.options.clone();
+                let settings = target.record.options.clone();
                 self.insert_message(*q, &settings, m)?;
             } else {
                 let why = format!("the queue of job {job}'s continuation no longer exists");

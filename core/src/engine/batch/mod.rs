@@ -69,7 +69,7 @@ use redb::ReadableTable;
 use super::logged::LoggedTxn;
 use slots::Slots;
 
-use super::codec::{self, DeadLetter, QueueKind, QueueRecord, Subscription};
+use super::codec::{self, DeadLetter, QueueEntry, QueueKind, QueueRecord, Subscription};
 use super::tables::*;
 use crate::error::{Error, Result};
 use crate::message::{
@@ -168,7 +168,7 @@ pub struct Batch<'t> {
     shared_ids: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Queues deleted in this batch.
     deleted: HashSet<u32>,
-    queue_cache: HashMap<u32, Option<Arc<(String, QueueRecord)>>>,
+    queue_cache: HashMap<u32, Option<Arc<QueueEntry>>>,
 }
 
 fn corrupted(what: &str, e: String) -> Error {

@@ -22,11 +22,11 @@ impl<'t> Batch<'t> {
     /// (`DestinationMissing`).
     pub(super) fn post_receipt(
         &mut self,
-        rec: &(String, QueueRecord),
+        rec: &QueueEntry,
         id: u64,
         outcome: Outcome<'_>,
     ) -> Result<()> {
-        let Some(target) = rec.1.options.receipts_to.as_deref() else {
+        let Some(target) = rec.record.options.receipts_to.as_deref() else {
             return Ok(());
         };
         let to = self
@@ -36,7 +36,7 @@ impl<'t> Batch<'t> {
             .label(RECEIPT_LABEL)
             .correlation_id(id.to_string())
             .property(RECEIPT_MESSAGE_ID, id.to_string())
-            .property(RECEIPT_QUEUE, rec.0.as_str())
+            .property(RECEIPT_QUEUE, rec.name.as_str())
             .property(RECEIPT_AT, self.now.to_string());
         m = match outcome {
             Outcome::Completed => m.property(RECEIPT_OUTCOME, RECEIPT_COMPLETED),

@@ -24,8 +24,8 @@ impl<'t> Batch<'t> {
         awaited: &HashSet<String>,
     ) -> Result<Option<Locked>> {
         let rec = self.require_queue(q, name)?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
-        let max_deliveries = rec.1.options.max_deliveries;
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
+        let max_deliveries = rec.record.options.max_deliveries;
         let ids: Vec<u64> = self
             .tables
             .ready()?

@@ -75,7 +75,7 @@ impl<'t> Batch<'t> {
     fn insert_planned(
         &mut self,
         q: u32,
-        rec: &(String, QueueRecord),
+        rec: &QueueEntry,
         msgs: Vec<Message>,
         plan: SendPlan,
     ) -> Result<Vec<Sent>> {
@@ -92,7 +92,7 @@ impl<'t> Batch<'t> {
     fn insert_step(
         &mut self,
         q: u32,
-        rec: &(String, QueueRecord),
+        rec: &QueueEntry,
         m: Message,
         step: SendStep,
         earlier: &[Sent],
@@ -100,7 +100,7 @@ impl<'t> Batch<'t> {
         let (id, duplicate) = match step {
             SendStep::Existing(id) => (id, true),
             SendStep::SameAs(j) => (earlier[j].id.0, true),
-            SendStep::New => (self.insert_message(q, &rec.1.options, m)?, false),
+            SendStep::New => (self.insert_message(q, &rec.record.options, m)?, false),
         };
         Ok(Sent {
             id: MessageId(id),
@@ -111,7 +111,7 @@ impl<'t> Batch<'t> {
     fn plan_send(
         &mut self,
         q: u32,
-        rec: &(String, QueueRecord),
+        rec: &QueueEntry,
         msgs: &[Message],
         already: (u64, u64),
     ) -> Result<SendPlan> {
@@ -133,12 +133,12 @@ impl<'t> Batch<'t> {
     fn plan_step<'m>(
         &mut self,
         q: u32,
-        rec: &(String, QueueRecord),
+        rec: &QueueEntry,
         plan: &mut Planner<'m>,
         i: usize,
         m: &'m Message,
     ) -> Result<SendStep> {
-        let (qname, o) = (&rec.0, &rec.1.options);
+        let (qname, o) = (&rec.name, &rec.record.options);
         validate_message(m, o.max_message_size)?;
         if let Some(job) = m.tags.job
             && !plan.jobs_seen.contains(&job)
@@ -178,11 +178,11 @@ impl<'t> Batch<'t> {
     fn check_quota(
         &mut self,
         q: u32,
-        rec: &(String, QueueRecord),
+        rec: &QueueEntry,
         already: (u64, u64),
         plan: &Planner<'_>,
     ) -> Result<()> {
-        let (qname, o) = (&rec.0, &rec.1.options);
+        let (qname, o) = (&rec.name, &rec.record.options);
         let c = self.counters(q)?;
         if let Some(max) = o.max_messages
             && c.total() + already.0 + plan.new_count > max
@@ -317,8 +317,8 @@ struct Planner<'m> {
 
 impl Planner<'_> {
     /// A plan for sending to the queue of `rec`, which must take sends.
-    fn for_queue(rec: &(String, QueueRecord)) -> Result<Self> {
-        if rec.1.kind == QueueKind::DeadLetter {
+    fn for_queue(rec: &QueueEntry) -> Result<Self> {
+        if rec.record.kind == QueueKind::DeadLetter {
             return Err(Error::invalid(
                 "messages cannot be sent to a dead-letter queue",
             ));

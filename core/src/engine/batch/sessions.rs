@@ -12,7 +12,9 @@ use crate::engine::rules;
 impl<'t> Batch<'t> {
     /// Whether queue `q` requires sessions (false for a deleted queue).
     pub(super) fn requires_session(&mut self, q: u32) -> Result<bool> {
-        Ok(self.queue(q)?.is_some_and(|r| r.1.options.requires_session))
+        Ok(self
+            .queue(q)?
+            .is_some_and(|r| r.record.options.requires_session))
     }
 
     /// Indexes message `id` of session queue `q` under its group.
@@ -61,9 +63,9 @@ impl<'t> Batch<'t> {
         Ok(())
     }
 
-    fn session_queue(&mut self, q: u32, name: &str) -> Result<Arc<(String, QueueRecord)>> {
+    fn session_queue(&mut self, q: u32, name: &str) -> Result<Arc<QueueEntry>> {
         let rec = self.require_queue(q, name)?;
-        if !rec.1.options.requires_session {
+        if !rec.record.options.requires_session {
             return Err(Error::invalid(format!(
                 "queue {name:?} does not require sessions"
             )));
@@ -83,7 +85,7 @@ impl<'t> Batch<'t> {
         owner: u64,
     ) -> Result<Option<(String, SessionRecord)>> {
         let rec = self.session_queue(q, name)?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let group = match group {
             Some(g) => {
                 if self.session(q, g)?.is_held(self.now) {
@@ -231,12 +233,12 @@ impl<'t> Batch<'t> {
     ) -> Result<Option<Locked>> {
         let rec = self.session_queue(q, name)?;
         self.check_session(q, group, token)?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         loop {
             let Some((id, st)) = self.session_head(q, group)? else {
                 return Ok(None);
             };
-            if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {
+            if let Some(why) = rules::spent(&st, rec.record.options.max_deliveries, self.now) {
                 self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
                 continue;
             }
@@ -258,12 +260,12 @@ impl<'t> Batch<'t> {
     ) -> Result<Option<Locked>> {
         let rec = self.session_queue(q, name)?;
         self.check_session(q, group, token)?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         loop {
             let Some((id, st)) = self.session_select(q, group, select)? else {
                 return Ok(None);
             };
-            if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {
+            if let Some(why) = rules::spent(&st, rec.record.options.max_deliveries, self.now) {
                 self.move_to_dead_letter(id, st, why.reason(), &why.description())?;
                 continue;
             }
@@ -285,7 +287,7 @@ impl<'t> Batch<'t> {
     ) -> Result<(Option<Locked>, Option<u64>)> {
         let rec = self.session_queue(q, name)?;
         let s = self.check_session(q, group, token)?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let mut until = s.locked_until;
         if until.saturating_sub(self.now) < lock_ms / 2 {
             until = self.renew_session(q, name, group, token)?;
@@ -303,7 +305,7 @@ impl<'t> Batch<'t> {
     pub fn renew_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<u64> {
         let rec = self.session_queue(q, name)?;
         let mut s = self.check_session(q, group, token)?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         s.locked_until = self.now.saturating_add(lock_ms);
         self.put_session(q, group, &s)?;
         Ok(s.locked_until)

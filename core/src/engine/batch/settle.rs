@@ -10,13 +10,13 @@ impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
     pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
         let rec = self.require_queue(q, name)?;
-        if rec.1.options.requires_session {
+        if rec.record.options.requires_session {
             return Err(Error::invalid(format!(
                 "queue {name:?} requires sessions: accept a session to receive"
             )));
         }
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
-        let max_deliveries = rec.1.options.max_deliveries;
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
+        let max_deliveries = rec.record.options.max_deliveries;
         let mut out = Vec::new();
         while out.len() < max {
             let head = self
@@ -81,7 +81,7 @@ impl<'t> Batch<'t> {
         select: &Select,
     ) -> Result<Option<Locked>> {
         let rec = self.require_queue(q, name)?;
-        if rec.1.options.requires_session {
+        if rec.record.options.requires_session {
             let how = match select {
                 Select::Id(_) => "by id",
                 Select::CorrelationId(_) => "by correlation id",
@@ -91,8 +91,8 @@ impl<'t> Batch<'t> {
                  it (only the holder of a group takes its messages)"
             )));
         }
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
-        let max_deliveries = rec.1.options.max_deliveries;
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
+        let max_deliveries = rec.record.options.max_deliveries;
         loop {
             let Some((id, st)) = self.select_ready(q, select)? else {
                 return Ok(None);
@@ -158,9 +158,9 @@ impl<'t> Batch<'t> {
             Settle::Abandon { delay_ms } | Settle::Fail { delay_ms, .. } => {
                 let rec = self.require_queue(st.queue, "")?;
                 // Dead letters never die twice: they stay until someone deals with them.
-                let spent = match rec.1.kind {
+                let spent = match rec.record.kind {
                     QueueKind::DeadLetter => None,
-                    _ => rules::spent(&st, rec.1.options.max_deliveries, self.now),
+                    _ => rules::spent(&st, rec.record.options.max_deliveries, self.now),
                 };
                 if let Some(why) = spent {
                     // A failed handler's own text says more than the generic description.
@@ -190,7 +190,7 @@ impl<'t> Batch<'t> {
                 description,
             } => {
                 let rec = self.require_queue(st.queue, "")?;
-                if rec.1.kind == QueueKind::DeadLetter {
+                if rec.record.kind == QueueKind::DeadLetter {
                     return Err(Error::invalid(
                         "a dead letter cannot be dead-lettered again",
                     ));
@@ -212,7 +212,7 @@ impl<'t> Batch<'t> {
             }
             Settle::Resubmit => {
                 let rec = self.require_queue(st.queue, "")?;
-                if rec.1.kind != QueueKind::DeadLetter {
+                if rec.record.kind != QueueKind::DeadLetter {
                     return Err(Error::invalid(
                         "only a message received from a dead-letter queue can be resubmitted",
                     ));
@@ -220,7 +220,7 @@ impl<'t> Batch<'t> {
                 // A resubmitted message starts over: its delivery count and dead-letter details
                 // are cleared (its time to live was cleared when it was dead-lettered).
                 st.delivery_count = 0;
-                self.move_to_queue(id, st, rec.1.peer, None)?;
+                self.move_to_queue(id, st, rec.record.peer, None)?;
                 Ok(None)
             }
         }
@@ -230,7 +230,7 @@ impl<'t> Batch<'t> {
     pub fn renew(&mut self, id: u64, token: u64) -> Result<u64> {
         let mut st = self.check_lock(id, token)?;
         let rec = self.require_queue(st.queue, "")?;
-        let lock_ms = crate::clock::duration_ms(rec.1.options.lock_duration).max(1);
+        let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         self.detach(id, &st)?;
         st.locked_until = self.now.saturating_add(lock_ms);
         self.attach(id, &mut st, Status::Locked)?;
@@ -271,12 +271,12 @@ impl<'t> Batch<'t> {
         let env = self.load_envelope(id)?;
         let queue_name = self
             .queue(st.queue)?
-            .map(|r| r.0.clone())
+            .map(|r| r.name.clone())
             .unwrap_or_default();
         let source = match &env.dead_letter {
             Some(d) => Some(
                 self.queue(d.source_queue)?
-                    .map(|r| r.0.clone())
+                    .map(|r| r.name.clone())
                     .unwrap_or_default(),
             ),
             None => None,

@@ -91,9 +91,9 @@ impl<'t> Batch<'t> {
         let rec = self.require_queue(st.queue, "")?;
         self.end_piece(id, &mut st, PieceEnd::Completed)?;
         self.post_receipt(&rec, id, Outcome::Completed)?;
-        match rec.1.options.journal {
-            Some(max) if rec.1.journal != 0 => {
-                let journal = rec.1.journal;
+        match rec.record.options.journal {
+            Some(max) if rec.record.journal != 0 => {
+                let journal = rec.record.journal;
                 self.move_to_queue(id, st, journal, None)?;
                 while self.counters(journal)?.total() > max {
                     let Some(oldest) = self.oldest_ready(journal)? else {
@@ -153,7 +153,7 @@ impl<'t> Batch<'t> {
     /// time to live, in which case it goes to the dead-letter queue.
     pub(super) fn requeue(&mut self, id: u64, mut st: State) -> Result<()> {
         let rec = self.require_queue(st.queue, "")?;
-        if let Some(why) = rules::spent(&st, rec.1.options.max_deliveries, self.now) {
+        if let Some(why) = rules::spent(&st, rec.record.options.max_deliveries, self.now) {
             return self.move_to_dead_letter(id, st, why.reason(), &why.description());
         }
         self.detach(id, &st)?;
@@ -221,7 +221,7 @@ impl<'t> Batch<'t> {
         description: &str,
     ) -> Result<()> {
         let rec = self.require_queue(st.queue, "")?;
-        if rec.1.kind == QueueKind::DeadLetter {
+        if rec.record.kind == QueueKind::DeadLetter {
             // Dead letters never die twice: they stay until someone deals with them.
             self.detach(id, &st)?;
             st.expires_at = 0;
@@ -235,7 +235,7 @@ impl<'t> Batch<'t> {
             source_queue: st.queue,
             at_ms: self.now,
         };
-        let to = self.dead_letter_target(&rec.1)?;
+        let to = self.dead_letter_target(&rec.record)?;
         self.move_to_queue(id, st, to, Some(&dl))?;
         Ok(())
     }
@@ -260,31 +260,31 @@ impl<'t> Batch<'t> {
     /// dead-letter queue is being deleted in this batch).
     pub(super) fn dead_letter_undeliverable(
         &mut self,
-        source: &(String, QueueRecord),
+        source: &QueueEntry,
         mut m: Message,
         description: &str,
     ) -> Result<bool> {
-        if source.1.kind != QueueKind::Normal {
+        if source.record.kind != QueueKind::Normal {
             return Ok(false);
         }
-        let to = self.dead_letter_target(&source.1)?;
+        let to = self.dead_letter_target(&source.record)?;
         let Some(target) = self.queue(to)? else {
             return Ok(false);
         };
-        tracing::warn!(queue = %source.0, "{description}: the message is dead-lettered");
+        tracing::warn!(queue = %source.name, "{description}: the message is dead-lettered");
         // Dead letters never expire and wait for no schedule.
         m.expiry = Expiry::QueueDefault;
         m.visibility = Visibility::Now;
         let settings = QueueSettings {
             default_ttl: None,
-            ..target.1.options.clone()
+            ..target.record.options.clone()
         };
         let id = self.insert_message(to, &settings, m)?;
         let env = self.load_envelope(id)?;
         let dl = DeadLetter {
             reason: crate::message::REASON_DESTINATION_MISSING.to_owned(),
             description: crate::message::truncate_description(description).to_owned(),
-            source_queue: source.1.id,
+            source_queue: source.record.id,
             at_ms: self.now,
         };
         self.tables.data()?.insert(

@@ -16,7 +16,7 @@ impl<'t> Batch<'t> {
         &mut self,
         owner: u64,
         options: Option<&QueueOptions>,
-    ) -> Result<(String, QueueRecord)> {
+    ) -> Result<QueueEntry> {
         let settings = options.map_or_else(QueueSettings::default, |o| {
             o.apply_to(&QueueSettings::default())
         });
@@ -32,7 +32,7 @@ impl<'t> Batch<'t> {
         let mut rec = self.create_queue(&name, settings, None)?;
         rec.temporary_owner = owner;
         self.put_queue(&name, &rec)?;
-        Ok((name, rec))
+        Ok(QueueEntry { name, record: rec })
     }
 
     /// Deletes the temporary queues of `owner`, or of everyone (`None`). Returns how many.

@@ -71,13 +71,13 @@ impl<'t> Batch<'t> {
     /// The topic record of `topic` (id), failing when it was deleted.
     fn require_topic(&mut self, topic: u32, name: &str) -> Result<QueueRecord> {
         let rec = self.require_queue(topic, name)?;
-        if rec.1.kind != QueueKind::Topic {
+        if rec.record.kind != QueueKind::Topic {
             return Err(Error::invalid(format!(
                 "{name:?} is {}, not a topic",
-                rec.1.kind.described()
+                rec.record.kind.described()
             )));
         }
-        Ok(rec.1.clone())
+        Ok(rec.record.clone())
     }
 
     /// Opens subscription `sub` of topic `topic` with `filter`, creating its queue (and
@@ -90,7 +90,7 @@ impl<'t> Batch<'t> {
         sub: &str,
         filter: &Filter,
         options: Option<&QueueOptions>,
-    ) -> Result<(String, QueueRecord)> {
+    ) -> Result<QueueEntry> {
         self.require_topic(topic, topic_name)?;
         filter.validate()?;
         if sub.is_empty() || sub.contains('/') {
@@ -118,14 +118,14 @@ impl<'t> Batch<'t> {
                 self.put_queue(&name, &rec)?;
             }
             let rec = self.open_queue(&name, options)?;
-            return Ok((name, rec));
+            return Ok(QueueEntry { name, record: rec });
         }
         let settings = options.map_or_else(QueueSettings::default, |o| {
             o.apply_to(&QueueSettings::default())
         });
         settings.validate()?;
         let rec = self.create_queue(&name, settings, Some(link))?;
-        Ok((name, rec))
+        Ok(QueueEntry { name, record: rec })
     }
 
     /// The subscriptions of topic `topic` (id) named `topic_name`: (queue id, queue name,
@@ -174,7 +174,7 @@ impl<'t> Batch<'t> {
             let (end, end_name) = self.forward_target(*q, sub)?;
             needs_group.push(
                 self.require_queue(end, &end_name)?
-                    .1
+                    .record
                     .options
                     .requires_session,
             );

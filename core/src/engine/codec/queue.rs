@@ -54,6 +54,13 @@ pub struct QueueRecord {
     pub temporary_owner: u64,
 }
 
+/// A queue record with the name it is stored under (the record itself does not hold it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    pub name: String,
+    pub record: QueueRecord,
+}
+
 /// Extension fields of a queue record: after the fixed fields, each is `tag, length, payload`,
 /// so a reader skips tags it does not know and a record without them reads as before.
 const EXT_SUBSCRIPTION: u64 = 1;
