@@ -56,14 +56,22 @@ impl Received {
         self.token
     }
 
+    /// The lock this receiver holds on the message.
+    fn held(&self) -> HeldLock {
+        HeldLock {
+            id: self.envelope.id.0,
+            token: self.token,
+        }
+    }
+
     /// When the lock expires unless renewed.
     pub fn locked_until(&self) -> SystemTime {
         to_system_time(self.locked_until)
     }
 
     fn settle(self, how: Settle) -> Result<(), SettleError> {
-        let (id, token) = (self.envelope.id.0, self.token);
-        let r = self.engine.call(move |b| b.settle(id, token, &how));
+        let lock = self.held();
+        let r = self.engine.call(move |b| b.settle_held(lock, &how));
         self.conclude(r.map(drop))
     }
 
@@ -117,7 +125,7 @@ impl Received {
     ///
     /// [`Error::LockLost`] if the lock is already gone (the message is back anyway).
     pub fn release(self) -> Result<(), SettleError> {
-        let lock = (self.envelope.id.0, self.token);
+        let lock = self.held();
         let r = self.engine.call(move |b| b.release_lock(lock));
         self.conclude(r)
     }
@@ -196,8 +204,8 @@ impl Received {
     ///
     /// [`Error::LockLost`] if the lock is already gone.
     pub fn renew_lock(&mut self) -> Result<SystemTime> {
-        let (id, token) = (self.envelope.id.0, self.token);
-        let until = self.engine.call(move |b| b.renew(id, token))?;
+        let lock = self.held();
+        let until = self.engine.call(move |b| b.renew_held(lock))?;
         self.locked_until = until;
         Ok(to_system_time(until))
     }
@@ -219,11 +227,7 @@ impl Received {
             Ok(pair) => pair,
             Err(error) => return self.conclude(Err(error)),
         };
-        let l = HeldLock {
-            id: self.envelope.id.0,
-            token: self.token,
-        };
-        let r = self.engine.reply(l, to, m);
+        let r = self.engine.reply(self.held(), to, m);
         self.conclude(r)
     }
 
@@ -241,8 +245,8 @@ impl Received {
         I::Item: Into<String>,
     {
         let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
-        let (id, token) = (self.envelope.id.0, self.token);
-        let until = self.engine.call(move |b| b.mark_done(id, token, &keys))?;
+        let lock = self.held();
+        let until = self.engine.call(move |b| b.mark_done_held(lock, &keys))?;
         self.locked_until = until;
         Ok(to_system_time(until))
     }
@@ -270,10 +274,7 @@ impl Received {
     /// it alone; returns its lock.
     pub(crate) fn take_lock(mut self) -> HeldLock {
         self.settled = true;
-        HeldLock {
-            id: self.envelope.id.0,
-            token: self.token,
-        }
+        self.held()
     }
 }
 
@@ -363,10 +364,10 @@ impl From<SettleError> for Error {
 impl Drop for Received {
     fn drop(&mut self) {
         if !self.settled {
-            let (id, token) = (self.envelope.id.0, self.token);
+            let lock = self.held();
             // Not done: release the lock now rather than make others wait for its expiry.
             self.engine.call_detached(move |b| {
-                match b.settle(id, token, &Settle::Abandon { delay_ms: 0 }) {
+                match b.settle_held(lock, &Settle::Abandon { delay_ms: 0 }) {
                     Ok(_) | Err(Error::LockLost(_)) => Ok(()),
                     Err(e) => Err(e),
                 }

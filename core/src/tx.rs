@@ -258,7 +258,7 @@ fn apply_commit(
     (rows, reads): (PendingRows, RowReads),
 ) -> Result<()> {
     for l in locks {
-        b.check_lock(l.id, l.token)?;
+        b.check_lock(*l)?;
     }
     b.check_rows(&reads)?;
     let rows: Vec<_> = rows.into_iter().map(|((t, k), w)| (t, k, w)).collect();

@@ -31,7 +31,7 @@ mod wal;
 // The engine's face: what the public API, the transaction and the processor may use. Everything
 // else stays inside.
 pub(crate) use batch::{
-    Batch, DEAD_LETTER_SUFFIX, Locked, Select, Settle, dead_letter_name, journal_name,
+    Batch, DEAD_LETTER_SUFFIX, HeldLock, Locked, Select, Settle, dead_letter_name, journal_name,
     subscription_name, validate_message, validate_queue_name,
 };
 pub(crate) use batch::{
@@ -65,14 +65,6 @@ use self::signal::Signals;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::options::{Durability, EngineConfig};
-
-/// A lock held on a message: its id and the token of this delivery. Settling needs both, so
-/// that a lock taken over by another receiver is told apart from ours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeldLock {
-    pub id: u64,
-    pub token: u64,
-}
 
 pub struct Engine {
     /// Emptied once closed, so that closing releases the file (and its lock) even while

@@ -66,7 +66,7 @@ impl Engine {
     /// Sends `reply` to queue `to` and completes the lock `l`, in one commit.
     pub fn reply(&self, l: HeldLock, to: String, reply: Message) -> Result<MessageId> {
         self.call(move |b| {
-            b.check_lock(l.id, l.token)?;
+            b.check_lock(l)?;
             let (q, name) = b.queue_id_by_name(&to)?;
             let sent = b.send_one(q, &name, reply)?;
             b.complete_all(&[l])?;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::sync::Mutex;
 use crate::sync::channel::{self, Receiver, TryRecvError};
 
-use super::batch::Locked;
+use super::batch::{HeldLock, Locked};
 use super::park::{AnswerHook, OnAnswer};
 use super::pipeline::Detacher;
 use super::poll::Backoff;
@@ -76,10 +76,7 @@ fn take_back(
     if locks.is_empty() {
         return;
     }
-    let held: Vec<(u64, u64)> = locks
-        .iter()
-        .map(|l| (l.envelope.id().get(), l.token))
-        .collect();
+    let held: Vec<HeldLock> = locks.iter().map(Locked::held).collect();
     detach(Box::new(move |b| b.unreceive(&held)));
 }
 

@@ -237,10 +237,7 @@ impl Queue {
             // Nothing was completed: the rest of `done`, and whatever the same commit locked,
             // go back to the queue now.
             let mut back = locks;
-            back.extend(got.into_iter().flatten().map(|l| HeldLock {
-                id: l.envelope.id().get(),
-                token: l.token,
-            }));
+            back.extend(got.into_iter().flatten().map(|l| l.held()));
             let _ = self.engine.abandon_all(back);
             return Err(e);
         }

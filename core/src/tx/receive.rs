@@ -79,10 +79,7 @@ impl Transaction {
 
     /// Records a lock taken for the transaction; returns its message.
     fn hold(&mut self, l: Locked) -> Envelope {
-        self.locks.push(HeldLock {
-            id: l.envelope.id.0,
-            token: l.token,
-        });
+        self.locks.push(l.held());
         self.until.push(l.locked_until);
         l.envelope
     }
@@ -126,7 +123,7 @@ impl Transaction {
             .position(|l| l.id == id.0)
             .ok_or(Error::MessageNotFound(id))?;
         let l = self.locks[i];
-        let until = self.engine.call(move |b| b.renew(l.id, l.token))?;
+        let until = self.engine.call(move |b| b.renew_held(l))?;
         self.until[i] = until;
         Ok(to_system_time(until))
     }
@@ -173,9 +170,7 @@ impl Transaction {
         let i = self.held_index(id)?;
         let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
         let l = self.locks[i];
-        let until = self
-            .engine
-            .call(move |b| b.mark_done(l.id, l.token, &keys))?;
+        let until = self.engine.call(move |b| b.mark_done_held(l, &keys))?;
         self.until[i] = until;
         Ok(to_system_time(until))
     }

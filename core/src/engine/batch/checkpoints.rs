@@ -10,10 +10,17 @@ use super::*;
 pub const MAX_CHECKPOINT_KEY_LEN: usize = 1024;
 
 impl<'t> Batch<'t> {
-    /// Records `keys` as done on message `id`, held with `token`, and renews its lock, in one
-    /// write. Returns the new lock expiry (ms).
+    /// [`Batch::mark_done_held`] for a caller that carries the lock as a bare id and token
+    /// (the processor's `Track`).
     pub fn mark_done(&mut self, id: u64, token: u64, keys: &[String]) -> Result<u64> {
-        let mut st = self.check_lock(id, token)?;
+        self.mark_done_held(HeldLock { id, token }, keys)
+    }
+
+    /// Records `keys` as done on the message held by `lock` and renews the lock, in one write.
+    /// Returns the new lock expiry (ms).
+    pub fn mark_done_held(&mut self, lock: HeldLock, keys: &[String]) -> Result<u64> {
+        let id = lock.id;
+        let mut st = self.check_lock(lock)?;
         if let Some(k) = keys
             .iter()
             .find(|k| k.is_empty() || k.len() > MAX_CHECKPOINT_KEY_LEN)

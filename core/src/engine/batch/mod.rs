@@ -77,12 +77,30 @@ use crate::message::{
 };
 use crate::options::{QueueOptions, QueueSettings};
 
+/// A lock held on a message: its id and the token of this delivery. Settling needs both, so
+/// that a lock taken over by another receiver is told apart from ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldLock {
+    pub id: u64,
+    pub token: u64,
+}
+
 /// The message a receive locked, with its lock.
 #[derive(Debug)]
 pub struct Locked {
     pub envelope: Envelope,
     pub token: u64,
     pub locked_until: u64,
+}
+
+impl Locked {
+    /// The lock this receive took.
+    pub fn held(&self) -> HeldLock {
+        HeldLock {
+            id: self.envelope.id().get(),
+            token: self.token,
+        }
+    }
 }
 
 /// Which message a selective receive takes.

@@ -135,8 +135,9 @@ impl<'t> Batch<'t> {
         }
     }
 
-    /// Checks that `token` still holds the lock on message `id`.
-    pub fn check_lock(&mut self, id: u64, token: u64) -> Result<State> {
+    /// Checks that `lock` is still held.
+    pub fn check_lock(&mut self, lock: HeldLock) -> Result<State> {
+        let HeldLock { id, token } = lock;
         match self.load_state(id)? {
             Some(st)
                 if st.status == Status::Locked
@@ -149,10 +150,17 @@ impl<'t> Batch<'t> {
         }
     }
 
-    /// Ends the lock `token` on message `id`; returns the dead-letter reason when the message
-    /// went to its dead-letter queue (asked for, or spent on its way back to its queue).
+    /// [`Batch::settle_held`] for a caller that carries the lock as a bare id and token (the
+    /// processor's `Track`).
     pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<Option<String>> {
-        let mut st = self.check_lock(id, token)?;
+        self.settle_held(HeldLock { id, token }, how)
+    }
+
+    /// Ends `lock`; returns the dead-letter reason when the message went to its dead-letter
+    /// queue (asked for, or spent on its way back to its queue).
+    pub fn settle_held(&mut self, lock: HeldLock, how: &Settle) -> Result<Option<String>> {
+        let id = lock.id;
+        let mut st = self.check_lock(lock)?;
         match how {
             Settle::Complete => self.complete_message(id, st).map(|()| None),
             Settle::Abandon { delay_ms } | Settle::Fail { delay_ms, .. } => {
@@ -226,9 +234,16 @@ impl<'t> Batch<'t> {
         }
     }
 
-    /// Extends the lock; returns the new expiry.
+    /// [`Batch::renew_held`] for a caller that carries the lock as a bare id and token (the
+    /// processor's `Track`).
     pub fn renew(&mut self, id: u64, token: u64) -> Result<u64> {
-        let mut st = self.check_lock(id, token)?;
+        self.renew_held(HeldLock { id, token })
+    }
+
+    /// Extends `lock`; returns the new expiry.
+    pub fn renew_held(&mut self, lock: HeldLock) -> Result<u64> {
+        let id = lock.id;
+        let mut st = self.check_lock(lock)?;
         let rec = self.require_queue(st.queue, "")?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         self.detach(id, &st)?;
@@ -239,18 +254,19 @@ impl<'t> Batch<'t> {
 
     /// One lock handed back uncounted by its holder ([`crate::Received::release`]); unlike
     /// [`Batch::unreceive`], a lost lock is the caller's error.
-    pub fn release_lock(&mut self, (id, token): (u64, u64)) -> Result<()> {
-        self.check_lock(id, token)?;
-        self.unreceive(&[(id, token)])
+    pub fn release_lock(&mut self, lock: HeldLock) -> Result<()> {
+        self.check_lock(lock)?;
+        self.unreceive(&[lock])
     }
 
     /// Takes back locks that were never handed to a receiver (an async receive dropped while
     /// its answer was on the way): each message returns to the head of its queue with the
     /// delivery that was counted for it uncounted, since nobody saw it. Locks already lost
     /// are skipped.
-    pub fn unreceive(&mut self, locks: &[(u64, u64)]) -> Result<()> {
-        for &(id, token) in locks {
-            let mut st = match self.check_lock(id, token) {
+    pub fn unreceive(&mut self, locks: &[HeldLock]) -> Result<()> {
+        for &lock in locks {
+            let id = lock.id;
+            let mut st = match self.check_lock(lock) {
                 Ok(st) => st,
                 Err(Error::LockLost(_)) => continue,
                 Err(e) => return Err(e),
