@@ -40,14 +40,15 @@ impl<'t> Batch<'t> {
         Ok(rec)
     }
 
-    pub(super) fn require_queue(&mut self, q: u32, name: &str) -> Result<Arc<QueueEntry>> {
+    /// The record of `queue`, failing when it was deleted.
+    pub(super) fn require_queue(&mut self, queue: QueueRef<'_>) -> Result<Arc<QueueEntry>> {
+        let QueueRef { id: q, name } = queue;
         if let Some(rec) = self.queue(q)? {
             return Ok(rec);
         }
         // Gone from the id index: deleted, unless its record is still there under its name,
         // which only damage to the index explains.
-        if !name.is_empty()
-            && let Some(rec) = self.queue_by_name(name)?
+        if let Some(rec) = self.queue_by_name(name)?
             && rec.id == q
         {
             return Err(Error::corrupted(format!(
@@ -55,6 +56,13 @@ impl<'t> Batch<'t> {
             )));
         }
         Err(Error::QueueNotFound(name.to_owned()))
+    }
+
+    /// The record of queue `q`, known by its id only (the queue of a message in hand),
+    /// failing when it was deleted. Its name is gone with it, so the error names none.
+    pub(super) fn require_queue_id(&mut self, q: u32) -> Result<Arc<QueueEntry>> {
+        self.queue(q)?
+            .ok_or_else(|| Error::QueueNotFound(String::new()))
     }
 
     pub(super) fn queue_by_name(&mut self, name: &str) -> Result<Option<QueueRecord>> {
@@ -268,10 +276,13 @@ impl<'t> Batch<'t> {
     }
 
     /// Where a send to queue `q` lands: `q` itself, or the end of its `forward_to` chain.
-    pub(super) fn forward_target(&mut self, q: u32, name: &str) -> Result<(u32, String)> {
-        let mut at = (q, name.to_owned());
+    pub(super) fn forward_target(&mut self, queue: QueueRef<'_>) -> Result<(u32, String)> {
+        let mut at = (queue.id, queue.name.to_owned());
         for _ in 0..=MAX_FORWARD_HOPS {
-            let rec = self.require_queue(at.0, &at.1)?;
+            let rec = self.require_queue(QueueRef {
+                id: at.0,
+                name: &at.1,
+            })?;
             let Some(next) = rec.record.options.forward_to.clone() else {
                 return Ok(at);
             };

@@ -30,7 +30,7 @@ impl<'t> Batch<'t> {
                 k.len()
             )));
         }
-        let rec = self.require_queue(st.queue, "")?;
+        let rec = self.require_queue_id(st.queue)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         self.detach(id, &st)?;
         {

@@ -23,7 +23,10 @@ impl<'t> Batch<'t> {
     /// whose destination no longer exists (deleted by an older postbox, which allowed it)
     /// takes `dest` as its destination and releases there what is ready.
     pub fn open_collator(&mut self, name: &str, dest: u32, dest_name: &str) -> Result<QueueRecord> {
-        let target = self.require_queue(dest, dest_name)?;
+        let target = self.require_queue(QueueRef {
+            id: dest,
+            name: dest_name,
+        })?;
         self.check_reference(&format!("collator {name:?}"), &target.record, dest_name)?;
         if let Some(mut rec) = self.queue_by_name(name)? {
             if rec.kind != QueueKind::Collator {
@@ -67,7 +70,7 @@ impl<'t> Batch<'t> {
 
     /// The record of collator `q`, failing when it was deleted or is not a collator.
     pub fn require_collator(&mut self, q: u32, name: &str) -> Result<QueueRecord> {
-        let rec = self.require_queue(q, name)?;
+        let rec = self.require_queue(QueueRef { id: q, name })?;
         if rec.record.kind != QueueKind::Collator {
             return Err(Error::invalid(format!(
                 "{name:?} is {}, not a collator",
@@ -91,7 +94,10 @@ impl<'t> Batch<'t> {
         // Missing only in a store an older postbox wrote (nothing deletes a queue a collator
         // names now): the sends are refused, naming the queue, and what is held stays held
         // until the collator is opened with a destination again.
-        let dest = self.require_queue(rec.peer, dest_name)?;
+        let dest = self.require_queue(QueueRef {
+            id: rec.peer,
+            name: dest_name,
+        })?;
         let mut out = Vec::with_capacity(msgs.len());
         for m in msgs {
             validate_message(&m, dest.record.options.max_message_size)?;

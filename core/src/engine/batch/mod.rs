@@ -85,6 +85,14 @@ pub struct HeldLock {
     pub token: u64,
 }
 
+/// A queue as a caller names it: its id, and the name it was opened under (for errors, and to
+/// tell a deleted queue from a damaged id index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueRef<'a> {
+    pub id: u32,
+    pub name: &'a str,
+}
+
 /// The message a receive locked, with its lock.
 #[derive(Debug)]
 pub struct Locked {

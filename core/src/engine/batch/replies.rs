@@ -23,7 +23,7 @@ impl<'t> Batch<'t> {
         correlation_id: &str,
         awaited: &HashSet<String>,
     ) -> Result<Option<Locked>> {
-        let rec = self.require_queue(q, name)?;
+        let rec = self.require_queue(QueueRef { id: q, name })?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let max_deliveries = rec.record.options.max_deliveries;
         let ids: Vec<u64> = self

@@ -63,8 +63,8 @@ impl<'t> Batch<'t> {
         Ok(())
     }
 
-    fn session_queue(&mut self, q: u32, name: &str) -> Result<Arc<QueueEntry>> {
-        let rec = self.require_queue(q, name)?;
+    fn session_queue(&mut self, queue: QueueRef<'_>) -> Result<Arc<QueueEntry>> {
+        let (rec, name) = (self.require_queue(queue)?, queue.name);
         if !rec.record.options.requires_session {
             return Err(Error::invalid(format!(
                 "queue {name:?} does not require sessions"
@@ -84,7 +84,7 @@ impl<'t> Batch<'t> {
         group: Option<&str>,
         owner: u64,
     ) -> Result<Option<(String, SessionRecord)>> {
-        let rec = self.session_queue(q, name)?;
+        let rec = self.session_queue(QueueRef { id: q, name })?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let group = match group {
             Some(g) => {
@@ -231,7 +231,7 @@ impl<'t> Batch<'t> {
         token: u64,
         owner: u64,
     ) -> Result<Option<Locked>> {
-        let rec = self.session_queue(q, name)?;
+        let rec = self.session_queue(QueueRef { id: q, name })?;
         self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         loop {
@@ -258,7 +258,7 @@ impl<'t> Batch<'t> {
         owner: u64,
         select: &Select,
     ) -> Result<Option<Locked>> {
-        let rec = self.session_queue(q, name)?;
+        let rec = self.session_queue(QueueRef { id: q, name })?;
         self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         loop {
@@ -285,7 +285,7 @@ impl<'t> Batch<'t> {
         token: u64,
         owner: u64,
     ) -> Result<(Option<Locked>, Option<u64>)> {
-        let rec = self.session_queue(q, name)?;
+        let rec = self.session_queue(QueueRef { id: q, name })?;
         let s = self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let mut until = s.locked_until;
@@ -303,7 +303,7 @@ impl<'t> Batch<'t> {
 
     /// Extends the session lock; returns the new expiry.
     pub fn renew_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<u64> {
-        let rec = self.session_queue(q, name)?;
+        let rec = self.session_queue(QueueRef { id: q, name })?;
         let mut s = self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         s.locked_until = self.now.saturating_add(lock_ms);
@@ -313,7 +313,7 @@ impl<'t> Batch<'t> {
 
     /// Lets go of the session lock (its state is kept).
     pub fn release_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<()> {
-        self.session_queue(q, name)?;
+        self.session_queue(QueueRef { id: q, name })?;
         let mut s = self.check_session(q, group, token)?;
         s.owner = 0;
         s.token = 0;
@@ -330,7 +330,7 @@ impl<'t> Batch<'t> {
         token: u64,
         state: Option<Vec<u8>>,
     ) -> Result<()> {
-        self.session_queue(q, name)?;
+        self.session_queue(QueueRef { id: q, name })?;
         let mut s = self.check_session(q, group, token)?;
         if state.as_ref().is_some_and(|v| v.len() > MAX_SESSION_STATE) {
             return Err(Error::invalid(format!(
@@ -343,7 +343,7 @@ impl<'t> Batch<'t> {
 
     /// The session's state.
     pub fn session_state(&mut self, q: u32, name: &str, group: &str) -> Result<Option<Vec<u8>>> {
-        self.session_queue(q, name)?;
+        self.session_queue(QueueRef { id: q, name })?;
         Ok(self.session(q, group)?.state)
     }
 

@@ -9,7 +9,7 @@ use crate::engine::rules::{self, Spent};
 impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
     pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
-        let rec = self.require_queue(q, name)?;
+        let rec = self.require_queue(QueueRef { id: q, name })?;
         if rec.record.options.requires_session {
             return Err(Error::invalid(format!(
                 "queue {name:?} requires sessions: accept a session to receive"
@@ -80,7 +80,7 @@ impl<'t> Batch<'t> {
         owner: u64,
         select: &Select,
     ) -> Result<Option<Locked>> {
-        let rec = self.require_queue(q, name)?;
+        let rec = self.require_queue(QueueRef { id: q, name })?;
         if rec.record.options.requires_session {
             let how = match select {
                 Select::Id(_) => "by id",
@@ -164,7 +164,7 @@ impl<'t> Batch<'t> {
         match how {
             Settle::Complete => self.complete_message(id, st).map(|()| None),
             Settle::Abandon { delay_ms } | Settle::Fail { delay_ms, .. } => {
-                let rec = self.require_queue(st.queue, "")?;
+                let rec = self.require_queue_id(st.queue)?;
                 // Dead letters never die twice: they stay until someone deals with them.
                 let spent = match rec.record.kind {
                     QueueKind::DeadLetter => None,
@@ -197,7 +197,7 @@ impl<'t> Batch<'t> {
                 reason,
                 description,
             } => {
-                let rec = self.require_queue(st.queue, "")?;
+                let rec = self.require_queue_id(st.queue)?;
                 if rec.record.kind == QueueKind::DeadLetter {
                     return Err(Error::invalid(
                         "a dead letter cannot be dead-lettered again",
@@ -219,7 +219,7 @@ impl<'t> Batch<'t> {
                 self.attach(id, &mut st, Status::Deferred).map(|()| None)
             }
             Settle::Resubmit => {
-                let rec = self.require_queue(st.queue, "")?;
+                let rec = self.require_queue_id(st.queue)?;
                 if rec.record.kind != QueueKind::DeadLetter {
                     return Err(Error::invalid(
                         "only a message received from a dead-letter queue can be resubmitted",
@@ -244,7 +244,7 @@ impl<'t> Batch<'t> {
     pub fn renew_held(&mut self, lock: HeldLock) -> Result<u64> {
         let id = lock.id;
         let mut st = self.check_lock(lock)?;
-        let rec = self.require_queue(st.queue, "")?;
+        let rec = self.require_queue_id(st.queue)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         self.detach(id, &st)?;
         st.locked_until = self.now.saturating_add(lock_ms);

@@ -88,7 +88,7 @@ impl<'t> Batch<'t> {
     /// has one (dropping the journal's oldest beyond its quota).
     pub(super) fn complete_message(&mut self, id: u64, mut st: State) -> Result<()> {
         self.traffic.entry(st.queue).or_default().completed += 1;
-        let rec = self.require_queue(st.queue, "")?;
+        let rec = self.require_queue_id(st.queue)?;
         self.end_piece(id, &mut st, PieceEnd::Completed)?;
         self.post_receipt(&rec, id, Outcome::Completed)?;
         match rec.record.options.journal {
@@ -152,7 +152,7 @@ impl<'t> Batch<'t> {
     /// Returns an unlocked message to its queue, unless it has used up its deliveries or its
     /// time to live, in which case it goes to the dead-letter queue.
     pub(super) fn requeue(&mut self, id: u64, mut st: State) -> Result<()> {
-        let rec = self.require_queue(st.queue, "")?;
+        let rec = self.require_queue_id(st.queue)?;
         if let Some(why) = rules::spent(&st, rec.record.options.max_deliveries, self.now) {
             return self.move_to_dead_letter(id, st, why.reason(), &why.description());
         }
@@ -220,7 +220,7 @@ impl<'t> Batch<'t> {
         reason: &str,
         description: &str,
     ) -> Result<()> {
-        let rec = self.require_queue(st.queue, "")?;
+        let rec = self.require_queue_id(st.queue)?;
         if rec.record.kind == QueueKind::DeadLetter {
             // Dead letters never die twice: they stay until someone deals with them.
             self.detach(id, &st)?;

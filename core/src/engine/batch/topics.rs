@@ -70,7 +70,7 @@ impl<'t> Batch<'t> {
 
     /// The topic record of `topic` (id), failing when it was deleted.
     fn require_topic(&mut self, topic: u32, name: &str) -> Result<QueueRecord> {
-        let rec = self.require_queue(topic, name)?;
+        let rec = self.require_queue(QueueRef { id: topic, name })?;
         if rec.record.kind != QueueKind::Topic {
             return Err(Error::invalid(format!(
                 "{name:?} is {}, not a topic",
@@ -171,12 +171,15 @@ impl<'t> Batch<'t> {
         let subs = self.subscriptions(topic, name)?;
         let mut needs_group = Vec::with_capacity(subs.len());
         for (q, sub, _) in &subs {
-            let (end, end_name) = self.forward_target(*q, sub)?;
+            let (end, end_name) = self.forward_target(QueueRef { id: *q, name: sub })?;
             needs_group.push(
-                self.require_queue(end, &end_name)?
-                    .record
-                    .options
-                    .requires_session,
+                self.require_queue(QueueRef {
+                    id: end,
+                    name: &end_name,
+                })?
+                .record
+                .options
+                .requires_session,
             );
         }
         let mut groups: Vec<(u32, String, Vec<Message>)> = subs
