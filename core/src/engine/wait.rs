@@ -14,7 +14,7 @@ use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::channel::{self, Receiver, Sender};
 
-use super::batch::{Locked, Select};
+use super::batch::{Locked, QueueRef, Select};
 use super::{Engine, earliest, park, read};
 use crate::error::{Error, Result};
 
@@ -178,9 +178,9 @@ impl Engine {
         self.check_open()?;
         let cancel = token(cancel);
         if self.multi_process {
-            self.receive_polling(q, name, max, deadline, cancel.as_ref())
+            self.receive_polling(QueueRef { id: q, name }, max, deadline, cancel.as_ref())
         } else {
-            self.receive_parked(q, name, max, deadline, cancel.as_ref())
+            self.receive_parked(QueueRef { id: q, name }, max, deadline, cancel.as_ref())
         }
     }
 
@@ -188,8 +188,7 @@ impl Engine {
     /// that makes a message receivable (see `park`).
     fn receive_parked(
         &self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         max: usize,
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
@@ -197,8 +196,8 @@ impl Engine {
         let state = park::ParkState::new();
         let (reply, answer) = channel::bounded(1);
         self.pipeline.park(park::ParkedReceive {
-            q,
-            name: name.to_owned(),
+            q: queue.id,
+            name: queue.name.to_owned(),
             owner: self.owner,
             max,
             deadline,
@@ -224,13 +223,12 @@ impl Engine {
     /// waiter polls the file with truncated exponential backoff.
     fn receive_polling(
         &self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         max: usize,
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
     ) -> Result<Vec<Locked>> {
-        let owner = self.owner;
+        let (owner, QueueRef { id: q, name }) = (self.owner, queue);
         let got = self.wait_for(q, deadline, cancel, || {
             let qname = name.to_owned();
             let got = self.call(move |b| b.receive(q, &qname, owner, max))?;

@@ -68,9 +68,9 @@ impl<'t> Batch<'t> {
         Ok(rec)
     }
 
-    /// The topic record of `topic` (id), failing when it was deleted.
-    fn require_topic(&mut self, topic: u32, name: &str) -> Result<QueueRecord> {
-        let rec = self.require_queue(QueueRef { id: topic, name })?;
+    /// The record of `topic`, failing when it was deleted or is not a topic.
+    fn require_topic(&mut self, topic: QueueRef<'_>) -> Result<QueueRecord> {
+        let (rec, name) = (self.require_queue(topic)?, topic.name);
         if rec.record.kind != QueueKind::Topic {
             return Err(Error::invalid(format!(
                 "{name:?} is {}, not a topic",
@@ -91,7 +91,10 @@ impl<'t> Batch<'t> {
         filter: &Filter,
         options: Option<&QueueOptions>,
     ) -> Result<QueueEntry> {
-        self.require_topic(topic, topic_name)?;
+        self.require_topic(QueueRef {
+            id: topic,
+            name: topic_name,
+        })?;
         filter.validate()?;
         if sub.is_empty() || sub.contains('/') {
             return Err(Error::invalid(format!(
@@ -135,7 +138,10 @@ impl<'t> Batch<'t> {
         topic: u32,
         topic_name: &str,
     ) -> Result<Vec<(u32, String, Filter)>> {
-        self.require_topic(topic, topic_name)?;
+        self.require_topic(QueueRef {
+            id: topic,
+            name: topic_name,
+        })?;
         let from = format!("{topic_name}{SUBSCRIPTIONS_INFIX}");
         // The first name after every name with the prefix: the prefix's last byte, '/', + 1.
         let to = format!(
