@@ -71,7 +71,7 @@ impl Received {
 
     fn settle(self, how: Settle) -> Result<(), SettleError> {
         let lock = self.held();
-        let r = self.engine.call(move |b| b.settle_held(lock, &how));
+        let r = self.engine.call(move |b| b.settle(lock, &how));
         self.conclude(r.map(drop))
     }
 
@@ -205,7 +205,7 @@ impl Received {
     /// [`Error::LockLost`] if the lock is already gone.
     pub fn renew_lock(&mut self) -> Result<SystemTime> {
         let lock = self.held();
-        let until = self.engine.call(move |b| b.renew_held(lock))?;
+        let until = self.engine.call(move |b| b.renew(lock))?;
         self.locked_until = until;
         Ok(to_system_time(until))
     }
@@ -246,7 +246,7 @@ impl Received {
     {
         let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
         let lock = self.held();
-        let until = self.engine.call(move |b| b.mark_done_held(lock, &keys))?;
+        let until = self.engine.call(move |b| b.mark_done(lock, &keys))?;
         self.locked_until = until;
         Ok(to_system_time(until))
     }
@@ -367,7 +367,7 @@ impl Drop for Received {
             let lock = self.held();
             // Not done: release the lock now rather than make others wait for its expiry.
             self.engine.call_detached(move |b| {
-                match b.settle_held(lock, &Settle::Abandon { delay_ms: 0 }) {
+                match b.settle(lock, &Settle::Abandon { delay_ms: 0 }) {
                     Ok(_) | Err(Error::LockLost(_)) => Ok(()),
                     Err(e) => Err(e),
                 }

@@ -19,7 +19,7 @@ impl Batch<'_> {
             self.check_lock(*l)?;
         }
         for l in locks {
-            self.settle_held(*l, &Settle::Complete)?;
+            self.settle(*l, &Settle::Complete)?;
         }
         Ok(())
     }
@@ -27,7 +27,7 @@ impl Batch<'_> {
     /// Returns every message to its queue; locks already lost are skipped.
     pub fn abandon_all(&mut self, locks: &[HeldLock]) -> Result<()> {
         for l in locks {
-            match self.settle_held(*l, &Settle::Abandon { delay_ms: 0 }) {
+            match self.settle(*l, &Settle::Abandon { delay_ms: 0 }) {
                 Ok(_) | Err(Error::LockLost(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -68,7 +68,7 @@ impl Engine {
         let r = self.call(move |b| {
             let mut out = Vec::with_capacity(locks.len());
             for l in locks {
-                out.push(b.attempt(|b| b.renew_held(l))?);
+                out.push(b.attempt(|b| b.renew(l))?);
             }
             Ok(out)
         });
@@ -114,7 +114,7 @@ impl Engine {
         name: &str,
         want: usize,
     ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
-        self.then_receive(move |b| b.settle_held(lock, &how), q, name, want)
+        self.then_receive(move |b| b.settle(lock, &how), q, name, want)
     }
 
     /// Settles the message under `lock` as `how`, then, in the same commit, takes the next
@@ -132,7 +132,7 @@ impl Engine {
     ) -> (Result<Option<String>>, Result<SessionNext>) {
         let (owner, name, group) = (self.owner, name.to_owned(), group.to_owned());
         self.both(
-            move |b| b.settle_held(lock, &how),
+            move |b| b.settle(lock, &how),
             move |b| b.session_next(q, &name, &group, session, owner),
         )
     }

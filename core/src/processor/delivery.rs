@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 
 use crate::clock::{Clock, to_system_time};
-use crate::engine::{Engine, queries};
+use crate::engine::{Engine, HeldLock, queries};
 use crate::error::{Error, Result};
 use crate::message::{Envelope, MAX_REASON_LEN, Message, MessageId};
 use crate::sync::{Mutex, MutexGuard};
@@ -27,8 +27,7 @@ use crate::tx::Transaction;
 /// watchdog that renews it.
 #[derive(Debug)]
 pub(super) struct Track {
-    pub(super) id: u64,
-    pub(super) token: u64,
+    pub(super) lock: HeldLock,
     /// Store-clock milliseconds.
     pub(super) locked_until: AtomicU64,
     pub(super) lock_lost: AtomicBool,
@@ -36,10 +35,9 @@ pub(super) struct Track {
 }
 
 impl Track {
-    pub(super) fn new(id: u64, token: u64, locked_until: u64) -> Track {
+    pub(super) fn new(lock: HeldLock, locked_until: u64) -> Track {
         Track {
-            id,
-            token,
+            lock,
             locked_until: AtomicU64::new(locked_until),
             lock_lost: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
@@ -138,23 +136,23 @@ impl Lease {
 
     pub(crate) fn mark_done(&self, keys: Vec<String>) -> Result<SystemTime> {
         let _open = self.open()?;
-        let (id, token) = (self.track.id, self.track.token);
-        let r = self.engine.call(move |b| b.mark_done(id, token, &keys));
+        let lock = self.track.lock;
+        let r = self.engine.call(move |b| b.mark_done(lock, &keys));
         self.track.note(&r);
         r.map(to_system_time)
     }
 
     pub(crate) fn done_keys(&self) -> Result<BTreeSet<String>> {
         let _open = self.open()?;
-        let id = self.track.id;
+        let id = self.track.lock.id;
         let keys = self.engine.read(|t| queries::checkpoints(t, id))?;
         Ok(keys.into_iter().collect())
     }
 
     pub(crate) fn renew_lock(&self) -> Result<SystemTime> {
         let _open = self.open()?;
-        let (id, token) = (self.track.id, self.track.token);
-        let r = self.engine.call(move |b| b.renew(id, token));
+        let lock = self.track.lock;
+        let r = self.engine.call(move |b| b.renew(lock));
         self.track.note(&r);
         r.map(to_system_time)
     }

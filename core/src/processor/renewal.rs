@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crate::sync::MutexGuard;
 
 use super::{Shared, State, Track};
-use crate::engine::HeldLock;
 use crate::error::Result;
 
 pub(super) fn spawn_watchdog(sh: &Arc<Shared>) -> Result<()> {
@@ -89,13 +88,7 @@ fn watchdog(sh: &Arc<Shared>) {
 
 /// Renews every lock in `due` in one commit.
 fn renew_all(sh: &Shared, due: &[Arc<Track>]) -> Vec<Result<u64>> {
-    let locks = due
-        .iter()
-        .map(|t| HeldLock {
-            id: t.id,
-            token: t.token,
-        })
-        .collect();
+    let locks = due.iter().map(|t| t.lock).collect();
     sh.queue.engine.renew_all(locks)
 }
 
@@ -106,7 +99,7 @@ fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<
         }
         match r {
             Ok(until) => {
-                if let Some(w) = st.watched.get_mut(&track.token) {
+                if let Some(w) = st.watched.get_mut(&track.lock.token) {
                     w.next_renew = next_renewal(sh, until, w.renew_until);
                 }
             }
@@ -118,12 +111,12 @@ fn apply_renewals(sh: &Shared, st: &mut State, due: &[Arc<Track>], results: Vec<
                     .saturating_sub(sh.clock.now_ms());
                 tracing::warn!(
                     queue = %sh.queue.name(),
-                    message_id = track.id,
+                    message_id = track.lock.id,
                     error = %e,
                     remaining_lock_ms = remaining,
                     "processor could not renew a lock; retrying"
                 );
-                if let Some(w) = st.watched.get_mut(&track.token) {
+                if let Some(w) = st.watched.get_mut(&track.lock.token) {
                     let wait = (Duration::from_millis(remaining) / 4).max(MIN_RETRY_WAIT);
                     w.next_renew = Instant::now().checked_add(wait);
                 }

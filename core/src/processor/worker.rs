@@ -19,7 +19,7 @@ use super::{
     Delivery, Failure, Handler, Lease, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched,
     panic_text, renewal,
 };
-use crate::engine::{Cancel, Engine, HeldLock, IdleReceiver, Locked};
+use crate::engine::{Cancel, Engine, IdleReceiver, Locked};
 use crate::error::{Error, Result};
 use crate::message::MessageId;
 use crate::tx::Transaction;
@@ -136,7 +136,7 @@ impl Worker<'_> {
     fn begin(&self, track: &Track) -> bool {
         self.sh
             .gate
-            .begin(track.token, self.sh.config.handler_timeout)
+            .begin(track.lock.token, self.sh.config.handler_timeout)
     }
 
     /// Ends a handler run (see `Gate::end`).
@@ -162,7 +162,7 @@ impl Worker<'_> {
                 self.settle_run(ran, &track, want)
             }
         };
-        self.end(track.token);
+        self.end(track.lock.token);
         match got {
             Ok(v) if v.is_empty() => {}
             Ok(v) => {
@@ -303,7 +303,7 @@ impl Worker<'_> {
         {
             let mut st = sh.state.lock();
             for l in got {
-                let track = Arc::new(Track::new(l.envelope.id().0, l.token, l.locked_until));
+                let track = Arc::new(Track::new(l.held(), l.locked_until));
                 let renew_until = (!auto_renew.is_zero())
                     .then(|| now.checked_add(auto_renew))
                     .flatten();
@@ -371,12 +371,4 @@ impl IdleReceiver for Worker<'_> {
 
 fn tx_free(h: &Handler) -> bool {
     matches!(h, Handler::PeekLock(_))
-}
-
-/// The lock a receive took.
-fn held(l: &Locked) -> HeldLock {
-    HeldLock {
-        id: l.envelope.id().get(),
-        token: l.token,
-    }
 }

@@ -123,7 +123,7 @@ impl Transaction {
             .position(|l| l.id == id.0)
             .ok_or(Error::MessageNotFound(id))?;
         let l = self.locks[i];
-        let until = self.engine.call(move |b| b.renew_held(l))?;
+        let until = self.engine.call(move |b| b.renew(l))?;
         self.until[i] = until;
         Ok(to_system_time(until))
     }
@@ -170,7 +170,7 @@ impl Transaction {
         let i = self.held_index(id)?;
         let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
         let l = self.locks[i];
-        let until = self.engine.call(move |b| b.mark_done_held(l, &keys))?;
+        let until = self.engine.call(move |b| b.mark_done(l, &keys))?;
         self.until[i] = until;
         Ok(to_system_time(until))
     }

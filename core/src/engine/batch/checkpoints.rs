@@ -10,15 +10,9 @@ use super::*;
 pub const MAX_CHECKPOINT_KEY_LEN: usize = 1024;
 
 impl<'t> Batch<'t> {
-    /// [`Batch::mark_done_held`] for a caller that carries the lock as a bare id and token
-    /// (the processor's `Track`).
-    pub fn mark_done(&mut self, id: u64, token: u64, keys: &[String]) -> Result<u64> {
-        self.mark_done_held(HeldLock { id, token }, keys)
-    }
-
     /// Records `keys` as done on the message held by `lock` and renews the lock, in one write.
     /// Returns the new lock expiry (ms).
-    pub fn mark_done_held(&mut self, lock: HeldLock, keys: &[String]) -> Result<u64> {
+    pub fn mark_done(&mut self, lock: HeldLock, keys: &[String]) -> Result<u64> {
         let id = lock.id;
         let mut st = self.check_lock(lock)?;
         if let Some(k) = keys

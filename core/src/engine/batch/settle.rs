@@ -150,15 +150,9 @@ impl<'t> Batch<'t> {
         }
     }
 
-    /// [`Batch::settle_held`] for a caller that carries the lock as a bare id and token (the
-    /// processor's `Track`).
-    pub fn settle(&mut self, id: u64, token: u64, how: &Settle) -> Result<Option<String>> {
-        self.settle_held(HeldLock { id, token }, how)
-    }
-
     /// Ends `lock`; returns the dead-letter reason when the message went to its dead-letter
     /// queue (asked for, or spent on its way back to its queue).
-    pub fn settle_held(&mut self, lock: HeldLock, how: &Settle) -> Result<Option<String>> {
+    pub fn settle(&mut self, lock: HeldLock, how: &Settle) -> Result<Option<String>> {
         let id = lock.id;
         let mut st = self.check_lock(lock)?;
         match how {
@@ -234,14 +228,8 @@ impl<'t> Batch<'t> {
         }
     }
 
-    /// [`Batch::renew_held`] for a caller that carries the lock as a bare id and token (the
-    /// processor's `Track`).
-    pub fn renew(&mut self, id: u64, token: u64) -> Result<u64> {
-        self.renew_held(HeldLock { id, token })
-    }
-
     /// Extends `lock`; returns the new expiry.
-    pub fn renew_held(&mut self, lock: HeldLock) -> Result<u64> {
+    pub fn renew(&mut self, lock: HeldLock) -> Result<u64> {
         let id = lock.id;
         let mut st = self.check_lock(lock)?;
         let rec = self.require_queue_id(st.queue)?;

@@ -12,16 +12,14 @@ impl Worker<'_> {
     /// pay. A stopping worker only settles.
     pub(super) fn settle_in_session(
         &mut self,
-        id: u64,
-        token: u64,
+        lock: HeldLock,
         how: Settle,
     ) -> Result<Option<String>> {
         let held = self.session.clone().filter(|_| !self.sh.is_stopping());
         let Some((group, stoken, _)) = held else {
-            return self.settle(id, token, how);
+            return self.settle(lock, how);
         };
         let q = &self.sh.queue;
-        let lock = HeldLock { id, token };
         let (settled, next) = q
             .engine
             .settle_then_session_next(lock, how, q.id, &q.name, &group, stoken);

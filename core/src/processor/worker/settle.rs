@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{Outcome, Ran, Worker, held, tx_free};
+use super::{Outcome, Ran, Worker, tx_free};
 use crate::clock::duration_ms;
 use crate::engine::{HeldLock, Locked, Settle};
 use crate::error::{Error, Result};
@@ -25,11 +25,7 @@ impl Worker<'_> {
         want: usize,
     ) -> Result<Vec<Locked>> {
         let sh = self.sh;
-        let lock = HeldLock {
-            id: track.id,
-            token: track.token,
-        };
-        tx.enlist(lock, track.locked_until.load(Ordering::Acquire));
+        tx.enlist(track.lock, track.locked_until.load(Ordering::Acquire));
         let (committed, got) = if sh.config.combined_commit {
             tx.commit_then_receive(&sh.queue, want)
         } else {
@@ -69,14 +65,11 @@ impl Worker<'_> {
         let plan = self.plan(&outcome, delivery_count);
         let combined = sh.config.combined_commit && tx_free(&sh.handler);
         let (settled, got) = if combined && sh.config.sessions {
-            (
-                self.settle_in_session(track.id, track.token, plan),
-                Ok(Vec::new()),
-            )
+            (self.settle_in_session(track.lock, plan), Ok(Vec::new()))
         } else if combined {
-            self.settle_and_receive(track.id, track.token, plan, want)
+            self.settle_and_receive(track.lock, plan, want)
         } else {
-            (self.settle(track.id, track.token, plan), Ok(Vec::new()))
+            (self.settle(track.lock, plan), Ok(Vec::new()))
         };
         match settled {
             Ok(dead_letter) => {
@@ -100,7 +93,7 @@ impl Worker<'_> {
                     // e.g. a dead letter requested on a dead-letter queue: release the
                     // message now instead of leaving it locked until its lock expires.
                     let abandon = Settle::Abandon { delay_ms: 0 };
-                    if let Err(e) = self.settle(track.id, track.token, abandon) {
+                    if let Err(e) = self.settle(track.lock, abandon) {
                         self.settle_failed(id.0, &e);
                     }
                 }
@@ -130,25 +123,20 @@ impl Worker<'_> {
 
     /// Settles one message in its own commit; returns the dead-letter reason when it went to
     /// the dead-letter queue.
-    pub(super) fn settle(&self, id: u64, token: u64, how: Settle) -> Result<Option<String>> {
-        self.sh
-            .queue
-            .engine
-            .call(move |b| b.settle(id, token, &how))
+    pub(super) fn settle(&self, lock: HeldLock, how: Settle) -> Result<Option<String>> {
+        self.sh.queue.engine.call(move |b| b.settle(lock, &how))
     }
 
     /// Settles a message and locks up to `want` more in one commit. A settle or receive that
     /// fails before writing does not spoil the other; one that fails half way aborts both.
     pub(super) fn settle_and_receive(
         &self,
-        id: u64,
-        token: u64,
+        lock: HeldLock,
         how: Settle,
         want: usize,
     ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
         let q = &self.sh.queue;
-        q.engine
-            .settle_then_receive(HeldLock { id, token }, how, q.id, &q.name, want)
+        q.engine.settle_then_receive(lock, how, q.id, &q.name, want)
     }
 
     /// Tells the event hook what became of a settled message.
@@ -211,7 +199,7 @@ impl Worker<'_> {
 
     /// Gives messages back without running a handler (stopping): not a failure.
     pub(super) fn return_untouched(&self, got: Vec<Locked>) {
-        let locks = got.iter().map(held).collect();
+        let locks = got.iter().map(Locked::held).collect();
         self.abandon_all(locks);
     }
 
@@ -227,7 +215,7 @@ impl Worker<'_> {
                 st.watched.remove(&l.token);
             }
         }
-        let locks = taken.iter().map(|(l, _)| held(l)).collect();
+        let locks = taken.iter().map(|(l, _)| l.held()).collect();
         self.abandon_all(locks);
     }
 
