@@ -11,6 +11,7 @@ use std::ffi::{CString, c_char, c_int};
 use ::postbox_admin::{AdminOptions, AdminServer, serve_admin};
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
+use crate::handle::Handle;
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
 
@@ -110,7 +111,7 @@ pub extern "C" fn postbox_store_serve_admin(
         let addr = arg_str(addr, "addr")?;
         let token = arg_opt_str(token, "token")?;
         let out = Out::required(admin_out, "admin_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let (server, url, token) = serve(&store.store, addr, allow_actions != 0, token)?;
         let text = |s: String| {
             CString::new(s).map_err(|_| Failure::invalid("a NUL byte in the admin URL or token"))

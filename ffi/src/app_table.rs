@@ -3,7 +3,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::guard::{Failure, Out, Outcome, arg_ref, arg_slice, arg_str, guard};
+use crate::guard::{Failure, Out, Outcome, arg_slice, arg_str, guard};
+use crate::handle::live;
 use crate::postbox_bytes;
 use crate::session::buffer_of;
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK};
@@ -26,13 +27,6 @@ pub const POSTBOX_MAX_TABLE_VALUE_LEN: usize = 1 << 20;
 pub type postbox_row_fn = Option<
     unsafe extern "C" fn(user_data: *mut c_void, key: postbox_bytes, value: postbox_bytes) -> c_int,
 >;
-
-/// A store handle for a call that reads or writes it: refused in a forked child.
-fn store_of<'a>(store: *const postbox_store) -> Outcome<&'a postbox_store> {
-    let s = arg_ref(store, "store")?;
-    s.tag.check_process()?;
-    Ok(s)
-}
 
 /// Runs `alone` on the store's table, or `in_tx` on the transaction's view of it.
 fn on_table<T>(
@@ -74,7 +68,7 @@ pub extern "C" fn postbox_table_get(
     value_len_out: *mut usize,
 ) -> c_int {
     guard(|| {
-        let s = store_of(store)?;
+        let s = live(store)?;
         let table = arg_str(table, "table")?;
         let key = arg_slice(key, key_len, "key")?;
         let data = Out::required(value_out, "value_out")?;
@@ -115,7 +109,7 @@ pub extern "C" fn postbox_table_put(
     value_len: usize,
 ) -> c_int {
     guard(|| {
-        let s = store_of(store)?;
+        let s = live(store)?;
         let table = arg_str(table, "table")?;
         let key = arg_slice(key, key_len, "key")?;
         let value = arg_slice(value, value_len, "value")?;
@@ -140,7 +134,7 @@ pub extern "C" fn postbox_table_delete(
     key_len: usize,
 ) -> c_int {
     guard(|| {
-        let s = store_of(store)?;
+        let s = live(store)?;
         let table = arg_str(table, "table")?;
         let key = arg_slice(key, key_len, "key")?;
         on_table(s, tx, table, |t| t.delete(key), |t| t.delete(key))?;
@@ -176,7 +170,7 @@ pub extern "C" fn postbox_table_increment(
     value_out: *mut i64,
 ) -> c_int {
     guard(|| {
-        let s = store_of(store)?;
+        let s = live(store)?;
         let table = arg_str(table, "table")?;
         let key = arg_slice(key, key_len, "key")?;
         let out = Out::optional(value_out);
@@ -223,7 +217,7 @@ pub extern "C" fn postbox_table_put_if(
     set_out: *mut bool,
 ) -> c_int {
     guard(|| {
-        let s = store_of(store)?;
+        let s = live(store)?;
         let table = arg_str(table, "table")?;
         let key = arg_slice(key, key_len, "key")?;
         let expected = if expected.is_null() {
@@ -281,7 +275,7 @@ pub extern "C" fn postbox_table_range(
     count_out: *mut usize,
 ) -> c_int {
     guard(|| {
-        let s = store_of(store)?;
+        let s = live(store)?;
         let table = arg_str(table, "table")?;
         let start = arg_slice(start, start_len, "start")?;
         let end = if end.is_null() {

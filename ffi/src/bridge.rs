@@ -11,6 +11,7 @@ use std::ffi::{CString, c_char, c_int};
 
 use crate::StoreTag;
 use crate::guard::{Failure, Out, Outcome, VersionedOut, arg_ref, arg_str, guard, take_box};
+use crate::handle::Handle;
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
 
@@ -114,6 +115,14 @@ pub struct postbox_bridge {
     tag: StoreTag,
 }
 
+impl Handle for postbox_bridge {
+    const ARG: &'static str = "bridge";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
+}
+
 /// The totals over every link of a bridge, filled by `postbox_bridge_stats_get`.
 ///
 /// Versioned: the caller sets `struct_size` to `sizeof(postbox_bridge_stats)` (or calls
@@ -200,7 +209,7 @@ pub extern "C" fn postbox_bridge_start(
         let store = arg_ref(store, "store")?;
         let text = arg_str(config_toml, "config_toml")?;
         let out = Out::required(bridge_out, "bridge_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let bridge = Running::start(&store.store, text)?;
         out.write(Box::into_raw(Box::new(postbox_bridge {
             bridge,
@@ -240,7 +249,7 @@ pub extern "C" fn postbox_bridge_stats_get(
     guard(|| {
         let bridge = arg_ref(bridge, "bridge")?;
         let out = VersionedOut::required(stats_out, BRIDGE_STATS_V1, "stats_out")?;
-        bridge.tag.check_process()?;
+        bridge.live()?;
         out.write(bridge.bridge.totals());
         Ok(POSTBOX_OK)
     })
@@ -288,7 +297,7 @@ fn stats_text(
     guard(|| {
         let bridge = arg_ref(bridge, "bridge")?;
         let out = Out::required(text_out, "text_out")?;
-        bridge.tag.check_process()?;
+        bridge.live()?;
         out.write(owned_string(render(&bridge.bridge))?);
         Ok(POSTBOX_OK)
     })

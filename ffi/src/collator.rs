@@ -6,7 +6,8 @@ use std::ffi::{CString, c_char, c_int};
 use postbox::{Collator, SeriesGap, Store};
 
 use crate::guard::{Failure, Out, Outcome, arg_ref, arg_str, guard, take_box};
-use crate::queue::{build_message, live as live_queue, postbox_queue, postbox_send_options};
+use crate::handle::{Handle, live};
+use crate::queue::{build_message, postbox_queue, postbox_send_options};
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
 use crate::{StoreTag, postbox_bytes};
@@ -33,6 +34,14 @@ pub struct postbox_collator {
     tag: StoreTag,
 }
 
+impl Handle for postbox_collator {
+    const ARG: &'static str = "collator";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
+}
+
 struct Gap {
     series: CString,
     next: u64,
@@ -45,13 +54,6 @@ struct Gap {
 /// `postbox_series_gaps_free`. A snapshot taken at the call; immutable, so thread-safe.
 pub struct postbox_series_gaps {
     items: Vec<Gap>,
-}
-
-/// A collator handle for a call that reads or writes the store: refused in a forked child.
-fn live<'a>(c: *const postbox_collator) -> Outcome<&'a postbox_collator> {
-    let c = arg_ref(c, "collator")?;
-    c.tag.check_process()?;
-    Ok(c)
 }
 
 /// Opens collator `name` (NUL-terminated UTF-8, named as a queue is: 1–255 bytes), which
@@ -84,8 +86,8 @@ pub extern "C" fn postbox_collator_open(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::required(collator_out, "collator_out")?;
-        store.tag.check_process()?;
-        let dest = live_queue(destination)
+        store.live()?;
+        let dest = live(destination)
             .map_err(|f| Failure::new(f.code, format!("destination: {}", f.message)))?;
         if dest.tag != store.tag {
             return Err(Failure::invalid(

@@ -4,6 +4,7 @@
 use std::ffi::c_int;
 
 use crate::guard::{Out, arg_ref, guard};
+use crate::handle::Handle;
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_store;
 
@@ -42,7 +43,7 @@ pub extern "C" fn postbox_store_compact(
         let store = arg_ref(store, "store")?;
         let before = Out::optional(bytes_before);
         let after = Out::optional(bytes_after);
-        store.tag.check_process()?;
+        store.live()?;
         let stats = store.store.compact()?;
         before.write(stats.bytes_before);
         after.write(stats.bytes_after);

@@ -9,9 +9,8 @@ use postbox::{Job, JobOptions, JobProgress, MessageId, PieceState};
 use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_ref, arg_slice, arg_slice_mut, guard, take_box,
 };
-use crate::queue::{
-    build_message, live as live_queue, postbox_queue, postbox_send_item, postbox_send_options,
-};
+use crate::handle::{Handle, live};
+use crate::queue::{build_message, postbox_queue, postbox_send_item, postbox_send_options};
 use crate::status::{POSTBOX_OK, POSTBOX_TIMEOUT};
 use crate::store::postbox_store;
 use crate::tx::{postbox_tx, with_tx};
@@ -33,16 +32,17 @@ pub struct postbox_job {
     tag: StoreTag,
 }
 
-/// A job handle for a call that reads or writes the store: refused in a forked child.
-fn live<'a>(job: *const postbox_job) -> Outcome<&'a postbox_job> {
-    let j = arg_ref(job, "job")?;
-    j.tag.check_process()?;
-    Ok(j)
+impl Handle for postbox_job {
+    const ARG: &'static str = "job";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
 }
 
 /// A queue handle of the job's store, for a piece.
 fn piece_queue<'a>(j: &postbox_job, queue: *const postbox_queue) -> Outcome<&'a postbox_queue> {
-    let q = live_queue(queue)?;
+    let q = live(queue)?;
     if q.tag != j.tag {
         return Err(Failure::invalid(
             "the queue belongs to another store handle than the job",
@@ -169,7 +169,7 @@ pub extern "C" fn postbox_job_create(
     guard(|| {
         let s = arg_ref(store, "store")?;
         let out = Out::required(job_out, "job_out")?;
-        s.tag.check_process()?;
+        s.live()?;
         let mut job_options = JobOptions::default();
         if continuation.is_null() {
             if body_len != 0 || !body.is_null() || !options.is_null() {
@@ -178,7 +178,7 @@ pub extern "C" fn postbox_job_create(
                 ));
             }
         } else {
-            let q = live_queue(continuation)?;
+            let q = live(continuation)?;
             if q.tag != s.tag {
                 return Err(Failure::invalid(
                     "the continuation queue belongs to another store handle",
@@ -208,7 +208,7 @@ pub extern "C" fn postbox_job_open(
     guard(|| {
         let s = arg_ref(store, "store")?;
         let out = Out::required(job_out, "job_out")?;
-        s.tag.check_process()?;
+        s.live()?;
         let job = s.store.job(id)?;
         out.write(Box::into_raw(Box::new(postbox_job { job, tag: s.tag })));
         Ok(POSTBOX_OK)

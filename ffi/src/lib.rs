@@ -8,6 +8,7 @@
 //! - `guard.rs`: the one guard every export runs inside (panics → `POSTBOX_PANIC`, NULL →
 //!   `POSTBOX_INVALID_ARGUMENT`), the per-thread error message, and the checked conversions from
 //!   raw C arguments. Nearly all `unsafe` lives there.
+//! - `handle.rs`: the fork guard of every handle, written once (`Handle`, `live`).
 //! - `status.rs`: status codes (the numbers of `postbox::ErrorKind`), `postbox_strerror`,
 //!   `postbox_version`.
 //! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`, `topic.rs`, `collator.rs`,
@@ -19,6 +20,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod guard;
+
+mod handle;
 
 // One group per line so that rustfmt keeps this order, which is the order of the header.
 mod status;

@@ -10,6 +10,7 @@ use postbox::binding::HeldMessage;
 use postbox::{Envelope, MessageState, PropertyValue, Queue, Received, SettleError};
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard, take_box};
+use crate::handle::Handle;
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK};
 use crate::{StoreTag, postbox_bytes, unix_ms};
 
@@ -61,6 +62,14 @@ pub struct postbox_message {
     pub(crate) tag: StoreTag,
 }
 
+impl Handle for postbox_message {
+    const ARG: &'static str = "message";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
+}
+
 impl postbox_message {
     pub(crate) fn new(held: HeldMessage<()>, tag: StoreTag) -> postbox_message {
         postbox_message { held, tag }
@@ -77,7 +86,7 @@ impl postbox_message {
     /// Takes the lock out of the handle to hand it on (a transaction); the handle is settled
     /// afterwards.
     pub(crate) fn take_received(&self) -> Outcome<Received> {
-        self.tag.check_process()?;
+        self.live()?;
         Ok(self.held.take("enlisted")?)
     }
 
@@ -88,7 +97,7 @@ impl postbox_message {
         after: &'static str,
         f: impl FnOnce(Received) -> Result<(), SettleError>,
     ) -> Outcome<()> {
-        self.tag.check_process()?;
+        self.live()?;
         Ok(self.held.settle(after, f)?)
     }
 }
@@ -247,7 +256,7 @@ pub extern "C" fn postbox_message_renew_lock(
     guard(|| {
         let m = msg(message)?;
         let out = Out::optional(locked_until_ms_out);
-        m.tag.check_process()?;
+        m.live()?;
         let ms = unix_ms(m.held.renew_lock()?);
         out.write(ms);
         Ok(POSTBOX_OK)

@@ -13,6 +13,7 @@ use postbox::{Autoscale, Delivery, Processor, RetryPolicy, Store, Transaction};
 
 use crate::StoreTag;
 use crate::guard::{Failure, Out, Outcome, arg_ref, guard, read_versioned, take_box};
+use crate::handle::Handle;
 use crate::message::postbox_message;
 use crate::queue::postbox_queue;
 use crate::status::POSTBOX_OK;
@@ -215,6 +216,16 @@ pub struct postbox_processor {
     tag: StoreTag,
 }
 
+// In a forked child its worker threads do not exist, and its state may be locked by one of
+// them forever.
+impl Handle for postbox_processor {
+    const ARG: &'static str = "processor";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
+}
+
 /// The caller's `user_data`, shared by the worker threads.
 #[derive(Clone, Copy)]
 struct UserData(*mut c_void);
@@ -363,7 +374,7 @@ fn started(
 /// The queue of a processor about to start: refused in a forked child, and on a closed store
 /// (the workers would only ever see `POSTBOX_CLOSED`).
 fn check_startable(q: &postbox_queue) -> Outcome<()> {
-    q.tag.check_process()?;
+    q.live()?;
     // `try_begin` fails with `Closed` exactly when the store cannot take work; the empty
     // transaction it returns otherwise is dropped at once, which does nothing.
     drop(q.store.try_begin()?);

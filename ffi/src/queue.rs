@@ -14,6 +14,7 @@ use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_opt_str, arg_ref, arg_slice, arg_slice_mut, arg_str,
     guard, read_versioned, take_box,
 };
+use crate::handle::{Handle, live};
 use crate::message::{complete_batch, postbox_message};
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK, POSTBOX_TIMEOUT};
 use crate::store::postbox_store;
@@ -62,6 +63,14 @@ pub struct postbox_queue {
     /// `forward_dead_letters_to`), each distinct name once: they stay valid until the handle
     /// is freed, whatever other threads read meanwhile.
     names: Mutex<Vec<CString>>,
+}
+
+impl Handle for postbox_queue {
+    const ARG: &'static str = "queue";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
 }
 
 impl postbox_queue {
@@ -165,15 +174,16 @@ pub struct postbox_browser {
     tag: StoreTag,
 }
 
-fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
-    arg_ref(q, "queue")
+impl Handle for postbox_browser {
+    const ARG: &'static str = "browser";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
 }
 
-/// A queue handle for a call that reads or writes the store: refused in a forked child.
-pub(crate) fn live<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
-    let q = queue(q)?;
-    q.tag.check_process()?;
-    Ok(q)
+fn queue<'a>(q: *const postbox_queue) -> Outcome<&'a postbox_queue> {
+    arg_ref(q, "queue")
 }
 
 /// Opens queue `name` (NUL-terminated UTF-8, 1–255 bytes), creating it if it does not exist.
@@ -205,7 +215,7 @@ pub extern "C" fn postbox_queue_open(
         let name = arg_str(name, "name")?;
         let out = Out::required(queue_out, "queue_out")?;
         let options = read_versioned(options, QUEUE_OPTIONS_V1, "options")?;
-        store.tag.check_process()?;
+        store.live()?;
         let q = match options {
             None => store.store.queue(name)?,
             Some(o) => store.store.queue_with(name, queue_options(&o)?)?,
@@ -232,7 +242,7 @@ pub extern "C" fn postbox_queue_open_existing(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::required(queue_out, "queue_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let q = store.store.open_queue(name)?;
         out.write(postbox_queue::boxed(q, &store.store, store.tag));
         Ok(POSTBOX_OK)

@@ -10,8 +10,9 @@ use postbox::binding::HeldMessage;
 use crate::guard::{
     Failure, Out, Outcome, arg_opt_str, arg_ref, arg_slice, arg_str, guard, take_box,
 };
+use crate::handle::{Handle, live};
 use crate::message::postbox_message;
-use crate::queue::{live as live_queue, postbox_queue};
+use crate::queue::postbox_queue;
 use crate::status::{POSTBOX_OK, POSTBOX_TIMEOUT};
 use crate::tx::{postbox_tx, with_tx};
 use crate::{StoreTag, postbox_bytes, timeout, unix_ms};
@@ -36,11 +37,12 @@ pub struct postbox_session {
     tag: StoreTag,
 }
 
-/// A session handle for a call that reads or writes the store: refused in a forked child.
-fn live<'a>(s: *const postbox_session) -> Outcome<&'a postbox_session> {
-    let s = arg_ref(s, "session")?;
-    s.tag.check_process()?;
-    Ok(s)
+impl Handle for postbox_session {
+    const ARG: &'static str = "session";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
 }
 
 /// The state argument of the setters: `None` with `clear`, else the caller's bytes.
@@ -79,7 +81,7 @@ pub extern "C" fn postbox_session_accept(
     session_out: *mut *mut postbox_session,
 ) -> c_int {
     guard(|| {
-        let q = live_queue(queue)?;
+        let q = live(queue)?;
         let group = arg_opt_str(group, "group")?;
         let out = Out::required(session_out, "session_out")?;
         let wait = timeout(timeout_ms);
@@ -398,9 +400,7 @@ pub extern "C" fn postbox_tx_set_session_state(
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_session_release(session: *mut postbox_session) -> c_int {
     guard(|| {
-        let process = arg_ref(session.cast_const(), "session")?
-            .tag
-            .check_process();
+        let process = arg_ref(session.cast_const(), "session")?.live().map(|_| ());
         if let Some(s) = take_box(session) {
             // In a forked child the drop writes nothing (the engine refuses it).
             process?;

@@ -9,6 +9,7 @@ use crate::StoreTag;
 use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_ref, arg_str, guard, read_versioned, take_box,
 };
+use crate::handle::Handle;
 use crate::status::POSTBOX_OK;
 
 /// Durability: every commit is on stable storage (fsync) before the call returns; a message
@@ -124,6 +125,14 @@ pub struct postbox_store {
     pub(crate) tag: StoreTag,
     /// `Store::log_loss` as C text, made once at open.
     log_loss: Option<CString>,
+}
+
+impl Handle for postbox_store {
+    const ARG: &'static str = "store";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
 }
 
 /// A list of strings returned by postbox (e.g. queue names). Read it with
@@ -307,7 +316,7 @@ pub extern "C" fn postbox_store_queues(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = Out::required(names_out, "names_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         out.write(postbox_strings::boxed(store.store.queues()?)?);
         Ok(POSTBOX_OK)
     })
@@ -373,7 +382,7 @@ pub extern "C" fn postbox_queue_delete(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::optional(existed_out);
-        store.tag.check_process()?;
+        store.live()?;
         let existed = store.store.delete_queue(name)?;
         out.write(existed);
         Ok(POSTBOX_OK)
@@ -392,7 +401,7 @@ pub extern "C" fn postbox_store_stats(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = Out::required(stats_out, "stats_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let s = store.store.stats();
         out.write(postbox_commit_stats {
             commits: s.commits,
@@ -418,7 +427,7 @@ pub extern "C" fn postbox_store_log_loss(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = Out::required(text_out, "text_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         out.write(
             store
                 .log_loss
@@ -461,7 +470,7 @@ pub extern "C" fn postbox_store_log_stats(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = VersionedOut::required(stats_out, LOG_STATS_V1, "stats_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let s = store.store.stats();
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         out.write(postbox_log_stats {

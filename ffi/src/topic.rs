@@ -8,6 +8,7 @@ use postbox::{Filter, Store, Topic};
 use crate::guard::{
     Out, Outcome, VersionedOut, arg_opt_str, arg_ref, arg_str, guard, read_versioned, take_box,
 };
+use crate::handle::{Handle, live};
 use crate::queue::{
     QUEUE_OPTIONS_V1, build_message, postbox_property, postbox_queue, postbox_queue_options,
     postbox_send_options, queue_options, user_properties,
@@ -31,6 +32,14 @@ pub struct postbox_topic {
     /// The store the topic was opened from (its subscription queue handles need it).
     store: Store,
     tag: StoreTag,
+}
+
+impl Handle for postbox_topic {
+    const ARG: &'static str = "topic";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
 }
 
 /// Which published messages a subscription receives (`postbox_topic_subscribe`): those whose
@@ -109,13 +118,6 @@ const TOPIC_STATS_V1: usize = size_of::<postbox_topic_stats>();
 // `VersionedOut` copies an older caller's prefix of the struct: it holds no padding.
 const _: () = assert!(TOPIC_STATS_V1 == 2 * size_of::<u32>() + 3 * size_of::<u64>());
 
-/// A topic handle for a call that reads or writes the store: refused in a forked child.
-fn live<'a>(t: *const postbox_topic) -> Outcome<&'a postbox_topic> {
-    let t = arg_ref(t, "topic")?;
-    t.tag.check_process()?;
-    Ok(t)
-}
-
 fn boxed(topic: Topic, store: &postbox_store) -> *mut postbox_topic {
     Box::into_raw(Box::new(postbox_topic {
         topic,
@@ -142,7 +144,7 @@ pub extern "C" fn postbox_topic_open(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::required(topic_out, "topic_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let topic = store.store.topic(name)?;
         out.write(boxed(topic, store));
         Ok(POSTBOX_OK)
@@ -166,7 +168,7 @@ pub extern "C" fn postbox_topic_open_existing(
         let store = arg_ref(store, "store")?;
         let name = arg_str(name, "name")?;
         let out = Out::required(topic_out, "topic_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         let topic = store.store.open_topic(name)?;
         out.write(boxed(topic, store));
         Ok(POSTBOX_OK)
@@ -188,7 +190,7 @@ pub extern "C" fn postbox_store_topics(
     guard(|| {
         let store = arg_ref(store, "store")?;
         let out = Out::required(names_out, "names_out")?;
-        store.tag.check_process()?;
+        store.live()?;
         out.write(postbox_strings::boxed(store.store.topics()?)?);
         Ok(POSTBOX_OK)
     })

@@ -11,10 +11,11 @@ use crate::guard::{
     Failure, Out, Outcome, VersionedOut, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
     read_versioned, take_box,
 };
+use crate::handle::{Handle, live};
 use crate::message::postbox_message;
 use crate::queue::{
-    QUEUE_OPTIONS_V1, build_message, live as live_queue, options_struct, postbox_queue,
-    postbox_queue_options, postbox_send_item, postbox_send_options, queue_options,
+    QUEUE_OPTIONS_V1, build_message, options_struct, postbox_queue, postbox_queue_options,
+    postbox_send_item, postbox_send_options, queue_options,
 };
 use crate::status::{POSTBOX_NOT_FOUND, POSTBOX_OK, POSTBOX_TIMEOUT};
 use crate::store::{postbox_store, postbox_strings};
@@ -54,7 +55,7 @@ pub extern "C" fn postbox_message_reply(
         let m = arg_ref(message.cast_const(), "message")?;
         let out = Out::optional(reply_id_out);
         let reply = build_message(body, body_len, options, "body")?;
-        m.tag.check_process()?;
+        m.live()?;
         let id = m.held.reply("replied", reply)?;
         out.write(id.get());
         Ok(POSTBOX_OK)
@@ -88,7 +89,7 @@ pub extern "C" fn postbox_request(
     reply_out: *mut *mut postbox_message,
 ) -> c_int {
     guard(|| {
-        let q = live_queue(queue)?;
+        let q = live(queue)?;
         let out = Out::required(reply_out, "reply_out")?;
         let m = build_message(body, body_len, options, "body")?;
         let env = q.queue.request(m, timeout(timeout_ms))?.ok_or_else(|| {
@@ -127,7 +128,7 @@ pub extern "C" fn postbox_queue_open_temporary(
         let s = arg_ref(store, "store")?;
         let out = Out::required(queue_out, "queue_out")?;
         let options = read_versioned(options, QUEUE_OPTIONS_V1, "options")?;
-        s.tag.check_process()?;
+        s.live()?;
         let options = options.map(|o| queue_options(&o)).transpose()?;
         let q = s.store.temporary_queue(options)?;
         out.write(postbox_queue::boxed(q, &s.store, s.tag));
@@ -166,7 +167,7 @@ pub extern "C" fn postbox_message_mark_done(
         let m = arg_ref(message.cast_const(), "message")?;
         let out = Out::optional(locked_until_ms_out);
         let keys = progress_keys(keys, count)?;
-        m.tag.check_process()?;
+        m.live()?;
         let until = m.held.mark_done(keys)?;
         out.write(unix_ms(until));
         Ok(POSTBOX_OK)
@@ -205,7 +206,7 @@ pub extern "C" fn postbox_message_done_keys(
     guard(|| {
         let m = arg_ref(message, "message")?;
         let out = Out::required(keys_out, "keys_out")?;
-        m.tag.check_process()?;
+        m.live()?;
         let keys = m.held.done_keys()?;
         out.write(postbox_strings::boxed(keys.into_iter().collect())?);
         Ok(POSTBOX_OK)
@@ -238,7 +239,7 @@ pub extern "C" fn postbox_send_checked(
     duplicate_out: *mut bool,
 ) -> c_int {
     guard(|| {
-        let q = live_queue(queue)?;
+        let q = live(queue)?;
         let id = Out::optional(id_out);
         let duplicate = Out::optional(duplicate_out);
         let m = build_message(body, body_len, options, "body")?;
@@ -270,7 +271,7 @@ pub extern "C" fn postbox_send_batch_checked(
     duplicates_out: *mut bool,
 ) -> c_int {
     guard(|| {
-        let q = live_queue(queue)?;
+        let q = live(queue)?;
         let items = arg_slice(items, count, "items")?;
         let ids = if ids_out.is_null() {
             None
@@ -399,7 +400,7 @@ pub extern "C" fn postbox_store_queue_infos(
     guard(|| {
         let s = arg_ref(store, "store")?;
         let out = Out::required(infos_out, "infos_out")?;
-        s.tag.check_process()?;
+        s.live()?;
         let items = s
             .store
             .queue_infos()?

@@ -6,6 +6,7 @@ use postbox::sync::Mutex;
 use postbox::{MessageId, Transaction};
 
 use crate::guard::{Failure, Out, Outcome, arg_ref, guard, take_box};
+use crate::handle::{Handle, live};
 use crate::message::postbox_message;
 use crate::status::POSTBOX_OK;
 use crate::store::{postbox_store, postbox_strings};
@@ -26,6 +27,14 @@ pub struct postbox_tx {
     pub(crate) lent: bool,
 }
 
+impl Handle for postbox_tx {
+    const ARG: &'static str = "tx";
+
+    fn tag(&self) -> StoreTag {
+        self.tag
+    }
+}
+
 /// Refuses a processor's lent transaction.
 fn refuse_lent(tx: *mut postbox_tx) -> Outcome<()> {
     let t = arg_ref(tx.cast_const(), "tx")?;
@@ -43,8 +52,7 @@ pub(crate) fn with_tx<T>(
     tag: StoreTag,
     f: impl FnOnce(&mut Transaction) -> Outcome<T>,
 ) -> Outcome<T> {
-    let t = arg_ref(tx.cast_const(), "tx")?;
-    t.tag.check_process()?;
+    let t = live(tx.cast_const())?;
     if t.tag != tag {
         return Err(Failure::invalid(
             "the transaction belongs to another store than the queue",
@@ -76,7 +84,7 @@ pub extern "C" fn postbox_tx_begin(
     guard(|| {
         let s = arg_ref(store, "store")?;
         let out = Out::required(tx_out, "tx_out")?;
-        s.tag.check_process()?;
+        s.live()?;
         let t = s.store.try_begin()?;
         out.write(Box::into_raw(Box::new(postbox_tx {
             tx: Mutex::new(Some(t)),
@@ -231,7 +239,7 @@ pub extern "C" fn postbox_tx_commit(tx: *mut postbox_tx) -> c_int {
         // In a forked child the handle is freed without its lock being touched, and the
         // transaction's drop writes nothing (the engine refuses it), so the parent keeps its
         // locks.
-        let process = arg_ref(tx.cast_const(), "tx")?.tag.check_process();
+        let process = arg_ref(tx.cast_const(), "tx")?.live().map(|_| ());
         if let Some(t) = take(tx) {
             process?;
             t.commit()?;
@@ -255,7 +263,7 @@ pub extern "C" fn postbox_tx_abort(tx: *mut postbox_tx) -> c_int {
             return Ok(POSTBOX_OK);
         }
         refuse_lent(tx)?;
-        let process = arg_ref(tx.cast_const(), "tx")?.tag.check_process();
+        let process = arg_ref(tx.cast_const(), "tx")?.live().map(|_| ());
         if let Some(t) = take(tx) {
             process?;
             t.abort()?;

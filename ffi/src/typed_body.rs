@@ -9,6 +9,7 @@ use std::ffi::c_int;
 use postbox::{ErrorKind, REASON_DECODE_FAILED, TypedBody, TypedBodyError};
 
 use crate::guard::{Failure, Out, Outcome, arg_ref, arg_slice, arg_slice_mut, guard};
+use crate::handle::Handle;
 use crate::message::postbox_message;
 use crate::postbox_bytes;
 use crate::status::{POSTBOX_CODEC, POSTBOX_OK};
@@ -200,7 +201,7 @@ pub extern "C" fn postbox_message_typed_body(
 /// Moves a message whose body did not decode to the dead-letter queue as far as its handle
 /// allows; the failure to return says what happened.
 fn dead_letter_undecodable(m: &postbox_message, why: &str) -> Failure {
-    if let Err(f) = m.tag.check_process() {
+    if let Err(f) = m.live() {
         return f;
     }
     let codec = |outcome: String| Failure::new(POSTBOX_CODEC, format!("{why}; {outcome}"));

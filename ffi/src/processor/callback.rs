@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int};
 use postbox::LockWatch;
 
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard};
+use crate::handle::{Handle, live};
 use crate::message::postbox_message;
 use crate::queue::{build_message, postbox_send_options};
 use crate::status::POSTBOX_OK;
@@ -34,7 +35,7 @@ pub extern "C" fn postbox_processor_dead_letter(
         let m = arg_ref(message, "message")?;
         let reason = arg_str(reason, "reason")?;
         let description = arg_opt_str(description, "description")?.unwrap_or("");
-        m.tag.check_process()?;
+        m.live()?;
         m.held.request_dead_letter(reason, description)?;
         Ok(POSTBOX_OK)
     })
@@ -50,8 +51,7 @@ fn lent_delivery(message: *const postbox_message) -> Outcome<LockWatch> {
 
 /// A message lent to a running processor callback.
 fn lent_message<'a>(message: *const postbox_message) -> Outcome<&'a postbox_message> {
-    let m = arg_ref(message, "message")?;
-    m.tag.check_process()?;
+    let m = live(message)?;
     if !m.held.is_lent() {
         return Err(Failure::invalid(
             "message was not lent to a running processor callback",

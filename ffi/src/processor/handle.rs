@@ -5,17 +5,10 @@ use std::ffi::c_int;
 use postbox::ShutdownReport;
 
 use super::{postbox_processor, postbox_processor_counters, postbox_shutdown_report};
-use crate::guard::{Out, Outcome, arg_ref, guard, take_box};
+use crate::guard::{Out, arg_ref, guard, take_box};
+use crate::handle::live;
 use crate::status::POSTBOX_OK;
 use crate::timeout;
-
-/// A processor handle, refused in a forked child: its worker threads do not exist there, and
-/// its state may be locked by one of them forever.
-fn processor<'a>(p: *const postbox_processor) -> Outcome<&'a postbox_processor> {
-    let p = arg_ref(p, "processor")?;
-    p.tag.check_process()?;
-    Ok(p)
-}
 
 fn report(r: ShutdownReport) -> postbox_shutdown_report {
     postbox_shutdown_report {
@@ -40,7 +33,7 @@ fn report(r: ShutdownReport) -> postbox_shutdown_report {
 #[unsafe(no_mangle)]
 pub extern "C" fn postbox_processor_stop(processor: *const postbox_processor) -> c_int {
     guard(|| {
-        self::processor(processor)?.processor.stop();
+        live(processor)?.processor.stop();
         Ok(POSTBOX_OK)
     })
 }
@@ -103,7 +96,7 @@ pub extern "C" fn postbox_processor_stats(
     stats_out: *mut postbox_processor_counters,
 ) -> c_int {
     guard(|| {
-        let p = self::processor(processor)?;
+        let p = live(processor)?;
         let out = Out::required(stats_out, "stats_out")?;
         let s = p.processor.stats();
         out.write(postbox_processor_counters {

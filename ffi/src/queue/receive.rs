@@ -126,7 +126,7 @@ pub extern "C" fn postbox_browse_next(
     guard(|| {
         let b = arg_ref(browser, "browser")?;
         let out = Out::required(message_out, "message_out")?;
-        b.tag.check_process()?;
+        b.live()?;
         let next = b.it.lock().next();
         let env =
             next.ok_or_else(|| Failure::new(POSTBOX_NOT_FOUND, "no further message to browse"))??;
