@@ -23,7 +23,8 @@ use postbox::{ReceiveFuture, Received};
 use pyo3::prelude::*;
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, invalid};
+use crate::errors::{IntoPy, invalid};
+use crate::live::Live;
 use crate::message::PyMessage;
 use crate::queue::PyQueue;
 
@@ -193,7 +194,7 @@ pub fn _receive_async(
     wake: Py<PyAny>,
 ) -> PyResult<PyAsyncReceive> {
     let q = queue.get();
-    check_process(q.opened_by)?;
+    q.live()?;
     let timeout = convert::opt_duration(timeout, "timeout")?;
     let task = Arc::new(Task {
         slot: Mutex::new(Slot::Pending(Box::pin(q.q.receive_async(timeout)))),

@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert;
-use crate::errors::{check_process, is_forked};
+use crate::errors::is_forked;
+use crate::live::Live;
 use crate::wait::wait_interruptible;
 #[cfg(not(feature = "bridge"))]
 use not_built::{Bridge, BridgeStats, LinkStats};
@@ -94,6 +95,18 @@ pub struct PyBridge {
     opened_by: u32,
 }
 
+impl Live for PyBridge {
+    type Inner = Mutex<Option<Bridge>>;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Mutex<Option<Bridge>> {
+        &self.bridge
+    }
+}
+
 impl Drop for PyBridge {
     fn drop(&mut self) {
         if let Some(b) = self.bridge.get_mut().take() {
@@ -165,15 +178,15 @@ fn stats_list<'py>(py: Python<'py>, s: &BridgeStats) -> PyResult<Vec<Bound<'py, 
 impl PyBridge {
     /// The statistics now, or the final ones once stopped.
     fn current(&self) -> PyResult<BridgeStats> {
-        check_process(self.opened_by)?;
-        if let Some(b) = &*self.bridge.lock() {
+        let bridge = self.live()?;
+        if let Some(b) = &*bridge.lock() {
             return Ok(b.stats());
         }
         Ok(self.last.lock().clone().unwrap_or_default())
     }
 
     fn stop_inner(&self, py: Python<'_>) -> PyResult<BridgeStats> {
-        check_process(self.opened_by)?;
+        self.live()?;
         let bridge = self.bridge.lock().take();
         if let Some(b) = bridge {
             let stats = py.detach(move || b.stop());
@@ -204,7 +217,7 @@ impl PyBridge {
     /// Whether every link is connected now (``False`` once stopped).
     #[getter]
     fn connected(&self) -> PyResult<bool> {
-        check_process(self.opened_by)?;
+        self.live()?;
         Ok(self
             .bridge
             .lock()
@@ -228,12 +241,12 @@ impl PyBridge {
     /// with the GIL released; ``True`` if they all are, ``False`` if the time ran out or the
     /// bridge was stopped.
     fn wait_connected(&self, py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<bool> {
-        check_process(self.opened_by)?;
+        let bridge = self.live()?;
         let deadline = Instant::now().checked_add(convert::duration(timeout, "timeout")?);
         let got = wait_interruptible(py, deadline, |slice| {
             let until = Instant::now().checked_add(slice);
             loop {
-                match self.bridge.lock().as_ref().map(|b| b.stats().connected()) {
+                match bridge.lock().as_ref().map(|b| b.stats().connected()) {
                     Some(true) => return Ok(Some(true)),
                     None => return Ok(Some(false)),
                     Some(false) => {}

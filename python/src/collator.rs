@@ -6,7 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process};
+use crate::errors::IntoPy;
+use crate::live::Live;
 use crate::queue::PyQueue;
 
 /// A collator: messages of a series (their `group`), numbered by `sequence` from 1 and sent
@@ -19,6 +20,18 @@ pub struct PyCollator {
     c: Collator,
     /// The process that opened it: checked before every call into the core.
     opened_by: u32,
+}
+
+impl Live for PyCollator {
+    type Inner = Collator;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Collator {
+        &self.c
+    }
 }
 
 impl PyCollator {
@@ -62,7 +75,7 @@ impl PyCollator {
         last: bool,
         props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyCollated> {
-        check_process(self.opened_by)?;
+        let c = self.live()?;
         let mut m = convert::message(body, props, "send")?
             .group(group)
             .sequence(sequence);
@@ -72,7 +85,6 @@ impl PyCollator {
         if last {
             m = m.last_in_series();
         }
-        let c = &self.c;
         let got = py.detach(|| c.send(m)).py_err()?;
         Ok(PyCollated {
             released: got.released.into_iter().map(MessageId::get).collect(),
@@ -82,8 +94,7 @@ impl PyCollator {
 
     /// How many messages the collator holds now, waiting for gaps to close.
     fn held(&self, py: Python<'_>) -> PyResult<u64> {
-        check_process(self.opened_by)?;
-        let c = &self.c;
+        let c = self.live()?;
         py.detach(|| c.held()).py_err()
     }
 
@@ -93,15 +104,13 @@ impl PyCollator {
     /// Raises `InvalidArgumentError` while the collator holds messages of the series (waiting
     /// for a gap: forgetting would lose them).
     fn forget(&self, py: Python<'_>, series: &str) -> PyResult<bool> {
-        check_process(self.opened_by)?;
-        let c = &self.c;
+        let c = self.live()?;
         py.detach(|| c.forget(series)).py_err()
     }
 
     /// The series not yet complete (length unknown, or not all released), in series order.
     fn incomplete(&self, py: Python<'_>) -> PyResult<Vec<PySeriesGap>> {
-        check_process(self.opened_by)?;
-        let c = &self.c;
+        let c = self.live()?;
         let gaps = py.detach(|| c.incomplete()).py_err()?;
         Ok(gaps
             .into_iter()

@@ -138,12 +138,6 @@ pub fn is_forked(opened_by: u32) -> bool {
     std::process::id() != opened_by
 }
 
-/// Fails with `ForkedError` in a process other than `opened_by`. Checked before any mutex of
-/// this binding is taken: one that a parent thread held at fork time stays locked in the child.
-pub fn check_process(opened_by: u32) -> PyResult<()> {
-    postbox::binding::check_process(opened_by).map_err(to_py)
-}
-
 /// `postbox.Empty`: nothing arrived before the timeout.
 pub fn empty(queue: &str) -> PyErr {
     empty_because(format!("no message arrived in queue {queue:?}"))

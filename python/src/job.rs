@@ -6,7 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDateTime, PyDict};
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, empty_because};
+use crate::errors::{IntoPy, empty_because};
+use crate::live::Live;
 use crate::queue::PyQueue;
 use crate::wait::wait_interruptible;
 
@@ -25,6 +26,18 @@ pub struct PyJob {
     opened_by: u32,
 }
 
+impl Live for PyJob {
+    type Inner = Job;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Job {
+        &self.job
+    }
+}
+
 impl PyJob {
     pub fn new(job: Job) -> PyJob {
         PyJob {
@@ -38,8 +51,7 @@ impl PyJob {
         py: Python<'_>,
         f: impl FnOnce(&Job) -> postbox::Result<T> + Send,
     ) -> PyResult<T> {
-        check_process(self.opened_by)?;
-        let job = &self.job;
+        let job = self.live()?;
         py.detach(|| f(job)).py_err()
     }
 }
@@ -120,9 +132,8 @@ impl PyJob {
     /// waiting, and Ctrl-C interrupts it.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyJobProgress> {
-        check_process(self.opened_by)?;
+        let job = self.live()?;
         let deadline = convert::deadline(timeout)?;
-        let job = &self.job;
         match wait_interruptible(py, deadline, |slice| job.wait(slice))? {
             Some(p) => Ok(p.into()),
             None => {

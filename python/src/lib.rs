@@ -12,10 +12,12 @@ mod collator;
 mod convert;
 mod errors;
 mod job;
+mod live;
 mod message;
 mod processor;
 mod queue;
 mod session;
+mod shutdown_report;
 mod store;
 mod table;
 mod topic;
@@ -45,11 +47,13 @@ mod _postbox {
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
-    use crate::processor::{_shutdown_all, PyProcessor, PyShutdownReport};
+    use crate::processor::{_shutdown_all, PyProcessor};
     #[pymodule_export]
     use crate::queue::{PyBrowse, PyConsumer, PyQueue, PyQueueStats, PySent};
     #[pymodule_export]
     use crate::session::PySession;
+    #[pymodule_export]
+    use crate::shutdown_report::PyShutdownReport;
     #[pymodule_export]
     use crate::store::{PyQueueInfo, PyStore};
     #[pymodule_export]

@@ -10,6 +10,7 @@ use pyo3::types::{PyBytes, PyDateTime, PyDict, PySet, PyString, PyType};
 
 use crate::convert;
 use crate::errors::{IntoPy, invalid};
+use crate::live::Live;
 use crate::tx::{self, TxLink};
 
 /// A message read from a queue. Its properties are attributes; `complete()`, `abandon()`,
@@ -22,6 +23,18 @@ pub struct PyMessage {
     /// The message and its lock state, as every binding keeps them.
     pub held: HeldMessage<TxLink>,
     body: PyOnceLock<Py<PyBytes>>,
+}
+
+impl Live for PyMessage {
+    type Inner = HeldMessage<TxLink>;
+
+    fn opened_by(&self) -> u32 {
+        self.held.opened_by()
+    }
+
+    fn inner(&self) -> &HeldMessage<TxLink> {
+        &self.held
+    }
 }
 
 impl PyMessage {
@@ -66,11 +79,6 @@ impl PyMessage {
 
     fn env(&self) -> &Envelope {
         self.held.envelope()
-    }
-
-    /// Fails with `ForkedError` in a forked child, before any mutex is taken.
-    pub fn check_process(&self) -> PyResult<()> {
-        self.held.check_process().py_err()
     }
 
     /// Settles through `f` without the GIL. A failed settle gives the message back still
@@ -273,9 +281,9 @@ impl PyMessage {
     /// A refused or failed call leaves the message locked, so it can still be settled.
     #[pyo3(signature = (reason, description=""))]
     fn dead_letter(&self, py: Python<'_>, reason: String, description: &str) -> PyResult<()> {
-        self.check_process()?;
-        if self.held.is_lent() {
-            return self.held.request_dead_letter(&reason, description).py_err();
+        let held = self.live()?;
+        if held.is_lent() {
+            return held.request_dead_letter(&reason, description).py_err();
         }
         if reason.len() > postbox::MAX_REASON_LEN {
             // Refused before the settle, as the processor path refuses it.
@@ -309,18 +317,18 @@ impl PyMessage {
     /// processor handler's message renews the processor's lock (which the processor renews
     /// anyway, up to `max_auto_renew`: this is for a handler that runs longer).
     fn renew_lock<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDateTime>> {
-        self.check_process()?;
+        let held = self.live()?;
         let id = self.env().id();
         // A transaction's message renews through it. Neither mutex is taken with the GIL, and
         // the transaction's only after the message's was let go.
-        let until = match self.held.transaction() {
+        let until = match held.transaction() {
             Some(link) => py
                 .detach(|| tx::renew_lock(&link, id))
                 .map_err(invalid)?
                 .py_err()?,
-            None => py.detach(|| self.held.renew_lock()).py_err()?,
+            None => py.detach(|| held.renew_lock()).py_err()?,
         };
-        self.held.note_locked_until(until);
+        held.note_locked_until(until);
         convert::datetime(py, until)
     }
 
@@ -347,16 +355,16 @@ impl PyMessage {
         body: &Bound<'_, PyAny>,
         props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
-        self.check_process()?;
+        let held = self.live()?;
         let m = convert::message(body, props, "reply")?;
-        let id = match self.held.transaction() {
+        let id = match held.transaction() {
             Some(link) => {
                 let request = self.env();
                 py.detach(|| tx::with_link(&link, |t| t.reply(request, m)))
                     .map_err(invalid)?
                     .py_err()?
             }
-            None => py.detach(|| self.held.reply("completed", m)).py_err()?,
+            None => py.detach(|| held.reply("completed", m)).py_err()?,
         };
         Ok(MessageId::get(id))
     }
@@ -380,7 +388,7 @@ impl PyMessage {
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDateTime>> {
-        self.check_process()?;
+        let held = self.live()?;
         let keys: Vec<String> = if let Ok(k) = keys.cast::<PyString>() {
             vec![k.to_cow()?.into_owned()]
         } else {
@@ -400,14 +408,14 @@ impl PyMessage {
             v
         };
         let id = self.env().id();
-        let until = match self.held.transaction() {
+        let until = match held.transaction() {
             Some(link) => py
                 .detach(|| tx::with_link(&link, |t| t.mark_done(id, keys)))
                 .map_err(invalid)?
                 .py_err()?,
-            None => py.detach(|| self.held.mark_done(keys)).py_err()?,
+            None => py.detach(|| held.mark_done(keys)).py_err()?,
         };
-        self.held.note_locked_until(until);
+        held.note_locked_until(until);
         convert::datetime(py, until)
     }
 
@@ -416,14 +424,14 @@ impl PyMessage {
     /// message received in a transaction, or a processor handler's message; raises
     /// `InvalidArgumentError` for a peeked or settled one.
     fn done_keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PySet>> {
-        self.check_process()?;
+        let held = self.live()?;
         let id = self.env().id();
-        let keys = match self.held.transaction() {
+        let keys = match held.transaction() {
             Some(link) => py
                 .detach(|| tx::with_link(&link, |t| t.done_keys(id)))
                 .map_err(invalid)?
                 .py_err()?,
-            None => py.detach(|| self.held.done_keys()).py_err()?,
+            None => py.detach(|| held.done_keys()).py_err()?,
         };
         PySet::new(py, keys)
     }
@@ -445,7 +453,7 @@ impl PyMessage {
             // The lock is the parent's: a clean exit cannot complete it here, an exception
             // leaves it to the parent (or to its expiry).
             return match exc_type {
-                None => self.check_process().map(|()| false),
+                None => self.live().map(|_| false),
                 Some(_) => Ok(false),
             };
         }

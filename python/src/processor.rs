@@ -14,9 +14,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, invalid, is_forked};
+use crate::errors::{IntoPy, invalid, is_forked};
+use crate::live::Live;
 use crate::message::PyMessage;
 use crate::queue::PyQueue;
+use crate::shutdown_report::{PyShutdownReport, report_to_py};
 use crate::tx::PyTransaction;
 use crate::wait::wait_interruptible;
 
@@ -33,10 +35,21 @@ struct Inner {
     opened_by: u32,
 }
 
+impl Live for Inner {
+    type Inner = Mutex<Option<Arc<Processor>>>;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Mutex<Option<Arc<Processor>>> {
+        &self.processor
+    }
+}
+
 impl Inner {
     fn get(&self) -> PyResult<Arc<Processor>> {
-        check_process(self.opened_by)?;
-        self.processor
+        self.live()?
             .lock()
             .clone()
             .ok_or_else(|| invalid("the processor was already shut down"))
@@ -340,20 +353,6 @@ fn rlimit_stack(py: Python<'_>) -> Option<usize> {
         .flatten()
 }
 
-fn report_to_py(r: ShutdownReport) -> PyShutdownReport {
-    PyShutdownReport {
-        processed: r.processed,
-        failed: r.failed,
-        dead_lettered: r.dead_lettered,
-        lock_lost: r.lock_lost,
-        returned: r.returned,
-        still_running: r.still_running,
-        finished: r.finished,
-        unsettled: r.unsettled,
-        forked: r.forked,
-    }
-}
-
 /// Waits up to `timeout` (`None`: until done) for `p` to finish, with the GIL released;
 /// Ctrl-C interrupts it on the main thread (see `wait.rs`).
 fn join_interruptible(
@@ -543,7 +542,7 @@ impl PyProcessor {
 
     /// Stops taking new messages, without waiting; running handlers finish normally.
     fn stop(&self) -> PyResult<()> {
-        check_process(self.inner.opened_by)?;
+        self.inner.live()?;
         if let Ok(p) = self.inner.get() {
             p.stop();
         }
@@ -553,21 +552,21 @@ impl PyProcessor {
     /// Whether stop() or shutdown() was called.
     #[getter]
     fn is_stopped(&self) -> PyResult<bool> {
-        check_process(self.inner.opened_by)?;
+        self.inner.live()?;
         Ok(self.inner.get().map(|p| p.is_stopped()).unwrap_or(true))
     }
 
     /// Handlers running now.
     #[getter]
     fn in_flight(&self) -> PyResult<usize> {
-        check_process(self.inner.opened_by)?;
+        self.inner.live()?;
         Ok(self.inner.get().map(|p| p.in_flight()).unwrap_or(0))
     }
 
     /// Live workers now.
     #[getter]
     fn workers(&self) -> PyResult<usize> {
-        check_process(self.inner.opened_by)?;
+        self.inner.live()?;
         Ok(self.inner.get().map(|p| p.workers()).unwrap_or(0))
     }
 
@@ -658,40 +657,5 @@ impl PyProcessor {
             ),
             Err(_) => "<postbox.Processor shut down>".into(),
         }
-    }
-}
-
-/// What shutdown() and join() report.
-#[pyclass(frozen, get_all, module = "postbox._postbox", name = "ShutdownReport")]
-pub struct PyShutdownReport {
-    processed: u64,
-    failed: u64,
-    dead_lettered: u64,
-    lock_lost: u64,
-    returned: u64,
-    still_running: usize,
-    finished: bool,
-    /// Messages the processor could not settle or return (e.g. the store closed under it).
-    unsettled: u64,
-    /// Asked of a processor inherited across `fork()`, where its threads do not exist: nothing
-    /// was stopped, waited for or written, and the counters are those at the fork.
-    forked: bool,
-}
-
-#[pymethods]
-impl PyShutdownReport {
-    fn __repr__(&self) -> String {
-        format!(
-            "ShutdownReport(processed={}, failed={}, dead_lettered={}, lock_lost={}, returned={}, unsettled={}, still_running={}, finished={}{})",
-            self.processed,
-            self.failed,
-            self.dead_lettered,
-            self.lock_lost,
-            self.returned,
-            self.unsettled,
-            self.still_running,
-            if self.finished { "True" } else { "False" },
-            if self.forked { ", forked=True" } else { "" }
-        )
     }
 }

@@ -9,7 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, empty, empty_because, invalid};
+use crate::errors::{IntoPy, empty, empty_because, invalid};
+use crate::live::Live;
 use crate::message::PyMessage;
 use crate::session::PySession;
 use crate::wait::wait_interruptible;
@@ -22,6 +23,18 @@ pub struct PyQueue {
     /// Checked before every call into the core: some core paths take a lock of the store
     /// before their own fork check, and a parent thread may have held it at fork time.
     pub opened_by: u32,
+}
+
+impl Live for PyQueue {
+    type Inner = Queue;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Queue {
+        &self.q
+    }
 }
 
 impl PyQueue {
@@ -70,8 +83,7 @@ impl PyQueue {
     /// durations as `timedelta`; `None` for an option that is not set.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let o = py.detach(|| q.options()).py_err()?;
         options_to_py(py, &o)
     }
@@ -96,21 +108,19 @@ impl PyQueue {
         body: &Bound<'_, PyAny>,
         props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let m = convert::message(body, props, "send")?;
-        let q = &self.q;
         py.detach(|| q.send(m)).py_err().map(MessageId::get)
     }
 
     /// Sends several messages atomically, in one commit. Each item is a body, or a dict with a
     /// `"body"` key and any of `send`'s keywords. Returns the ids in order.
     fn send_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let mut batch = Vec::new();
         for item in messages.try_iter()? {
             batch.push(convert::batch_item(&item?)?);
         }
-        let q = &self.q;
         let ids = py.detach(|| q.send_batch(batch)).py_err()?;
         Ok(ids.into_iter().map(MessageId::get).collect())
     }
@@ -125,9 +135,8 @@ impl PyQueue {
         body: &Bound<'_, PyAny>,
         props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PySent> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let m = convert::message(body, props, "send_checked")?;
-        let q = &self.q;
         py.detach(|| q.send_checked(m)).py_err().map(PySent::from)
     }
 
@@ -137,12 +146,11 @@ impl PyQueue {
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<PySent>> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let mut batch = Vec::new();
         for item in messages.try_iter()? {
             batch.push(convert::batch_item(&item?)?);
         }
-        let q = &self.q;
         let sent = py.detach(|| q.send_batch_checked(batch)).py_err()?;
         Ok(sent.into_iter().map(PySent::from).collect())
     }
@@ -162,10 +170,9 @@ impl PyQueue {
         timeout: Option<&Bound<'_, PyAny>>,
         props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let deadline = convert::deadline(timeout)?;
         let m = convert::message(body, props, "request")?;
-        let q = &self.q;
         let mut pending = py
             .detach(|| postbox::binding::send_request(q, m))
             .py_err()?;
@@ -188,8 +195,7 @@ impl PyQueue {
         py: Python<'_>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<PyMessage>> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let env = match timeout {
             None => py.detach(|| q.peek()).py_err()?,
             Some(_) => {
@@ -212,12 +218,11 @@ impl PyQueue {
         id: u64,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let deadline = convert::deadline(timeout)?;
-        let q = &self.q;
         match wait_interruptible(py, deadline, |slice| q.receive_by_id(MessageId(id), slice))? {
             Some(r) => Ok(PyMessage::received(r)),
-            None => Err(empty(self.q.name())),
+            None => Err(empty(q.name())),
         }
     }
 
@@ -233,14 +238,13 @@ impl PyQueue {
         correlation_id: &str,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let deadline = convert::deadline(timeout)?;
-        let q = &self.q;
         match wait_interruptible(py, deadline, |slice| {
             q.receive_by_correlation_id(correlation_id, slice)
         })? {
             Some(r) => Ok(PyMessage::received(r)),
-            None => Err(empty(self.q.name())),
+            None => Err(empty(q.name())),
         }
     }
 
@@ -248,10 +252,10 @@ impl PyQueue {
     /// successive receives would take. Each step reads a fresh snapshot (concurrent changes
     /// show); a step on a deleted queue raises `QueueNotFoundError`.
     fn browse(&self) -> PyResult<PyBrowse> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         Ok(PyBrowse {
-            it: Mutex::new(self.q.browse()),
-            queue: self.q.name().to_owned(),
+            it: Mutex::new(q.browse()),
+            queue: q.name().to_owned(),
             opened_by: self.opened_by,
         })
     }
@@ -260,8 +264,7 @@ impl PyQueue {
     /// if there is none. Its `state` is its state in the queue: `"active"`, `"locked"` (by any
     /// receiver), `"scheduled"` or `"deferred"`.
     fn get(&self, py: Python<'_>, id: u64) -> PyResult<Option<PyMessage>> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let got = py.detach(|| q.get_with_state(MessageId(id))).py_err()?;
         Ok(got.map(|(env, state)| PyMessage::read(env, state)))
     }
@@ -270,20 +273,20 @@ impl PyQueue {
     /// Raises `postbox.Empty` when nothing arrives in time.
     #[pyo3(signature = (timeout=None))]
     fn receive(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let deadline = convert::deadline(timeout)?;
-        match receive_one(py, &self.q, deadline)? {
+        match receive_one(py, q, deadline)? {
             Some(r) => Ok(PyMessage::received(r)),
-            None => Err(empty(self.q.name())),
+            None => Err(empty(q.name())),
         }
     }
 
     /// `receive(timeout=0)`, as `queue.Queue.get_nowait`.
     fn receive_nowait(&self, py: Python<'_>) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
-        match py.detach(|| self.q.try_receive()).py_err()? {
+        let q = self.live()?;
+        match py.detach(|| q.try_receive()).py_err()? {
             Some(r) => Ok(PyMessage::received(r)),
-            None => Err(empty(self.q.name())),
+            None => Err(empty(q.name())),
         }
     }
 
@@ -296,12 +299,11 @@ impl PyQueue {
         max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyMessage>> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         if max_messages == 0 {
             return Err(invalid("receive_batch needs max_messages >= 1"));
         }
         let deadline = convert::deadline(timeout)?;
-        let q = &self.q;
         let got = wait_interruptible(py, deadline, |slice| {
             q.receive_batch(max_messages, slice)
                 .map(|v| (!v.is_empty()).then_some(v))
@@ -315,9 +317,8 @@ impl PyQueue {
 
     /// Completes several received messages in one commit, all or none.
     fn complete_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
-        check_process(self.opened_by)?;
-        let received = take_all(messages, self.q.name(), "complete_batch")?;
-        let q = &self.q;
+        let q = self.live()?;
+        let received = take_all(messages, q.name(), "complete_batch")?;
         py.detach(|| q.complete_batch(received)).py_err()
     }
 
@@ -333,15 +334,14 @@ impl PyQueue {
         max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyMessage>> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         if max_messages == 0 {
             return Err(invalid(
                 "complete_batch_and_receive needs max_messages >= 1",
             ));
         }
         let deadline = convert::deadline(timeout)?;
-        let received = take_all(messages, self.q.name(), "complete_batch_and_receive")?;
-        let q = &self.q;
+        let received = take_all(messages, q.name(), "complete_batch_and_receive")?;
         let first = py
             .detach(|| q.complete_batch_and_receive(received, max_messages, Duration::ZERO))
             .py_err()?;
@@ -359,8 +359,7 @@ impl PyQueue {
 
     /// Exact counts.
     fn stats(&self, py: Python<'_>) -> PyResult<PyQueueStats> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let s = py.detach(|| q.stats()).py_err()?;
         Ok(PyQueueStats {
             active: s.active,
@@ -376,24 +375,21 @@ impl PyQueue {
     /// locked by a receiver (or scheduled, or deferred) has length 0. `stats()` counts every
     /// state (locked, scheduled, deferred, dead-lettered) in one snapshot.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let n = py.detach(|| q.len()).py_err()?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     /// Removes every message of the queue (not of its dead-letter queue); returns how many.
     fn purge(&self, py: Python<'_>) -> PyResult<u64> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         py.detach(|| q.purge()).py_err()
     }
 
     /// The dead-letter queue of this queue.
     #[getter]
     fn dead_letters(&self, py: Python<'_>) -> PyResult<PyQueue> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let dl = py.detach(|| q.dead_letters()).py_err()?;
         Ok(PyQueue::new(dl))
     }
@@ -404,8 +400,7 @@ impl PyQueue {
     /// queue never had a journal.
     #[getter]
     fn journal(&self, py: Python<'_>) -> PyResult<PyQueue> {
-        check_process(self.opened_by)?;
-        let q = &self.q;
+        let q = self.live()?;
         let j = py.detach(|| q.journal()).py_err()?;
         Ok(PyQueue::new(j))
     }
@@ -422,9 +417,8 @@ impl PyQueue {
         timeout: Option<&Bound<'_, PyAny>>,
         group: Option<String>,
     ) -> PyResult<PySession> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let deadline = convert::deadline(timeout)?;
-        let q = &self.q;
         let got = wait_interruptible(py, deadline, |slice| match &group {
             None => q.accept_session(slice),
             Some(g) => q.accept_named_session(g, slice),
@@ -445,7 +439,7 @@ impl PyQueue {
     /// (`None`: never stops). Settle each one, e.g. `with msg: ...`.
     #[pyo3(signature = (timeout=None))]
     fn consume(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyConsumer> {
-        check_process(self.opened_by)?;
+        self.live()?;
         Ok(PyConsumer {
             opened_by: self.opened_by,
             q: self.q.clone(),
@@ -566,6 +560,18 @@ pub struct PyBrowse {
     opened_by: u32,
 }
 
+impl Live for PyBrowse {
+    type Inner = Mutex<postbox::Browse>;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Mutex<postbox::Browse> {
+        &self.it
+    }
+}
+
 #[pymethods]
 impl PyBrowse {
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -573,8 +579,8 @@ impl PyBrowse {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
-        check_process(self.opened_by)?;
-        let next = py.detach(|| self.it.lock().next());
+        let it = self.live()?;
+        let next = py.detach(|| it.lock().next());
         match next {
             None => Ok(None),
             Some(env) => Ok(Some(PyMessage::peeked(env.py_err()?))),
@@ -594,6 +600,18 @@ pub struct PyConsumer {
     timeout: Option<Duration>,
 }
 
+impl Live for PyConsumer {
+    type Inner = Queue;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Queue {
+        &self.q
+    }
+}
+
 #[pymethods]
 impl PyConsumer {
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -601,9 +619,9 @@ impl PyConsumer {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyMessage>> {
-        check_process(self.opened_by)?;
+        let q = self.live()?;
         let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
-        Ok(receive_one(py, &self.q, deadline)?.map(PyMessage::received))
+        Ok(receive_one(py, q, deadline)?.map(PyMessage::received))
     }
 
     fn __repr__(&self) -> String {

@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDateTime, PyType};
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, empty_because, invalid, is_forked};
+use crate::errors::{IntoPy, empty_because, invalid, is_forked};
+use crate::live::Live;
 use crate::message::PyMessage;
 use crate::queue::PyQueue;
 use crate::wait::wait_interruptible;
@@ -31,6 +32,18 @@ pub struct PySession {
     /// The process that accepted it: checked before the mutex is taken (a parent thread may
     /// have held it at fork time).
     pub(crate) opened_by: u32,
+}
+
+impl Live for PySession {
+    type Inner = Mutex<Option<Session>>;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Mutex<Option<Session>> {
+        &self.session
+    }
 }
 
 impl PySession {
@@ -57,8 +70,8 @@ impl PySession {
         py: Python<'_>,
         f: impl FnOnce(&Session) -> postbox::Result<T> + Send,
     ) -> PyResult<T> {
-        check_process(self.opened_by)?;
-        py.detach(|| match &*self.session.lock() {
+        let session = self.live()?;
+        py.detach(|| match &*session.lock() {
             Some(s) => f(s),
             None => Err(self.released_error()),
         })
@@ -78,7 +91,7 @@ impl PySession {
         + Send
         + Sync,
     ) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        self.live()?;
         let deadline = convert::deadline(timeout)?;
         let got = wait_interruptible(py, deadline, |slice| match &*self.session.lock() {
             Some(s) => pick(s, slice),
@@ -112,8 +125,8 @@ impl PySession {
     /// When the session lock expires unless renewed; `None` once released.
     #[getter]
     fn locked_until<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDateTime>>> {
-        check_process(self.opened_by)?;
-        let until = py.detach(|| self.session.lock().as_ref().map(Session::locked_until));
+        let session = self.live()?;
+        let until = py.detach(|| session.lock().as_ref().map(Session::locked_until));
         convert::opt_datetime(py, until)
     }
 
@@ -123,7 +136,7 @@ impl PySession {
     /// `LockLostError` once the session lock was lost.
     #[pyo3(signature = (timeout=None))]
     fn receive(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        self.live()?;
         let deadline = convert::deadline(timeout)?;
         let got = wait_interruptible(py, deadline, |slice| match &*self.session.lock() {
             Some(s) => s.receive(slice),
@@ -207,8 +220,8 @@ impl PySession {
     /// accept it. Raises `LockLostError` if the lock was already lost; releasing again is
     /// harmless.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        check_process(self.opened_by)?;
-        let taken = py.detach(|| self.session.lock().take());
+        let session = self.live()?;
+        let taken = py.detach(|| session.lock().take());
         match taken {
             Some(s) => py.detach(|| s.release()).py_err(),
             None => Ok(()),
@@ -218,13 +231,13 @@ impl PySession {
     /// Whether `release()` was called (or the `with` block left).
     #[getter]
     fn released(&self, py: Python<'_>) -> PyResult<bool> {
-        check_process(self.opened_by)?;
-        Ok(py.detach(|| self.session.lock().is_none()))
+        let session = self.live()?;
+        Ok(py.detach(|| session.lock().is_none()))
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
         let this = slf.get();
-        check_process(this.opened_by)?;
+        this.live()?;
         if slf.py().detach(|| this.session.lock().is_none()) {
             return Err(invalid(format!(
                 "session {:?} was already released: accept it again",

@@ -12,6 +12,7 @@ use crate::collator::PyCollator;
 use crate::convert;
 use crate::errors::{IntoPy, invalid};
 use crate::job::PyJob;
+use crate::live::Live;
 use crate::queue::{PyQueue, options_to_py};
 use crate::table::PyTable;
 use crate::topic::PyTopic;
@@ -28,6 +29,21 @@ use crate::tx::PyTransaction;
 pub struct PyStore {
     pub store: Store,
     closed: AtomicBool,
+    /// The process that opened the store (the engine's record of it, taken at the same
+    /// moment): checked before any call into the core (see `PyQueue::opened_by`).
+    opened_by: u32,
+}
+
+impl Live for PyStore {
+    type Inner = Store;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Store {
+        &self.store
+    }
 }
 
 /// A non-negative integer option (never a bool, which Python would accept as 0 or 1).
@@ -156,18 +172,6 @@ impl PyQueueInfo {
     }
 }
 
-impl PyStore {
-    fn check_process(&self) -> PyResult<()> {
-        if self.store.is_forked() {
-            // Before any call into the core (see `PyQueue::opened_by`); the core builds the
-            // error with both pids.
-            self.store.try_begin().py_err().map(drop)
-        } else {
-            Ok(())
-        }
-    }
-}
-
 #[pymethods]
 impl PyStore {
     /// Opens (creating if needed) the store at `path`.
@@ -215,6 +219,7 @@ impl PyStore {
         Ok(PyStore {
             store,
             closed: AtomicBool::new(false),
+            opened_by: std::process::id(),
         })
     }
 
@@ -270,9 +275,8 @@ impl PyStore {
         name: &str,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyQueue> {
-        self.check_process()?;
+        let store = self.live()?;
         let o = queue_options(options, "queue")?;
-        let store = &self.store;
         let q = py.detach(|| store.queue_with(name, o)).py_err()?;
         Ok(PyQueue::new(q))
     }
@@ -280,40 +284,35 @@ impl PyStore {
     /// Opens queue `name` only if it exists, never creating it; raises `QueueNotFoundError`
     /// otherwise (a late reply cannot re-create a deleted queue, a typo creates nothing).
     fn open_queue(&self, py: Python<'_>, name: &str) -> PyResult<PyQueue> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let q = py.detach(|| store.open_queue(name)).py_err()?;
         Ok(PyQueue::new(q))
     }
 
     /// The names of all queues (dead-letter queues are reached through `Queue.dead_letters`).
     fn queues(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         py.detach(|| store.queues()).py_err()
     }
 
     /// Opens topic `name`, creating it if missing; an existing topic keeps its subscriptions.
     /// A topic and a queue (or collator) cannot share a name.
     fn topic(&self, py: Python<'_>, name: &str) -> PyResult<PyTopic> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let t = py.detach(|| store.topic(name)).py_err()?;
         Ok(PyTopic::new(t))
     }
 
     /// Opens topic `name` only if it exists; raises `QueueNotFoundError` otherwise.
     fn open_topic(&self, py: Python<'_>, name: &str) -> PyResult<PyTopic> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let t = py.detach(|| store.open_topic(name)).py_err()?;
         Ok(PyTopic::new(t))
     }
 
     /// The names of all topics (`queues()` lists subscription queues, not topics).
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         py.detach(|| store.topics()).py_err()
     }
 
@@ -327,8 +326,7 @@ impl PyStore {
         name: &str,
         destination: &Bound<'_, PyQueue>,
     ) -> PyResult<PyCollator> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let dest = &destination.get().q;
         let c = py.detach(|| store.collator(name, dest)).py_err()?;
         Ok(PyCollator::new(c))
@@ -347,12 +345,11 @@ impl PyStore {
         py: Python<'_>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyQueue> {
-        self.check_process()?;
+        let store = self.live()?;
         let o = match options.filter(|o| !o.is_empty()) {
             None => None,
             Some(o) => Some(queue_options(Some(o), "temporary_queue")?),
         };
-        let store = &self.store;
         let q = py.detach(|| store.temporary_queue(o)).py_err()?;
         Ok(PyQueue::new(q))
     }
@@ -360,8 +357,7 @@ impl PyStore {
     /// Every queue (as `queues()` lists them) with its options, whether it is temporary, and
     /// its last activity, read from one snapshot: a list of `QueueInfo`.
     fn queue_infos(&self, py: Python<'_>) -> PyResult<Vec<PyQueueInfo>> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let infos = py.detach(|| store.queue_infos()).py_err()?;
         Ok(infos.into_iter().map(PyQueueInfo).collect())
     }
@@ -378,8 +374,7 @@ impl PyStore {
         py: Python<'_>,
         continuation: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyJob> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let mut o = JobOptions::default();
         if let Some(c) = continuation {
             let (queue, item): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
@@ -408,8 +403,7 @@ impl PyStore {
     /// Opens job `id`, created by `create_job` in this or another process; raises
     /// `NotFoundError` (with `job_id` set) when there is no such job.
     fn job(&self, py: Python<'_>, id: u64) -> PyResult<PyJob> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let job = py.detach(|| store.job(id)).py_err()?;
         Ok(PyJob::new(job))
     }
@@ -418,8 +412,8 @@ impl PyStore {
     /// each write its own commit (`Transaction.table` writes rows with messages). It exists once
     /// a row is written. Raises `InvalidArgumentError` for a name that is empty or over 1 KiB.
     fn table(&self, name: &str) -> PyResult<PyTable> {
-        self.check_process()?;
-        self.store.table(name).py_err().map(PyTable::new)
+        let store = self.live()?;
+        store.table(name).py_err().map(PyTable::new)
     }
 
     /// Deletes a queue, its dead-letter queue and their messages; returns whether it existed.
@@ -428,8 +422,7 @@ impl PyStore {
     /// (another queue's `forward_to`, `forward_dead_letters_to` or `receipts_to`, a collator, a
     /// job that is not done): nothing is deleted.
     fn delete_queue(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         py.detach(|| store.delete_queue(name)).py_err()
     }
 
@@ -448,8 +441,8 @@ impl PyStore {
     /// logged commits in each step). A closed store keeps answering with its final counters;
     /// raises `ForkedError` in a forked child.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.check_process()?;
-        let s = self.store.stats();
+        let store = self.live()?;
+        let s = store.stats();
         let d = PyDict::new(py);
         d.set_item("commits", s.commits)?;
         d.set_item("operations", s.operations)?;
@@ -474,8 +467,7 @@ impl PyStore {
     /// (try again, or compact with the other processes of a shared store closed),
     /// `ClosedError`, `ForkedError` in a forked child, and storage errors.
     fn compact(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
-        self.check_process()?;
-        let store = &self.store;
+        let store = self.live()?;
         let stats = py.detach(|| store.compact()).py_err()?;
         Ok((stats.bytes_before, stats.bytes_after))
     }
@@ -501,8 +493,8 @@ impl PyStore {
         allow_actions: bool,
         token: Option<String>,
     ) -> PyResult<crate::admin::PyAdminServer> {
-        self.check_process()?;
-        crate::admin::serve(py, &self.store, addr, allow_actions, token)
+        let store = self.live()?;
+        crate::admin::serve(py, store, addr, allow_actions, token)
     }
 
     /// Starts a bridge between this store's queues and RabbitMQ quorum queues from `config`,
@@ -513,8 +505,8 @@ impl PyStore {
     /// `UnsupportedError` (naming the build option) in a module built without the ``bridge``
     /// feature.
     fn bridge(&self, py: Python<'_>, config: &str) -> PyResult<crate::bridge::PyBridge> {
-        self.check_process()?;
-        crate::bridge::start(py, &self.store, config)
+        let store = self.live()?;
+        crate::bridge::start(py, store, config)
     }
 
     /// Closes the store: waits for pending commits and releases this process's locks. Every

@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, invalid};
+use crate::errors::{IntoPy, invalid};
+use crate::live::Live;
 use crate::tx::{TxLink, with_link};
 
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
@@ -63,6 +64,18 @@ pub struct PyTable {
     opened_by: u32,
 }
 
+impl Live for PyTable {
+    type Inner = Table;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Table {
+        &self.t
+    }
+}
+
 impl PyTable {
     pub fn new(t: Table) -> PyTable {
         PyTable {
@@ -72,8 +85,7 @@ impl PyTable {
     }
 
     fn read(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<Vec<u8>>> {
-        check_process(self.opened_by)?;
-        let t = &self.t;
+        let t = self.live()?;
         py.detach(|| t.get(key)).py_err()
     }
 }
@@ -108,17 +120,15 @@ impl PyTable {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let (key, value) = (bytes_arg(key, "key")?, bytes_arg(value, "value")?);
-        let t = &self.t;
         py.detach(|| t.put(&key, &value)).py_err()
     }
 
     /// Removes `key` in a commit of its own; removing a missing key is not an error.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let key = bytes_arg(key, "key")?;
-        let t = &self.t;
         py.detach(|| t.delete(&key)).py_err()
     }
 
@@ -129,9 +139,8 @@ impl PyTable {
     /// nothing) when the row holds anything else or the sum leaves the 64-bit signed range.
     #[pyo3(signature = (key, delta=1))]
     fn increment(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: i64) -> PyResult<i64> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let key = bytes_arg(key, "key")?;
-        let t = &self.t;
         py.detach(|| t.increment(&key, delta)).py_err()
     }
 
@@ -144,11 +153,10 @@ impl PyTable {
         expected: Option<&Bound<'_, PyAny>>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let key = bytes_arg(key, "key")?;
         let expected = expected.map(|e| bytes_arg(e, "value")).transpose()?;
         let value = bytes_arg(value, "value")?;
-        let t = &self.t;
         py.detach(|| t.put_if(&key, expected.as_deref(), &value))
             .py_err()
     }
@@ -163,9 +171,8 @@ impl PyTable {
         end: Option<&Bound<'py, PyAny>>,
         limit: Option<usize>,
     ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let (start, end, limit) = range_args(start, end, limit)?;
-        let t = &self.t;
         let rows = py
             .detach(|| t.range(&start, end.as_deref(), limit))
             .py_err()?;
@@ -228,6 +235,18 @@ pub struct PyTxTable {
     opened_by: u32,
 }
 
+impl Live for PyTxTable {
+    type Inner = TxLink;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &TxLink {
+        &self.tx
+    }
+}
+
 impl PyTxTable {
     pub fn new(tx: TxLink, name: String, opened_by: u32) -> PyTxTable {
         PyTxTable {
@@ -243,7 +262,7 @@ impl PyTxTable {
         py: Python<'_>,
         f: impl FnOnce(&mut postbox::TxTable<'_>) -> postbox::Result<T> + Send,
     ) -> PyResult<T> {
-        check_process(self.opened_by)?;
+        self.live()?;
         let name = &self.name;
         let r = py.detach(|| with_link(&self.tx, |tx| f(&mut tx.table(name)?)));
         match r {

@@ -6,7 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process};
+use crate::errors::IntoPy;
+use crate::live::Live;
 use crate::queue::PyQueue;
 use crate::store::queue_options;
 
@@ -19,6 +20,18 @@ pub struct PyTopic {
     pub t: Topic,
     /// The process that opened it: checked before every call into the core.
     opened_by: u32,
+}
+
+impl Live for PyTopic {
+    type Inner = Topic;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &Topic {
+        &self.t
+    }
 }
 
 impl PyTopic {
@@ -62,7 +75,7 @@ impl PyTopic {
         properties: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyQueue> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let mut filter = Filter::All;
         if let Some(v) = label {
             filter = filter.label(v);
@@ -84,7 +97,6 @@ impl PyTopic {
                 filter = filter.property(k, v);
             }
         }
-        let t = &self.t;
         let q = match options.filter(|o| !o.is_empty()) {
             None => py.detach(|| t.subscribe(name, filter)).py_err()?,
             Some(o) => {
@@ -98,8 +110,7 @@ impl PyTopic {
     /// The queue of existing subscription `name`; raises `QueueNotFoundError` when there is
     /// none.
     fn subscription(&self, py: Python<'_>, name: &str) -> PyResult<PyQueue> {
-        check_process(self.opened_by)?;
-        let t = &self.t;
+        let t = self.live()?;
         let q = py.detach(|| t.subscription(name)).py_err()?;
         Ok(PyQueue::new(q))
     }
@@ -107,15 +118,13 @@ impl PyTopic {
     /// Removes subscription `name` with its queue, dead-letter queue and their messages;
     /// returns whether it existed.
     fn unsubscribe(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
-        check_process(self.opened_by)?;
-        let t = &self.t;
+        let t = self.live()?;
         py.detach(|| t.unsubscribe(name)).py_err()
     }
 
     /// The names of the subscriptions (without the topic prefix), in name order.
     fn subscriptions(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        check_process(self.opened_by)?;
-        let t = &self.t;
+        let t = self.live()?;
         py.detach(|| t.subscriptions()).py_err()
     }
 
@@ -130,16 +139,14 @@ impl PyTopic {
         body: &Bound<'_, PyAny>,
         props: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<usize> {
-        check_process(self.opened_by)?;
+        let t = self.live()?;
         let m = convert::message(body, props, "publish")?;
-        let t = &self.t;
         py.detach(|| t.publish(m)).py_err()
     }
 
     /// Exact counts: published, unmatched, subscriptions.
     fn stats(&self, py: Python<'_>) -> PyResult<PyTopicStats> {
-        check_process(self.opened_by)?;
-        let t = &self.t;
+        let t = self.live()?;
         let s = py.detach(|| t.stats()).py_err()?;
         Ok(PyTopicStats {
             published: s.published,

@@ -10,8 +10,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::convert;
-use crate::errors::{IntoPy, check_process, empty, invalid, is_forked};
+use crate::errors::{IntoPy, empty, invalid, is_forked};
 use crate::job::PyJob;
+use crate::live::Live;
 use crate::message::PyMessage;
 use crate::queue::{PyQueue, PySent};
 use crate::session::PySession;
@@ -104,6 +105,18 @@ pub struct PyTransaction {
     lent: bool,
 }
 
+impl Live for PyTransaction {
+    type Inner = SharedState;
+
+    fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
+    fn inner(&self) -> &SharedState {
+        &self.state
+    }
+}
+
 impl PyTransaction {
     pub fn new(tx: Transaction) -> PyTransaction {
         PyTransaction {
@@ -146,8 +159,8 @@ impl PyTransaction {
         py: Python<'_>,
         f: impl FnOnce(&mut Transaction) -> postbox::Result<T> + Send,
     ) -> PyResult<T> {
-        check_process(self.opened_by)?;
-        let r = py.detach(|| match &mut *self.state.lock() {
+        let state = self.live()?;
+        let r = py.detach(|| match &mut *state.lock() {
             State::Open(tx) => Ok(f(tx)),
             State::Finished(how) => Err(*how),
         });
@@ -158,7 +171,7 @@ impl PyTransaction {
     }
 
     fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
-        check_process(self.opened_by)?;
+        self.live()?;
         self.refuse_lent()?;
         let r = py.detach(|| {
             // Held through the commit, so that the state says how it really ended: a failed
@@ -200,10 +213,10 @@ impl PyTransaction {
         + Send
         + Sync,
     ) -> PyResult<PyMessage> {
-        check_process(self.opened_by)?;
+        let state = self.live()?;
         let deadline = convert::deadline(timeout)?;
         let q = &queue.get().q;
-        let got = wait_interruptible(py, deadline, |slice| match &mut *self.state.lock() {
+        let got = wait_interruptible(py, deadline, |slice| match &mut *state.lock() {
             State::Open(tx) => Ok(f(tx, q, slice)?.map(|env| {
                 let id = env.id();
                 (env, tx.lock_token(id), tx.locked_until(id))
@@ -215,7 +228,7 @@ impl PyTransaction {
         match got {
             Some((env, token, until)) => Ok(PyMessage::in_transaction(
                 env,
-                Arc::downgrade(&self.state),
+                Arc::downgrade(state),
                 token,
                 until,
             )),
@@ -359,16 +372,16 @@ impl PyTransaction {
     /// Enlists a message received outside the transaction: the commit completes it, an abort
     /// returns it to its queue.
     fn complete(&self, py: Python<'_>, message: &Bound<'_, PyMessage>) -> PyResult<()> {
-        check_process(self.opened_by)?;
+        let state = self.live()?;
         let msg = &message.get().held;
         let r = msg.take("enlisted").py_err()?;
-        let back = py.detach(|| match &mut *self.state.lock() {
+        let back = py.detach(|| match &mut *state.lock() {
             State::Open(tx) => Ok(tx.complete(r)),
             State::Finished(how) => Err((Box::new(r), *how)),
         });
         match back {
             Ok(Ok(())) => {
-                msg.set(Hold::Transaction(Arc::downgrade(&self.state)));
+                msg.set(Hold::Transaction(Arc::downgrade(state)));
                 Ok(())
             }
             Ok(Err(e)) => {
@@ -395,7 +408,7 @@ impl PyTransaction {
     ) -> PyResult<()> {
         let state = state.map(convert::body).transpose()?;
         let session = session.get();
-        check_process(session.opened_by)?;
+        session.live()?;
         // The transaction's mutex, then the session's: no path takes them the other way round.
         self.with(py, |tx| match &*session.session.lock() {
             Some(s) => tx.set_session_state(s, state.as_deref()),
@@ -422,8 +435,8 @@ impl PyTransaction {
     /// transactional processor's once its handler returned.
     #[getter]
     fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
-        check_process(self.opened_by)?;
-        Ok(py.detach(|| match &*self.state.lock() {
+        let state = self.live()?;
+        Ok(py.detach(|| match &*state.lock() {
             State::Open(_) => "open",
             State::Finished(how) => how,
         }))
@@ -432,7 +445,7 @@ impl PyTransaction {
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
         let py = slf.py();
         let this = slf.get();
-        check_process(this.opened_by)?;
+        this.live()?;
         this.refuse_lent()?;
         let finished = py.detach(|| match &*this.state.lock() {
             State::Open(_) => None,
@@ -457,7 +470,7 @@ impl PyTransaction {
             // Nothing to abort here (the transaction is the parent's); a clean exit meant to
             // commit, which cannot happen in this process.
             return match exc_type {
-                None => check_process(self.opened_by).map(|()| false),
+                None => self.live().map(|_| false),
                 Some(_) => Ok(false),
             };
         }

@@ -199,6 +199,11 @@ impl<T> HeldMessage<T> {
         crate::os::process::id() != self.opened_by
     }
 
+    /// The process that read the message (a binding's fork guard checks it).
+    pub fn opened_by(&self) -> u32 {
+        self.opened_by
+    }
+
     /// Fails with [`Error::Forked`] in a forked child, before any mutex is taken.
     pub fn check_process(&self) -> Result<()> {
         super::check_process(self.opened_by)
