@@ -9,8 +9,8 @@
 //!   `POSTBOX_INVALID_ARGUMENT`), the per-thread error message, and the checked conversions from
 //!   raw C arguments. Nearly all `unsafe` lives there.
 //! - `handle.rs`: the fork guard of every handle, written once (`Handle`, `live`).
-//! - `status.rs`: status codes (the numbers of `postbox::ErrorKind`), `postbox_strerror`,
-//!   `postbox_version`.
+//! - `status.rs`: status codes (the numbers of `postbox::ErrorKind`) and version numbers;
+//!   `diagnostics.rs`: `postbox_strerror`, the last error message, `postbox_version`.
 //! - `store.rs`, `queue.rs`, `message.rs`, `tx.rs`, `processor.rs`, `topic.rs`, `collator.rs`,
 //!   `session.rs`: one file per handle; `compact.rs` holds `postbox_store_compact`.
 //! - `admin.rs` and `bridge.rs`: the admin endpoint and the RabbitMQ bridge, run from C.
@@ -25,6 +25,8 @@ mod handle;
 
 // One group per line so that rustfmt keeps this order, which is the order of the header.
 mod status;
+
+mod diagnostics;
 
 mod store;
 
@@ -61,6 +63,7 @@ pub use app_table::*;
 pub use bridge::*;
 pub use collator::*;
 pub use compact::*;
+pub use diagnostics::*;
 pub use job::*;
 pub use message::*;
 pub use processor::*;
