@@ -14,7 +14,7 @@ strings and `#[cfg(test)] mod` blocks are ignored.
 Fails (exit 1) on any import cycle, printing the files on it, on a cycle among the top-level
 modules (a directory as one node, which the file graph can hide), and on a file under engine/
 that imports a public API module; on success prints the top-level modules bottom up. Usage: layers.py [--bindings] [SRC_DIR ...] (default
-core/src); --bindings also reports the cycles of ffi/src and python/src, without failing.
+core/src); with no SRC_DIR it also checks ffi/src for cycles; --bindings also reports the cycles of python/src, without failing.
 """
 
 import re
@@ -357,24 +357,26 @@ def module_order(src: Path) -> tuple[list[str], list[list[str]]]:
 
 
 def main(argv: list[str]) -> int:
-    # --bindings also reads ffi/src and python/src, reporting their cycles without failing.
+    # By default core/src (layers and cycles) and ffi/src (cycles) must pass; --bindings also
+    # reads python/src, reporting its cycles without failing (its pyclasses name each other).
     bindings = "--bindings" in argv
-    roots = [Path(a).resolve() for a in argv if a != "--bindings"] or [REPO / "core" / "src"]
+    given = [Path(a).resolve() for a in argv if a != "--bindings"]
+    checked = [(r, True) for r in given] or [(REPO / "core" / "src", True), (REPO / "ffi" / "src", False)]
     shown = lambda r: str(r.relative_to(REPO)) if r.is_relative_to(REPO) else str(r)  # noqa: E731
     failures = []
-    for src in roots:
-        failures += check(src, api=True)
+    for src, api in checked:
+        failures += check(src, api=api)
     for f in failures:
         print(f"layers: {f}", file=sys.stderr)
     if bindings:
-        for src in (REPO / "ffi" / "src", REPO / "python" / "src"):
-            for f in check(src, api=False):
-                print(f"layers (not enforced): {f}", file=sys.stderr)
+        for f in check(REPO / "python" / "src", api=False):
+            print(f"layers (not enforced): {f}", file=sys.stderr)
     if failures:
         return 1
-    print("layers: no import cycle among the files of " + ", ".join(shown(r) for r in roots))
-    if roots == [REPO / "core" / "src"]:
-        print("layers: bottom up: " + " < ".join(module_order(roots[0])[0]))
+    print("layers: no import cycle among the files of " + ", ".join(shown(r) for r, _ in checked))
+    core = REPO / "core" / "src"
+    if any(r == core for r, _ in checked):
+        print("layers: bottom up: " + " < ".join(module_order(core)[0]))
     return 0
 
 

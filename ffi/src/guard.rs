@@ -412,6 +412,20 @@ pub(crate) fn take_box<T>(ptr: *mut T) -> Option<Box<T>> {
     }
 }
 
+/// `count` progress keys given as an array of NUL-terminated UTF-8 strings (the array may be
+/// NULL when `count` is 0).
+pub(crate) fn progress_keys(keys: *const *const c_char, count: usize) -> Outcome<Vec<String>> {
+    arg_slice(keys, count, "keys")?
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            arg_str(k, "key")
+                .map(str::to_owned)
+                .map_err(|f| Failure::invalid(format!("keys[{i}]: {}", f.message)))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use postbox::binding::HeldMessage;
 use postbox::{QueueOptions, Sent};
 
 use crate::guard::{
-    Failure, Out, Outcome, VersionedOut, arg_ref, arg_slice, arg_slice_mut, arg_str, guard,
+    Failure, Out, Outcome, VersionedOut, arg_ref, arg_slice, arg_slice_mut, guard, progress_keys,
     read_versioned, take_box,
 };
 use crate::handle::{Handle, live};
@@ -172,20 +172,6 @@ pub extern "C" fn postbox_message_mark_done(
         out.write(unix_ms(until));
         Ok(POSTBOX_OK)
     })
-}
-
-/// `count` progress keys given as an array of NUL-terminated UTF-8 strings (the array may be
-/// NULL when `count` is 0).
-pub(crate) fn progress_keys(keys: *const *const c_char, count: usize) -> Outcome<Vec<String>> {
-    arg_slice(keys, count, "keys")?
-        .iter()
-        .enumerate()
-        .map(|(i, &k)| {
-            arg_str(k, "key")
-                .map(str::to_owned)
-                .map_err(|f| Failure::invalid(format!("keys[{i}]: {}", f.message)))
-        })
-        .collect()
 }
 
 /// The progress keys recorded on a message this handle holds (`postbox_message_mark_done`, in

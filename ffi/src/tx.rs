@@ -5,12 +5,12 @@ use std::ffi::{c_char, c_int};
 use postbox::sync::Mutex;
 use postbox::{MessageId, Transaction};
 
+use crate::guard::progress_keys;
 use crate::guard::{Failure, Out, Outcome, arg_ref, guard, take_box};
 use crate::handle::{Handle, live};
 use crate::message::postbox_message;
 use crate::status::POSTBOX_OK;
 use crate::store::{postbox_store, postbox_strings};
-use crate::tracking::progress_keys;
 use crate::{StoreTag, unix_ms};
 
 /// A transaction. Begun with `postbox_tx_begin`; pass it to `postbox_send`,

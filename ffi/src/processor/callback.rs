@@ -6,13 +6,13 @@ use std::ffi::{c_char, c_int};
 
 use postbox::LockWatch;
 
+use crate::guard::progress_keys;
 use crate::guard::{Failure, Out, Outcome, arg_opt_str, arg_ref, arg_str, guard};
 use crate::handle::{Handle, live};
 use crate::message::postbox_message;
 use crate::queue::{build_message, postbox_send_options};
 use crate::status::POSTBOX_OK;
 use crate::store::postbox_strings;
-use crate::tracking::progress_keys;
 use crate::unix_ms;
 
 /// Asks the processor to move the message of the running callback to the dead-letter queue
