@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Engine, QueueRecord};
+use crate::engine::{Engine, QueueRecord, QueueRef};
 use crate::error::Result;
 use crate::message::{Message, MessageId};
 use crate::queue::Queue;
@@ -127,7 +127,7 @@ impl Collator {
         let (q, name, dest) = (self.id, self.name.clone(), self.destination.name.clone());
         let got = self
             .engine
-            .call(move |b| b.collate(q, &name, &dest, msgs))?;
+            .call(move |b| b.collate(QueueRef { id: q, name: &name }, &dest, msgs))?;
         Ok(got
             .into_iter()
             .map(|c| Collated {
@@ -145,7 +145,7 @@ impl Collator {
     pub fn held(&self) -> Result<u64> {
         let (q, name) = (self.id, self.name.clone());
         self.engine.call(move |b| {
-            b.require_collator(q, &name)?;
+            b.require_collator(QueueRef { id: q, name: &name })?;
             Ok(b.counters(q)?.held)
         })
     }
@@ -183,7 +183,7 @@ impl Collator {
     pub fn forget(&self, series: &str) -> Result<bool> {
         let (q, name, series) = (self.id, self.name.clone(), series.to_owned());
         self.engine
-            .call(move |b| b.forget_series(q, &name, &series))
+            .call(move |b| b.forget_series(QueueRef { id: q, name: &name }, &series))
     }
 
     /// The series not yet complete, with their gaps.
@@ -193,7 +193,9 @@ impl Collator {
     /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) if the collator was deleted.
     pub fn incomplete(&self) -> Result<Vec<SeriesGap>> {
         let (q, name) = (self.id, self.name.clone());
-        let rows = self.engine.call(move |b| b.incomplete_series(q, &name))?;
+        let rows = self
+            .engine
+            .call(move |b| b.incomplete_series(QueueRef { id: q, name: &name }))?;
         Ok(rows
             .into_iter()
             .map(|(series, s, held)| SeriesGap {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
 use crate::engine::queries as read;
-use crate::engine::{Engine, JobRecord};
+use crate::engine::{Engine, JobRecord, QueueRef};
 use crate::error::{Error, Result};
 use crate::message::{Message, MessageId};
 use crate::queue::Queue;
@@ -160,7 +160,9 @@ impl Job {
         self.check_queue(queue)?;
         let m = self.piece(message.into())?;
         let (q, name) = (queue.id, queue.name.to_string());
-        let sent = self.engine.call(move |b| b.send_one(q, &name, m))?;
+        let sent = self
+            .engine
+            .call(move |b| b.send_one(QueueRef { id: q, name: &name }, m))?;
         Ok(sent.id)
     }
 
@@ -180,7 +182,8 @@ impl Job {
             .map(|m| self.piece(m.into()))
             .collect::<Result<Vec<_>>>()?;
         let (q, name) = (queue.id, queue.name.to_string());
-        self.engine.call(move |b| b.send(q, &name, msgs))
+        self.engine
+            .call(move |b| b.send(QueueRef { id: q, name: &name }, msgs))
     }
 
     /// `m`, checked and marked as a piece of this job.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::engine::Engine;
 use crate::engine::queries as read;
 use crate::engine::{DEAD_LETTER_SUFFIX, dead_letter_name, journal_name};
-use crate::engine::{QueueKind, QueueRecord};
+use crate::engine::{QueueKind, QueueRecord, QueueRef};
 use crate::error::{Error, Result};
 use crate::options::QueueOptions;
 #[cfg(doc)]
@@ -51,6 +51,14 @@ impl Queue {
             id: rec.id,
             peer: rec.peer,
             kind: rec.kind,
+        }
+    }
+
+    /// This queue as the engine names it: id, and the name it was opened under.
+    pub(crate) fn queue_ref(&self) -> QueueRef<'_> {
+        QueueRef {
+            id: self.id,
+            name: &self.name,
         }
     }
 

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::to_system_time;
-use crate::engine::Select;
 use crate::engine::queries as read;
+use crate::engine::{QueueRef, Select};
 use crate::error::{Error, Result};
 use crate::message::MessageId;
 use crate::queue::Queue;
@@ -109,7 +109,9 @@ impl Queue {
     pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
         let (q, name) = (self.id, self.name.clone());
         let now = self.engine.clock.now_ms();
-        let rows = self.engine.read(|t| read::sessions(t, q, &name, now))?;
+        let rows = self
+            .engine
+            .read(|t| read::sessions(t, QueueRef { id: q, name: &name }, now))?;
         Ok(rows
             .into_iter()
             .map(|r| SessionInfo {
@@ -156,8 +158,9 @@ impl Queue {
         let (q, name, owner) = (self.id, self.name.clone(), self.engine.owner);
         let got = self.engine.wait_for(q, deadline, None, || {
             let (name, group) = (name.clone(), group.clone());
-            self.engine
-                .call(move |b| b.accept_session(q, &name, group.as_deref(), owner))
+            self.engine.call(move |b| {
+                b.accept_session(QueueRef { id: q, name: &name }, group.as_deref(), owner)
+            })
         })?;
         Ok(got.map(|(group, s)| Session {
             queue: self.clone(),
@@ -209,7 +212,9 @@ impl Session {
         let owner = engine.owner;
         let got = engine.wait_for(q, deadline, None, || {
             let (name, group) = (name.clone(), group.clone());
-            engine.call(move |b| b.session_receive(q, &name, &group, token, owner))
+            engine.call(move |b| {
+                b.session_receive(QueueRef { id: q, name: &name }, &group, token, owner)
+            })
         })?;
         Ok(got.map(|l| self.queue.wrap(l)))
     }
@@ -277,8 +282,15 @@ impl Session {
         let owner = engine.owner;
         let got = engine.wait_for(q, deadline, None, || {
             let (name, group, select) = (name.clone(), group.clone(), select.clone());
-            engine
-                .call(move |b| b.session_receive_selected(q, &name, &group, token, owner, &select))
+            engine.call(move |b| {
+                b.session_receive_selected(
+                    QueueRef { id: q, name: &name },
+                    &group,
+                    token,
+                    owner,
+                    &select,
+                )
+            })
         })?;
         Ok(got.map(|l| self.queue.wrap(l)))
     }
@@ -294,7 +306,7 @@ impl Session {
         let until = self
             .queue
             .engine
-            .call(move |b| b.renew_session(q, &name, &group, token))?;
+            .call(move |b| b.renew_session(QueueRef { id: q, name: &name }, &group, token))?;
         self.locked_until.store(until, Ordering::Release);
         Ok(to_system_time(until))
     }
@@ -308,7 +320,7 @@ impl Session {
         let (q, name, group, _) = self.ids();
         self.queue
             .engine
-            .call(move |b| b.session_state(q, &name, &group))
+            .call(move |b| b.session_state(QueueRef { id: q, name: &name }, &group))
     }
 
     /// Sets the session's state (at most 64 KiB; `None` clears it). To set it in the same
@@ -320,9 +332,9 @@ impl Session {
     pub fn set_state(&self, state: Option<&[u8]>) -> Result<()> {
         let (q, name, group, token) = self.ids();
         let state = state.map(<[u8]>::to_vec);
-        self.queue
-            .engine
-            .call(move |b| b.set_session_state(q, &name, &group, token, state))
+        self.queue.engine.call(move |b| {
+            b.set_session_state(QueueRef { id: q, name: &name }, &group, token, state)
+        })
     }
 
     /// Lets go of the session lock now (its state is kept); another receiver may accept it.
@@ -335,7 +347,7 @@ impl Session {
         let (q, name, group, token) = self.ids();
         self.queue
             .engine
-            .call(move |b| b.release_session(q, &name, &group, token))
+            .call(move |b| b.release_session(QueueRef { id: q, name: &name }, &group, token))
     }
 
     pub(crate) fn parts(&self) -> (u32, Arc<str>, Arc<str>, u64) {
@@ -353,6 +365,6 @@ impl Drop for Session {
         let _ = self
             .queue
             .engine
-            .call(move |b| b.release_session(q, &name, &group, token));
+            .call(move |b| b.release_session(QueueRef { id: q, name: &name }, &group, token));
     }
 }

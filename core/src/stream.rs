@@ -77,7 +77,7 @@ impl Queue {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         ReceiveFuture {
             queue: self.clone(),
-            wait: AsyncReceive::new(self.id, &self.name, deadline),
+            wait: AsyncReceive::new(self.queue_ref(), deadline),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Engine, QueueEntry, QueueRecord, subscription_name};
+use crate::engine::{Engine, QueueEntry, QueueRecord, QueueRef, subscription_name};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::message::Message;
@@ -104,9 +104,17 @@ impl Topic {
         let QueueEntry {
             name: qname,
             record: rec,
-        } = self
-            .engine
-            .call(move |b| b.subscribe(t, &tname, &sub, &filter, options.as_ref()))?;
+        } = self.engine.call(move |b| {
+            b.subscribe(
+                QueueRef {
+                    id: t,
+                    name: &tname,
+                },
+                &sub,
+                &filter,
+                options.as_ref(),
+            )
+        })?;
         Ok(Queue::new(self.engine.clone(), &qname, rec))
     }
 
@@ -118,7 +126,12 @@ impl Topic {
     pub fn subscription(&self, name: &str) -> Result<Queue> {
         let qname = subscription_name(&self.name, name);
         let (t, tname) = (self.id, self.name.clone());
-        let subs = self.engine.call(move |b| b.subscriptions(t, &tname))?;
+        let subs = self.engine.call(move |b| {
+            b.subscriptions(QueueRef {
+                id: t,
+                name: &tname,
+            })
+        })?;
         match subs.into_iter().find(|(_, n, _)| *n == qname) {
             Some(_) => Queue::open_existing(&self.engine, &qname),
             None => Err(Error::QueueNotFound(qname)),
@@ -136,7 +149,10 @@ impl Topic {
         let qname = subscription_name(&self.name, name);
         let (t, tname) = (self.id, self.name.clone());
         self.engine.call(move |b| {
-            let subs = b.subscriptions(t, &tname)?;
+            let subs = b.subscriptions(QueueRef {
+                id: t,
+                name: &tname,
+            })?;
             if !subs.iter().any(|(_, n, _)| *n == qname) {
                 return Ok(false);
             }
@@ -152,7 +168,12 @@ impl Topic {
     pub fn subscriptions(&self) -> Result<Vec<String>> {
         let (t, tname) = (self.id, self.name.clone());
         let prefix = subscription_name(&self.name, "");
-        let subs = self.engine.call(move |b| b.subscriptions(t, &tname))?;
+        let subs = self.engine.call(move |b| {
+            b.subscriptions(QueueRef {
+                id: t,
+                name: &tname,
+            })
+        })?;
         Ok(subs
             .into_iter()
             .filter_map(|(_, n, _)| n.strip_prefix(prefix.as_str()).map(str::to_owned))
@@ -192,7 +213,15 @@ impl Topic {
             m.validate()?;
         }
         let (t, tname) = (self.id, self.name.clone());
-        self.engine.call(move |b| b.publish(t, &tname, msgs))
+        self.engine.call(move |b| {
+            b.publish(
+                QueueRef {
+                    id: t,
+                    name: &tname,
+                },
+                msgs,
+            )
+        })
     }
 
     /// Exact counts: published, unmatched, subscriptions.
@@ -203,7 +232,12 @@ impl Topic {
     pub fn stats(&self) -> Result<TopicStats> {
         let (t, tname) = (self.id, self.name.clone());
         self.engine.call(move |b| {
-            let subscriptions = b.subscriptions(t, &tname)?.len() as u64;
+            let subscriptions = b
+                .subscriptions(QueueRef {
+                    id: t,
+                    name: &tname,
+                })?
+                .len() as u64;
             let c = b.topic_counts(t)?;
             Ok(TopicStats {
                 published: c.published,

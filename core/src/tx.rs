@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::app_table::{PendingRows, TxTable};
 use crate::engine::{Batch, Locked, RowReads, validate_app_key};
-use crate::engine::{Engine, HeldLock};
+use crate::engine::{Engine, HeldLock, QueueRef};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::queue::Queue;
@@ -224,8 +224,7 @@ impl Transaction {
                 let locks = locks.clone();
                 move |b| apply_commit(b, &locks, sends, publishes, states, (rows, reads))
             },
-            queue.id,
-            &queue.name,
+            queue.queue_ref(),
             want,
         );
         if committed.is_err() {
@@ -265,10 +264,16 @@ fn apply_commit(
     b.write_rows(&rows)?;
     b.send_many(sends)?;
     for (topic, name, msgs) in publishes {
-        b.publish(topic, &name, msgs)?;
+        b.publish(
+            QueueRef {
+                id: topic,
+                name: &name,
+            },
+            msgs,
+        )?;
     }
     for (q, name, group, token, state) in states {
-        b.set_session_state(q, &name, &group, token, state)?;
+        b.set_session_state(QueueRef { id: q, name: &name }, &group, token, state)?;
     }
     b.complete_all(locks)
 }

@@ -4,7 +4,7 @@
 //! a session's next message: `settle_then_receive`, `settle_then_session_next`), with the one
 //! rule for what each part hears when one fails.
 
-use super::batch::{Batch, Locked, Settle};
+use super::batch::{Batch, Locked, QueueRef, Settle};
 use super::{Engine, HeldLock};
 use crate::error::{Error, Result};
 
@@ -85,20 +85,20 @@ impl Engine {
     pub fn then_receive<A, F>(
         &self,
         first: F,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         want: usize,
     ) -> (Result<A>, Result<Vec<Locked>>)
     where
         F: FnOnce(&mut Batch<'_>) -> Result<A> + Send + 'static,
         A: Send + 'static,
     {
+        let QueueRef { id: q, name } = queue;
         let (owner, name) = (self.owner, name.to_owned());
         self.both(first, move |b| {
             if want == 0 {
                 Ok(Vec::new())
             } else {
-                b.receive(q, &name, owner, want)
+                b.receive(QueueRef { id: q, name: &name }, owner, want)
             }
         })
     }
@@ -110,11 +110,10 @@ impl Engine {
         &self,
         lock: HeldLock,
         how: Settle,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         want: usize,
     ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
-        self.then_receive(move |b| b.settle(lock, &how), q, name, want)
+        self.then_receive(move |b| b.settle(lock, &how), queue, want)
     }
 
     /// Settles the message under `lock` as `how`, then, in the same commit, takes the next
@@ -125,15 +124,15 @@ impl Engine {
         &self,
         lock: HeldLock,
         how: Settle,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         group: &str,
         session: u64,
     ) -> (Result<Option<String>>, Result<SessionNext>) {
+        let QueueRef { id: q, name } = queue;
         let (owner, name, group) = (self.owner, name.to_owned(), group.to_owned());
         self.both(
             move |b| b.settle(lock, &how),
-            move |b| b.session_next(q, &name, &group, session, owner),
+            move |b| b.session_next(QueueRef { id: q, name: &name }, &group, session, owner),
         )
     }
 

@@ -31,8 +31,8 @@ mod wal;
 // The engine's face: what the public API, the transaction and the processor may use. Everything
 // else stays inside.
 pub(crate) use batch::{
-    Batch, DEAD_LETTER_SUFFIX, HeldLock, Locked, Select, Settle, dead_letter_name, journal_name,
-    subscription_name, validate_message, validate_queue_name,
+    Batch, DEAD_LETTER_SUFFIX, HeldLock, Locked, QueueRef, Select, Settle, dead_letter_name,
+    journal_name, subscription_name, validate_message, validate_queue_name,
 };
 pub(crate) use batch::{
     JobRecord, MAX_APP_KEY_LEN, MAX_APP_VALUE_LEN, RowReads, RowWrite, TEMPORARY_PREFIX,

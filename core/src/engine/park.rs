@@ -21,7 +21,7 @@ use std::time::Instant;
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::channel::Sender;
 
-use super::batch::{Batch, Locked};
+use super::batch::{Batch, Locked, QueueRef};
 use crate::error::{Error, Result};
 
 const FRESH: u8 = 0;
@@ -157,7 +157,18 @@ pub fn serve(
         parked,
         all,
         |b, q| b.woken.contains(&q),
-        |b, p| b.attempt(|b| b.receive(p.q, &p.name, p.owner, p.max)),
+        |b, p| {
+            b.attempt(|b| {
+                b.receive(
+                    QueueRef {
+                        id: p.q,
+                        name: &p.name,
+                    },
+                    p.owner,
+                    p.max,
+                )
+            })
+        },
     )
 }
 

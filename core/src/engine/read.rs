@@ -3,6 +3,7 @@
 
 use redb::{ReadTransaction, ReadableTable};
 
+use super::batch::QueueRef;
 use super::codec::{self, QueueEntry, QueueKind, QueueRecord, StoredEnvelope};
 use super::rules;
 use super::tables::*;
@@ -126,11 +127,11 @@ pub type BrowsePosition = (u8, u64);
 /// `QueueNotFound` (named `name`) when the queue does not exist.
 pub fn browse_next(
     txn: &ReadTransaction,
-    q: u32,
-    name: &str,
+    queue: QueueRef<'_>,
     after: Option<BrowsePosition>,
     now: u64,
 ) -> Result<Option<(Envelope, BrowsePosition)>> {
+    let QueueRef { id: q, name } = queue;
     let Some(rec) = queue_by_id(txn, q)? else {
         return Err(Error::QueueNotFound(name.to_owned()));
     };
@@ -227,11 +228,11 @@ pub fn browse_next(
 /// state row, envelope, or a state row without its data.
 pub fn browse_all_next(
     txn: &ReadTransaction,
-    q: u32,
-    name: &str,
+    queue: QueueRef<'_>,
     after: Option<u64>,
     now: u64,
 ) -> Result<Option<(Envelope, MessageState)>> {
+    let QueueRef { id: q, name } = queue;
     let Some(rec) = queue_by_id(txn, q)? else {
         return Err(Error::QueueNotFound(name.to_owned()));
     };
@@ -494,7 +495,8 @@ pub struct SessionRow {
 ///
 /// `QueueNotFound` (named `name`) when the queue does not exist; `Corrupted` for a damaged
 /// session row.
-pub fn sessions(txn: &ReadTransaction, q: u32, name: &str, now: u64) -> Result<Vec<SessionRow>> {
+pub fn sessions(txn: &ReadTransaction, queue: QueueRef<'_>, now: u64) -> Result<Vec<SessionRow>> {
+    let QueueRef { id: q, name } = queue;
     let Some(rec) = queue_by_id(txn, q)? else {
         return Err(Error::QueueNotFound(name.to_owned()));
     };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::batch::{Batch, JobRecord, Locked, job_signal};
+use super::batch::{Batch, JobRecord, Locked, QueueRef, job_signal};
 use super::{Engine, HeldLock, janitor, read, wait};
 use crate::error::{Error, Result};
 use crate::message::{Message, MessageId};
@@ -68,7 +68,7 @@ impl Engine {
         self.call(move |b| {
             b.check_lock(l)?;
             let (q, name) = b.queue_id_by_name(&to)?;
-            let sent = b.send_one(q, &name, reply)?;
+            let sent = b.send_one(QueueRef { id: q, name: &name }, reply)?;
             b.complete_all(&[l])?;
             Ok(sent.id)
         })
@@ -147,11 +147,11 @@ impl Engine {
     /// requests that timed out).
     pub fn receive_reply(
         &self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         awaiting: &AwaitingReply,
         deadline: Option<Instant>,
     ) -> Result<Option<Locked>> {
+        let QueueRef { id: q, name } = queue;
         self.check_open()?;
         let owner = self.owner;
         self.wait_for(q, deadline, None, || {
@@ -161,7 +161,15 @@ impl Engine {
                 // Read inside the batch: a reply the batch can see was committed before it,
                 // so its request had registered (it registers before it sends).
                 let waiting: HashSet<String> = awaited.lock().keys().cloned().collect();
-                b.receive_reply(q, &qname, owner, &cid, &waiting)
+                b.receive_reply(
+                    QueueRef {
+                        id: q,
+                        name: &qname,
+                    },
+                    owner,
+                    &cid,
+                    &waiting,
+                )
             })
         })
     }

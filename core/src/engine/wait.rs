@@ -155,12 +155,11 @@ impl Engine {
     /// for at least one.
     pub fn receive(
         &self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         max: usize,
         deadline: Option<Instant>,
     ) -> Result<Vec<Locked>> {
-        self.receive_until(q, name, max, deadline, None)
+        self.receive_until(queue, max, deadline, None)
     }
 
     /// [`Engine::receive`] that `cancel` (else the thread's interrupt, see `with_interrupt`)
@@ -168,8 +167,7 @@ impl Engine {
     /// processor workers alike.
     pub fn receive_until(
         &self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         max: usize,
         deadline: Option<Instant>,
         cancel: Option<&Cancel>,
@@ -178,9 +176,9 @@ impl Engine {
         self.check_open()?;
         let cancel = token(cancel);
         if self.multi_process {
-            self.receive_polling(QueueRef { id: q, name }, max, deadline, cancel.as_ref())
+            self.receive_polling(queue, max, deadline, cancel.as_ref())
         } else {
-            self.receive_parked(QueueRef { id: q, name }, max, deadline, cancel.as_ref())
+            self.receive_parked(queue, max, deadline, cancel.as_ref())
         }
     }
 
@@ -231,7 +229,16 @@ impl Engine {
         let (owner, QueueRef { id: q, name }) = (self.owner, queue);
         let got = self.wait_for(q, deadline, cancel, || {
             let qname = name.to_owned();
-            let got = self.call(move |b| b.receive(q, &qname, owner, max))?;
+            let got = self.call(move |b| {
+                b.receive(
+                    QueueRef {
+                        id: q,
+                        name: &qname,
+                    },
+                    owner,
+                    max,
+                )
+            })?;
             Ok((!got.is_empty()).then_some(got))
         })?;
         Ok(got.unwrap_or_default())
@@ -243,16 +250,25 @@ impl Engine {
     /// work falling due, and poll the file in multi-process stores.
     pub fn receive_selected(
         &self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         select: Select,
         deadline: Option<Instant>,
     ) -> Result<Option<Locked>> {
+        let QueueRef { id: q, name } = queue;
         self.check_open()?;
         let owner = self.owner;
         self.wait_for(q, deadline, None, || {
             let (qname, select) = (name.to_owned(), select.clone());
-            self.call(move |b| b.receive_selected(q, &qname, owner, &select))
+            self.call(move |b| {
+                b.receive_selected(
+                    QueueRef {
+                        id: q,
+                        name: &qname,
+                    },
+                    owner,
+                    &select,
+                )
+            })
         })
     }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::sync::Mutex;
 use crate::sync::channel::{self, Receiver, TryRecvError};
 
-use super::batch::{HeldLock, Locked};
+use super::batch::{HeldLock, Locked, QueueRef};
 use super::park::{AnswerHook, OnAnswer};
 use super::pipeline::Detacher;
 use super::poll::Backoff;
@@ -119,7 +119,8 @@ struct Polling {
 
 impl AsyncReceive {
     /// A receive of one message of queue `q` until `deadline` (forever if `None`).
-    pub fn new(q: u32, name: &str, deadline: Option<Instant>) -> AsyncReceive {
+    pub fn new(queue: QueueRef<'_>, deadline: Option<Instant>) -> AsyncReceive {
+        let QueueRef { id: q, name } = queue;
         AsyncReceive {
             q,
             name: name.to_owned(),
@@ -285,7 +286,8 @@ impl Engine {
                 p.seen = p.signal.seq();
                 self.reap_if_flagged()?;
                 let (q, name, owner) = (r.q, r.name.clone(), self.owner);
-                let mut got = self.call(move |b| b.receive(q, &name, owner, 1))?;
+                let mut got =
+                    self.call(move |b| b.receive(QueueRef { id: q, name: &name }, owner, 1))?;
                 if let Some(l) = got.pop() {
                     return Poll::Ready(Ok(Some(l)));
                 }

@@ -19,7 +19,7 @@ use super::{
     Delivery, Failure, Handler, Lease, REASON_DECODE_FAILED, Shared, Track, WORKER_OF, Watched,
     panic_text, renewal,
 };
-use crate::engine::{Cancel, Engine, IdleReceiver, Locked};
+use crate::engine::{Cancel, Engine, IdleReceiver, Locked, QueueRef};
 use crate::error::{Error, Result};
 use crate::message::MessageId;
 use crate::tx::Transaction;
@@ -259,7 +259,16 @@ impl Worker<'_> {
     fn receive(&self, want: usize) -> Result<Vec<Locked>> {
         let q = &self.sh.queue;
         let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
-        q.engine.call(move |b| b.receive(qid, &name, owner, want))
+        q.engine.call(move |b| {
+            b.receive(
+                QueueRef {
+                    id: qid,
+                    name: &name,
+                },
+                owner,
+                want,
+            )
+        })
     }
 
     /// Reports a failed receive; returns whether the worker should leave: the store is closed,
@@ -352,7 +361,7 @@ impl IdleReceiver for Worker<'_> {
                 })
                 .map(|got| got.is_some());
         }
-        let v = engine.receive_until(q.id, &q.name, sh.config.prefetch + 1, None, Some(token))?;
+        let v = engine.receive_until(q.queue_ref(), sh.config.prefetch + 1, None, Some(token))?;
         Ok(if v.is_empty() {
             false
         } else if sh.is_stopping() {

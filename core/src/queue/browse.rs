@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::Queue;
-use crate::engine::Engine;
 use crate::engine::queries as read;
+use crate::engine::{Engine, QueueRef};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -22,7 +22,7 @@ impl Queue {
         let (q, name) = (self.id, self.name.clone());
         let now = self.engine.clock.now_ms();
         self.engine
-            .read(|t| read::browse_next(t, q, &name, None, now))
+            .read(|t| read::browse_next(t, QueueRef { id: q, name: &name }, None, now))
             .map(|next| next.map(|(env, _)| env))
     }
 
@@ -151,7 +151,7 @@ impl Iterator for Browse {
         let now = self.engine.clock.now_ms();
         match self
             .engine
-            .read(|t| read::browse_next(t, q, &name, after, now))
+            .read(|t| read::browse_next(t, QueueRef { id: q, name: &name }, after, now))
         {
             Ok(Some((env, pos))) => {
                 self.after = Some(pos);
@@ -192,7 +192,7 @@ impl Iterator for BrowseAll {
         let now = self.engine.clock.now_ms();
         match self
             .engine
-            .read(|t| read::browse_all_next(t, q, &name, after, now))
+            .read(|t| read::browse_all_next(t, QueueRef { id: q, name: &name }, after, now))
         {
             Ok(Some((env, state))) => {
                 self.after = Some(env.id().get());

@@ -68,7 +68,7 @@ impl Queue {
     }
 
     fn receive_deadline_opt(&self, deadline: Option<Instant>) -> Result<Option<Received>> {
-        let got = self.engine.receive(self.id, &self.name, 1, deadline)?;
+        let got = self.engine.receive(self.queue_ref(), 1, deadline)?;
         Ok(got.into_iter().next().map(|l| self.wrap(l)))
     }
 
@@ -124,7 +124,7 @@ impl Queue {
         let deadline = Instant::now().checked_add(timeout);
         let got = self
             .engine
-            .receive_selected(self.id, &self.name, select, deadline)?;
+            .receive_selected(self.queue_ref(), select, deadline)?;
         Ok(got.map(|l| self.wrap(l)))
     }
 
@@ -151,7 +151,7 @@ impl Queue {
             return Err(Error::invalid("receive_batch needs max >= 1"));
         }
         let deadline = Instant::now().checked_add(timeout);
-        let got = self.engine.receive(self.id, &self.name, max, deadline)?;
+        let got = self.engine.receive(self.queue_ref(), max, deadline)?;
         Ok(got.into_iter().map(|l| self.wrap(l)).collect())
     }
 
@@ -229,8 +229,7 @@ impl Queue {
                 let locks = locks.clone();
                 move |b| b.complete_all(&locks)
             },
-            self.id,
-            &self.name,
+            self.queue_ref(),
             max,
         );
         if let Err(e) = completed {
@@ -245,7 +244,7 @@ impl Queue {
         if !got.is_empty() || timeout.is_zero() {
             return Ok(got.into_iter().map(|l| self.wrap(l)).collect());
         }
-        let got = self.engine.receive(self.id, &self.name, max, deadline)?;
+        let got = self.engine.receive(self.queue_ref(), max, deadline)?;
         Ok(got.into_iter().map(|l| self.wrap(l)).collect())
     }
 }

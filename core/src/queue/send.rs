@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::Queue;
+use crate::engine::QueueRef;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -31,7 +32,9 @@ impl Queue {
         let m = message.into();
         m.validate()?;
         let (q, name) = (self.id, self.name.to_string());
-        let sent = self.engine.call(move |b| b.send_one(q, &name, m))?;
+        let sent = self
+            .engine
+            .call(move |b| b.send_one(QueueRef { id: q, name: &name }, m))?;
         Ok(sent.id)
     }
 
@@ -45,7 +48,8 @@ impl Queue {
         let m = message.into();
         m.validate()?;
         let (q, name) = (self.id, self.name.to_string());
-        self.engine.call(move |b| b.send_one(q, &name, m))
+        self.engine
+            .call(move |b| b.send_one(QueueRef { id: q, name: &name }, m))
     }
 
     /// [`Queue::send_batch`], saying of each message whether it was a duplicate.
@@ -63,7 +67,8 @@ impl Queue {
             m.validate()?;
         }
         let (q, name) = (self.id, self.name.to_string());
-        self.engine.call(move |b| b.send_detailed(q, &name, msgs))
+        self.engine
+            .call(move |b| b.send_detailed(QueueRef { id: q, name: &name }, msgs))
     }
 
     /// Sends `message` as a request and waits up to `timeout` for its reply: the message goes
@@ -116,7 +121,7 @@ impl Queue {
         let (q, name) = (sent.replies.0, &sent.replies.1);
         match self
             .engine
-            .receive_reply(q, name, &sent.awaiting, deadline)?
+            .receive_reply(QueueRef { id: q, name }, &sent.awaiting, deadline)?
         {
             None => Ok(None),
             Some(l) => {
@@ -144,7 +149,8 @@ impl Queue {
             m.validate()?;
         }
         let (q, name) = (self.id, self.name.to_string());
-        self.engine.call(move |b| b.send(q, &name, msgs))
+        self.engine
+            .call(move |b| b.send(QueueRef { id: q, name: &name }, msgs))
     }
 }
 

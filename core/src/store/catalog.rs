@@ -6,7 +6,7 @@ use crate::app_table::Table;
 use crate::collator::Collator;
 use crate::engine::queries as read;
 use crate::engine::validate_queue_name;
-use crate::engine::{QueueEntry, QueueKind, QueueRecord};
+use crate::engine::{QueueEntry, QueueKind, QueueRecord, QueueRef};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobInfo, JobOptions};
 use crate::options::{QueueOptions, QueueSettings};
@@ -130,9 +130,15 @@ impl Store {
     pub fn collator(&self, name: &str, destination: &Queue) -> Result<Collator> {
         validate_queue_name(name)?;
         let (owned, dest, dest_name) = (name.to_owned(), destination.id, destination.name.clone());
-        let rec = self
-            .engine
-            .call(move |b| b.open_collator(&owned, dest, &dest_name))?;
+        let rec = self.engine.call(move |b| {
+            b.open_collator(
+                &owned,
+                QueueRef {
+                    id: dest,
+                    name: &dest_name,
+                },
+            )
+        })?;
         Ok(Collator::new(
             self.engine.clone(),
             name,

@@ -25,7 +25,7 @@ impl Transaction {
     pub fn receive(&mut self, queue: &Queue, timeout: Duration) -> Result<Option<Envelope>> {
         self.same_store(queue)?;
         let deadline = Instant::now().checked_add(timeout);
-        let got = self.engine.receive(queue.id, &queue.name, 1, deadline)?;
+        let got = self.engine.receive(queue.queue_ref(), 1, deadline)?;
         Ok(got.into_iter().next().map(|l| self.hold(l)))
     }
 
@@ -73,7 +73,7 @@ impl Transaction {
         let deadline = Instant::now().checked_add(timeout);
         let got = self
             .engine
-            .receive_selected(queue.id, &queue.name, select, deadline)?;
+            .receive_selected(queue.queue_ref(), select, deadline)?;
         Ok(got.map(|l| self.hold(l)))
     }
 

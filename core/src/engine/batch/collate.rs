@@ -22,11 +22,12 @@ impl<'t> Batch<'t> {
     /// Opens collator `name` releasing into queue `dest`, creating it if missing. A collator
     /// whose destination no longer exists (deleted by an older postbox, which allowed it)
     /// takes `dest` as its destination and releases there what is ready.
-    pub fn open_collator(&mut self, name: &str, dest: u32, dest_name: &str) -> Result<QueueRecord> {
-        let target = self.require_queue(QueueRef {
+    pub fn open_collator(&mut self, name: &str, dest: QueueRef<'_>) -> Result<QueueRecord> {
+        let target = self.require_queue(dest)?;
+        let QueueRef {
             id: dest,
             name: dest_name,
-        })?;
+        } = dest;
         self.check_reference(&format!("collator {name:?}"), &target.record, dest_name)?;
         if let Some(mut rec) = self.queue_by_name(name)? {
             if rec.kind != QueueKind::Collator {
@@ -69,8 +70,9 @@ impl<'t> Batch<'t> {
     }
 
     /// The record of collator `q`, failing when it was deleted or is not a collator.
-    pub fn require_collator(&mut self, q: u32, name: &str) -> Result<QueueRecord> {
-        let rec = self.require_queue(QueueRef { id: q, name })?;
+    pub fn require_collator(&mut self, queue: QueueRef<'_>) -> Result<QueueRecord> {
+        let name = queue.name;
+        let rec = self.require_queue(queue)?;
         if rec.record.kind != QueueKind::Collator {
             return Err(Error::invalid(format!(
                 "{name:?} is {}, not a collator",
@@ -85,12 +87,12 @@ impl<'t> Batch<'t> {
     /// on is released to the destination, in order.
     pub fn collate(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         dest_name: &str,
         msgs: Vec<Message>,
     ) -> Result<Vec<Collated>> {
-        let rec = self.require_collator(q, name)?;
+        let q = queue.id;
+        let rec = self.require_collator(queue)?;
         // Missing only in a store an older postbox wrote (nothing deletes a queue a collator
         // names now): the sends are refused, naming the queue, and what is held stays held
         // until the collator is opened with a destination again.
@@ -239,10 +241,10 @@ impl<'t> Batch<'t> {
     /// numbers held (beyond the gap).
     pub fn incomplete_series(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
     ) -> Result<Vec<(String, SeriesState, Vec<u64>)>> {
-        self.require_collator(q, name)?;
+        let q = queue.id;
+        self.require_collator(queue)?;
         let rows: Vec<(String, SeriesState)> = self
             .tables
             .series()?
@@ -268,8 +270,9 @@ impl<'t> Batch<'t> {
     /// Forgets series `series` of collator `q`: its progress goes, so that its name starts a
     /// new series from 1. Returns whether there was one. Refused while the collator holds
     /// messages of it (they wait for a gap to close; forgetting would lose them).
-    pub fn forget_series(&mut self, q: u32, name: &str, series: &str) -> Result<bool> {
-        self.require_collator(q, name)?;
+    pub fn forget_series(&mut self, queue: QueueRef<'_>, series: &str) -> Result<bool> {
+        let q = queue.id;
+        self.require_collator(queue)?;
         let Some(s) = self
             .tables
             .series()?

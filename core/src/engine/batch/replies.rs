@@ -17,13 +17,13 @@ impl<'t> Batch<'t> {
     /// Late replies therefore never pile up in front of the next request's reply.
     pub fn receive_reply(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         owner: u64,
         correlation_id: &str,
         awaited: &HashSet<String>,
     ) -> Result<Option<Locked>> {
-        let rec = self.require_queue(QueueRef { id: q, name })?;
+        let QueueRef { id: q, name } = queue;
+        let rec = self.require_queue(queue)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let max_deliveries = rec.record.options.max_deliveries;
         let ids: Vec<u64> = self

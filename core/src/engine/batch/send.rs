@@ -11,17 +11,17 @@ use crate::message::Sent;
 impl<'t> Batch<'t> {
     /// Sends messages to queue `q` atomically: all are stored or none. One id per message, in
     /// order.
-    pub fn send(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<MessageId>> {
+    pub fn send(&mut self, queue: QueueRef<'_>, msgs: Vec<Message>) -> Result<Vec<MessageId>> {
         Ok(self
-            .send_detailed(q, name, msgs)?
+            .send_detailed(queue, msgs)?
             .into_iter()
             .map(|s| s.id)
             .collect())
     }
 
     /// [`Batch::send`], saying of each message whether it was a duplicate.
-    pub fn send_detailed(&mut self, q: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<Sent>> {
-        let (q, name) = self.forward_target(QueueRef { id: q, name })?;
+    pub fn send_detailed(&mut self, queue: QueueRef<'_>, msgs: Vec<Message>) -> Result<Vec<Sent>> {
+        let (q, name) = self.forward_target(queue)?;
         let rec = self.require_queue(QueueRef { id: q, name: &name })?;
         let plan = self.plan_send(q, &rec, &msgs, (0, 0))?;
         self.insert_planned(q, &rec, msgs, plan)
@@ -29,8 +29,8 @@ impl<'t> Batch<'t> {
 
     /// Sends one message to queue `q`: the planning and writing of [`Batch::send`] for a single
     /// message, so that its caller gets exactly one result.
-    pub fn send_one(&mut self, q: u32, name: &str, m: Message) -> Result<Sent> {
-        let (q, name) = self.forward_target(QueueRef { id: q, name })?;
+    pub fn send_one(&mut self, queue: QueueRef<'_>, m: Message) -> Result<Sent> {
+        let (q, name) = self.forward_target(queue)?;
         let rec = self.require_queue(QueueRef { id: q, name: &name })?;
         let mut plan = Planner::for_queue(&rec)?;
         let step = self.plan_step(q, &rec, &mut plan, 0, &m)?;

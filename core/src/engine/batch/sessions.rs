@@ -79,12 +79,12 @@ impl<'t> Batch<'t> {
     /// available).
     pub fn accept_session(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         group: Option<&str>,
         owner: u64,
     ) -> Result<Option<(String, SessionRecord)>> {
-        let rec = self.session_queue(QueueRef { id: q, name })?;
+        let q = queue.id;
+        let rec = self.session_queue(queue)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let group = match group {
             Some(g) => {
@@ -225,13 +225,13 @@ impl<'t> Batch<'t> {
     /// receivable now.
     pub fn session_receive(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         group: &str,
         token: u64,
         owner: u64,
     ) -> Result<Option<Locked>> {
-        let rec = self.session_queue(QueueRef { id: q, name })?;
+        let q = queue.id;
+        let rec = self.session_queue(queue)?;
         self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         loop {
@@ -251,14 +251,14 @@ impl<'t> Batch<'t> {
     /// spent goes to the dead-letter queue instead, as in [`Batch::receive`].
     pub fn session_receive_selected(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         group: &str,
         token: u64,
         owner: u64,
         select: &Select,
     ) -> Result<Option<Locked>> {
-        let rec = self.session_queue(QueueRef { id: q, name })?;
+        let q = queue.id;
+        let rec = self.session_queue(queue)?;
         self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         loop {
@@ -279,31 +279,32 @@ impl<'t> Batch<'t> {
     /// the session lock's expiry (`None`: released).
     pub fn session_next(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         group: &str,
         token: u64,
         owner: u64,
     ) -> Result<(Option<Locked>, Option<u64>)> {
-        let rec = self.session_queue(QueueRef { id: q, name })?;
+        let q = queue.id;
+        let rec = self.session_queue(queue)?;
         let s = self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         let mut until = s.locked_until;
         if until.saturating_sub(self.now) < lock_ms / 2 {
-            until = self.renew_session(q, name, group, token)?;
+            until = self.renew_session(queue, group, token)?;
         }
-        match self.session_receive(q, name, group, token, owner)? {
+        match self.session_receive(queue, group, token, owner)? {
             Some(l) => Ok((Some(l), Some(until))),
             None => {
-                self.release_session(q, name, group, token)?;
+                self.release_session(queue, group, token)?;
                 Ok((None, None))
             }
         }
     }
 
     /// Extends the session lock; returns the new expiry.
-    pub fn renew_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<u64> {
-        let rec = self.session_queue(QueueRef { id: q, name })?;
+    pub fn renew_session(&mut self, queue: QueueRef<'_>, group: &str, token: u64) -> Result<u64> {
+        let q = queue.id;
+        let rec = self.session_queue(queue)?;
         let mut s = self.check_session(q, group, token)?;
         let lock_ms = crate::clock::duration_ms(rec.record.options.lock_duration).max(1);
         s.locked_until = self.now.saturating_add(lock_ms);
@@ -312,8 +313,9 @@ impl<'t> Batch<'t> {
     }
 
     /// Lets go of the session lock (its state is kept).
-    pub fn release_session(&mut self, q: u32, name: &str, group: &str, token: u64) -> Result<()> {
-        self.session_queue(QueueRef { id: q, name })?;
+    pub fn release_session(&mut self, queue: QueueRef<'_>, group: &str, token: u64) -> Result<()> {
+        let q = queue.id;
+        self.session_queue(queue)?;
         let mut s = self.check_session(q, group, token)?;
         s.owner = 0;
         s.token = 0;
@@ -324,13 +326,13 @@ impl<'t> Batch<'t> {
     /// Sets the session's state (`None` clears it); only its holder may.
     pub fn set_session_state(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         group: &str,
         token: u64,
         state: Option<Vec<u8>>,
     ) -> Result<()> {
-        self.session_queue(QueueRef { id: q, name })?;
+        let q = queue.id;
+        self.session_queue(queue)?;
         let mut s = self.check_session(q, group, token)?;
         if state.as_ref().is_some_and(|v| v.len() > MAX_SESSION_STATE) {
             return Err(Error::invalid(format!(
@@ -342,8 +344,9 @@ impl<'t> Batch<'t> {
     }
 
     /// The session's state.
-    pub fn session_state(&mut self, q: u32, name: &str, group: &str) -> Result<Option<Vec<u8>>> {
-        self.session_queue(QueueRef { id: q, name })?;
+    pub fn session_state(&mut self, queue: QueueRef<'_>, group: &str) -> Result<Option<Vec<u8>>> {
+        let q = queue.id;
+        self.session_queue(queue)?;
         Ok(self.session(q, group)?.state)
     }
 

@@ -8,8 +8,9 @@ use crate::engine::rules::{self, Spent};
 
 impl<'t> Batch<'t> {
     /// Locks up to `max` messages from the head of queue `q` for `owner`.
-    pub fn receive(&mut self, q: u32, name: &str, owner: u64, max: usize) -> Result<Vec<Locked>> {
-        let rec = self.require_queue(QueueRef { id: q, name })?;
+    pub fn receive(&mut self, queue: QueueRef<'_>, owner: u64, max: usize) -> Result<Vec<Locked>> {
+        let QueueRef { id: q, name } = queue;
+        let rec = self.require_queue(queue)?;
         if rec.record.options.requires_session {
             return Err(Error::invalid(format!(
                 "queue {name:?} requires sessions: accept a session to receive"
@@ -75,12 +76,12 @@ impl<'t> Batch<'t> {
     /// so its messages are picked through it ([`Batch::session_receive_selected`]).
     pub fn receive_selected(
         &mut self,
-        q: u32,
-        name: &str,
+        queue: QueueRef<'_>,
         owner: u64,
         select: &Select,
     ) -> Result<Option<Locked>> {
-        let rec = self.require_queue(QueueRef { id: q, name })?;
+        let QueueRef { id: q, name } = queue;
+        let rec = self.require_queue(queue)?;
         if rec.record.options.requires_session {
             let how = match select {
                 Select::Id(_) => "by id",

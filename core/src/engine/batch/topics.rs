@@ -85,16 +85,16 @@ impl<'t> Batch<'t> {
     /// options `options` mentions; its messages are kept.
     pub fn subscribe(
         &mut self,
-        topic: u32,
-        topic_name: &str,
+        topic: QueueRef<'_>,
         sub: &str,
         filter: &Filter,
         options: Option<&QueueOptions>,
     ) -> Result<QueueEntry> {
-        self.require_topic(QueueRef {
+        self.require_topic(topic)?;
+        let QueueRef {
             id: topic,
             name: topic_name,
-        })?;
+        } = topic;
         filter.validate()?;
         if sub.is_empty() || sub.contains('/') {
             return Err(Error::invalid(format!(
@@ -131,17 +131,13 @@ impl<'t> Batch<'t> {
         Ok(QueueEntry { name, record: rec })
     }
 
-    /// The subscriptions of topic `topic` (id) named `topic_name`: (queue id, queue name,
-    /// filter), in name order.
-    pub fn subscriptions(
-        &mut self,
-        topic: u32,
-        topic_name: &str,
-    ) -> Result<Vec<(u32, String, Filter)>> {
-        self.require_topic(QueueRef {
+    /// The subscriptions of topic `topic`: (queue id, queue name, filter), in name order.
+    pub fn subscriptions(&mut self, topic: QueueRef<'_>) -> Result<Vec<(u32, String, Filter)>> {
+        self.require_topic(topic)?;
+        let QueueRef {
             id: topic,
             name: topic_name,
-        })?;
+        } = topic;
         let from = format!("{topic_name}{SUBSCRIPTIONS_INFIX}");
         // The first name after every name with the prefix: the prefix's last byte, '/', + 1.
         let to = format!(
@@ -173,8 +169,9 @@ impl<'t> Batch<'t> {
     /// group: an ungrouped message skips it, as one its filter refuses, instead of failing
     /// the publish for every subscription. Returns, per message, how many subscriptions took
     /// it; a message that none took is counted as unmatched.
-    pub fn publish(&mut self, topic: u32, name: &str, msgs: Vec<Message>) -> Result<Vec<usize>> {
-        let subs = self.subscriptions(topic, name)?;
+    pub fn publish(&mut self, topic: QueueRef<'_>, msgs: Vec<Message>) -> Result<Vec<usize>> {
+        let subs = self.subscriptions(topic)?;
+        let topic = topic.id;
         let mut needs_group = Vec::with_capacity(subs.len());
         for (q, sub, _) in &subs {
             let (end, end_name) = self.forward_target(QueueRef { id: *q, name: sub })?;
@@ -228,7 +225,7 @@ impl<'t> Batch<'t> {
     /// subscription is in use (see `in_use`).
     pub(super) fn delete_topic(&mut self, name: &str, rec: &QueueRecord) -> Result<bool> {
         let mut subs = Vec::new();
-        for (_, sub, _) in self.subscriptions(rec.id, name)? {
+        for (_, sub, _) in self.subscriptions(QueueRef { id: rec.id, name })? {
             let sub_rec = self
                 .queue_by_name(&sub)?
                 .ok_or_else(|| Error::QueueNotFound(sub.clone()))?;

@@ -2,7 +2,7 @@
 //! and lets it go when nothing of it is receivable.
 
 use super::Worker;
-use crate::engine::{HeldLock, Settle};
+use crate::engine::{HeldLock, QueueRef, Settle};
 use crate::error::Result;
 
 impl Worker<'_> {
@@ -20,9 +20,9 @@ impl Worker<'_> {
             return self.settle(lock, how);
         };
         let q = &self.sh.queue;
-        let (settled, next) = q
-            .engine
-            .settle_then_session_next(lock, how, q.id, &q.name, &group, stoken);
+        let (settled, next) =
+            q.engine
+                .settle_then_session_next(lock, how, q.queue_ref(), &group, stoken);
         match next {
             Ok((Some(l), Some(until))) => {
                 self.session = Some((group, stoken, until));
@@ -50,7 +50,7 @@ impl Worker<'_> {
                 let n = name.clone();
                 let got = q
                     .engine
-                    .call(move |b| b.accept_session(qid, &n, None, owner))?;
+                    .call(move |b| b.accept_session(QueueRef { id: qid, name: &n }, None, owner))?;
                 match got {
                     Some((group, s)) => {
                         self.session = Some((group, s.token, s.locked_until));
@@ -66,16 +66,20 @@ impl Worker<'_> {
             let step = if until.saturating_sub(now) < lock_ms / 2 {
                 q.engine
                     .call(move |b| {
-                        let until = b.renew_session(qid, &n, &g, token)?;
-                        Ok((until, b.session_receive(qid, &n, &g, token, owner)?))
+                        let until = b.renew_session(QueueRef { id: qid, name: &n }, &g, token)?;
+                        Ok((
+                            until,
+                            b.session_receive(QueueRef { id: qid, name: &n }, &g, token, owner)?,
+                        ))
                     })
                     .map(|(until, got)| {
                         self.session = Some((group.clone(), token, until));
                         got
                     })
             } else {
-                q.engine
-                    .call(move |b| b.session_receive(qid, &n, &g, token, owner))
+                q.engine.call(move |b| {
+                    b.session_receive(QueueRef { id: qid, name: &n }, &g, token, owner)
+                })
             };
             match step {
                 Ok(Some(l)) => {
@@ -97,9 +101,16 @@ impl Worker<'_> {
         if let Some((group, token, _)) = self.session.take() {
             let q = &self.sh.queue;
             let (qid, name) = (q.id, q.name.to_string());
-            let _ = q
-                .engine
-                .call(move |b| b.release_session(qid, &name, &group, token));
+            let _ = q.engine.call(move |b| {
+                b.release_session(
+                    QueueRef {
+                        id: qid,
+                        name: &name,
+                    },
+                    &group,
+                    token,
+                )
+            });
         }
     }
 }

@@ -136,7 +136,7 @@ impl Worker<'_> {
         want: usize,
     ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
         let q = &self.sh.queue;
-        q.engine.settle_then_receive(lock, how, q.id, &q.name, want)
+        q.engine.settle_then_receive(lock, how, q.queue_ref(), want)
     }
 
     /// Tells the event hook what became of a settled message.
