@@ -107,11 +107,10 @@ impl Queue {
     /// [`Error::QueueNotFound`] if the queue was deleted; [`Error::Closed`] once the store was
     /// closed; storage errors (`Corrupted` for a damaged session record).
     pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
-        let (q, name) = (self.id, self.name.clone());
         let now = self.engine.clock.now_ms();
         let rows = self
             .engine
-            .read(|t| read::sessions(t, QueueRef { id: q, name: &name }, now))?;
+            .read(|t| read::sessions(t, self.queue_ref(), now))?;
         Ok(rows
             .into_iter()
             .map(|r| SessionInfo {

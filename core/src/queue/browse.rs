@@ -19,10 +19,9 @@ impl Queue {
     ///
     /// [`Error::QueueNotFound`] if the queue was deleted; storage errors.
     pub fn peek(&self) -> Result<Option<Envelope>> {
-        let (q, name) = (self.id, self.name.clone());
         let now = self.engine.clock.now_ms();
         self.engine
-            .read(|t| read::browse_next(t, QueueRef { id: q, name: &name }, None, now))
+            .read(|t| read::browse_next(t, self.queue_ref(), None, now))
             .map(|next| next.map(|(env, _)| env))
     }
 
@@ -147,11 +146,14 @@ impl Iterator for Browse {
         if self.done {
             return None;
         }
-        let (q, after, name) = (self.q, self.after, self.name.clone());
+        let queue = QueueRef {
+            id: self.q,
+            name: &self.name,
+        };
         let now = self.engine.clock.now_ms();
         match self
             .engine
-            .read(|t| read::browse_next(t, QueueRef { id: q, name: &name }, after, now))
+            .read(|t| read::browse_next(t, queue, self.after, now))
         {
             Ok(Some((env, pos))) => {
                 self.after = Some(pos);
@@ -188,11 +190,14 @@ impl Iterator for BrowseAll {
         if self.done {
             return None;
         }
-        let (q, after, name) = (self.q, self.after, self.name.clone());
+        let queue = QueueRef {
+            id: self.q,
+            name: &self.name,
+        };
         let now = self.engine.clock.now_ms();
         match self
             .engine
-            .read(|t| read::browse_all_next(t, QueueRef { id: q, name: &name }, after, now))
+            .read(|t| read::browse_all_next(t, queue, self.after, now))
         {
             Ok(Some((env, state))) => {
                 self.after = Some(env.id().get());
