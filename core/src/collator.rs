@@ -127,7 +127,7 @@ impl Collator {
         let (q, name, dest) = (self.id, self.name.clone(), self.destination.name.clone());
         let got = self
             .engine
-            .call(move |b| b.collate(QueueRef { id: q, name: &name }, &dest, msgs))?;
+            .call(move |b| b.collate(QueueRef::new(q, &name), &dest, msgs))?;
         Ok(got
             .into_iter()
             .map(|c| Collated {
@@ -145,7 +145,7 @@ impl Collator {
     pub fn held(&self) -> Result<u64> {
         let (q, name) = (self.id, self.name.clone());
         self.engine.call(move |b| {
-            b.require_collator(QueueRef { id: q, name: &name })?;
+            b.require_collator(QueueRef::new(q, &name))?;
             Ok(b.counters(q)?.held)
         })
     }
@@ -183,7 +183,7 @@ impl Collator {
     pub fn forget(&self, series: &str) -> Result<bool> {
         let (q, name, series) = (self.id, self.name.clone(), series.to_owned());
         self.engine
-            .call(move |b| b.forget_series(QueueRef { id: q, name: &name }, &series))
+            .call(move |b| b.forget_series(QueueRef::new(q, &name), &series))
     }
 
     /// The series not yet complete, with their gaps.
@@ -195,7 +195,7 @@ impl Collator {
         let (q, name) = (self.id, self.name.clone());
         let rows = self
             .engine
-            .call(move |b| b.incomplete_series(QueueRef { id: q, name: &name }))?;
+            .call(move |b| b.incomplete_series(QueueRef::new(q, &name)))?;
         Ok(rows
             .into_iter()
             .map(|(series, s, held)| SeriesGap {

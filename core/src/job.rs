@@ -162,7 +162,7 @@ impl Job {
         let (q, name) = (queue.id, queue.name.to_string());
         let sent = self
             .engine
-            .call(move |b| b.send_one(QueueRef { id: q, name: &name }, m))?;
+            .call(move |b| b.send_one(QueueRef::new(q, &name), m))?;
         Ok(sent.id)
     }
 
@@ -183,7 +183,7 @@ impl Job {
             .collect::<Result<Vec<_>>>()?;
         let (q, name) = (queue.id, queue.name.to_string());
         self.engine
-            .call(move |b| b.send(QueueRef { id: q, name: &name }, msgs))
+            .call(move |b| b.send(QueueRef::new(q, &name), msgs))
     }
 
     /// `m`, checked and marked as a piece of this job.

@@ -56,10 +56,7 @@ impl Queue {
 
     /// This queue as the engine names it: id, and the name it was opened under.
     pub(crate) fn queue_ref(&self) -> QueueRef<'_> {
-        QueueRef {
-            id: self.id,
-            name: &self.name,
-        }
+        QueueRef::new(self.id, &self.name)
     }
 
     /// Opens existing queue `name` (not a topic or collator).

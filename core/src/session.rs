@@ -157,9 +157,8 @@ impl Queue {
         let (q, name, owner) = (self.id, self.name.clone(), self.engine.owner);
         let got = self.engine.wait_for(q, deadline, None, || {
             let (name, group) = (name.clone(), group.clone());
-            self.engine.call(move |b| {
-                b.accept_session(QueueRef { id: q, name: &name }, group.as_deref(), owner)
-            })
+            self.engine
+                .call(move |b| b.accept_session(QueueRef::new(q, &name), group.as_deref(), owner))
         })?;
         Ok(got.map(|(group, s)| Session {
             queue: self.clone(),
@@ -211,9 +210,7 @@ impl Session {
         let owner = engine.owner;
         let got = engine.wait_for(q, deadline, None, || {
             let (name, group) = (name.clone(), group.clone());
-            engine.call(move |b| {
-                b.session_receive(QueueRef { id: q, name: &name }, &group, token, owner)
-            })
+            engine.call(move |b| b.session_receive(QueueRef::new(q, &name), &group, token, owner))
         })?;
         Ok(got.map(|l| self.queue.wrap(l)))
     }
@@ -282,13 +279,7 @@ impl Session {
         let got = engine.wait_for(q, deadline, None, || {
             let (name, group, select) = (name.clone(), group.clone(), select.clone());
             engine.call(move |b| {
-                b.session_receive_selected(
-                    QueueRef { id: q, name: &name },
-                    &group,
-                    token,
-                    owner,
-                    &select,
-                )
+                b.session_receive_selected(QueueRef::new(q, &name), &group, token, owner, &select)
             })
         })?;
         Ok(got.map(|l| self.queue.wrap(l)))
@@ -305,7 +296,7 @@ impl Session {
         let until = self
             .queue
             .engine
-            .call(move |b| b.renew_session(QueueRef { id: q, name: &name }, &group, token))?;
+            .call(move |b| b.renew_session(QueueRef::new(q, &name), &group, token))?;
         self.locked_until.store(until, Ordering::Release);
         Ok(to_system_time(until))
     }
@@ -319,7 +310,7 @@ impl Session {
         let (q, name, group, _) = self.ids();
         self.queue
             .engine
-            .call(move |b| b.session_state(QueueRef { id: q, name: &name }, &group))
+            .call(move |b| b.session_state(QueueRef::new(q, &name), &group))
     }
 
     /// Sets the session's state (at most 64 KiB; `None` clears it). To set it in the same
@@ -331,9 +322,9 @@ impl Session {
     pub fn set_state(&self, state: Option<&[u8]>) -> Result<()> {
         let (q, name, group, token) = self.ids();
         let state = state.map(<[u8]>::to_vec);
-        self.queue.engine.call(move |b| {
-            b.set_session_state(QueueRef { id: q, name: &name }, &group, token, state)
-        })
+        self.queue
+            .engine
+            .call(move |b| b.set_session_state(QueueRef::new(q, &name), &group, token, state))
     }
 
     /// Lets go of the session lock now (its state is kept); another receiver may accept it.
@@ -346,7 +337,7 @@ impl Session {
         let (q, name, group, token) = self.ids();
         self.queue
             .engine
-            .call(move |b| b.release_session(QueueRef { id: q, name: &name }, &group, token))
+            .call(move |b| b.release_session(QueueRef::new(q, &name), &group, token))
     }
 
     pub(crate) fn parts(&self) -> (u32, Arc<str>, Arc<str>, u64) {
@@ -364,6 +355,6 @@ impl Drop for Session {
         let _ = self
             .queue
             .engine
-            .call(move |b| b.release_session(QueueRef { id: q, name: &name }, &group, token));
+            .call(move |b| b.release_session(QueueRef::new(q, &name), &group, token));
     }
 }

@@ -105,15 +105,7 @@ impl Topic {
             name: qname,
             record: rec,
         } = self.engine.call(move |b| {
-            b.subscribe(
-                QueueRef {
-                    id: t,
-                    name: &tname,
-                },
-                &sub,
-                &filter,
-                options.as_ref(),
-            )
+            b.subscribe(QueueRef::new(t, &tname), &sub, &filter, options.as_ref())
         })?;
         Ok(Queue::new(self.engine.clone(), &qname, rec))
     }
@@ -126,12 +118,9 @@ impl Topic {
     pub fn subscription(&self, name: &str) -> Result<Queue> {
         let qname = subscription_name(&self.name, name);
         let (t, tname) = (self.id, self.name.clone());
-        let subs = self.engine.call(move |b| {
-            b.subscriptions(QueueRef {
-                id: t,
-                name: &tname,
-            })
-        })?;
+        let subs = self
+            .engine
+            .call(move |b| b.subscriptions(QueueRef::new(t, &tname)))?;
         match subs.into_iter().find(|(_, n, _)| *n == qname) {
             Some(_) => Queue::open_existing(&self.engine, &qname),
             None => Err(Error::QueueNotFound(qname)),
@@ -149,10 +138,7 @@ impl Topic {
         let qname = subscription_name(&self.name, name);
         let (t, tname) = (self.id, self.name.clone());
         self.engine.call(move |b| {
-            let subs = b.subscriptions(QueueRef {
-                id: t,
-                name: &tname,
-            })?;
+            let subs = b.subscriptions(QueueRef::new(t, &tname))?;
             if !subs.iter().any(|(_, n, _)| *n == qname) {
                 return Ok(false);
             }
@@ -168,12 +154,9 @@ impl Topic {
     pub fn subscriptions(&self) -> Result<Vec<String>> {
         let (t, tname) = (self.id, self.name.clone());
         let prefix = subscription_name(&self.name, "");
-        let subs = self.engine.call(move |b| {
-            b.subscriptions(QueueRef {
-                id: t,
-                name: &tname,
-            })
-        })?;
+        let subs = self
+            .engine
+            .call(move |b| b.subscriptions(QueueRef::new(t, &tname)))?;
         Ok(subs
             .into_iter()
             .filter_map(|(_, n, _)| n.strip_prefix(prefix.as_str()).map(str::to_owned))
@@ -213,15 +196,8 @@ impl Topic {
             m.validate()?;
         }
         let (t, tname) = (self.id, self.name.clone());
-        self.engine.call(move |b| {
-            b.publish(
-                QueueRef {
-                    id: t,
-                    name: &tname,
-                },
-                msgs,
-            )
-        })
+        self.engine
+            .call(move |b| b.publish(QueueRef::new(t, &tname), msgs))
     }
 
     /// Exact counts: published, unmatched, subscriptions.
@@ -232,12 +208,7 @@ impl Topic {
     pub fn stats(&self) -> Result<TopicStats> {
         let (t, tname) = (self.id, self.name.clone());
         self.engine.call(move |b| {
-            let subscriptions = b
-                .subscriptions(QueueRef {
-                    id: t,
-                    name: &tname,
-                })?
-                .len() as u64;
+            let subscriptions = b.subscriptions(QueueRef::new(t, &tname))?.len() as u64;
             let c = b.topic_counts(t)?;
             Ok(TopicStats {
                 published: c.published,

@@ -264,16 +264,10 @@ fn apply_commit(
     b.write_rows(&rows)?;
     b.send_many(sends)?;
     for (topic, name, msgs) in publishes {
-        b.publish(
-            QueueRef {
-                id: topic,
-                name: &name,
-            },
-            msgs,
-        )?;
+        b.publish(QueueRef::new(topic, &name), msgs)?;
     }
     for (q, name, group, token, state) in states {
-        b.set_session_state(QueueRef { id: q, name: &name }, &group, token, state)?;
+        b.set_session_state(QueueRef::new(q, &name), &group, token, state)?;
     }
     b.complete_all(locks)
 }

@@ -98,7 +98,7 @@ impl Engine {
             if want == 0 {
                 Ok(Vec::new())
             } else {
-                b.receive(QueueRef { id: q, name: &name }, owner, want)
+                b.receive(QueueRef::new(q, &name), owner, want)
             }
         })
     }
@@ -132,7 +132,7 @@ impl Engine {
         let (owner, name, group) = (self.owner, name.to_owned(), group.to_owned());
         self.both(
             move |b| b.settle(lock, &how),
-            move |b| b.session_next(QueueRef { id: q, name: &name }, &group, session, owner),
+            move |b| b.session_next(QueueRef::new(q, &name), &group, session, owner),
         )
     }
 

@@ -157,18 +157,7 @@ pub fn serve(
         parked,
         all,
         |b, q| b.woken.contains(&q),
-        |b, p| {
-            b.attempt(|b| {
-                b.receive(
-                    QueueRef {
-                        id: p.q,
-                        name: &p.name,
-                    },
-                    p.owner,
-                    p.max,
-                )
-            })
-        },
+        |b, p| b.attempt(|b| b.receive(QueueRef::new(p.q, &p.name), p.owner, p.max)),
     )
 }
 

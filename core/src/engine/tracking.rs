@@ -68,7 +68,7 @@ impl Engine {
         self.call(move |b| {
             b.check_lock(l)?;
             let (q, name) = b.queue_id_by_name(&to)?;
-            let sent = b.send_one(QueueRef { id: q, name: &name }, reply)?;
+            let sent = b.send_one(QueueRef::new(q, &name), reply)?;
             b.complete_all(&[l])?;
             Ok(sent.id)
         })
@@ -161,15 +161,7 @@ impl Engine {
                 // Read inside the batch: a reply the batch can see was committed before it,
                 // so its request had registered (it registers before it sends).
                 let waiting: HashSet<String> = awaited.lock().keys().cloned().collect();
-                b.receive_reply(
-                    QueueRef {
-                        id: q,
-                        name: &qname,
-                    },
-                    owner,
-                    &cid,
-                    &waiting,
-                )
+                b.receive_reply(QueueRef::new(q, &qname), owner, &cid, &waiting)
             })
         })
     }

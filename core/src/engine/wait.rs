@@ -229,16 +229,7 @@ impl Engine {
         let (owner, QueueRef { id: q, name }) = (self.owner, queue);
         let got = self.wait_for(q, deadline, cancel, || {
             let qname = name.to_owned();
-            let got = self.call(move |b| {
-                b.receive(
-                    QueueRef {
-                        id: q,
-                        name: &qname,
-                    },
-                    owner,
-                    max,
-                )
-            })?;
+            let got = self.call(move |b| b.receive(QueueRef::new(q, &qname), owner, max))?;
             Ok((!got.is_empty()).then_some(got))
         })?;
         Ok(got.unwrap_or_default())
@@ -259,16 +250,7 @@ impl Engine {
         let owner = self.owner;
         self.wait_for(q, deadline, None, || {
             let (qname, select) = (name.to_owned(), select.clone());
-            self.call(move |b| {
-                b.receive_selected(
-                    QueueRef {
-                        id: q,
-                        name: &qname,
-                    },
-                    owner,
-                    &select,
-                )
-            })
+            self.call(move |b| b.receive_selected(QueueRef::new(q, &qname), owner, &select))
         })
     }
 

@@ -286,8 +286,7 @@ impl Engine {
                 p.seen = p.signal.seq();
                 self.reap_if_flagged()?;
                 let (q, name, owner) = (r.q, r.name.clone(), self.owner);
-                let mut got =
-                    self.call(move |b| b.receive(QueueRef { id: q, name: &name }, owner, 1))?;
+                let mut got = self.call(move |b| b.receive(QueueRef::new(q, &name), owner, 1))?;
                 if let Some(l) = got.pop() {
                     return Poll::Ready(Ok(Some(l)));
                 }

@@ -259,16 +259,8 @@ impl Worker<'_> {
     fn receive(&self, want: usize) -> Result<Vec<Locked>> {
         let q = &self.sh.queue;
         let (qid, name, owner) = (q.id, q.name.to_string(), q.engine.owner);
-        q.engine.call(move |b| {
-            b.receive(
-                QueueRef {
-                    id: qid,
-                    name: &name,
-                },
-                owner,
-                want,
-            )
-        })
+        q.engine
+            .call(move |b| b.receive(QueueRef::new(qid, &name), owner, want))
     }
 
     /// Reports a failed receive; returns whether the worker should leave: the store is closed,

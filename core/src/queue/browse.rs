@@ -146,10 +146,7 @@ impl Iterator for Browse {
         if self.done {
             return None;
         }
-        let queue = QueueRef {
-            id: self.q,
-            name: &self.name,
-        };
+        let queue = QueueRef::new(self.q, &self.name);
         let now = self.engine.clock.now_ms();
         match self
             .engine
@@ -190,10 +187,7 @@ impl Iterator for BrowseAll {
         if self.done {
             return None;
         }
-        let queue = QueueRef {
-            id: self.q,
-            name: &self.name,
-        };
+        let queue = QueueRef::new(self.q, &self.name);
         let now = self.engine.clock.now_ms();
         match self
             .engine

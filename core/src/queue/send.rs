@@ -34,7 +34,7 @@ impl Queue {
         let (q, name) = (self.id, self.name.to_string());
         let sent = self
             .engine
-            .call(move |b| b.send_one(QueueRef { id: q, name: &name }, m))?;
+            .call(move |b| b.send_one(QueueRef::new(q, &name), m))?;
         Ok(sent.id)
     }
 
@@ -49,7 +49,7 @@ impl Queue {
         m.validate()?;
         let (q, name) = (self.id, self.name.to_string());
         self.engine
-            .call(move |b| b.send_one(QueueRef { id: q, name: &name }, m))
+            .call(move |b| b.send_one(QueueRef::new(q, &name), m))
     }
 
     /// [`Queue::send_batch`], saying of each message whether it was a duplicate.
@@ -68,7 +68,7 @@ impl Queue {
         }
         let (q, name) = (self.id, self.name.to_string());
         self.engine
-            .call(move |b| b.send_detailed(QueueRef { id: q, name: &name }, msgs))
+            .call(move |b| b.send_detailed(QueueRef::new(q, &name), msgs))
     }
 
     /// Sends `message` as a request and waits up to `timeout` for its reply: the message goes
@@ -121,7 +121,7 @@ impl Queue {
         let (q, name) = (sent.replies.0, &sent.replies.1);
         match self
             .engine
-            .receive_reply(QueueRef { id: q, name }, &sent.awaiting, deadline)?
+            .receive_reply(QueueRef::new(q, name), &sent.awaiting, deadline)?
         {
             None => Ok(None),
             Some(l) => {
@@ -150,7 +150,7 @@ impl Queue {
         }
         let (q, name) = (self.id, self.name.to_string());
         self.engine
-            .call(move |b| b.send(QueueRef { id: q, name: &name }, msgs))
+            .call(move |b| b.send(QueueRef::new(q, &name), msgs))
     }
 }
 

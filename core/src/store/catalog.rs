@@ -130,15 +130,9 @@ impl Store {
     pub fn collator(&self, name: &str, destination: &Queue) -> Result<Collator> {
         validate_queue_name(name)?;
         let (owned, dest, dest_name) = (name.to_owned(), destination.id, destination.name.clone());
-        let rec = self.engine.call(move |b| {
-            b.open_collator(
-                &owned,
-                QueueRef {
-                    id: dest,
-                    name: &dest_name,
-                },
-            )
-        })?;
+        let rec = self
+            .engine
+            .call(move |b| b.open_collator(&owned, QueueRef::new(dest, &dest_name)))?;
         Ok(Collator::new(
             self.engine.clone(),
             name,

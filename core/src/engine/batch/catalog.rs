@@ -279,10 +279,7 @@ impl<'t> Batch<'t> {
     pub(super) fn forward_target(&mut self, queue: QueueRef<'_>) -> Result<(u32, String)> {
         let mut at = (queue.id, queue.name.to_owned());
         for _ in 0..=MAX_FORWARD_HOPS {
-            let rec = self.require_queue(QueueRef {
-                id: at.0,
-                name: &at.1,
-            })?;
+            let rec = self.require_queue(QueueRef::new(at.0, &at.1))?;
             let Some(next) = rec.record.options.forward_to.clone() else {
                 return Ok(at);
             };

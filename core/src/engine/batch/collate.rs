@@ -96,10 +96,7 @@ impl<'t> Batch<'t> {
         // Missing only in a store an older postbox wrote (nothing deletes a queue a collator
         // names now): the sends are refused, naming the queue, and what is held stays held
         // until the collator is opened with a destination again.
-        let dest = self.require_queue(QueueRef {
-            id: rec.peer,
-            name: dest_name,
-        })?;
+        let dest = self.require_queue(QueueRef::new(rec.peer, dest_name))?;
         let mut out = Vec::with_capacity(msgs.len());
         for m in msgs {
             validate_message(&m, dest.record.options.max_message_size)?;

@@ -166,7 +166,7 @@ impl<'t> Batch<'t> {
     pub fn create_job(&mut self, continuation: Option<(u32, String, Message)>) -> Result<u64> {
         let continuation = match continuation {
             Some((q, name, m)) => {
-                let rec = self.require_queue(QueueRef { id: q, name: &name })?;
+                let rec = self.require_queue(QueueRef::new(q, &name))?;
                 self.check_reference("a job's continuation", &rec.record, &name)?;
                 validate_message(&m, rec.record.options.max_message_size)?;
                 Some((q, codec::encode_held("job", 0, &m)))

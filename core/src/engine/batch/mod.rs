@@ -93,6 +93,13 @@ pub struct QueueRef<'a> {
     pub name: &'a str,
 }
 
+impl<'a> QueueRef<'a> {
+    /// Queue `id`, opened under `name`.
+    pub fn new(id: u32, name: &'a str) -> QueueRef<'a> {
+        QueueRef { id, name }
+    }
+}
+
 /// The message a receive locked, with its lock.
 #[derive(Debug)]
 pub struct Locked {

@@ -22,7 +22,7 @@ impl<'t> Batch<'t> {
     /// [`Batch::send`], saying of each message whether it was a duplicate.
     pub fn send_detailed(&mut self, queue: QueueRef<'_>, msgs: Vec<Message>) -> Result<Vec<Sent>> {
         let (q, name) = self.forward_target(queue)?;
-        let rec = self.require_queue(QueueRef { id: q, name: &name })?;
+        let rec = self.require_queue(QueueRef::new(q, &name))?;
         let plan = self.plan_send(q, &rec, &msgs, (0, 0))?;
         self.insert_planned(q, &rec, msgs, plan)
     }
@@ -31,7 +31,7 @@ impl<'t> Batch<'t> {
     /// message, so that its caller gets exactly one result.
     pub fn send_one(&mut self, queue: QueueRef<'_>, m: Message) -> Result<Sent> {
         let (q, name) = self.forward_target(queue)?;
-        let rec = self.require_queue(QueueRef { id: q, name: &name })?;
+        let rec = self.require_queue(QueueRef::new(q, &name))?;
         let mut plan = Planner::for_queue(&rec)?;
         let step = self.plan_step(q, &rec, &mut plan, 0, &m)?;
         self.check_quota(q, &rec, (0, 0), &plan)?;
@@ -48,7 +48,7 @@ impl<'t> Batch<'t> {
         let groups = groups
             .into_iter()
             .map(|(q, name, msgs)| {
-                let (q, name) = self.forward_target(QueueRef { id: q, name: &name })?;
+                let (q, name) = self.forward_target(QueueRef::new(q, &name))?;
                 Ok((q, name, msgs))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -56,7 +56,7 @@ impl<'t> Batch<'t> {
         // Quotas are checked against what earlier groups of this call add to the same queue.
         let mut added: HashMap<u32, (u64, u64)> = HashMap::new();
         for (q, name, msgs) in &groups {
-            let rec = self.require_queue(QueueRef { id: *q, name })?;
+            let rec = self.require_queue(QueueRef::new(*q, name))?;
             let plan = self.plan_send(*q, &rec, msgs, added.get(q).copied().unwrap_or_default())?;
             let e = added.entry(*q).or_default();
             e.0 += plan.new_count;

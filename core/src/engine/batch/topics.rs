@@ -174,15 +174,12 @@ impl<'t> Batch<'t> {
         let topic = topic.id;
         let mut needs_group = Vec::with_capacity(subs.len());
         for (q, sub, _) in &subs {
-            let (end, end_name) = self.forward_target(QueueRef { id: *q, name: sub })?;
+            let (end, end_name) = self.forward_target(QueueRef::new(*q, sub))?;
             needs_group.push(
-                self.require_queue(QueueRef {
-                    id: end,
-                    name: &end_name,
-                })?
-                .record
-                .options
-                .requires_session,
+                self.require_queue(QueueRef::new(end, &end_name))?
+                    .record
+                    .options
+                    .requires_session,
             );
         }
         let mut groups: Vec<(u32, String, Vec<Message>)> = subs
@@ -225,7 +222,7 @@ impl<'t> Batch<'t> {
     /// subscription is in use (see `in_use`).
     pub(super) fn delete_topic(&mut self, name: &str, rec: &QueueRecord) -> Result<bool> {
         let mut subs = Vec::new();
-        for (_, sub, _) in self.subscriptions(QueueRef { id: rec.id, name })? {
+        for (_, sub, _) in self.subscriptions(QueueRef::new(rec.id, name))? {
             let sub_rec = self
                 .queue_by_name(&sub)?
                 .ok_or_else(|| Error::QueueNotFound(sub.clone()))?;

@@ -50,7 +50,7 @@ impl Worker<'_> {
                 let n = name.clone();
                 let got = q
                     .engine
-                    .call(move |b| b.accept_session(QueueRef { id: qid, name: &n }, None, owner))?;
+                    .call(move |b| b.accept_session(QueueRef::new(qid, &n), None, owner))?;
                 match got {
                     Some((group, s)) => {
                         self.session = Some((group, s.token, s.locked_until));
@@ -66,10 +66,10 @@ impl Worker<'_> {
             let step = if until.saturating_sub(now) < lock_ms / 2 {
                 q.engine
                     .call(move |b| {
-                        let until = b.renew_session(QueueRef { id: qid, name: &n }, &g, token)?;
+                        let until = b.renew_session(QueueRef::new(qid, &n), &g, token)?;
                         Ok((
                             until,
-                            b.session_receive(QueueRef { id: qid, name: &n }, &g, token, owner)?,
+                            b.session_receive(QueueRef::new(qid, &n), &g, token, owner)?,
                         ))
                     })
                     .map(|(until, got)| {
@@ -77,9 +77,8 @@ impl Worker<'_> {
                         got
                     })
             } else {
-                q.engine.call(move |b| {
-                    b.session_receive(QueueRef { id: qid, name: &n }, &g, token, owner)
-                })
+                q.engine
+                    .call(move |b| b.session_receive(QueueRef::new(qid, &n), &g, token, owner))
             };
             match step {
                 Ok(Some(l)) => {
@@ -101,16 +100,9 @@ impl Worker<'_> {
         if let Some((group, token, _)) = self.session.take() {
             let q = &self.sh.queue;
             let (qid, name) = (q.id, q.name.to_string());
-            let _ = q.engine.call(move |b| {
-                b.release_session(
-                    QueueRef {
-                        id: qid,
-                        name: &name,
-                    },
-                    &group,
-                    token,
-                )
-            });
+            let _ = q
+                .engine
+                .call(move |b| b.release_session(QueueRef::new(qid, &name), &group, token));
         }
     }
 }
