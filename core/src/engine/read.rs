@@ -442,7 +442,7 @@ pub fn idle_schedule(txn: &ReadTransaction) -> Result<IdleSchedule> {
 fn in_use(txn: &ReadTransaction, name: &str, rec: &QueueRecord) -> Result<bool> {
     let except = [rec.id, rec.peer, rec.journal];
     let queues = txn.open_table(QUEUES)?;
-    if super::batch::option_user(&queues, name, rec.id, &except)?.is_some() {
+    if super::batch::option_user(&queues, QueueRef::new(rec.id, name), &except)?.is_some() {
         return Ok(true);
     }
     let jobs = txn.open_table(JOBS)?;

@@ -122,7 +122,7 @@ impl<'t> Batch<'t> {
                 }
                 if rec.options != merged {
                     if merged.journal.is_some() && rec.journal == 0 {
-                        rec.journal = self.create_journal(name, rec.id)?;
+                        rec.journal = self.create_journal(QueueRef::new(rec.id, name))?;
                     }
                     rec.options = merged;
                     self.put_queue(name, &rec)?;
@@ -196,7 +196,7 @@ impl<'t> Batch<'t> {
             journal: 0,
         };
         if options.journal.is_some() {
-            rec.journal = self.create_journal(name, id)?;
+            rec.journal = self.create_journal(QueueRef::new(id, name))?;
         }
         self.put_queue(name, &rec)?;
         self.put_queue(&dead_letter_name(name), &dlq)?;
@@ -211,8 +211,9 @@ impl<'t> Batch<'t> {
         Ok(rec)
     }
 
-    /// Creates the journal queue of queue `name` (id `source`); returns its id.
-    fn create_journal(&mut self, name: &str, source: u32) -> Result<u32> {
+    /// Creates the journal queue of queue `source`; returns its id.
+    fn create_journal(&mut self, source: QueueRef<'_>) -> Result<u32> {
+        let QueueRef { id: source, name } = source;
         let id = self.new_queue_id()?;
         let rec = QueueRecord {
             temporary_owner: 0,
@@ -319,7 +320,10 @@ impl<'t> Batch<'t> {
             }
             QueueKind::Normal => {}
         }
-        self.refuse_if_in_use(name, rec.id, &[rec.id, rec.peer, rec.journal])?;
+        self.refuse_if_in_use(
+            QueueRef::new(rec.id, name),
+            &[rec.id, rec.peer, rec.journal],
+        )?;
         self.drop_queue(name, &rec)?;
         Ok(true)
     }

@@ -14,18 +14,17 @@ use redb::ReadableTable;
 
 use super::*;
 
-/// What names queue `target` (id `target_id`) among the queue records, as a phrase for an
+/// What names queue `target` among the queue records, as a phrase for an
 /// error ("the forward_to of queue \"orders\""), or `None`. Records whose id is in `except`
 /// (queues deleted together with the target) do not count.
-pub fn option_user<T>(
-    queues: &T,
-    target: &str,
-    target_id: u32,
-    except: &[u32],
-) -> Result<Option<String>>
+pub fn option_user<T>(queues: &T, target: QueueRef<'_>, except: &[u32]) -> Result<Option<String>>
 where
     T: ReadableTable<&'static str, &'static [u8]>,
 {
+    let QueueRef {
+        id: target_id,
+        name: target,
+    } = target;
     for e in queues.iter()? {
         let (k, v) = e?;
         let name = k.value();
@@ -92,15 +91,15 @@ where
 }
 
 impl<'t> Batch<'t> {
-    /// What keeps queue `name` (id `q`) from being deleted, or `None`; queues in `except` go
-    /// with it and do not count.
+    /// What keeps queue `queue` from being deleted, or `None`; queues in `except` go with it
+    /// and do not count.
     pub(super) fn queue_user(
         &mut self,
-        name: &str,
-        q: u32,
+        queue: QueueRef<'_>,
         except: &[u32],
     ) -> Result<Option<String>> {
-        if let Some(by) = option_user(&**self.tables.queues()?, name, q, except)? {
+        let q = queue.id;
+        if let Some(by) = option_user(&**self.tables.queues()?, queue, except)? {
             return Ok(Some(by));
         }
         let fresh = std::mem::take(&mut self.job_cache);
@@ -112,11 +111,11 @@ impl<'t> Batch<'t> {
         found
     }
 
-    /// Fails with `QueueInUse` when something names queue `name` (id `q`).
-    pub(super) fn refuse_if_in_use(&mut self, name: &str, q: u32, except: &[u32]) -> Result<()> {
-        match self.queue_user(name, q, except)? {
+    /// Fails with `QueueInUse` when something names queue `queue`.
+    pub(super) fn refuse_if_in_use(&mut self, queue: QueueRef<'_>, except: &[u32]) -> Result<()> {
+        match self.queue_user(queue, except)? {
             Some(by) => Err(Error::QueueInUse {
-                queue: name.to_owned(),
+                queue: queue.name.to_owned(),
                 by,
             }),
             None => Ok(()),

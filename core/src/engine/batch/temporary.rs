@@ -83,7 +83,10 @@ impl<'t> Batch<'t> {
             if c.locked == 0
                 && idle_expired(c.last_activity, idle, self.now)
                 && self
-                    .queue_user(&name, rec.id, &[rec.id, rec.peer, rec.journal])?
+                    .queue_user(
+                        QueueRef::new(rec.id, &name),
+                        &[rec.id, rec.peer, rec.journal],
+                    )?
                     .is_none()
             {
                 self.drop_queue(&name, &rec)?;

@@ -234,7 +234,7 @@ impl<'t> Batch<'t> {
             .flat_map(|(_, r)| [r.id, r.peer, r.journal])
             .collect();
         for (sub, sub_rec) in &subs {
-            self.refuse_if_in_use(sub, sub_rec.id, &going)?;
+            self.refuse_if_in_use(QueueRef::new(sub_rec.id, sub), &going)?;
         }
         for (sub, sub_rec) in &subs {
             self.drop_queue(sub, sub_rec)?;
