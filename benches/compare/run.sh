@@ -91,7 +91,8 @@ if ! (cd "$ROOT" && cargo build -q --profile bench -p postbox-benches --bins); t
     echo "cannot build the postbox benchmark binaries" >&2
     exit 1
 fi
-BIN=$ROOT/target/release
+# The bench profile inherits release, so its binaries land in release/ of the target directory.
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
 # ---- python venv with the Python peers ----------------------------------------------------------
 if [ ! -x "$PY" ]; then
