@@ -112,4 +112,18 @@ fn main() {
         st.commits,
         st.operations
     );
+    if st.log_records > 0 {
+        // Where a logged commit's time goes, per record.
+        let per = |d: Duration| d.as_nanos() as f64 / 1e3 / st.log_records as f64;
+        let lt = &st.log_timing;
+        println!(
+            "per logged record: run {:.1} us, apply {:.1} us, write {:.1} us, sync {:.1} us ({} records, {} checkpoints)",
+            per(lt.run),
+            per(lt.apply),
+            per(lt.write),
+            per(lt.sync),
+            st.log_records,
+            st.checkpoints
+        );
+    }
 }
