@@ -239,3 +239,72 @@ fn the_log_follows_the_file_not_the_link() {
     assert!(replayed > 0, "nothing was replayed");
     assert!(!log_file(&real).exists());
 }
+
+/// Sends through the log are logged as the operation (a logical record) and replayed by
+/// running it again: killed with every send acknowledged and none checkpointed, the store
+/// gives back each message with the id it was acknowledged with and every property it was
+/// sent with — times included, since replay runs at the record's time.
+#[test]
+fn replayed_sends_keep_their_ids_and_every_property() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rich.postbox");
+    {
+        let s = Store::open(&path).unwrap();
+        s.queue("rich").unwrap();
+        s.close().unwrap();
+    }
+    let mut child = Proc::spawn(
+        CHILD,
+        "send-rich-abort",
+        &["send-rich-abort", arg(&path), "rich", "20"],
+    );
+    let mut ids = Vec::new();
+    while let Some(line) = child.next_line() {
+        if let Some(id) = line.strip_prefix("SENT ") {
+            ids.push(num(id));
+        }
+    }
+    let status = child.wait();
+    assert!(!status.success(), "the child must abort, not close");
+    assert_eq!(ids.len(), 23, "every send acknowledged");
+    assert!(log_file(&path).exists(), "no log after the abort");
+    let store = Store::open(&path).unwrap();
+    assert!(
+        store.stats().replayed_records > 0,
+        "the sends must come back by replay"
+    );
+    let q = store.queue("rich").unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let i = i as u64;
+        let env = q
+            .get(postbox::MessageId(*id))
+            .unwrap()
+            .unwrap_or_else(|| panic!("message {id} (send {i}) lost"));
+        let want = postbox_tests::rich_message(i);
+        assert_eq!(env.body(), want.body());
+        assert_eq!(env.label(), Some(format!("label-{i}").as_str()));
+        assert_eq!(env.content_type(), Some("text/plain"));
+        assert_eq!(env.correlation_id(), Some(format!("corr-{i}").as_str()));
+        assert_eq!(env.reply_to(), Some("answers"));
+        assert_eq!(env.group(), Some(format!("group-{}", i % 3).as_str()));
+        assert_eq!(env.sequence(), Some(i));
+        assert_eq!(env.priority(), (i % 8) as u8);
+        let enq = env.enqueued_at();
+        let vis = env.visible_at().expect("scheduled");
+        let exp = env.expires_at().expect("expires");
+        assert_eq!(
+            vis.duration_since(enq).unwrap(),
+            Duration::from_secs(3600 + i)
+        );
+        assert_eq!(
+            exp.duration_since(enq).unwrap(),
+            Duration::from_secs(7200 + i)
+        );
+        assert_eq!(
+            env.property("n"),
+            Some(&postbox::PropertyValue::from(format!("value-{i}")))
+        );
+    }
+    assert_eq!(q.stats().unwrap().scheduled, 23);
+    store.close().unwrap();
+}

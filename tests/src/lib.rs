@@ -349,3 +349,20 @@ impl Guard {
 pub fn arg(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
 }
+
+/// Message `i` of a test that checks every property survives the write-ahead log: label,
+/// content type, correlation id, reply-to, group, sequence, priority, a delay (so it stays
+/// scheduled), a TTL and an application property, all derived from `i`.
+pub fn rich_message(i: u64) -> postbox::Message {
+    postbox::Message::new(format!("rich-{i}").into_bytes())
+        .label(format!("label-{i}"))
+        .content_type("text/plain")
+        .correlation_id(format!("corr-{i}"))
+        .reply_to("answers")
+        .group(format!("group-{}", i % 3))
+        .sequence(i)
+        .priority((i % 8) as u8)
+        .delay(Duration::from_secs(3600 + i))
+        .ttl(Duration::from_secs(7200 + i))
+        .property("n", format!("value-{i}"))
+}

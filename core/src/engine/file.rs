@@ -76,6 +76,7 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
     let opts = wal::Options {
         durable: !resume,
         accept_loss: b.accept_log_loss && !again,
+        logical: crate::engine::logical::replay,
     };
     let recovered = wal::recover(&db, existing.as_deref(), path, &log, opts)?;
     // A store of format 5 replays its log (format 1) as it was written, then is upgraded.

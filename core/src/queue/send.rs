@@ -31,11 +31,7 @@ impl Queue {
     pub fn send(&self, message: impl Into<Message>) -> Result<MessageId> {
         let m = message.into();
         m.validate()?;
-        let (q, name) = (self.id, self.name.to_string());
-        let sent = self
-            .engine
-            .call(move |b| b.send_one(QueueRef::new(q, &name), m))?;
-        Ok(sent.id)
+        Ok(self.send_logical(vec![m], true)?.id)
     }
 
     /// [`Queue::send`], saying whether the message was a duplicate: its `message_key` was in
@@ -47,9 +43,22 @@ impl Queue {
     pub fn send_checked(&self, message: impl Into<Message>) -> Result<Sent> {
         let m = message.into();
         m.validate()?;
-        let (q, name) = (self.id, self.name.to_string());
+        self.send_logical(vec![m], true)
+    }
+
+    /// Sends one message through the pipeline as a logical operation: its one result.
+    fn send_logical(&self, m: Vec<Message>, one: bool) -> Result<Sent> {
         self.engine
-            .call(move |b| b.send_one(QueueRef::new(q, &name), m))
+            .send_logged(QueueRef::new(self.id, &self.name), m, one)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| crate::error::Error::Panic("a send returned no result".into()))
+    }
+
+    /// Sends messages through the pipeline as one logical operation: one result each.
+    fn send_logical_many(&self, msgs: Vec<Message>) -> Result<Vec<Sent>> {
+        self.engine
+            .send_logged(QueueRef::new(self.id, &self.name), msgs, false)
     }
 
     /// [`Queue::send_batch`], saying of each message whether it was a duplicate.
@@ -66,9 +75,7 @@ impl Queue {
         for m in &msgs {
             m.validate()?;
         }
-        let (q, name) = (self.id, self.name.to_string());
-        self.engine
-            .call(move |b| b.send_detailed(QueueRef::new(q, &name), msgs))
+        self.send_logical_many(msgs)
     }
 
     /// Sends `message` as a request and waits up to `timeout` for its reply: the message goes
@@ -148,9 +155,11 @@ impl Queue {
         for m in &msgs {
             m.validate()?;
         }
-        let (q, name) = (self.id, self.name.to_string());
-        self.engine
-            .call(move |b| b.send(QueueRef::new(q, &name), msgs))
+        Ok(self
+            .send_logical_many(msgs)?
+            .into_iter()
+            .map(|s| s.id)
+            .collect())
     }
 }
 

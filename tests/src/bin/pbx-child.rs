@@ -395,6 +395,11 @@ fn logged(path: &str, name: &str, args: &[String]) {
     }
 }
 
+/// Message `i` of `send-rich-abort`: see `postbox_tests::rich_message`.
+fn rich_message(i: u64) -> Message {
+    postbox_tests::rich_message(i)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
@@ -405,6 +410,23 @@ fn main() {
     if mode == "logged" {
         logged(path, name, rest);
         return;
+    }
+    if mode == "send-rich-abort" {
+        // Sends messages carrying every property a send can set to a single-process store
+        // (so through the write-ahead log), prints SENT for each, then aborts: no close, no
+        // checkpoint. The parent checks that replay gives every property back.
+        let store = Store::open(path).or_die();
+        let q = store.queue(name).or_die();
+        let n: u64 = rest[0].parse().expect("count");
+        for i in 0..n {
+            let id = q.send(rich_message(i)).or_die();
+            say!("SENT {id}");
+        }
+        let ids = q.send_batch((n..n + 3).map(rich_message)).or_die();
+        for id in ids {
+            say!("SENT {id}");
+        }
+        std::process::abort();
     }
     if mode == "open-only" {
         // Opens the store (replaying what a crash left in its log) and waits to be killed: the

@@ -175,3 +175,75 @@ pub fn decode_held(series: &str, seq: u64, buf: &[u8]) -> DecodeResult<Message> 
         tags: Default::default(),
     })
 }
+
+/// Encodes a message as a logical log record carries it (see `engine::logical`): everything
+/// [`crate::engine::batch::Batch::send`] reads of it — priority (255: not set), visibility,
+/// expiry, its job, the id reserved for it, its prior deliveries — then the envelope and body
+/// as [`encode_envelope`] writes them, bound to the reserved id.
+pub fn encode_logged_message(out: &mut Vec<u8>, m: &Message) {
+    let mut w = Writer(std::mem::take(out));
+    w.0.push(m.priority.unwrap_or(u8::MAX));
+    let (tag, ms) = match m.visibility {
+        Visibility::Now => (0, 0),
+        Visibility::After(d) => (1, crate::clock::duration_ms(d)),
+        Visibility::At(t) => (2, crate::clock::from_system_time(t)),
+    };
+    w.0.push(tag);
+    w.varint(ms);
+    let (tag, ms) = match m.expiry {
+        Expiry::QueueDefault => (0, 0),
+        Expiry::After(d) => (1, crate::clock::duration_ms(d)),
+        Expiry::At(t) => (2, crate::clock::from_system_time(t)),
+    };
+    w.0.push(tag);
+    w.varint(ms);
+    // 0: no job; otherwise the job's id plus one.
+    w.varint(m.tags.job.map_or(0, |j| j.saturating_add(1)));
+    let id = m.tags.reserved_id.unwrap_or(0);
+    w.varint(id);
+    w.varint(u64::from(m.tags.prior_deliveries));
+    let env = encode_envelope(id, &m.props, None, &m.body);
+    w.bytes(&env);
+    *out = w.0;
+}
+
+/// Decodes one message [`encode_logged_message`] wrote at the start of `buf`; returns it and
+/// the bytes after it.
+pub fn decode_logged_message(buf: &[u8]) -> DecodeResult<(Message, &[u8])> {
+    let mut r = Reader::new(buf);
+    let priority = match r.byte()? {
+        u8::MAX => None,
+        p if p <= crate::message::MAX_PRIORITY => Some(p),
+        p => return Err(format!("priority {p} out of range")),
+    };
+    let visibility = match (r.byte()?, r.varint()?) {
+        (0, _) => Visibility::Now,
+        (1, ms) => Visibility::After(Duration::from_millis(ms)),
+        (2, ms) => Visibility::At(crate::clock::to_system_time(ms)),
+        (t, _) => return Err(format!("unknown visibility {t}")),
+    };
+    let expiry = match (r.byte()?, r.varint()?) {
+        (0, _) => Expiry::QueueDefault,
+        (1, ms) => Expiry::After(Duration::from_millis(ms)),
+        (2, ms) => Expiry::At(crate::clock::to_system_time(ms)),
+        (t, _) => return Err(format!("unknown expiry {t}")),
+    };
+    let job = r.varint()?.checked_sub(1);
+    let id = r.varint()?;
+    let prior_deliveries =
+        u32::try_from(r.varint()?).map_err(|_| "prior deliveries out of range".to_owned())?;
+    let env = decode_envelope(id, r.bytes()?)?;
+    let m = Message {
+        body: env.body,
+        props: env.props,
+        priority,
+        visibility,
+        expiry,
+        tags: crate::message::SendTags {
+            job,
+            reserved_id: (id != 0).then_some(id),
+            prior_deliveries,
+        },
+    };
+    Ok((m, r.rest()))
+}

@@ -105,6 +105,85 @@ pub(super) fn commit_logged(
     })
 }
 
+/// Commits a batch whose logical record was written before it ran (see `write_logical` in
+/// `run.rs`) and is syncing on the applier thread: redb commits the batch without a sync on
+/// this thread, then the sync's outcome decides. A batch that failed (`fatal`) is aborted;
+/// its record, durable all the same, gets a void record after it, so that replay skips it —
+/// and when that cannot be written the callers hear `OutcomeUnknown`.
+///
+/// A failed sync leaves the outcome unknown; a failed apply leaves redb refusing further use
+/// while the batch is durable in the log. Either way the store is marked for reopening, which
+/// replays the log.
+pub(super) fn commit_logical(
+    ctx: &WriterContext,
+    mut txn: redb::WriteTransaction,
+    wal: &Wal,
+    seq: u64,
+    fatal: Option<Error>,
+    started: Instant,
+) -> Option<Error> {
+    let ran = Instant::now();
+    let mut applier = ctx.applier.lock();
+    let applier = applier.get_or_insert_with(Applier::start);
+    if let Some(e) = fatal {
+        let _ = txn.abort();
+        if e.is_io_failure() {
+            ctx.db.mark_broken();
+        }
+        let voided = match applier.wait_sync() {
+            Ok(_) => wal
+                .append(&wal::kinds::void(seq), || {})
+                .map(drop)
+                .map_err(append_error),
+            Err(failed) => Err(append_error(failed)),
+        };
+        return Some(match voided {
+            Ok(()) => e,
+            Err(why) => {
+                ctx.db.mark_broken();
+                Error::OutcomeUnknown(format!(
+                    "{e}; the batch was logged before it failed, and the log could not record its failure: {why}"
+                ))
+            }
+        });
+    }
+    let applied = txn
+        .set_durability(redb::Durability::None)
+        .map_err(|e| Error::Config(e.to_string()))
+        .and_then(|()| wal::mark_applied(&txn, seq))
+        .and_then(|()| txn.commit().map_err(Error::from));
+    let apply_ns = ran.elapsed().as_nanos() as u64;
+    match applier.wait_sync() {
+        Err(failed) => {
+            ctx.db.mark_broken();
+            Some(append_error(failed))
+        }
+        Ok(a) => {
+            let s = &ctx.stats;
+            s.commits.fetch_add(1, Ordering::Relaxed);
+            s.log_records.fetch_add(1, Ordering::Relaxed);
+            s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+            s.run_ns
+                .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
+            s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
+            s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
+            s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
+            if let Err(e) = applied {
+                // Durable in the log all the same: the reopen replays it.
+                tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
+                ctx.db.mark_broken();
+            }
+            None
+        }
+    }
+}
+
+fn append_error(e: AppendError) -> Error {
+    match e {
+        AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
+    }
+}
+
 /// Commits a batch durably to the store file: with a log, as a checkpoint (every record so
 /// far is then applied, and the log starts a new cycle; the closing batch, `batch_no` 0,
 /// records that the store needs no log); without, as asked by `durability`.

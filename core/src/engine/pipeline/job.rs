@@ -3,7 +3,9 @@
 //! a job, and from the batch run, which only runs and answers them.
 
 use crate::engine::batch::Batch;
+use crate::engine::logical::LogicalOp;
 use crate::error::{Error, Result};
+use crate::message::Sent;
 use crate::sync::channel::Sender;
 
 /// One caller's operation, type-erased.
@@ -12,6 +14,11 @@ pub trait Job: Send {
     fn run(self: Box<Self>, batch: &mut Batch<'_>) -> Ran;
     /// The batch failed before the job ran.
     fn fail(self: Box<Self>, error: &Error);
+    /// The operation, when the job can be logged as one (see `engine::logical`): a batch of
+    /// such jobs writes its record before it runs.
+    fn logical(&mut self) -> Option<&mut LogicalOp> {
+        None
+    }
 }
 
 /// Hands a job's result to its caller once the batch's outcome (`Some` = failed) is known.
@@ -36,28 +43,54 @@ where
     T: Send + 'static,
 {
     fn run(self: Box<Self>, batch: &mut Batch<'_>) -> Ran {
-        let (result, fatal) = match batch.attempt(self.f) {
-            Ok(result) => (result, None),
-            // The caller hears the error; the batch aborts because of it.
-            Err(e) => {
-                let fatal = e.duplicate();
-                (Err(e), Some(fatal))
-            }
-        };
-        let reply = self.reply;
-        Ran {
-            fatal,
-            deliver: Box::new(move |batch_error| {
-                let out = match (result, batch_error) {
-                    (Ok(_), Some(e)) => Err(e.duplicate()),
-                    (r, _) => r,
-                };
-                let _ = reply.send(out);
-            }),
-        }
+        ran(batch.attempt(self.f), self.reply)
     }
 
     fn fail(self: Box<Self>, error: &Error) {
         let _ = self.reply.send(Err(error.duplicate()));
+    }
+}
+
+/// A job that runs a [`LogicalOp`] and sends its result to the waiting caller.
+pub(super) struct LogicalCall {
+    pub(super) op: LogicalOp,
+    pub(super) reply: Sender<Result<Vec<Sent>>>,
+}
+
+impl Job for LogicalCall {
+    fn run(self: Box<Self>, batch: &mut Batch<'_>) -> Ran {
+        let op = self.op;
+        ran(batch.attempt(|b| op.apply(b)), self.reply)
+    }
+
+    fn fail(self: Box<Self>, error: &Error) {
+        let _ = self.reply.send(Err(error.duplicate()));
+    }
+
+    fn logical(&mut self) -> Option<&mut LogicalOp> {
+        Some(&mut self.op)
+    }
+}
+
+/// A job's [`Ran`] from its attempt (see `Batch::attempt`): the reply waits for the batch's
+/// outcome.
+fn ran<T: Send + 'static>(attempt: Result<Result<T>>, reply: Sender<Result<T>>) -> Ran {
+    let (result, fatal) = match attempt {
+        Ok(result) => (result, None),
+        // The caller hears the error; the batch aborts because of it.
+        Err(e) => {
+            let fatal = e.duplicate();
+            (Err(e), Some(fatal))
+        }
+    };
+    Ran {
+        fatal,
+        deliver: Box::new(move |batch_error| {
+            let out = match (result, batch_error) {
+                (Ok(_), Some(e)) => Err(e.duplicate()),
+                (r, _) => r,
+            };
+            let _ = reply.send(out);
+        }),
     }
 }

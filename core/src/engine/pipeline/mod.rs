@@ -37,11 +37,13 @@ use crate::sync::Mutex;
 use crate::sync::channel;
 use crate::sync::thread::{self, JoinHandle};
 
-use self::job::Call;
+use self::job::{Call, LogicalCall};
 use self::leader::{Leader, Msg, Shared};
 use super::batch::Batch;
+use super::logical::LogicalOp;
 use super::park::ParkedReceive;
 use crate::error::{Error, Result};
+use crate::message::Sent;
 
 /// The group-commit pipeline of one store.
 ///
@@ -137,6 +139,18 @@ impl Pipeline {
     {
         let (reply, rx) = channel::bounded(1);
         self.enqueue(Box::new(Call { f, reply }))?;
+        rx.recv().unwrap_or_else(|_| {
+            Err(Error::Panic(
+                "the commit pipeline stopped before answering (see the log for a panic)".into(),
+            ))
+        })
+    }
+
+    /// Runs `op` in the next batch and waits for its durable result: as [`Pipeline::call`],
+    /// but a batch of such operations is logged as the operations (see `engine::logical`).
+    pub fn call_logical(&self, op: LogicalOp) -> Result<Vec<Sent>> {
+        let (reply, rx) = channel::bounded(1);
+        self.enqueue(Box::new(LogicalCall { op, reply }))?;
         rx.recv().unwrap_or_else(|_| {
             Err(Error::Panic(
                 "the commit pipeline stopped before answering (see the log for a panic)".into(),

@@ -6,13 +6,16 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::commit::{commit_durably, commit_logged};
+use super::applier::Applier;
+use super::commit::{commit_durably, commit_logged, commit_logical};
 use super::job::Job;
 use super::writer::{Round, Writer, WriterContext};
 use crate::engine::batch::{Batch, DueHints};
 use crate::engine::guarded;
 use crate::engine::logged::{Changes, LoggedTxn};
+use crate::engine::logical;
 use crate::engine::park::{self, ParkedReceive};
+use crate::engine::wal::Wal;
 use crate::error::Error;
 use crate::options::Durability;
 
@@ -79,6 +82,7 @@ fn run_batch(
         batch_no,
     } = round;
     let n = jobs.len() as u64;
+    let nothing_parked = parked.is_empty();
     let mut fail_all = |jobs: Vec<Box<dyn Job>>, e: &Error| {
         if e.is_io_failure() {
             ctx.db.mark_broken();
@@ -109,6 +113,7 @@ fn run_batch(
         Changes::off()
     };
     let started = Instant::now();
+    let mut record = None;
     let mut ran = Vec::with_capacity(jobs.len());
     let mut served = Vec::new();
     let mut fatal: Option<Error> = None;
@@ -142,6 +147,28 @@ fn run_batch(
             drop(batch);
             let _ = txn.abort();
             return fail_all(jobs, &e);
+        }
+        // A batch of logical operations with nothing else to do writes its record before it
+        // runs, and the record syncs while it runs (`engine::logical`).
+        let mut jobs = jobs;
+        if logged
+            && nothing_parked
+            && reap.is_none()
+            && !batch.changed()
+            && let Some(wal) = &wal
+            && jobs.len() == 1
+            && jobs
+                .iter_mut()
+                .all(|j| j.logical().is_some_and(|op| op.loggable()))
+        {
+            match write_logical(ctx, &mut batch, &mut jobs, wal) {
+                Ok(seq) => record = seq,
+                Err(e) => {
+                    drop(batch);
+                    let _ = txn.abort();
+                    return fail_all(jobs, &e);
+                }
+            }
         }
         let mut rest = jobs.into_iter();
         for job in rest.by_ref() {
@@ -188,6 +215,10 @@ fn run_batch(
         .as_ref()
         .is_some_and(|w| logged && w.too_big(body.len()));
     let outcome = match fatal {
+        fatal if let (Some(seq), Some(wal)) = (record, &wal) => {
+            drop(db);
+            commit_logical(ctx, txn, wal, seq, fatal, started)
+        }
         Some(e) => {
             let _ = txn.abort();
             if e.is_io_failure() {
@@ -264,5 +295,42 @@ fn run_batch(
             }
         }
         ctx.signals.notify(woken);
+    }
+}
+
+/// Writes the logical record of a batch whose jobs are all logical operations (each decides
+/// its ids first) and hands its sync to the applier thread, so that it syncs while the batch
+/// runs. `None` when the record is not written — it would be too big, or the write failed —
+/// and the batch goes on as any other (the ids decided stay the messages' ids).
+///
+/// # Errors
+///
+/// Deciding an id failed (the id sequence is damaged): the batch cannot run.
+fn write_logical(
+    ctx: &WriterContext,
+    batch: &mut Batch<'_>,
+    jobs: &mut [Box<dyn Job>],
+    wal: &std::sync::Arc<Wal>,
+) -> crate::error::Result<Option<u64>> {
+    let mut body = Vec::with_capacity(1280);
+    logical::begin(&mut body, batch.now, jobs.len());
+    for job in jobs.iter_mut() {
+        if let Some(op) = job.logical() {
+            op.prepare(batch, &mut body)?;
+        }
+    }
+    if wal.too_big(body.len()) {
+        return Ok(None);
+    }
+    match wal.write(&body) {
+        Ok(seq) => {
+            ctx.applier
+                .lock()
+                .get_or_insert_with(Applier::start)
+                .hand_sync(wal.clone());
+            Ok(Some(seq))
+        }
+        // The batch runs as any other, whose record meets the same failure and settles it.
+        Err(_) => Ok(None),
     }
 }

@@ -21,6 +21,7 @@
 
 pub mod file;
 pub mod format;
+pub mod kinds;
 pub mod recover;
 pub mod rows;
 
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use format::{HEADER, Header};
-pub use recover::{Aside, Options, Recovered, checkpoint, mark_started, recover};
+pub use recover::{Aside, Options, Recovered, checkpoint, mark_applied, mark_started, recover};
 
 use crate::error::{Error, Result, io_to_error};
 use crate::options::LogCheckpoints;
@@ -93,6 +94,16 @@ struct Writer {
     space_checked: Instant,
     space_checked_at: u64,
     buf: Vec<u8>,
+    /// The record [`Wal::write`] wrote, waiting for [`Wal::sync_written`].
+    written: Option<Written>,
+}
+
+/// A record written and not yet synced: where the log goes on once it is.
+struct Written {
+    end: u64,
+    record_end: usize,
+    framed: u64,
+    write_ns: u64,
 }
 
 /// The open log of a store: the writer's state behind a lock only the pipeline's leader takes.
@@ -231,6 +242,7 @@ impl Wal {
                 space_checked: Instant::now(),
                 space_checked_at: 0,
                 buf: Vec::new(),
+                written: None,
             }),
         }
     }
@@ -299,6 +311,20 @@ impl Wal {
         body: &[u8],
         between: impl FnOnce(),
     ) -> std::result::Result<Appended, AppendError> {
+        self.write(body)?;
+        between();
+        self.sync_written()
+    }
+
+    /// The first half of [`Wal::append`]: writes one record holding `body` without syncing
+    /// it, and returns its sequence number. [`Wal::sync_written`] makes it durable — from
+    /// another thread, so that a logical record's sync overlaps the batch's run. Until then
+    /// the log takes no other record: a second `write` overwrites this one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Wal::append`]'s `NotWritten` and `NoRoom`.
+    pub fn write(&self, body: &[u8]) -> std::result::Result<u64, AppendError> {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
         if let Some(why) = &w.failed {
@@ -326,8 +352,29 @@ impl Wal {
         self.file
             .write_at(buf, page_start)
             .map_err(|e| AppendError::NotWritten(log_error("writing a record", e)))?;
-        let written = Instant::now();
-        between();
+        w.written = Some(Written {
+            end,
+            record_end,
+            framed: framed as u64,
+            write_ns: started.elapsed().as_nanos() as u64,
+        });
+        Ok(seq)
+    }
+
+    /// The second half of [`Wal::append`]: syncs the record [`Wal::write`] wrote, after which
+    /// the log takes the next one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Wal::append`]'s `NotSynced`; `NotWritten` when no record waits for its sync.
+    pub fn sync_written(&self) -> std::result::Result<Appended, AppendError> {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        let Some(written) = w.written.take() else {
+            return Err(AppendError::NotWritten(Error::Io(std::io::Error::other(
+                "the write-ahead log has no record waiting for its sync",
+            ))));
+        };
         let handed = Instant::now();
         if let Err(e) = self.file.sync() {
             w.failed = Some(e.to_string());
@@ -336,15 +383,16 @@ impl Wal {
             ))));
         }
         let synced = Instant::now();
+        let record_end = written.record_end;
         let keep = record_end % PAGE as usize;
         w.tail.clear();
         w.tail
-            .extend_from_slice(&buf[record_end - keep..record_end]);
-        w.pos = end;
+            .extend_from_slice(&w.buf[record_end - keep..record_end]);
+        w.pos = written.end;
         w.next_seq += 1;
         Ok(Appended {
-            bytes: framed as u64,
-            write_ns: (written - started).as_nanos() as u64,
+            bytes: written.framed,
+            write_ns: written.write_ns,
             sync_ns: (synced - handed).as_nanos() as u64,
         })
     }

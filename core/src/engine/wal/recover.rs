@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableTable, WriteTransaction};
 
 use super::format::{self, Chain, HEADER, Header, Parsed};
-use super::{Wal, log_error, rows};
+use super::{Wal, kinds, log_error};
 use crate::engine::tables::{KEY_LOG_APPLIED, KEY_LOG_CYCLE, KEY_LOG_LENGTH, KEY_STORE_ID, META};
 use crate::error::{Error, Result};
 use crate::storage::LogFile;
@@ -77,6 +77,19 @@ pub fn mark(txn: &WriteTransaction, seq: u64, cycle: u64, length: u64) -> Result
 /// # Errors
 ///
 /// redb's errors.
+/// Records in a logged batch's own transaction that the store holds record `seq`: replaying
+/// a logical record is not idempotent (it runs operations again), so replay must skip one
+/// whose batch the store file kept — redb keeps non-durable commits when the database is
+/// dropped after a failed write, and the store reopens.
+///
+/// # Errors
+///
+/// redb's errors.
+pub fn mark_applied(txn: &WriteTransaction, seq: u64) -> Result<()> {
+    txn.open_table(META)?.insert(KEY_LOG_APPLIED, seq)?;
+    Ok(())
+}
+
 pub fn mark_started(txn: &WriteTransaction, wal: &Wal) -> Result<()> {
     let (cycle, capacity) = wal.cycle_and_capacity();
     let mut meta = txn.open_table(META)?;
@@ -112,6 +125,8 @@ pub struct Options {
     /// Open even when the log the store needs is missing or damaged: replay what can be
     /// verified and report the rest as lost (`StoreBuilder::accept_log_loss`).
     pub accept_loss: bool,
+    /// How logical records are replayed (`engine::logical::replay`).
+    pub logical: kinds::LogicalReplay,
 }
 
 /// What the log beside the store is, when it is not needed and not this store's current log.
@@ -398,8 +413,12 @@ pub fn recover(
     if let Some(data) = &data
         && records > 0
     {
-        let mut applier = rows::Applier::new(&txn);
-        applier.apply_all(plan.bodies.iter().map(|(_, b)| &data[b.clone()]))?;
+        let bodies: Vec<(u64, &[u8])> = plan
+            .bodies
+            .iter()
+            .map(|(seq, b)| (*seq, &data[b.clone()]))
+            .collect();
+        kinds::replay(&txn, &bodies, opts.logical)?;
         wrote = true;
     }
     if opts.durable && (wrote || st.cycle != 0 || loss.is_some()) {
