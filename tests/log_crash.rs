@@ -308,3 +308,57 @@ fn replayed_sends_keep_their_ids_and_every_property() {
     assert_eq!(q.stats().unwrap().scheduled, 23);
     store.close().unwrap();
 }
+
+/// The consume loop (`complete_batch_and_receive`, one commit a message) is logged as one
+/// operation — complete, then receive the next — and replayed by running it again: aborted
+/// mid-loop, the store holds exactly the messages not completed (the one held at the abort is
+/// receivable again), with and without a receipt queue. A receipt takes a new message id,
+/// which replay could not draw the same way, so those batches are logged with their rows
+/// after all: every completion's receipt is there once, under an id of its own.
+#[test]
+fn replayed_consume_loops_complete_exactly_what_was_acknowledged() {
+    for receipts in ["0", "1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("consume.postbox");
+        let mut child = Proc::spawn(
+            CHILD,
+            "consume-abort",
+            &["consume-abort", arg(&path), "work", "40", "25", receipts],
+        );
+        let (mut sent, mut done, mut held) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        while let Some(line) = child.next_line() {
+            let (word, id) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+            match word {
+                "SENT" => sent.insert(num(id)),
+                "DONE" => done.insert(num(id)),
+                "HELD" => held.insert(num(id)),
+                _ => false,
+            };
+        }
+        assert!(!child.wait().success(), "the child must abort, not close");
+        assert_eq!((sent.len(), done.len(), held.len()), (40, 25, 1));
+        let store = Store::open(&path).unwrap();
+        assert!(store.stats().replayed_records > 0, "nothing was replayed");
+        if receipts == "1" {
+            // Before the rest is completed below, which posts receipts of its own.
+            let audit = store.queue("audit").unwrap();
+            let mut ids = BTreeSet::new();
+            while let Some(r) = audit.try_receive().unwrap() {
+                assert!(!sent.contains(&r.id().0), "a receipt took a message's id");
+                ids.insert(r.id().0);
+                r.complete().unwrap();
+            }
+            assert_eq!(ids.len(), done.len(), "one receipt per completion");
+        }
+        let q = store.queue("work").unwrap();
+        let mut left = BTreeSet::new();
+        while let Some(m) = q.try_receive().unwrap() {
+            left.insert(m.id().0);
+            m.complete().unwrap();
+        }
+        let expected: BTreeSet<u64> = sent.difference(&done).copied().collect();
+        assert_eq!(left, expected, "receipts {receipts}: not completed = left");
+        assert!(held.is_subset(&left));
+        store.close().unwrap();
+    }
+}

@@ -71,7 +71,7 @@ impl Received {
 
     fn settle(self, how: Settle) -> Result<(), SettleError> {
         let lock = self.held();
-        let r = self.engine.call(move |b| b.settle(lock, &how));
+        let r = self.engine.settle_logged(lock, how);
         self.conclude(r.map(drop))
     }
 
@@ -205,7 +205,7 @@ impl Received {
     /// [`Error::LockLost`] if the lock is already gone.
     pub fn renew_lock(&mut self) -> Result<SystemTime> {
         let lock = self.held();
-        let until = self.engine.call(move |b| b.renew(lock))?;
+        let until = self.engine.renew_logged(lock)?;
         self.locked_until = until;
         Ok(to_system_time(until))
     }

@@ -5,6 +5,8 @@
 //! `POSTBOX_PROPTEST_CASES` sets the number of cases (default 64).
 
 mod common;
+#[path = "common/layer.rs"]
+mod layer;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -54,6 +56,10 @@ enum Op {
     ExpireLocks,
     /// Closes the store (releasing every lock) and opens it again.
     Reopen,
+    /// With the write-ahead log: opens a copy of what the store's files hold at this moment —
+    /// what a process killed now leaves — so the copy replays the log's records (its logical
+    /// records: sends, settles), and goes on with the copy. Without, as `Reopen`.
+    Crash,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +87,7 @@ fn op() -> impl Strategy<Value = Op> {
             }),
         1 => Just(Op::ExpireLocks),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
     ]
 }
 
@@ -216,6 +223,11 @@ struct Held {
 
 struct Harness {
     path: std::path::PathBuf,
+    /// Set when the store runs with the write-ahead log (and `shadow` copies its files).
+    shadow: Option<Arc<Shadow>>,
+    crashes: u64,
+    /// Log records the crash copies replayed when they were opened.
+    replayed: u64,
     clock: Arc<ManualClock>,
     store: Option<Store>,
     queues: Vec<Queue>,
@@ -224,12 +236,72 @@ struct Harness {
     counter: u64,
 }
 
-fn open(path: &Path, clock: &Arc<ManualClock>) -> (Store, Vec<Queue>) {
-    let store = Store::builder()
-        .durability(Durability::None)
-        .clock(clock.clone())
-        .open(path)
-        .unwrap();
+/// What a store's two files hold, write by write: a process killed at any moment leaves its
+/// writes in the page cache, so a copy of this is what the next open finds.
+#[derive(Debug, Default)]
+struct Shadow {
+    files: std::sync::Mutex<[Vec<u8>; 2]>,
+}
+
+impl Shadow {
+    fn slot(which: layer::Which) -> usize {
+        match which {
+            layer::Which::Store => 0,
+            layer::Which::Log => 1,
+        }
+    }
+
+    /// Writes the copy: the store file at `path`, and the log beside it when there is one.
+    fn write_copy(&self, path: &Path) {
+        let files = self.files.lock().unwrap();
+        std::fs::write(path, &files[0]).unwrap();
+        if !files[1].is_empty() {
+            let mut log = path.as_os_str().to_owned();
+            log.push("-log");
+            std::fs::write(log, &files[1]).unwrap();
+        }
+    }
+}
+
+impl layer::Tap for Shadow {
+    fn opened(&self, which: layer::Which, file: &std::fs::File) -> std::io::Result<()> {
+        use std::io::{Read, Seek};
+        let mut f = file.try_clone()?;
+        let mut bytes = Vec::new();
+        f.seek(std::io::SeekFrom::Start(0))?;
+        f.read_to_end(&mut bytes)?;
+        self.files.lock().unwrap()[Self::slot(which)] = bytes;
+        Ok(())
+    }
+
+    fn after(&self, which: layer::Which, io: &layer::Io<'_>) {
+        let mut files = self.files.lock().unwrap();
+        let f = &mut files[Self::slot(which)];
+        match io {
+            layer::Io::Write(at, data) => {
+                let (at, end) = (*at as usize, *at as usize + data.len());
+                if f.len() < end {
+                    f.resize(end, 0);
+                }
+                f[at..end].copy_from_slice(data);
+            }
+            layer::Io::SetLen(n) => f.resize(*n as usize, 0),
+            layer::Io::Read | layer::Io::Sync => {}
+        }
+    }
+}
+
+fn open(
+    path: &Path,
+    clock: &Arc<ManualClock>,
+    shadow: Option<&Arc<Shadow>>,
+) -> (Store, Vec<Queue>) {
+    let b = Store::builder().clock(clock.clone());
+    let b = match shadow {
+        Some(s) => b.storage_layer(layer::layer(s.clone())),
+        None => b.durability(Durability::None),
+    };
+    let store = b.open(path).unwrap();
     let opts = QueueOptions::default().lock_duration(LOCK);
     let q0 = store
         .queue_with("q0", opts.clone().max_deliveries(MAX_DELIVERIES[0]))
@@ -349,7 +421,31 @@ impl Harness {
                 }
                 // The handles outlived their store: dropping them must not disturb anything.
                 self.held.clear();
-                let (store, queues) = open(&self.path, &self.clock);
+                let (store, queues) = open(&self.path, &self.clock, self.shadow.as_ref());
+                self.store = Some(store);
+                self.queues = queues;
+            }
+            Op::Crash => {
+                let Some(old) = self.shadow.take() else {
+                    return self.step(&Op::Reopen);
+                };
+                self.crashes += 1;
+                let copy = self
+                    .path
+                    .with_file_name(format!("crash-{}.postbox", self.crashes));
+                old.write_copy(&copy);
+                // The old store goes on with its own files; only the copy matters now.
+                self.queues.clear();
+                self.held.clear();
+                self.store.take().unwrap().close().unwrap();
+                for id in self.model.locked_ids() {
+                    self.model.requeue(id);
+                }
+                let shadow = Arc::new(Shadow::default());
+                let (store, queues) = open(&copy, &self.clock, Some(&shadow));
+                self.replayed += store.stats().replayed_records;
+                self.path = copy;
+                self.shadow = Some(shadow);
                 self.store = Some(store);
                 self.queues = queues;
             }
@@ -478,12 +574,26 @@ impl Harness {
 }
 
 fn run(ops: &[Op]) {
-    let dir = common::fast_tempdir();
+    run_with(ops, false);
+}
+
+/// Runs `ops` against the model, with the write-ahead log when `logged` (every operation
+/// durable, `Crash` opening a copy of the files that replays the log).
+fn run_with(ops: &[Op], logged: bool) -> u64 {
+    let dir = if logged {
+        tempfile::tempdir().unwrap()
+    } else {
+        common::fast_tempdir()
+    };
     let path = dir.path().join("model.postbox");
     let clock = ManualClock::new();
-    let (store, queues) = open(&path, &clock);
+    let shadow = logged.then(|| Arc::new(Shadow::default()));
+    let (store, queues) = open(&path, &clock, shadow.as_ref());
     let mut h = Harness {
         path,
+        shadow,
+        crashes: 0,
+        replayed: 0,
         clock,
         store: Some(store),
         queues,
@@ -515,6 +625,7 @@ fn run(ops: &[Op]) {
         assert!(h.model.receive(q).is_none());
     }
     h.check(ops.len(), &Op::Reopen);
+    h.replayed
 }
 
 fn cases() -> u32 {
@@ -531,6 +642,13 @@ proptest! {
     #[test]
     fn store_matches_model(ops in prop::collection::vec(op(), 1..50)) {
         run(&ops);
+    }
+
+    /// The same with the write-ahead log, where `Crash` replays random logs of logical
+    /// records (and the rows of transactions and of the batches that drew ids).
+    #[test]
+    fn store_matches_model_through_log_replay(ops in prop::collection::vec(op(), 1..50)) {
+        run_with(&ops, true);
     }
 }
 
@@ -608,4 +726,51 @@ fn model_smoke_sequence() {
         Receive { q: 1 },
         AbandonAfter(0),
     ]);
+}
+
+#[test]
+fn model_smoke_sequence_through_log_replay() {
+    // Sends, settles (a resubmit among them, which draws a new id), transactions and a
+    // crash with messages held, then crashes again right after a crash's replay.
+    use Op::*;
+    let replayed = run_with(
+        &[
+            Send {
+                q: 0,
+                priority: 3,
+                len: 10,
+            },
+            SendBatch {
+                q: 0,
+                priorities: vec![1, 7, 4],
+            },
+            Receive { q: 0 },
+            Receive { q: 0 },
+            Complete(0),
+            Crash,
+            Receive { q: 0 },
+            DeadLetter(0),
+            Receive { q: 2 },
+            DeadLetter(0),
+            Receive { q: 0 },
+            AbandonAfter(0),
+            Tx {
+                from: 0,
+                n_recv: 1,
+                to: 1,
+                n_send: 2,
+                priority: 5,
+                end: TxEnd::Commit,
+            },
+            Crash,
+            Crash,
+            Receive { q: 1 },
+            Abandon(0),
+            ExpireLocks,
+            Receive { q: 0 },
+            Crash,
+        ],
+        true,
+    );
+    assert!(replayed > 0, "no crash replayed anything");
 }

@@ -92,3 +92,33 @@ fn max_message_size() {
     ));
     assert_eq!(counts(&d), (1, 0, 0, 0, 4 << 20));
 }
+
+/// A refused send takes no id and commits nothing: the next message gets the next id, and
+/// the store file does not change. (Sends are logged as operations whose ids are decided
+/// before the batch runs; a batch whose every operation was refused gives them back.)
+#[test]
+fn a_refused_send_takes_no_id_and_writes_nothing() {
+    let t = TestStore::new();
+    let q = t
+        .store()
+        .queue_with(
+            "q",
+            QueueOptions::default().max_messages(1).max_message_size(8),
+        )
+        .unwrap();
+    let first = q.send("a").unwrap();
+    let path = t.store().path().to_owned();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(
+        q.send("too long for the queue").unwrap_err().kind(),
+        ErrorKind::TooLarge
+    );
+    assert_eq!(q.send("b").unwrap_err().kind(), ErrorKind::QueueFull);
+    assert_eq!(
+        q.send_batch(["c", "d"]).unwrap_err().kind(),
+        ErrorKind::QueueFull
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+    q.try_receive().unwrap().unwrap().complete().unwrap();
+    assert_eq!(q.send("e").unwrap().0, first.0 + 1);
+}

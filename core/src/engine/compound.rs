@@ -1,8 +1,9 @@
 //! Operations on several locks at once, written here once and called by name by the queue
 //! handle, the transaction and the processor: complete all or none, abandon all, renew all,
-//! and "do this, then that" in the same commit (a settle and the next receive, or a settle and
-//! a session's next message: `settle_then_receive`, `settle_then_session_next`), with the one
-//! rule for what each part hears when one fails.
+//! and "do this, then that" in the same commit (a transaction's commit and the next receive, or
+//! a settle and a session's next message: `then_receive`, `settle_then_session_next`), with the
+//! one rule for what each part hears when one fails. A settle or a completion followed by a
+//! receive is logged as one operation instead (`logical/calls.rs`).
 
 use super::batch::{Batch, Locked, QueueRef, Settle};
 use super::{Engine, HeldLock};
@@ -101,19 +102,6 @@ impl Engine {
                 b.receive(QueueRef::new(q, &name), owner, want)
             }
         })
-    }
-
-    /// Settles the message under `lock` as `how`, then locks up to `want` messages of queue
-    /// `q`, in one commit (see `then_receive`): a processor worker's settle and its next
-    /// receive. The settle's answer is the dead-letter reason when the message went there.
-    pub fn settle_then_receive(
-        &self,
-        lock: HeldLock,
-        how: Settle,
-        queue: QueueRef<'_>,
-        want: usize,
-    ) -> (Result<Option<String>>, Result<Vec<Locked>>) {
-        self.then_receive(move |b| b.settle(lock, &how), queue, want)
     }
 
     /// Settles the message under `lock` as `how`, then, in the same commit, takes the next

@@ -335,7 +335,7 @@ impl Engine {
     }
 
     /// What a caller hears of a pipeline's error.
-    fn pipeline_error(&self, e: Error) -> Error {
+    pub(crate) fn pipeline_error(&self, e: Error) -> Error {
         match e {
             Error::Panic(_) if self.is_closed() => Error::Closed,
             // The writer caught a panic in this batch: redb panics on damaged pages, and
@@ -343,27 +343,6 @@ impl Engine {
             Error::Panic(m) => Error::Corrupted(format!("storage failure: {m}")),
             other => other,
         }
-    }
-
-    /// Sends `msgs` to queue `q` (`Batch::send_one` when `one`, else `Batch::send_detailed`)
-    /// through the group-commit pipeline as a logical operation (see `logical`): one result
-    /// per message.
-    pub fn send_logged(
-        &self,
-        q: QueueRef<'_>,
-        msgs: Vec<crate::message::Message>,
-        one: bool,
-    ) -> Result<Vec<crate::message::Sent>> {
-        self.check_open()?;
-        let op = logical::LogicalOp::Send {
-            queue: q.id,
-            name: q.name.to_owned(),
-            msgs,
-            one,
-        };
-        self.pipeline
-            .call_logical(op)
-            .map_err(|e| self.pipeline_error(e))
     }
 
     /// Queues a mutation without waiting for it.

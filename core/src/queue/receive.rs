@@ -224,14 +224,9 @@ impl Queue {
         self.check_own(&done)?;
         let deadline = Instant::now().checked_add(timeout);
         let locks: Vec<HeldLock> = done.into_iter().map(Received::take_lock).collect();
-        let (completed, got) = self.engine.then_receive(
-            {
-                let locks = locks.clone();
-                move |b| b.complete_all(&locks)
-            },
-            self.queue_ref(),
-            max,
-        );
+        let (completed, got) =
+            self.engine
+                .complete_then_receive(locks.clone(), self.queue_ref(), max);
         if let Err(e) = completed {
             // Nothing was completed: the rest of `done`, and whatever the same commit locked,
             // go back to the queue now.

@@ -428,6 +428,42 @@ fn main() {
         }
         std::process::abort();
     }
+    if mode == "consume-abort" {
+        // `consume-abort <store> <queue> <messages> <completions> <receipts>`: fills the queue
+        // (with `receipts_to` an `audit` queue when <receipts> is 1), then runs the consume
+        // loop (`complete_batch_and_receive`, one commit a message), printing `DONE <id>` for
+        // each completion that returned, and aborts holding the last message received.
+        let store = Store::open(path).or_die();
+        let opts = if rest[2] == "1" {
+            store.queue("audit").or_die();
+            QueueOptions::default().receipts_to("audit")
+        } else {
+            QueueOptions::default()
+        };
+        let q = store.queue_with(name, opts).or_die();
+        let n: u64 = rest[0].parse().expect("messages");
+        let completions: usize = rest[1].parse().expect("completions");
+        for i in 0..n {
+            let id = q.send(Message::new(format!("m{i}"))).or_die();
+            say!("SENT {id}");
+        }
+        let mut held = q.receive_batch(1, Duration::ZERO).or_die();
+        let mut done = 0;
+        while !held.is_empty() && done < completions {
+            let ids: Vec<_> = held.iter().map(|m| m.id()).collect();
+            held = q
+                .complete_batch_and_receive(held, 1, Duration::ZERO)
+                .or_die();
+            for id in ids {
+                say!("DONE {id}");
+                done += 1;
+            }
+        }
+        for m in &held {
+            say!("HELD {}", m.id());
+        }
+        std::process::abort();
+    }
     if mode == "open-only" {
         // Opens the store (replaying what a crash left in its log) and waits to be killed: the
         // parent kills it at a random moment, often inside the open.

@@ -128,7 +128,7 @@ pub enum Select {
 }
 
 /// How a lock ends.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Settle {
     Complete,
     Abandon {
@@ -199,6 +199,10 @@ pub struct Batch<'t> {
     job_cache: HashMap<u64, jobs::JobRecord>,
     /// Single-process stores: the next message id, shared with transactions (see `share_ids`).
     shared_ids: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Whether a message id was drawn from the sequence since [`Batch::forget_drawn_ids`]:
+    /// such an id depends on what transactions reserved meanwhile, so a batch logged as its
+    /// operations (`engine::logical`) that drew one must be logged as rows after all.
+    drew_ids: bool,
     /// Queues deleted in this batch.
     deleted: HashSet<u32>,
     queue_cache: HashMap<u32, Option<Arc<QueueEntry>>>,
@@ -227,7 +231,7 @@ impl<'t> Batch<'t> {
     }
 
     /// Rows written and cache changes so far.
-    fn change_count(&self) -> u64 {
+    pub fn change_count(&self) -> u64 {
         self.tables.writes() + self.cache_changes
     }
 
@@ -248,6 +252,7 @@ impl<'t> Batch<'t> {
             counter_cache: HashMap::new(),
             activity: None,
             shared_ids: None,
+            drew_ids: false,
             job_cache: HashMap::new(),
             deleted: HashSet::new(),
             queue_cache: HashMap::new(),
@@ -319,8 +324,22 @@ impl<'t> Batch<'t> {
         }
     }
 
+    /// Whether a message id was drawn from the sequence since [`Batch::forget_drawn_ids`].
+    pub fn drew_ids(&self) -> bool {
+        self.drew_ids
+    }
+
+    /// Starts looking for drawn message ids afresh (after the ids a logical record carries
+    /// were reserved).
+    pub fn forget_drawn_ids(&mut self) {
+        self.drew_ids = false;
+    }
+
     fn next_seq(&mut self, seq: Seq) -> Result<u64> {
         use std::sync::atomic::Ordering;
+        if matches!(seq, Seq::Message) {
+            self.drew_ids = true;
+        }
         let mut seqs = self.load_seqs()?;
         let slot = &mut seqs[seq as usize];
         let current = match (&self.shared_ids, seq) {

@@ -26,20 +26,7 @@ fn encoded(now: u64, ops: &[LogicalOp]) -> Vec<u8> {
     let mut body = Vec::new();
     begin(&mut body, now, ops.len());
     for op in ops {
-        let LogicalOp::Send {
-            queue,
-            name,
-            msgs,
-            one,
-        } = op;
-        body.push(if *one { SEND_ONE } else { SEND_MANY });
-        body.extend_from_slice(&queue.to_le_bytes());
-        put_varint(&mut body, name.len() as u64);
-        body.extend_from_slice(name.as_bytes());
-        put_varint(&mut body, msgs.len() as u64);
-        for m in msgs {
-            codec::encode_logged_message(&mut body, m);
-        }
+        encode_op(&mut body, op);
     }
     body
 }
@@ -60,6 +47,46 @@ fn a_record_decodes_to_the_operations_it_was_made_of() {
             name: "ünïcode".into(),
             msgs: vec![plain.clone(), plain],
             one: false,
+        },
+        LogicalOp::Settle {
+            lock: HeldLock { id: 7, token: 99 },
+            how: Settle::Fail {
+                delay_ms: 250,
+                description: "handler failed".into(),
+            },
+        },
+        LogicalOp::Settle {
+            lock: HeldLock { id: 8, token: 1 },
+            how: Settle::DeadLetter {
+                reason: "Poison".into(),
+                description: "bad input".into(),
+            },
+        },
+        LogicalOp::Renew {
+            lock: HeldLock {
+                id: u64::MAX,
+                token: 3,
+            },
+        },
+        LogicalOp::ThenReceive {
+            first: First::CompleteAll(vec![
+                HeldLock { id: 1, token: 2 },
+                HeldLock { id: 3, token: 4 },
+            ]),
+            queue: 3,
+            name: "orders".into(),
+            owner: 12,
+            want: 1,
+        },
+        LogicalOp::ThenReceive {
+            first: First::Settle(
+                HeldLock { id: 5, token: 6 },
+                Settle::Abandon { delay_ms: 0 },
+            ),
+            queue: 3,
+            name: "orders".into(),
+            owner: 12,
+            want: 16,
         },
     ];
     let body = encoded(1_700_000_000_123, &ops);

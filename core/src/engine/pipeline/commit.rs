@@ -105,11 +105,29 @@ pub(super) fn commit_logged(
     })
 }
 
+/// A batch whose logical record was written before it ran.
+pub(super) struct LogicalBatch<'r> {
+    /// The record's sequence number.
+    pub seq: u64,
+    /// The batch's change count once the record's ids were reserved
+    /// (`Batch::change_count`).
+    pub baseline: u64,
+    /// The shared message-id counter before and after those reservations.
+    pub reserved: Option<(u64, u64)>,
+    /// Set when the operations changed nothing (each failed before writing): the batch
+    /// commits nothing, and replay of its record fails the same way.
+    pub idle: bool,
+    /// The batch's row changes, when its run drew a message id (`Batch::drew_ids`).
+    pub rows: Option<&'r [u8]>,
+}
+
 /// Commits a batch whose logical record was written before it ran (see `write_logical` in
 /// `run.rs`) and is syncing on the applier thread: redb commits the batch without a sync on
 /// this thread, then the sync's outcome decides. A batch that failed (`fatal`) is aborted;
 /// its record, durable all the same, gets a void record after it, so that replay skips it —
-/// and when that cannot be written the callers hear `OutcomeUnknown`.
+/// and when that cannot be written the callers hear `OutcomeUnknown`. A batch whose run drew a
+/// message id (`rows` given: its row changes) gets a replacement record after it, synced
+/// before its callers are answered, so that replay applies those rows instead of drawing again.
 ///
 /// A failed sync leaves the outcome unknown; a failed apply leaves redb refusing further use
 /// while the batch is durable in the log. Either way the store is marked for reopening, which
@@ -118,13 +136,36 @@ pub(super) fn commit_logical(
     ctx: &WriterContext,
     mut txn: redb::WriteTransaction,
     wal: &Wal,
-    seq: u64,
+    written: LogicalBatch<'_>,
     fatal: Option<Error>,
     started: Instant,
 ) -> Option<Error> {
+    let LogicalBatch {
+        seq,
+        reserved,
+        idle,
+        rows,
+        ..
+    } = written;
     let ran = Instant::now();
     let mut applier = ctx.applier.lock();
     let applier = applier.get_or_insert_with(Applier::start);
+    if fatal.is_none() && idle {
+        // Every operation failed before writing: nothing to commit, and the ids reserved for
+        // it go back unless a transaction reserved one meanwhile (as a batch that changed
+        // nothing never advances a sequence).
+        let _ = txn.abort();
+        if let (Some(ids), Some((before, after))) = (&ctx.ids, reserved) {
+            let _ = ids.compare_exchange(after, before, Ordering::AcqRel, Ordering::Acquire);
+        }
+        return match applier.wait_sync() {
+            Ok(_) => None,
+            Err(failed) => {
+                ctx.db.mark_broken();
+                Some(append_error(failed))
+            }
+        };
+    }
     if let Some(e) = fatal {
         let _ = txn.abort();
         if e.is_io_failure() {
@@ -173,7 +214,25 @@ pub(super) fn commit_logical(
                 tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
                 ctx.db.mark_broken();
             }
-            None
+            let rows = rows?;
+            let mut body = Vec::new();
+            wal::kinds::replacement(&mut body, seq, rows);
+            match wal.append(&body, || {}) {
+                Ok(a) => {
+                    s.log_records.fetch_add(1, Ordering::Relaxed);
+                    s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+                    None
+                }
+                Err(e) => {
+                    // The record stands: replay would run the batch again, drawing its ids
+                    // afresh. Nobody learnt them, but nobody learns whether it happened either.
+                    ctx.db.mark_broken();
+                    Some(Error::OutcomeUnknown(format!(
+                        "the batch was logged, but the log could not record the ids it drew: {}",
+                        append_error(e)
+                    )))
+                }
+            }
         }
     }
 }

@@ -3,9 +3,8 @@
 //! a job, and from the batch run, which only runs and answers them.
 
 use crate::engine::batch::Batch;
-use crate::engine::logical::LogicalOp;
+use crate::engine::logical::{LogicalOp, LogicalOut};
 use crate::error::{Error, Result};
-use crate::message::Sent;
 use crate::sync::channel::Sender;
 
 /// One caller's operation, type-erased.
@@ -54,7 +53,7 @@ where
 /// A job that runs a [`LogicalOp`] and sends its result to the waiting caller.
 pub(super) struct LogicalCall {
     pub(super) op: LogicalOp,
-    pub(super) reply: Sender<Result<Vec<Sent>>>,
+    pub(super) reply: Sender<Result<LogicalOut>>,
 }
 
 impl Job for LogicalCall {

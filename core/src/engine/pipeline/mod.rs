@@ -40,10 +40,9 @@ use crate::sync::thread::{self, JoinHandle};
 use self::job::{Call, LogicalCall};
 use self::leader::{Leader, Msg, Shared};
 use super::batch::Batch;
-use super::logical::LogicalOp;
+use super::logical::{LogicalOp, LogicalOut};
 use super::park::ParkedReceive;
 use crate::error::{Error, Result};
-use crate::message::Sent;
 
 /// The group-commit pipeline of one store.
 ///
@@ -148,7 +147,7 @@ impl Pipeline {
 
     /// Runs `op` in the next batch and waits for its durable result: as [`Pipeline::call`],
     /// but a batch of such operations is logged as the operations (see `engine::logical`).
-    pub fn call_logical(&self, op: LogicalOp) -> Result<Vec<Sent>> {
+    pub fn call_logical(&self, op: LogicalOp) -> Result<LogicalOut> {
         let (reply, rx) = channel::bounded(1);
         self.enqueue(Box::new(LogicalCall { op, reply }))?;
         rx.recv().unwrap_or_else(|_| {

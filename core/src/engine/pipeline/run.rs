@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::applier::Applier;
-use super::commit::{commit_durably, commit_logged, commit_logical};
+use super::commit::{LogicalBatch, commit_durably, commit_logged, commit_logical};
 use super::job::Job;
 use super::writer::{Round, Writer, WriterContext};
 use crate::engine::batch::{Batch, DueHints};
@@ -120,6 +120,7 @@ fn run_batch(
     let woken;
     let traffic;
     let dirty;
+    let drew;
     let final_hints;
     {
         let hints = if ctx.reap_as.is_none() {
@@ -162,7 +163,10 @@ fn run_batch(
                 .all(|j| j.logical().is_some_and(|op| op.loggable()))
         {
             match write_logical(ctx, &mut batch, &mut jobs, wal) {
-                Ok(seq) => record = seq,
+                Ok(written) => {
+                    record = written;
+                    batch.forget_drawn_ids();
+                }
                 Err(e) => {
                     drop(batch);
                     let _ = txn.abort();
@@ -189,6 +193,10 @@ fn run_batch(
                 Ok(s) => served = s,
                 Err(e) => fatal = Some(e),
             }
+            // Before the flush, which writes the sequences the record's reservations moved.
+            if let Some(r) = &mut record {
+                r.idle = batch.change_count() == r.baseline;
+            }
             if fatal.is_none()
                 && let Err(e) = batch.flush()
             {
@@ -196,6 +204,7 @@ fn run_batch(
             }
         }
         dirty = batch.changed();
+        drew = batch.drew_ids();
         // Commit marks settle a failed durable commit (see `db`); a logged batch that fails
         // is settled by reopening, which replays the log.
         if fatal.is_none()
@@ -215,9 +224,10 @@ fn run_batch(
         .as_ref()
         .is_some_and(|w| logged && w.too_big(body.len()));
     let outcome = match fatal {
-        fatal if let (Some(seq), Some(wal)) = (record, &wal) => {
+        fatal if let (Some(mut written), Some(wal)) = (record, &wal) => {
             drop(db);
-            commit_logical(ctx, txn, wal, seq, fatal, started)
+            written.rows = drew.then_some(body.as_slice());
+            commit_logical(ctx, txn, wal, written, fatal, started)
         }
         Some(e) => {
             let _ = txn.abort();
@@ -306,12 +316,13 @@ fn run_batch(
 /// # Errors
 ///
 /// Deciding an id failed (the id sequence is damaged): the batch cannot run.
-fn write_logical(
+fn write_logical<'r>(
     ctx: &WriterContext,
     batch: &mut Batch<'_>,
     jobs: &mut [Box<dyn Job>],
     wal: &std::sync::Arc<Wal>,
-) -> crate::error::Result<Option<u64>> {
+) -> crate::error::Result<Option<LogicalBatch<'r>>> {
+    let ids_before = ctx.ids.as_ref().map(|i| i.load(Ordering::Acquire));
     let mut body = Vec::with_capacity(1280);
     logical::begin(&mut body, batch.now, jobs.len());
     for job in jobs.iter_mut() {
@@ -328,7 +339,18 @@ fn write_logical(
                 .lock()
                 .get_or_insert_with(Applier::start)
                 .hand_sync(wal.clone());
-            Ok(Some(seq))
+            let reserved = ctx
+                .ids
+                .as_ref()
+                .zip(ids_before)
+                .map(|(ids, before)| (before, ids.load(Ordering::Acquire)));
+            Ok(Some(LogicalBatch {
+                seq,
+                baseline: batch.change_count(),
+                reserved,
+                idle: false,
+                rows: None,
+            }))
         }
         // The batch runs as any other, whose record meets the same failure and settles it.
         Err(_) => Ok(None),
