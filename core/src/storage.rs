@@ -47,6 +47,13 @@ pub trait LogFile: Send + Sync + std::fmt::Debug {
     /// The file system's error; after one, nothing written since the last good sync can be
     /// trusted to be on disk.
     fn sync(&self) -> io::Result<()>;
+
+    /// Starts writing `offset..offset + len` to the device without waiting, ahead of the
+    /// [`LogFile::sync`] that will follow (Linux's `sync_file_range`): a hint that makes
+    /// nothing durable. The default does nothing.
+    fn start_writeback(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
 }
 
 /// A log file on the real file system.
@@ -72,6 +79,10 @@ impl LogFile for OsLogFile {
 
     fn sync(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    fn start_writeback(&self, offset: u64, len: u64) {
+        crate::os::io::start_writeback(&self.0, offset, len);
     }
 }
 

@@ -1,8 +1,8 @@
 //! Logical log records: the operations a producer and a consumer issue most — send, settle,
 //! renew, and "settle, then receive the next" — logged as the operation and everything it
 //! decided up front (the batch's time, each sent message's id, the receiving owner) instead of
-//! as the rows it changed. Such a record can be written and synced before the batch runs, so the
-//! B-tree work overlaps the sync (`pipeline/run.rs`); replay runs the operations again on the
+//! as the rows it changed. Such a record can be written before the batch runs, its transfer to
+//! the device going on meanwhile (`pipeline/run.rs`); replay runs the operations again on the
 //! state the records before them made, which gives the same rows.
 //!
 //! A body is `LOGICAL | now (u64 LE) | operation count | operations`, each operation a kind

@@ -122,12 +122,13 @@ pub(super) struct LogicalBatch<'r> {
 }
 
 /// Commits a batch whose logical record was written before it ran (see `write_logical` in
-/// `run.rs`) and is syncing on the applier thread: redb commits the batch without a sync on
-/// this thread, then the sync's outcome decides. A batch that failed (`fatal`) is aborted;
-/// its record, durable all the same, gets a void record after it, so that replay skips it —
-/// and when that cannot be written the callers hear `OutcomeUnknown`. A batch whose run drew a
-/// message id (`rows` given: its row changes) gets a replacement record after it, synced
-/// before its callers are answered, so that replay applies those rows instead of drawing again.
+/// `run.rs`), its transfer to the device started: as [`commit_logged`], redb commits the
+/// batch without a sync on the applier thread while this thread syncs the record. A batch
+/// that failed (`fatal`) is aborted; its record, durable all the same, gets a void record
+/// after it, so that replay skips it — and when that cannot be written the callers hear
+/// `OutcomeUnknown`. A batch whose run drew a message id (`rows` given: its row changes) gets
+/// a replacement record after it, synced before its callers are answered, so that replay
+/// applies those rows instead of drawing again.
 ///
 /// A failed sync leaves the outcome unknown; a failed apply leaves redb refusing further use
 /// while the batch is durable in the log. Either way the store is marked for reopening, which
@@ -148,36 +149,16 @@ pub(super) fn commit_logical(
         ..
     } = written;
     let ran = Instant::now();
-    let mut applier = ctx.applier.lock();
-    let applier = applier.get_or_insert_with(Applier::start);
-    if fatal.is_none() && idle {
-        // Every operation failed before writing: nothing to commit, and the ids reserved for
-        // it go back unless a transaction reserved one meanwhile (as a batch that changed
-        // nothing never advances a sequence).
-        let _ = txn.abort();
-        if let (Some(ids), Some((before, after))) = (&ctx.ids, reserved) {
-            let _ = ids.compare_exchange(after, before, Ordering::AcqRel, Ordering::Acquire);
-        }
-        return match applier.wait_sync() {
-            Ok(_) => None,
-            Err(failed) => {
-                ctx.db.mark_broken();
-                Some(append_error(failed))
-            }
-        };
-    }
     if let Some(e) = fatal {
         let _ = txn.abort();
         if e.is_io_failure() {
             ctx.db.mark_broken();
         }
-        let voided = match applier.wait_sync() {
-            Ok(_) => wal
-                .append(&wal::kinds::void(seq), || {})
-                .map(drop)
-                .map_err(append_error),
-            Err(failed) => Err(append_error(failed)),
-        };
+        let voided = wal
+            .sync_written()
+            .and_then(|_| wal.append(&wal::kinds::void(seq), || {}))
+            .map(drop)
+            .map_err(append_error);
         return Some(match voided {
             Ok(()) => e,
             Err(why) => {
@@ -188,51 +169,80 @@ pub(super) fn commit_logical(
             }
         });
     }
-    let applied = txn
+    if idle {
+        // Every operation failed before writing: nothing to commit, and the ids reserved for
+        // it go back unless a transaction reserved one meanwhile (as a batch that changed
+        // nothing never advances a sequence). Its record replays to the same refusals.
+        let _ = txn.abort();
+        if let (Some(ids), Some((before, after))) = (&ctx.ids, reserved) {
+            let _ = ids.compare_exchange(after, before, Ordering::AcqRel, Ordering::Acquire);
+        }
+        return match wal.sync_written() {
+            Ok(_) => None,
+            Err(failed) => {
+                ctx.db.mark_broken();
+                Some(append_error(failed))
+            }
+        };
+    }
+    let prepared = txn
         .set_durability(redb::Durability::None)
         .map_err(|e| Error::Config(e.to_string()))
-        .and_then(|()| wal::mark_applied(&txn, seq))
-        .and_then(|()| txn.commit().map_err(Error::from));
-    let apply_ns = ran.elapsed().as_nanos() as u64;
-    match applier.wait_sync() {
+        .and_then(|()| wal::mark_applied(&txn, seq));
+    if let Err(e) = prepared {
+        // Nothing was applied; the record replays it (the store reopens first).
+        let _ = txn.abort();
+        ctx.db.mark_broken();
+        return Some(match wal.sync_written() {
+            Ok(_) => Error::OutcomeUnknown(format!(
+                "the batch was logged, and could not be applied: {e}"
+            )),
+            Err(failed) => append_error(failed),
+        });
+    }
+    let mut applier = ctx.applier.lock();
+    let applier = applier.get_or_insert_with(Applier::start);
+    applier.hand(txn);
+    let synced = wal.sync_written();
+    let (applied, apply_ns) = applier.wait();
+    let a = match synced {
+        Ok(a) => a,
         Err(failed) => {
             ctx.db.mark_broken();
-            Some(append_error(failed))
+            return Some(append_error(failed));
         }
+    };
+    let s = &ctx.stats;
+    s.commits.fetch_add(1, Ordering::Relaxed);
+    s.log_records.fetch_add(1, Ordering::Relaxed);
+    s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+    s.run_ns
+        .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
+    s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
+    s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
+    s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
+    if let Err(e) = applied {
+        // Durable in the log all the same: the reopen replays it.
+        tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
+        ctx.db.mark_broken();
+    }
+    let rows = rows?;
+    let mut body = Vec::new();
+    wal::kinds::replacement(&mut body, seq, rows);
+    match wal.append(&body, || {}) {
         Ok(a) => {
-            let s = &ctx.stats;
-            s.commits.fetch_add(1, Ordering::Relaxed);
             s.log_records.fetch_add(1, Ordering::Relaxed);
             s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
-            s.run_ns
-                .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
-            s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
-            s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
-            s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
-            if let Err(e) = applied {
-                // Durable in the log all the same: the reopen replays it.
-                tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
-                ctx.db.mark_broken();
-            }
-            let rows = rows?;
-            let mut body = Vec::new();
-            wal::kinds::replacement(&mut body, seq, rows);
-            match wal.append(&body, || {}) {
-                Ok(a) => {
-                    s.log_records.fetch_add(1, Ordering::Relaxed);
-                    s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
-                    None
-                }
-                Err(e) => {
-                    // The record stands: replay would run the batch again, drawing its ids
-                    // afresh. Nobody learnt them, but nobody learns whether it happened either.
-                    ctx.db.mark_broken();
-                    Some(Error::OutcomeUnknown(format!(
-                        "the batch was logged, but the log could not record the ids it drew: {}",
-                        append_error(e)
-                    )))
-                }
-            }
+            None
+        }
+        Err(e) => {
+            // The record stands: replay would run the batch again, drawing its ids afresh.
+            // Nobody learnt them, but nobody learns whether it happened either.
+            ctx.db.mark_broken();
+            Some(Error::OutcomeUnknown(format!(
+                "the batch was logged, but the log could not record the ids it drew: {}",
+                append_error(e)
+            )))
         }
     }
 }

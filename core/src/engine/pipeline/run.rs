@@ -6,7 +6,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::applier::Applier;
 use super::commit::{LogicalBatch, commit_durably, commit_logged, commit_logical};
 use super::job::Job;
 use super::writer::{Round, Writer, WriterContext};
@@ -150,7 +149,7 @@ fn run_batch(
             return fail_all(jobs, &e);
         }
         // A batch of logical operations with nothing else to do writes its record before it
-        // runs, and the record syncs while it runs (`engine::logical`).
+        // runs, and the record's transfer goes on while it runs (`engine::logical`).
         let mut jobs = jobs;
         if logged
             && nothing_parked
@@ -309,8 +308,7 @@ fn run_batch(
 }
 
 /// Writes the logical record of a batch whose jobs are all logical operations (each decides
-/// its ids first) and hands its sync to the applier thread, so that it syncs while the batch
-/// runs. `None` when the record is not written — it would be too big, or the write failed —
+/// its ids first) and starts its transfer to the device, which goes on while the batch runs. `None` when the record is not written — it would be too big, or the write failed —
 /// and the batch goes on as any other (the ids decided stay the messages' ids).
 ///
 /// # Errors
@@ -320,7 +318,7 @@ fn write_logical<'r>(
     ctx: &WriterContext,
     batch: &mut Batch<'_>,
     jobs: &mut [Box<dyn Job>],
-    wal: &std::sync::Arc<Wal>,
+    wal: &Wal,
 ) -> crate::error::Result<Option<LogicalBatch<'r>>> {
     let ids_before = ctx.ids.as_ref().map(|i| i.load(Ordering::Acquire));
     let mut body = Vec::with_capacity(1280);
@@ -335,10 +333,7 @@ fn write_logical<'r>(
     }
     match wal.write(&body) {
         Ok(seq) => {
-            ctx.applier
-                .lock()
-                .get_or_insert_with(Applier::start)
-                .hand_sync(wal.clone());
+            wal.start_writeback();
             let reserved = ctx
                 .ids
                 .as_ref()

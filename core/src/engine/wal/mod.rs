@@ -100,6 +100,7 @@ struct Writer {
 
 /// A record written and not yet synced: where the log goes on once it is.
 struct Written {
+    page_start: u64,
     end: u64,
     record_end: usize,
     framed: u64,
@@ -317,8 +318,8 @@ impl Wal {
     }
 
     /// The first half of [`Wal::append`]: writes one record holding `body` without syncing
-    /// it, and returns its sequence number. [`Wal::sync_written`] makes it durable — from
-    /// another thread, so that a logical record's sync overlaps the batch's run. Until then
+    /// it, and returns its sequence number. [`Wal::sync_written`] makes it durable, once a
+    /// logical record's batch ran (see [`Wal::start_writeback`]). Until then
     /// the log takes no other record: a second `write` overwrites this one.
     ///
     /// # Errors
@@ -353,12 +354,26 @@ impl Wal {
             .write_at(buf, page_start)
             .map_err(|e| AppendError::NotWritten(log_error("writing a record", e)))?;
         w.written = Some(Written {
+            page_start,
             end,
             record_end,
             framed: framed as u64,
             write_ns: started.elapsed().as_nanos() as u64,
         });
         Ok(seq)
+    }
+
+    /// Starts writing the record [`Wal::write`] wrote to the device without waiting for it
+    /// (see [`LogFile::start_writeback`]), so that work done before [`Wal::sync_written`]
+    /// overlaps the transfer.
+    pub fn start_writeback(&self) {
+        let w = self.writer.lock();
+        if let Some(written) = &w.written {
+            self.file.start_writeback(
+                written.page_start,
+                (written.end - written.page_start).next_multiple_of(PAGE),
+            );
+        }
     }
 
     /// The second half of [`Wal::append`]: syncs the record [`Wal::write`] wrote, after which
