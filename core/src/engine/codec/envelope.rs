@@ -109,14 +109,9 @@ pub fn decode_envelope(id: u64, buf: &[u8]) -> DecodeResult<StoredEnvelope> {
     })
 }
 
-/// Encodes a message a collator holds (it gets its id only when released, so that ids, and
-/// with them delivery order, follow the series): priority, visibility, expiry, then the
-/// envelope and body as [`encode_envelope`] writes them, bound to the series and number.
-pub fn encode_held(series: &str, seq: u64, m: &Message) -> Vec<u8> {
-    // A held message without a priority is held with the default one: the record has no way
-    // to say "not set", and its format is fixed.
-    let mut out = vec![m.priority.unwrap_or(crate::message::DEFAULT_PRIORITY)];
-    let mut w = Writer(Vec::new());
+/// A message's visibility and expiry, each as a tag and milliseconds (a delay, or a time
+/// since the epoch).
+fn put_times(w: &mut Writer, m: &Message) {
     let (tag, ms) = match m.visibility {
         Visibility::Now => (0, 0),
         Visibility::After(d) => (1, crate::clock::duration_ms(d)),
@@ -131,6 +126,34 @@ pub fn encode_held(series: &str, seq: u64, m: &Message) -> Vec<u8> {
     };
     w.0.push(tag);
     w.varint(ms);
+}
+
+/// Reads what [`put_times`] wrote.
+fn read_times(r: &mut Reader<'_>) -> DecodeResult<(Visibility, Expiry)> {
+    let visibility = match (r.byte()?, r.varint()?) {
+        (0, _) => Visibility::Now,
+        (1, ms) => Visibility::After(Duration::from_millis(ms)),
+        (2, ms) => Visibility::At(crate::clock::to_system_time(ms)),
+        (t, _) => return Err(format!("unknown visibility {t}")),
+    };
+    let expiry = match (r.byte()?, r.varint()?) {
+        (0, _) => Expiry::QueueDefault,
+        (1, ms) => Expiry::After(Duration::from_millis(ms)),
+        (2, ms) => Expiry::At(crate::clock::to_system_time(ms)),
+        (t, _) => return Err(format!("unknown expiry {t}")),
+    };
+    Ok((visibility, expiry))
+}
+
+/// Encodes a message a collator holds (it gets its id only when released, so that ids, and
+/// with them delivery order, follow the series): priority, visibility, expiry, then the
+/// envelope and body as [`encode_envelope`] writes them, bound to the series and number.
+pub fn encode_held(series: &str, seq: u64, m: &Message) -> Vec<u8> {
+    // A held message without a priority is held with the default one: the record has no way
+    // to say "not set", and its format is fixed.
+    let mut out = vec![m.priority.unwrap_or(crate::message::DEFAULT_PRIORITY)];
+    let mut w = Writer(Vec::new());
+    put_times(&mut w, m);
     out.extend_from_slice(&w.0);
     out.extend_from_slice(&encode_envelope(
         held_key(series, seq),
@@ -153,18 +176,7 @@ pub fn decode_held(series: &str, seq: u64, buf: &[u8]) -> DecodeResult<Message> 
     if priority > crate::message::MAX_PRIORITY {
         return Err(format!("priority {priority} out of range"));
     }
-    let visibility = match (r.byte()?, r.varint()?) {
-        (0, _) => Visibility::Now,
-        (1, ms) => Visibility::After(Duration::from_millis(ms)),
-        (2, ms) => Visibility::At(crate::clock::to_system_time(ms)),
-        (t, _) => return Err(format!("unknown visibility {t}")),
-    };
-    let expiry = match (r.byte()?, r.varint()?) {
-        (0, _) => Expiry::QueueDefault,
-        (1, ms) => Expiry::After(Duration::from_millis(ms)),
-        (2, ms) => Expiry::At(crate::clock::to_system_time(ms)),
-        (t, _) => return Err(format!("unknown expiry {t}")),
-    };
+    let (visibility, expiry) = read_times(&mut r)?;
     let env = decode_envelope(held_key(series, seq), r.rest())?;
     Ok(Message {
         body: env.body,
@@ -183,20 +195,7 @@ pub fn decode_held(series: &str, seq: u64, buf: &[u8]) -> DecodeResult<Message> 
 pub fn encode_logged_message(out: &mut Vec<u8>, m: &Message) {
     let mut w = Writer(std::mem::take(out));
     w.0.push(m.priority.unwrap_or(u8::MAX));
-    let (tag, ms) = match m.visibility {
-        Visibility::Now => (0, 0),
-        Visibility::After(d) => (1, crate::clock::duration_ms(d)),
-        Visibility::At(t) => (2, crate::clock::from_system_time(t)),
-    };
-    w.0.push(tag);
-    w.varint(ms);
-    let (tag, ms) = match m.expiry {
-        Expiry::QueueDefault => (0, 0),
-        Expiry::After(d) => (1, crate::clock::duration_ms(d)),
-        Expiry::At(t) => (2, crate::clock::from_system_time(t)),
-    };
-    w.0.push(tag);
-    w.varint(ms);
+    put_times(&mut w, m);
     // 0: no job; otherwise the job's id plus one.
     w.varint(m.tags.job.map_or(0, |j| j.saturating_add(1)));
     let id = m.tags.reserved_id.unwrap_or(0);
@@ -216,18 +215,7 @@ pub fn decode_logged_message(buf: &[u8]) -> DecodeResult<(Message, &[u8])> {
         p if p <= crate::message::MAX_PRIORITY => Some(p),
         p => return Err(format!("priority {p} out of range")),
     };
-    let visibility = match (r.byte()?, r.varint()?) {
-        (0, _) => Visibility::Now,
-        (1, ms) => Visibility::After(Duration::from_millis(ms)),
-        (2, ms) => Visibility::At(crate::clock::to_system_time(ms)),
-        (t, _) => return Err(format!("unknown visibility {t}")),
-    };
-    let expiry = match (r.byte()?, r.varint()?) {
-        (0, _) => Expiry::QueueDefault,
-        (1, ms) => Expiry::After(Duration::from_millis(ms)),
-        (2, ms) => Expiry::At(crate::clock::to_system_time(ms)),
-        (t, _) => return Err(format!("unknown expiry {t}")),
-    };
+    let (visibility, expiry) = read_times(&mut r)?;
     let job = r.varint()?.checked_sub(1);
     let id = r.varint()?;
     let prior_deliveries =

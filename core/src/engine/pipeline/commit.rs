@@ -68,7 +68,6 @@ pub(super) fn commit_logged(
             applier.hand(t);
         }
     });
-    let s = &ctx.stats;
     Ok(match appended {
         Err(AppendError::NoRoom(e)) => match pending {
             Some(t) => return Err(Box::new(t)),
@@ -86,20 +85,7 @@ pub(super) fn commit_logged(
             Some(e)
         }
         Ok(a) => {
-            let (applied, apply_ns) = applier.wait();
-            s.commits.fetch_add(1, Ordering::Relaxed);
-            s.log_records.fetch_add(1, Ordering::Relaxed);
-            s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
-            s.run_ns
-                .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
-            s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
-            s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
-            s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
-            if let Err(e) = applied {
-                // Durable in the log all the same: the reopen replays it.
-                tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
-                ctx.db.mark_broken();
-            }
+            settle_logged(ctx, &a, ran - started, applier.wait());
             None
         }
     })
@@ -212,20 +198,8 @@ pub(super) fn commit_logical(
             return Some(append_error(failed));
         }
     };
+    settle_logged(ctx, &a, ran - started, (applied, apply_ns));
     let s = &ctx.stats;
-    s.commits.fetch_add(1, Ordering::Relaxed);
-    s.log_records.fetch_add(1, Ordering::Relaxed);
-    s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
-    s.run_ns
-        .fetch_add((ran - started).as_nanos() as u64, Ordering::Relaxed);
-    s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
-    s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
-    s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
-    if let Err(e) = applied {
-        // Durable in the log all the same: the reopen replays it.
-        tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
-        ctx.db.mark_broken();
-    }
     let rows = rows?;
     let mut body = Vec::new();
     wal::kinds::replacement(&mut body, seq, rows);
@@ -250,6 +224,28 @@ pub(super) fn commit_logical(
 fn append_error(e: AppendError) -> Error {
     match e {
         AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
+    }
+}
+
+/// A logged batch whose record is durable: counts it (and where its time went), and marks the
+/// store for reopening when redb could not apply it — the reopen replays it from the log.
+fn settle_logged(
+    ctx: &WriterContext,
+    a: &wal::Appended,
+    run: std::time::Duration,
+    (applied, apply_ns): (Result<()>, u64),
+) {
+    let s = &ctx.stats;
+    s.commits.fetch_add(1, Ordering::Relaxed);
+    s.log_records.fetch_add(1, Ordering::Relaxed);
+    s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+    s.run_ns.fetch_add(run.as_nanos() as u64, Ordering::Relaxed);
+    s.apply_ns.fetch_add(apply_ns, Ordering::Relaxed);
+    s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
+    s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
+    if let Err(e) = applied {
+        tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
+        ctx.db.mark_broken();
     }
 }
 
