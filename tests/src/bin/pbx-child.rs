@@ -395,11 +395,6 @@ fn logged(path: &str, name: &str, args: &[String]) {
     }
 }
 
-/// Message `i` of `send-rich-abort`: see `postbox_tests::rich_message`.
-fn rich_message(i: u64) -> Message {
-    postbox_tests::rich_message(i)
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
@@ -419,10 +414,12 @@ fn main() {
         let q = store.queue(name).or_die();
         let n: u64 = rest[0].parse().expect("count");
         for i in 0..n {
-            let id = q.send(rich_message(i)).or_die();
+            let id = q.send(postbox_tests::rich_message(i)).or_die();
             say!("SENT {id}");
         }
-        let ids = q.send_batch((n..n + 3).map(rich_message)).or_die();
+        let ids = q
+            .send_batch((n..n + 3).map(postbox_tests::rich_message))
+            .or_die();
         for id in ids {
             say!("SENT {id}");
         }
