@@ -89,16 +89,8 @@ impl Writer {
         self.0[1..V2_HEADER].copy_from_slice(&crc);
         self.0
     }
-    fn varint(&mut self, mut v: u64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.0.push(byte);
-                return;
-            }
-            self.0.push(byte | 0x80);
-        }
+    fn varint(&mut self, v: u64) {
+        super::varint::put(&mut self.0, v);
     }
     fn bytes(&mut self, b: &[u8]) {
         self.varint(b.len() as u64);
@@ -173,15 +165,14 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
     fn varint(&mut self) -> DecodeResult<u64> {
-        let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("varint too long".into())
+        let mut rest = self.rest();
+        let before = rest.len();
+        let v = super::varint::take(&mut rest);
+        self.pos += before - rest.len();
+        v.map_err(|bad| match bad {
+            super::varint::Bad::Truncated => "record truncated".into(),
+            super::varint::Bad::TooLong => "varint too long".into(),
+        })
     }
     fn bytes(&mut self) -> DecodeResult<&'a [u8]> {
         let len = usize::try_from(self.varint()?).map_err(|_| "length overflow")?;

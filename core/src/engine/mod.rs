@@ -25,6 +25,7 @@ mod space;
 mod tables;
 mod timer;
 mod tracking;
+mod varint;
 mod wait;
 mod wait_async;
 mod wal;

@@ -262,13 +262,7 @@ pub fn begin(body: &mut Vec<u8>, now: u64, ops: usize) {
     put_varint(body, ops as u64);
 }
 
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
+use super::varint::put as put_varint;
 
 struct Reader<'a>(&'a [u8]);
 
@@ -285,15 +279,10 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     fn varint(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(bad_logical("varint too long"))
+        super::varint::take(&mut self.0).map_err(|bad| match bad {
+            super::varint::Bad::Truncated => bad_logical("truncated"),
+            super::varint::Bad::TooLong => bad_logical("varint too long"),
+        })
     }
     fn len(&mut self) -> Result<usize> {
         usize::try_from(self.varint()?).map_err(|_| bad_logical("length overflows"))

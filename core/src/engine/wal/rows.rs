@@ -51,12 +51,8 @@ fn open_for_replay<'t>(txn: &'t WriteTransaction, id: u8) -> Result<Box<dyn Repl
 /// The highest table number in use.
 const MAX_TABLE: usize = MAX_TABLE_ID as usize;
 
-fn put_len(buf: &mut Vec<u8>, mut n: usize) {
-    while n >= 0x80 {
-        buf.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    buf.push(n as u8);
+fn put_len(buf: &mut Vec<u8>, n: usize) {
+    crate::engine::varint::put(buf, n as u64);
 }
 
 /// Appends a put of `key` → `value` in `table`.
@@ -108,17 +104,12 @@ impl<'a> Reader<'a> {
     }
 
     fn len(&mut self) -> Result<usize> {
-        let mut n = 0usize;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            n |= usize::from(b & 0x7f)
-                .checked_shl(shift)
-                .ok_or_else(|| bad("length overflows"))?;
-            if b & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(bad("length too long"))
+        use crate::engine::varint::{Bad, take};
+        let n = take(&mut self.rest).map_err(|why| match why {
+            Bad::Truncated => bad("truncated"),
+            Bad::TooLong => bad("length too long"),
+        })?;
+        usize::try_from(n).map_err(|_| bad("length overflows"))
     }
 
     fn bytes(&mut self) -> Result<&'a [u8]> {
