@@ -38,7 +38,15 @@ rustup target add "$T"
 OUT=$(mktemp -d /tmp/postbox-windows-XXXXXX)
 export WINEPREFIX=$OUT/wine WINEDEBUG=-all
 trap 'wineserver -k >/dev/null 2>&1 || true; rm -rf "$OUT"' EXIT
-wineboot --init
+# The first boot of a fresh prefix once failed at once on the reference machine ("could not
+# load kernel32.dll, status c0000135") and worked when run again: boot a fresh prefix once more
+# before giving up.
+if ! wineboot --init; then
+    echo "=== windows: wineboot failed; trying once more with a fresh prefix"
+    wineserver -k >/dev/null 2>&1 || true
+    rm -rf "$WINEPREFIX"
+    wineboot --init
+fi
 x86_64-w64-mingw32-gcc -O2 -shared -Wall -Wextra -Werror -o \
     "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" .ci/windows/processprng.c -ladvapi32
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
