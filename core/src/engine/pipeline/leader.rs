@@ -133,6 +133,9 @@ impl<W: Writer> Shared<W> {
         }
         inbox.msgs.push_back(msg);
         if inbox.leading {
+            // Every arrival wakes a gathering leader, though most find it short of its count:
+            // waking it only once the count is reached ran 32 senders 1.12-1.15x faster but 8
+            // senders 0.86-0.97x (`postbox-profile send 40000 durable 8|32`, alternating).
             self.arrived.notify_one();
             return Ok(false);
         }
