@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 
 use redb::{ReadTransaction, ReadableDatabase};
 
-use self::pipeline::{Pipeline, PipelineStats, WriterContext};
+use self::pipeline::{Pipeline, PipelineStats, Unapplied, WriterContext};
 use self::signal::Signals;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -96,6 +96,8 @@ pub struct Engine {
     open_mark: crate::sync::Mutex<Option<crate::os::lock::OpenMark>>,
     /// Single-process mode: the next message id (shared with the writer's batches).
     ids: Option<Arc<AtomicU64>>,
+    /// Batches acknowledged before redb applied them: reads wait for them.
+    unapplied: Arc<Unapplied>,
     /// Deletes queues whose `auto_delete_on_idle` period is over (started on demand).
     janitor: crate::sync::Mutex<Option<janitor::Janitor>>,
     /// The reply queue of this handle's requests, once one was made (see `reply_queue`).
@@ -225,6 +227,7 @@ impl Engine {
         // A single-process store hands out message ids in memory, so that a transaction can
         // reserve the id of a message it sends without a commit (see `reserve_id`).
         let ids = (!multi).then(|| Arc::new(AtomicU64::new(next_id)));
+        let unapplied = Arc::new(Unapplied::default());
         let pipeline = Pipeline::start(WriterContext {
             db: slot.clone(),
             owner: setup,
@@ -238,6 +241,7 @@ impl Engine {
             ids: ids.clone(),
             log_buf: Default::default(),
             applier: Default::default(),
+            unapplied: unapplied.clone(),
             space: space::SpaceWatch::new(path),
         })?;
         stats.replayed.store(recovered.records, Ordering::Relaxed);
@@ -280,6 +284,7 @@ impl Engine {
             look,
             open_mark: crate::sync::Mutex::new(Some(crate::os::lock::OpenMark::new(path))),
             ids,
+            unapplied,
             janitor: crate::sync::Mutex::new(None),
             replies: crate::sync::Mutex::new(None),
             awaited: Default::default(),
@@ -359,6 +364,8 @@ impl Engine {
     /// Runs a read on a fresh snapshot.
     pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_open()?;
+        // A write acknowledged before this read began may still be on its way into redb.
+        self.unapplied.wait();
         guarded::catch(|| {
             let db = self.db.get()?;
             let txn = db.begin_read()?;

@@ -169,6 +169,11 @@ impl DueHints {
     pub fn next_receivable(&self) -> u64 {
         self.lock.min(self.scheduled)
     }
+
+    /// Whether a sweep at `now` would find nothing due in any index.
+    pub fn nothing_due(&self, now: u64) -> bool {
+        self.lock > now && self.scheduled > now && self.expiring > now && self.dedup > now
+    }
 }
 
 /// How finely a queue's last activity is recorded (ms): the recorded time is less than this

@@ -91,17 +91,21 @@ impl LogicalOp {
         }
     }
 
-    /// Decides what replay must not decide again — each message's id — and appends the
-    /// operation to `body`.
+    /// Decides what replay must not decide again — each message's id, from `reserve` — and
+    /// appends the operation to `body`.
     ///
     /// # Errors
     ///
-    /// The id sequence's errors (`Corrupted` when it is missing).
-    pub fn prepare(&mut self, batch: &mut Batch<'_>, body: &mut Vec<u8>) -> Result<()> {
+    /// `reserve`'s errors (the id sequence's: `Corrupted` when it is missing).
+    pub fn prepare(
+        &mut self,
+        reserve: &mut dyn FnMut() -> Result<u64>,
+        body: &mut Vec<u8>,
+    ) -> Result<()> {
         if let LogicalOp::Send { msgs, .. } = self {
             for m in msgs.iter_mut() {
                 if m.tags.reserved_id.is_none() {
-                    m.tags.reserved_id = Some(batch.reserve_id()?);
+                    m.tags.reserved_id = Some(reserve()?);
                 }
             }
         }

@@ -19,6 +19,7 @@
 //! `stats.rs` the counters. This file is the handle the store holds.
 
 mod applier;
+mod behind;
 mod commit;
 #[cfg(all(test, shuttle))]
 mod concurrency_checking;
@@ -28,6 +29,7 @@ mod run;
 mod stats;
 mod writer;
 
+pub use behind::Unapplied;
 pub use stats::PipelineStats;
 pub use writer::{Writer, WriterContext};
 

@@ -6,10 +6,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use std::collections::{HashMap, HashSet};
+
+use super::behind;
 use super::commit::{LogicalBatch, commit_durably, commit_logged, commit_logical};
-use super::job::Job;
+use super::job::{Job, Ran};
 use super::writer::{Round, Writer, WriterContext};
-use crate::engine::batch::{Batch, DueHints};
+use crate::engine::batch::{Batch, DueHints, Traffic};
 use crate::engine::guarded;
 use crate::engine::logged::{Changes, LoggedTxn};
 use crate::engine::logical;
@@ -95,10 +98,6 @@ fn run_batch(
         Ok(both) => both,
         Err(e) => return fail_all(jobs, &e),
     };
-    let txn = match db.begin_write() {
-        Ok(t) => t,
-        Err(e) => return fail_all(jobs, &e.into()),
-    };
     // With a log, a batch is made durable by its record, or (a checkpoint: the closing batch,
     // or one due by the log's size or age) by a durable redb commit that marks every record so
     // far as applied.
@@ -106,6 +105,39 @@ fn run_batch(
         .as_ref()
         .is_some_and(|w| batch_no == 0 || w.checkpoint_due() || ctx.space.is_short());
     let logged = wal.is_some() && !checkpoint;
+    // One logical operation with nothing else to do is acknowledged once its record is
+    // synced, and redb applies it behind (`behind.rs`).
+    let mut jobs = jobs;
+    if logged
+        && nothing_parked
+        && reap.is_none()
+        && let Some(w) = &wal
+    {
+        match behind::try_run_behind(ctx, &db, w, jobs, ctx.clock.now_ms()) {
+            Ok(f) => {
+                drop(db);
+                let ran: Vec<Ran> = f.job.into_iter().collect();
+                if let (Some(unrun), Some(e)) = (f.unrun, &f.outcome) {
+                    unrun.fail(e);
+                }
+                return answer(
+                    ctx,
+                    f.outcome,
+                    n,
+                    ran,
+                    Vec::new(),
+                    f.traffic,
+                    f.woken,
+                    f.hints,
+                );
+            }
+            Err(back) => jobs = back,
+        }
+    }
+    let txn = match db.begin_write() {
+        Ok(t) => t,
+        Err(e) => return fail_all(jobs, &e.into()),
+    };
     let changes = if logged {
         Changes::on(std::mem::take(&mut *ctx.log_buf.lock()))
     } else {
@@ -150,7 +182,6 @@ fn run_batch(
         }
         // A batch of logical operations with nothing else to do writes its record before it
         // runs, and the record's transfer goes on while it runs (`engine::logical`).
-        let mut jobs = jobs;
         if logged
             && nothing_parked
             && reap.is_none()
@@ -271,14 +302,30 @@ fn run_batch(
             commit_durably(ctx, txn, wal.as_deref(), durability, batch_no, oversized)
         }
     };
+    body.clear();
+    *ctx.log_buf.lock() = body;
+    answer(ctx, outcome, n, ran, served, traffic, woken, final_hints);
+}
+
+/// Answers a batch's callers with its outcome (`None`: committed), and on success keeps
+/// what it learnt: the sweep's hints, the traffic counts, and which queues gained messages.
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    ctx: &WriterContext,
+    outcome: Option<Error>,
+    n: u64,
+    ran: Vec<Ran>,
+    served: Vec<park::Served>,
+    traffic: HashMap<u32, Traffic>,
+    woken: HashSet<u32>,
+    final_hints: DueHints,
+) {
     if outcome
         .as_ref()
         .is_some_and(|e| matches!(e, Error::StorageFull(_)))
     {
         ctx.space.ran_out();
     }
-    body.clear();
-    *ctx.log_buf.lock() = body;
     if outcome.is_none() && ctx.reap_as.is_none() {
         // Hints taken from the store are kept only if what they describe was committed; on
         // failure the default (look everywhere) stays in place.
@@ -325,7 +372,7 @@ fn write_logical<'r>(
     logical::begin(&mut body, batch.now, jobs.len());
     for job in jobs.iter_mut() {
         if let Some(op) = job.logical() {
-            op.prepare(batch, &mut body)?;
+            op.prepare(&mut || batch.reserve_id(), &mut body)?;
         }
     }
     if wal.too_big(body.len()) {

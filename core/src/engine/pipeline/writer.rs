@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use super::applier::Applier;
+use super::behind::Unapplied;
 use super::stats::PipelineStats;
 use crate::clock::Clock;
 use crate::engine::batch::DueHints;
@@ -41,6 +42,8 @@ pub struct WriterContext {
     pub log_buf: Mutex<Vec<u8>>,
     /// Started with the first logged batch.
     pub applier: Mutex<Option<Applier>>,
+    /// Batches acknowledged before redb applied them; reads wait for them (`behind.rs`).
+    pub unapplied: Arc<Unapplied>,
     /// Set once a write failed for want of space: batches then commit durably.
     pub space: SpaceWatch,
 }

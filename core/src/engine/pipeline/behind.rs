@@ -1,0 +1,411 @@
+//! Batches acknowledged before redb applies them. A batch of one logical operation (a send, a
+//! settle, a renewal, the consume loop's settle-then-receive) with nothing else to do writes
+//! its record and syncs it on the leader's thread while the applier thread runs the batch; the
+//! caller is answered once both are done, and redb commits the batch (without a sync) after
+//! that, on the applier thread, while the next caller goes on. So a single caller waits for
+//! one write and one sync, not for the B-tree. Reads wait for those commits
+//! ([`Unapplied::wait`]): a read issued after an acknowledged write sees it.
+//!
+//! Apart from `run.rs` because the batch runs on another thread here, with its own failure
+//! cases (docs/design.md § Write-ahead log, *Acknowledged before applied*).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use redb::Database;
+
+use super::applier::Applier;
+use super::job::{Job, Ran};
+use super::writer::WriterContext;
+use crate::engine::batch::{Batch, DueHints, Traffic};
+use crate::engine::db::DbSlot;
+use crate::engine::logged::{Changes, LoggedTxn};
+use crate::engine::logical;
+use crate::engine::wal::{self, AppendError, Wal};
+use crate::error::Error;
+
+/// How many batches were handed to the applier to run and how many it has committed since:
+/// a read waits until every batch acknowledged before it began is in redb.
+#[derive(Default)]
+pub struct Unapplied {
+    handed: AtomicU64,
+    applied: AtomicU64,
+    lock: std::sync::Mutex<()>,
+    done: std::sync::Condvar,
+}
+
+impl Unapplied {
+    /// Returns once every batch handed over so far is committed to redb (or has failed, in
+    /// which case the store is marked for reopening and the reopen replays it). At most one
+    /// batch is ever behind (the leader waits for each run before it leads the next batch), so
+    /// the wait is at most one redb commit without a sync.
+    pub fn wait(&self) {
+        let target = self.handed.load(Ordering::Acquire);
+        if self.applied.load(Ordering::Acquire) >= target {
+            return;
+        }
+        let mut guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while self.applied.load(Ordering::Acquire) < target {
+            guard = self
+                .done
+                .wait(guard)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn applied_one(&self) {
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.applied.fetch_add(1, Ordering::AcqRel);
+        self.done.notify_all();
+    }
+}
+
+/// Counts a handed batch as applied when dropped: after its commit, or when its run never
+/// happens or panics, so that no reader waits for it forever.
+struct Applying(Arc<Unapplied>);
+
+impl Drop for Applying {
+    fn drop(&mut self) {
+        self.0.applied_one();
+    }
+}
+
+/// What a batch run behind its acknowledgement gives back to `run.rs`, which answers its
+/// callers as for any batch.
+pub(super) struct Finished {
+    /// The batch's outcome as its callers hear it (`None`: done and durable).
+    pub outcome: Option<Error>,
+    /// The job, run (answer it with `deliver`) or not (the batch failed before it ran).
+    pub job: Option<Ran>,
+    pub unrun: Option<Box<dyn Job>>,
+    pub woken: HashSet<u32>,
+    pub traffic: HashMap<u32, Traffic>,
+    pub hints: DueHints,
+}
+
+/// What the applier's run reports to the leader before it commits.
+struct Run {
+    ran: Option<Ran>,
+    unrun: Option<Box<dyn Job>>,
+    /// The batch failed after writing (or could not start): aborted, its record needs a void.
+    fatal: Option<Error>,
+    /// The batch ran but could not be prepared for its commit: the store reopens.
+    not_applied: Option<Error>,
+    idle: bool,
+    /// The batch's rows when its run drew a message id (see `engine::logical`).
+    rows: Option<Vec<u8>>,
+    woken: HashSet<u32>,
+    traffic: HashMap<u32, Traffic>,
+    hints: DueHints,
+    run_ns: u64,
+}
+
+/// What the applier's run needs of the store.
+struct Apply {
+    db: Arc<Database>,
+    slot: Arc<DbSlot>,
+    activity: Arc<crate::sync::Mutex<HashMap<u32, u64>>>,
+    ids: Arc<AtomicU64>,
+    stats: Arc<super::PipelineStats>,
+    now: u64,
+    hints: DueHints,
+    seq: u64,
+}
+
+/// Runs `jobs` behind their acknowledgement when they are one logical operation, nothing is
+/// due for the sweep, and the applier thread runs; gives them back otherwise (`Err`), before
+/// anything was written, for the batch to run as any other.
+pub(super) fn try_run_behind(
+    ctx: &WriterContext,
+    db: &Arc<Database>,
+    wal: &Wal,
+    mut jobs: Vec<Box<dyn Job>>,
+    now: u64,
+) -> std::result::Result<Finished, Vec<Box<dyn Job>>> {
+    let Some(ids) = ctx.ids.clone() else {
+        return Err(jobs);
+    };
+    let hints = *ctx.hints.lock();
+    if jobs.len() != 1 || !hints.nothing_due(now) {
+        return Err(jobs);
+    }
+    let mut slot = ctx.applier.lock();
+    let applier = slot.get_or_insert_with(Applier::start);
+    if !applier.threaded() {
+        return Err(jobs);
+    }
+    let before = ids.load(Ordering::Acquire);
+    let mut body = Vec::with_capacity(1280);
+    logical::begin(&mut body, now, 1);
+    let prepared = match jobs[0].logical() {
+        Some(op) if op.loggable() => op
+            .prepare(&mut || Ok(ids.fetch_add(1, Ordering::AcqRel)), &mut body)
+            .is_ok(),
+        _ => false,
+    };
+    // A batch declined after reserving ids keeps them: they stay the messages' ids.
+    if !prepared || wal.too_big(body.len()) {
+        return Err(jobs);
+    }
+    let Ok(seq) = wal.write(&body) else {
+        // The batch runs as any other, whose record meets the same failure and settles it.
+        return Err(jobs);
+    };
+    let after = ids.load(Ordering::Acquire);
+    let Some(job) = jobs.pop() else {
+        return Err(jobs);
+    };
+    let (tx, rx) = crossbeam_channel::bounded::<Run>(1);
+    ctx.unapplied.handed.fetch_add(1, Ordering::AcqRel);
+    let applying = Applying(ctx.unapplied.clone());
+    let apply = Apply {
+        db: db.clone(),
+        slot: ctx.db.clone(),
+        activity: ctx.activity.clone(),
+        ids,
+        stats: ctx.stats.clone(),
+        now,
+        hints,
+        seq,
+    };
+    let handed = applier.hand_run(Box::new(move || {
+        run_and_apply(apply, job, &tx);
+        drop(applying);
+    }));
+    drop(slot);
+    let synced = wal.sync_written();
+    // A run that never started or panicked dropped its job (whose caller hears the channel
+    // close): the record is durable and nothing applied it.
+    let run = match handed.map(|()| rx.recv()) {
+        Ok(Ok(run)) => run,
+        _ => Run::lost(hints),
+    };
+    Ok(settle(ctx, wal, seq, (before, after), synced, run))
+}
+
+impl Run {
+    fn lost(hints: DueHints) -> Run {
+        Run {
+            ran: None,
+            unrun: None,
+            fatal: Some(Error::Panic(
+                "the apply thread stopped while running a batch".into(),
+            )),
+            not_applied: None,
+            idle: false,
+            rows: None,
+            woken: HashSet::new(),
+            traffic: HashMap::new(),
+            hints,
+            run_ns: 0,
+        }
+    }
+}
+
+/// The applier's part: runs the batch, reports to the leader, then commits it without a sync.
+fn run_and_apply(a: Apply, job: Box<dyn Job>, tx: &crossbeam_channel::Sender<Run>) {
+    let started = Instant::now();
+    let mut run = Run {
+        ran: None,
+        unrun: None,
+        fatal: None,
+        not_applied: None,
+        idle: false,
+        rows: None,
+        woken: HashSet::new(),
+        traffic: HashMap::new(),
+        hints: a.hints,
+        run_ns: 0,
+    };
+    let mut txn = match a.db.begin_write() {
+        Ok(t) => t,
+        Err(e) => {
+            run.fatal = Some(e.into());
+            run.unrun = Some(job);
+            let _ = tx.send(run);
+            return;
+        }
+    };
+    let changes = Changes::on(Vec::new());
+    let mut drew = false;
+    let opened = {
+        let ltxn = LoggedTxn {
+            txn: &txn,
+            changes: &changes,
+        };
+        Batch::open(ltxn, a.now, a.hints).map(|mut batch| {
+            batch.track_activity(a.activity);
+            batch.share_ids(a.ids);
+            let r = job.run(&mut batch);
+            run.fatal = r.fatal.as_ref().map(Error::duplicate);
+            run.ran = Some(r);
+            run.idle = !batch.changed();
+            if run.fatal.is_none()
+                && !run.idle
+                && let Err(e) = batch.flush()
+            {
+                run.fatal = Some(e);
+            }
+            drew = batch.drew_ids();
+            run.woken = std::mem::take(&mut batch.woken);
+            run.traffic = std::mem::take(&mut batch.traffic);
+            run.hints = batch.hints;
+        })
+    };
+    if let Err(e) = opened {
+        // The job went into the closure that never ran: its caller hears the channel close.
+        run.fatal = Some(e);
+        let _ = txn.abort();
+        let _ = tx.send(run);
+        return;
+    }
+    run.rows = drew.then(|| changes.take());
+    run.run_ns = started.elapsed().as_nanos() as u64;
+    if run.fatal.is_some() || run.idle {
+        let _ = txn.abort();
+        let _ = tx.send(run);
+        return;
+    }
+    let prepared = txn
+        .set_durability(redb::Durability::None)
+        .map_err(|e| Error::Config(e.to_string()))
+        .and_then(|()| wal::mark_applied(&txn, a.seq));
+    if let Err(e) = prepared {
+        let _ = txn.abort();
+        run.not_applied = Some(e);
+        let _ = tx.send(run);
+        return;
+    }
+    // The leader answers the caller while redb commits: the record is durable by then.
+    let _ = tx.send(run);
+    let t = Instant::now();
+    let committed = txn.commit();
+    a.stats
+        .apply_ns
+        .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    // The database goes before the store is marked for reopening: the reopen opens the file
+    // again, which redb refuses while this handle lives.
+    drop(a.db);
+    if let Err(e) = committed {
+        tracing::warn!(error = %e, "applying a logged batch failed; the store reopens");
+        a.slot.mark_broken();
+    }
+}
+
+/// The leader's part once the record's sync returned and the run reported: the batch's
+/// outcome, with a void record after a failed batch, its reserved ids given back after an
+/// idle one, and a replacement record after one that drew ids (as `commit::commit_logical`).
+fn settle(
+    ctx: &WriterContext,
+    wal: &Wal,
+    seq: u64,
+    (before, after): (u64, u64),
+    synced: std::result::Result<wal::Appended, AppendError>,
+    run: Run,
+) -> Finished {
+    let Run {
+        ran,
+        unrun,
+        fatal,
+        not_applied,
+        idle,
+        rows,
+        woken,
+        traffic,
+        hints,
+        run_ns,
+    } = run;
+    let s = &ctx.stats;
+    let outcome = match (synced, fatal, not_applied) {
+        (Err(failed), _, _) => {
+            ctx.db.mark_broken();
+            Some(append_error(failed))
+        }
+        (Ok(_), Some(e), _) => {
+            if e.is_io_failure() || matches!(e, Error::Panic(_)) {
+                ctx.db.mark_broken();
+            }
+            match wal.append(&wal::kinds::void(seq), || {}) {
+                Ok(_) => Some(e),
+                Err(why) => {
+                    ctx.db.mark_broken();
+                    Some(Error::OutcomeUnknown(format!(
+                        "{e}; the batch was logged before it failed, and the log could not record its failure: {}",
+                        append_error(why)
+                    )))
+                }
+            }
+        }
+        (Ok(_), None, Some(e)) => {
+            ctx.db.mark_broken();
+            Some(Error::OutcomeUnknown(format!(
+                "the batch was logged, and could not be applied: {e}"
+            )))
+        }
+        (Ok(_), None, None) if idle => {
+            // Every operation failed before writing: the ids reserved for it go back unless a
+            // transaction reserved one meanwhile. Its record replays to the same refusals.
+            if let Some(ids) = &ctx.ids {
+                let _ = ids.compare_exchange(after, before, Ordering::AcqRel, Ordering::Acquire);
+            }
+            None
+        }
+        (Ok(a), None, None) => {
+            s.commits.fetch_add(1, Ordering::Relaxed);
+            s.log_records.fetch_add(1, Ordering::Relaxed);
+            s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+            s.run_ns.fetch_add(run_ns, Ordering::Relaxed);
+            s.log_write_ns.fetch_add(a.write_ns, Ordering::Relaxed);
+            s.log_sync_ns.fetch_add(a.sync_ns, Ordering::Relaxed);
+            rows.and_then(|rows| replace(ctx, wal, seq, &rows))
+        }
+    };
+    if outcome.is_some() {
+        // The applier may still hold the database; a reopen must find it closed.
+        ctx.unapplied.wait();
+    }
+    Finished {
+        outcome,
+        job: ran,
+        unrun,
+        woken,
+        traffic,
+        hints,
+    }
+}
+
+/// Appends the replacement record of a batch whose run drew message ids: replay applies its
+/// rows instead of running the operation again.
+fn replace(ctx: &WriterContext, wal: &Wal, seq: u64, rows: &[u8]) -> Option<Error> {
+    let mut body = Vec::new();
+    wal::kinds::replacement(&mut body, seq, rows);
+    match wal.append(&body, || {}) {
+        Ok(a) => {
+            ctx.stats.log_records.fetch_add(1, Ordering::Relaxed);
+            ctx.stats.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+            None
+        }
+        Err(e) => {
+            // The record stands: replay would run the batch again, drawing its ids afresh.
+            ctx.db.mark_broken();
+            Some(Error::OutcomeUnknown(format!(
+                "the batch was logged, but the log could not record the ids it drew: {}",
+                append_error(e)
+            )))
+        }
+    }
+}
+
+fn append_error(e: AppendError) -> Error {
+    match e {
+        AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
+    }
+}
