@@ -309,6 +309,74 @@ fn replayed_sends_keep_their_ids_and_every_property() {
     store.close().unwrap();
 }
 
+/// An open after a crash replays the log without a durable commit of the store file, so the
+/// log stays the authority until the first write, which checkpoints: a crash before that
+/// write replays the same records again (and nothing is lost), and after it nothing is
+/// replayed twice.
+#[test]
+fn an_open_after_a_crash_keeps_the_log_until_the_first_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kept.postbox");
+    {
+        let s = Store::open(&path).unwrap();
+        s.queue("kept").unwrap();
+        s.close().unwrap();
+    }
+    let mut child = Proc::spawn(
+        CHILD,
+        "send-rich-abort",
+        &["send-rich-abort", arg(&path), "kept", "40"],
+    );
+    let mut ids = Vec::new();
+    while let Some(line) = child.next_line() {
+        if let Some(id) = line.strip_prefix("SENT ") {
+            ids.push(num(id));
+        }
+    }
+    assert!(!child.wait().success(), "the child must abort, not close");
+    let replayed_by = |tag: &str| {
+        let mut child = Proc::spawn(CHILD, tag, &["open-abort", arg(&path), "kept"]);
+        let line = child.next_line().expect("the child opened the store");
+        assert!(!child.wait().success(), "the child must abort, not close");
+        num(line.strip_prefix("REPLAYED ").expect("REPLAYED n"))
+    };
+    let first = replayed_by("open-abort-1");
+    // 40 sends and one batch of three: a record each.
+    assert!(first >= 41, "every send replayed: {first}");
+    // The first open's replay was not made durable, and its own commit went to the log.
+    let second = replayed_by("open-abort-2");
+    assert_eq!(
+        second,
+        first + 1,
+        "the second open replays the same records"
+    );
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.stats().replayed_records, first + 2);
+    assert_eq!(
+        store.stats().checkpoints,
+        0,
+        "the open itself does not checkpoint"
+    );
+    let q = store.queue("kept").unwrap();
+    q.send("after").unwrap();
+    assert_eq!(store.stats().checkpoints, 1, "the first write checkpoints");
+    for id in &ids {
+        assert!(
+            q.get(postbox::MessageId(*id)).unwrap().is_some(),
+            "{id} lost"
+        );
+    }
+    drop(q);
+    store.close().unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.stats().replayed_records, 0);
+    let q = store.queue("kept").unwrap();
+    assert_eq!(q.stats().unwrap().scheduled, ids.len() as u64);
+    assert_eq!(q.len().unwrap(), 1, "the message sent after the replay");
+    drop(q);
+    store.close().unwrap();
+}
+
 /// The consume loop (`complete_batch_and_receive`, one commit a message) is logged as one
 /// operation — complete, then receive the next — and replayed by running it again: aborted
 /// mid-loop, the store holds exactly the messages not completed (the one held at the abort is

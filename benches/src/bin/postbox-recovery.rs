@@ -72,6 +72,13 @@ fn crash_after(path: &Path, log_bytes: u64, count: u64) -> u64 {
 
 /// Opens `path`, timing it; returns (seconds, records replayed).
 fn timed_open(path: &Path, verify: bool) -> (f64, u64) {
+    let (took, replayed, _) = timed_open_and_send(path, verify);
+    (took, replayed)
+}
+
+/// Times the open and then the first send after it: after a crash the open replays without
+/// a durable commit, and that first write is the checkpoint that makes the replay durable.
+fn timed_open_and_send(path: &Path, verify: bool) -> (f64, u64, f64) {
     let started = Instant::now();
     let store = Store::builder()
         .verify_on_open(verify)
@@ -79,8 +86,14 @@ fn timed_open(path: &Path, verify: bool) -> (f64, u64) {
         .expect("open after the crash");
     let took = started.elapsed().as_secs_f64();
     let replayed = store.stats().replayed_records;
+    let sent = Instant::now();
+    store
+        .queue("after-open")
+        .and_then(|q| q.send("first write after the open"))
+        .expect("the first send after the open");
+    let first_write = sent.elapsed().as_secs_f64();
     store.close().expect("close");
-    (took, replayed)
+    (took, replayed, first_write)
 }
 
 fn main() {
@@ -89,8 +102,11 @@ fn main() {
         return child(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("--open") {
-        let (s, replayed) = timed_open(Path::new(&args[1]), true);
-        println!("{}", json!({"open_s": s, "replayed": replayed}));
+        let (s, replayed, first) = timed_open_and_send(Path::new(&args[1]), true);
+        println!(
+            "{}",
+            json!({"open_s": s, "replayed": replayed, "first_write_s": first})
+        );
         return;
     }
     let root = args.first().map_or_else(pb::bench_root, Into::into);
@@ -106,10 +122,10 @@ fn main() {
     let path = dir.path().join("full-log.postbox");
     let sent = crash_after(&path, FULL_LOG, u64::MAX);
     let log_len = std::fs::metadata(dir.path().join("full-log.postbox-log")).map_or(0, |m| m.len());
-    let (open_s, replayed) = timed_open(&path, true);
+    let (open_s, replayed, first_write_s) = timed_open_and_send(&path, true);
     let full_log = json!({
         "sent": sent, "log_file_bytes": log_len, "replayed": replayed, "open_s": open_s,
-        "replay_per_s": replayed as f64 / open_s,
+        "replay_per_s": replayed as f64 / open_s, "first_write_s": first_write_s,
     });
 
     let path = dir.path().join("big.postbox");

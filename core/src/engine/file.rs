@@ -75,6 +75,8 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
     let resume = again && b.uses_log();
     let opts = wal::Options {
         durable: !resume,
+        // A store of an older format is upgraded by a durable commit after its replay.
+        keep_log: b.uses_log() && version == FORMAT_VERSION,
         accept_loss: b.accept_log_loss && !again,
         logical: crate::engine::logical::replay,
     };
@@ -97,6 +99,13 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
     }
     let wal = match existing {
         Some(file) if resume => Some(Wal::resume(file, log, &recovered, b.checkpoints)?),
+        // The replay was not committed durably: the log goes on in its cycle until the first
+        // batch, a checkpoint, commits it.
+        Some(file) if recovered.kept_log => {
+            let wal = Wal::resume(file, log, &recovered, b.checkpoints)?;
+            wal.checkpoint_soon();
+            Some(wal)
+        }
         existing if b.uses_log() => {
             let file = match existing {
                 Some(f) => f,

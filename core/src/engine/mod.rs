@@ -184,10 +184,18 @@ impl Engine {
         let (pid, start) = owners::current();
         let scope = owners::current_scope();
         let multi = b.multi_process;
+        // After a replay that kept the log (`Recovered::kept_log`) the store's durable state is
+        // behind the log: this commit is logged too, and the first checkpoint makes both
+        // durable.
+        let kept_log = recovered.kept_log && wal.is_some();
         let setup = guarded::catch(|| -> Result<(u64, u64)> {
-            let txn = db.begin_write()?;
+            let mut txn = db.begin_write()?;
+            let changes = if kept_log {
+                logged::Changes::on(Vec::new())
+            } else {
+                logged::Changes::off()
+            };
             let registered = {
-                let changes = logged::Changes::off();
                 let ltxn = logged::LoggedTxn {
                     txn: &txn,
                     changes: &changes,
@@ -204,10 +212,20 @@ impl Engine {
                 batch.flush()?;
                 (owner, next_id)
             };
-            // From this durable commit on, the store needs the log's new cycle until a
-            // checkpoint or a clean close.
-            if let Some(w) = &wal {
-                wal::mark_started(&txn, w)?;
+            match &wal {
+                Some(w) if kept_log => {
+                    w.append(&changes.take(), || {}).map_err(|e| match e {
+                        wal::AppendError::NotWritten(e)
+                        | wal::AppendError::NoRoom(e)
+                        | wal::AppendError::NotSynced(e) => e,
+                    })?;
+                    txn.set_durability(redb::Durability::None)
+                        .map_err(|e| Error::Config(e.to_string()))?;
+                }
+                // From this durable commit on, the store needs the log's new cycle until a
+                // checkpoint or a clean close.
+                Some(w) => wal::mark_started(&txn, w)?,
+                None => {}
             }
             txn.commit()?;
             Ok(registered)

@@ -406,6 +406,13 @@ fn main() {
         logged(path, name, rest);
         return;
     }
+    if mode == "open-abort" {
+        // Opens the store (replaying what its log holds), prints how many records that
+        // replayed, and aborts before writing anything.
+        let store = Store::open(path).or_die();
+        say!("REPLAYED {}", store.stats().replayed_records);
+        std::process::abort();
+    }
     if mode == "send-rich-abort" {
         // Sends messages carrying every property a send can set to a single-process store
         // (so through the write-ahead log), prints SENT for each, then aborts: no close, no

@@ -88,6 +88,8 @@ struct Writer {
     /// nothing more (the store reopens, which recovers from what is there).
     failed: Option<String>,
     last_checkpoint: Instant,
+    /// Set by [`Wal::checkpoint_soon`]: the next batch checkpoints.
+    due_now: bool,
     /// The most record bytes the log may hold before a checkpoint for want of space (see
     /// [`Wal::checkpoint_due`]), when it was last computed, and at which log position.
     space_budget: u64,
@@ -239,6 +241,7 @@ impl Wal {
                 tail,
                 failed: None,
                 last_checkpoint: Instant::now(),
+                due_now: false,
                 space_budget: u64::MAX,
                 space_checked: Instant::now(),
                 space_checked_at: 0,
@@ -268,7 +271,10 @@ impl Wal {
         if used == 0 {
             return false;
         }
-        if used >= self.policy.bytes || w.last_checkpoint.elapsed() >= self.policy.interval {
+        if w.due_now
+            || used >= self.policy.bytes
+            || w.last_checkpoint.elapsed() >= self.policy.interval
+        {
             return true;
         }
         if used >= w.space_checked_at + SPACE_RECHECK_BYTES
@@ -279,6 +285,14 @@ impl Wal {
             w.space_checked_at = used;
         }
         used >= w.space_budget
+    }
+
+    /// Makes the next batch a checkpoint, whatever the policy says: after an open that replayed
+    /// the log without a durable commit (`Recovered::kept_log`), so that the store starts a new
+    /// cycle as soon as something is written (a copy of the log from before the crash is then
+    /// of an earlier cycle, and refused).
+    pub fn checkpoint_soon(&self) {
+        self.writer.lock().due_now = true;
     }
 
     /// Whether a batch with `bytes` of changes must be committed durably instead of logged.
@@ -502,6 +516,7 @@ impl Wal {
         w.cycle = w.header.cycle;
         w.salt = format::salt(w.header.store, w.cycle);
         w.last_checkpoint = Instant::now();
+        w.due_now = false;
         w.space_checked_at = 0;
         if w.header.capacity < w.capacity {
             match self.file.set_len(w.header.capacity) {

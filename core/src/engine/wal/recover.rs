@@ -122,6 +122,11 @@ pub struct Options {
     /// log stays authoritative and goes on (a reopen after a failed write, when the disk may
     /// be full).
     pub durable: bool,
+    /// With `durable`: when the log is this store's current one, whole and in use (not
+    /// between two cycles), replay without a durable commit anyway and keep the log
+    /// authoritative, so that the open does not wait for redb to write and sync every page
+    /// the replay touched; the first checkpoint does that (see [`Recovered::kept_log`]).
+    pub keep_log: bool,
     /// Open even when the log the store needs is missing or damaged: replay what can be
     /// verified and report the rest as lost (`StoreBuilder::accept_log_loss`).
     pub accept_loss: bool,
@@ -156,6 +161,9 @@ pub struct Recovered {
     pub loss: Option<String>,
     /// The log file must be moved aside, and why.
     pub aside: Option<(Aside, String)>,
+    /// The replay was committed without a sync and the log stays in use, in its cycle: the
+    /// caller goes on with it ([`Wal::resume`]) and logs its own first commit.
+    pub kept_log: bool,
     pub took: Duration,
 }
 
@@ -409,6 +417,17 @@ pub fn recover(
     };
     let records = plan.bodies.len() as u64;
     let applied = plan.bodies.last().map_or(st.applied, |(s, _)| *s);
+    let keep = opts.durable
+        && opts.keep_log
+        && records > 0
+        && loss.is_none()
+        && plan.aside.is_none()
+        && st.cycle != 0
+        && plan.cycle == st.cycle
+        && plan
+            .header
+            .is_some_and(|h| h.cycle == st.cycle && h.prev == 0);
+    let durable = opts.durable && !keep;
     let mut wrote = false;
     if let Some(data) = &data
         && records > 0
@@ -421,7 +440,7 @@ pub fn recover(
         kinds::replay(&txn, &bodies, opts.logical)?;
         wrote = true;
     }
-    if opts.durable && (wrote || st.cycle != 0 || loss.is_some()) {
+    if durable && (wrote || st.cycle != 0 || loss.is_some()) {
         // Everything the log held is in the store now: it needs no log until the next one
         // starts.
         mark(&txn, applied, 0, 0)?;
@@ -430,7 +449,7 @@ pub fn recover(
         txn.open_table(META)?.insert(KEY_LOG_APPLIED, applied)?;
     }
     if wrote {
-        if !opts.durable {
+        if !durable {
             txn.set_durability(redb::Durability::None)
                 .map_err(|e| Error::Config(e.to_string()))?;
         }
@@ -446,6 +465,7 @@ pub fn recover(
         header: plan.header,
         loss,
         aside: plan.aside,
+        kept_log: keep,
         took: started.elapsed(),
     })
 }
