@@ -1,7 +1,7 @@
-//! Batches acknowledged before redb applies them. A batch of one small logical operation (a
-//! send, the consume loop's settle-then-receive; see [`worth_running_behind`]) with nothing
-//! else to do writes its record and syncs it on the leader's thread while the applier thread
-//! runs the batch; the
+//! Batches acknowledged before redb applies them. A batch of small logical operations (sends,
+//! the consume loop's settle-then-receive; see [`worth_running_behind`]), one caller's or
+//! several concurrent callers', with nothing else to do writes its record and syncs it on the
+//! leader's thread while the applier thread runs the batch; the
 //! caller is answered once both are done, and redb commits the batch (without a sync) after
 //! that, on the applier thread, while the next caller goes on. So a single caller waits for
 //! one write and one sync, not for the B-tree. Reads wait for those commits
@@ -19,6 +19,7 @@ use redb::Database;
 
 use super::applier::Applier;
 use super::job::{Job, Ran};
+use super::unapplied::Unapplied;
 use super::writer::WriterContext;
 use crate::engine::batch::{Batch, DueHints, Traffic};
 use crate::engine::db::DbSlot;
@@ -27,66 +28,15 @@ use crate::engine::logical::{self, First, LogicalOp};
 use crate::engine::wal::{self, AppendError, Wal};
 use crate::error::Error;
 
-/// How many batches were handed to the applier to run and how many it has committed since:
-/// a read waits until every batch acknowledged before it began is in redb.
-#[derive(Default)]
-pub struct Unapplied {
-    handed: AtomicU64,
-    applied: AtomicU64,
-    lock: std::sync::Mutex<()>,
-    done: std::sync::Condvar,
-}
-
-impl Unapplied {
-    /// Returns once every batch handed over so far is committed to redb (or has failed, in
-    /// which case the store is marked for reopening and the reopen replays it). At most one
-    /// batch is ever behind (the leader waits for each run before it leads the next batch), so
-    /// the wait is at most one redb commit without a sync.
-    pub fn wait(&self) {
-        let target = self.handed.load(Ordering::Acquire);
-        if self.applied.load(Ordering::Acquire) >= target {
-            return;
-        }
-        let mut guard = self
-            .lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while self.applied.load(Ordering::Acquire) < target {
-            guard = self
-                .done
-                .wait(guard)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-    }
-
-    fn applied_one(&self) {
-        let _guard = self
-            .lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.applied.fetch_add(1, Ordering::AcqRel);
-        self.done.notify_all();
-    }
-}
-
-/// Counts a handed batch as applied when dropped: after its commit, or when its run never
-/// happens or panics, so that no reader waits for it forever.
-struct Applying(Arc<Unapplied>);
-
-impl Drop for Applying {
-    fn drop(&mut self) {
-        self.0.applied_one();
-    }
-}
-
 /// What a batch run behind its acknowledgement gives back to `run.rs`, which answers its
 /// callers as for any batch.
 pub(super) struct Finished {
     /// The batch's outcome as its callers hear it (`None`: done and durable).
     pub outcome: Option<Error>,
-    /// The job, run (answer it with `deliver`) or not (the batch failed before it ran).
-    pub job: Option<Ran>,
-    pub unrun: Option<Box<dyn Job>>,
+    /// The jobs that ran (answer them with `deliver`), and those that did not (the batch
+    /// failed before they ran).
+    pub ran: Vec<Ran>,
+    pub unrun: Vec<Box<dyn Job>>,
     pub woken: HashSet<u32>,
     pub traffic: HashMap<u32, Traffic>,
     pub hints: DueHints,
@@ -94,8 +44,8 @@ pub(super) struct Finished {
 
 /// What the applier's run reports to the leader before it commits.
 struct Run {
-    ran: Option<Ran>,
-    unrun: Option<Box<dyn Job>>,
+    ran: Vec<Ran>,
+    unrun: Vec<Box<dyn Job>>,
     /// The batch failed after writing (or could not start): aborted, its record needs a void.
     fatal: Option<Error>,
     /// The batch ran but could not be prepared for its commit: the store reopens.
@@ -135,7 +85,7 @@ pub(super) fn try_run_behind(
         return Err(jobs);
     };
     let hints = *ctx.hints.lock();
-    if jobs.len() != 1 || !hints.nothing_due(now) {
+    if !hints.nothing_due(now) {
         return Err(jobs);
     }
     let mut slot = ctx.applier.lock();
@@ -143,17 +93,23 @@ pub(super) fn try_run_behind(
     if !applier.threaded() {
         return Err(jobs);
     }
+    if !jobs.iter_mut().all(|j| {
+        j.logical()
+            .is_some_and(|op| op.loggable() && worth_running_behind(op))
+    }) {
+        return Err(jobs);
+    }
     let before = ids.load(Ordering::Acquire);
-    let mut body = Vec::with_capacity(1280);
-    logical::begin(&mut body, now, 1);
-    let prepared = match jobs[0].logical() {
-        Some(op) if op.loggable() && worth_running_behind(op) => op
-            .prepare(&mut || Ok(ids.fetch_add(1, Ordering::AcqRel)), &mut body)
-            .is_ok(),
-        _ => false,
-    };
+    let mut body = Vec::with_capacity(1280 * jobs.len());
+    logical::begin(&mut body, now, jobs.len());
+    for job in jobs.iter_mut() {
+        if let Some(op) = job.logical() {
+            // Reserving from the counter cannot fail.
+            let _ = op.prepare(&mut || Ok(ids.fetch_add(1, Ordering::AcqRel)), &mut body);
+        }
+    }
     // A batch declined after reserving ids keeps them: they stay the messages' ids.
-    if !prepared || wal.too_big(body.len()) {
+    if wal.too_big(body.len()) {
         return Err(jobs);
     }
     let Ok(seq) = wal.write(&body) else {
@@ -161,12 +117,8 @@ pub(super) fn try_run_behind(
         return Err(jobs);
     };
     let after = ids.load(Ordering::Acquire);
-    let Some(job) = jobs.pop() else {
-        return Err(jobs);
-    };
     let (tx, rx) = crossbeam_channel::bounded::<Run>(1);
-    ctx.unapplied.handed.fetch_add(1, Ordering::AcqRel);
-    let applying = Applying(ctx.unapplied.clone());
+    let applying = Unapplied::hand(&ctx.unapplied);
     let apply = Apply {
         db: db.clone(),
         slot: ctx.db.clone(),
@@ -178,7 +130,7 @@ pub(super) fn try_run_behind(
         seq,
     };
     let handed = applier.hand_run(Box::new(move || {
-        run_and_apply(apply, job, &tx);
+        run_and_apply(apply, jobs, &tx);
         drop(applying);
     }));
     drop(slot);
@@ -220,8 +172,8 @@ fn worth_running_behind(op: &LogicalOp) -> bool {
 impl Run {
     fn lost(hints: DueHints) -> Run {
         Run {
-            ran: None,
-            unrun: None,
+            ran: Vec::new(),
+            unrun: Vec::new(),
             fatal: Some(Error::Panic(
                 "the apply thread stopped while running a batch".into(),
             )),
@@ -237,11 +189,11 @@ impl Run {
 }
 
 /// The applier's part: runs the batch, reports to the leader, then commits it without a sync.
-fn run_and_apply(a: Apply, job: Box<dyn Job>, tx: &crossbeam_channel::Sender<Run>) {
+fn run_and_apply(a: Apply, jobs: Vec<Box<dyn Job>>, tx: &crossbeam_channel::Sender<Run>) {
     let started = Instant::now();
     let mut run = Run {
-        ran: None,
-        unrun: None,
+        ran: Vec::new(),
+        unrun: Vec::new(),
         fatal: None,
         not_applied: None,
         idle: false,
@@ -255,7 +207,7 @@ fn run_and_apply(a: Apply, job: Box<dyn Job>, tx: &crossbeam_channel::Sender<Run
         Ok(t) => t,
         Err(e) => {
             run.fatal = Some(e.into());
-            run.unrun = Some(job);
+            run.unrun = jobs;
             let _ = tx.send(run);
             return;
         }
@@ -270,9 +222,17 @@ fn run_and_apply(a: Apply, job: Box<dyn Job>, tx: &crossbeam_channel::Sender<Run
         Batch::open(ltxn, a.now, a.hints).map(|mut batch| {
             batch.track_activity(a.activity);
             batch.share_ids(a.ids);
-            let r = job.run(&mut batch);
-            run.fatal = r.fatal.as_ref().map(Error::duplicate);
-            run.ran = Some(r);
+            let mut rest = jobs.into_iter();
+            for job in rest.by_ref() {
+                let r = job.run(&mut batch);
+                run.fatal = r.fatal.as_ref().map(Error::duplicate);
+                run.ran.push(r);
+                if run.fatal.is_some() {
+                    break;
+                }
+            }
+            // After a failure that wrote, the batch aborts: the jobs after it never run.
+            run.unrun = rest.collect();
             run.idle = !batch.changed();
             if run.fatal.is_none()
                 && !run.idle
@@ -400,7 +360,7 @@ fn settle(
     }
     Finished {
         outcome,
-        job: ran,
+        ran,
         unrun,
         woken,
         traffic,

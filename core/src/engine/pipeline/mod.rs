@@ -27,10 +27,11 @@ mod job;
 mod leader;
 mod run;
 mod stats;
+mod unapplied;
 mod writer;
 
-pub use behind::Unapplied;
 pub use stats::PipelineStats;
+pub use unapplied::Unapplied;
 pub use writer::{Writer, WriterContext};
 
 use std::sync::Arc;

@@ -116,15 +116,18 @@ fn run_batch(
         match behind::try_run_behind(ctx, &db, w, jobs, ctx.clock.now_ms()) {
             Ok(f) => {
                 drop(db);
-                let ran: Vec<Ran> = f.job.into_iter().collect();
-                if let (Some(unrun), Some(e)) = (f.unrun, &f.outcome) {
-                    unrun.fail(e);
+                let unrun_error = f.outcome.as_ref().map_or_else(
+                    || Error::Panic("a batch left a job unrun".into()),
+                    Error::duplicate,
+                );
+                for job in f.unrun {
+                    job.fail(&unrun_error);
                 }
                 return answer(
                     ctx,
                     f.outcome,
                     n,
-                    ran,
+                    f.ran,
                     Vec::new(),
                     f.traffic,
                     f.woken,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use super::applier::Applier;
-use super::behind::Unapplied;
 use super::stats::PipelineStats;
+use super::unapplied::Unapplied;
 use crate::clock::Clock;
 use crate::engine::batch::DueHints;
 use crate::engine::db::DbSlot;
