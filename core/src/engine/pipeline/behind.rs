@@ -18,6 +18,7 @@ use std::time::Instant;
 use redb::Database;
 
 use super::applier::Applier;
+use super::commit::{append_error, replace};
 use super::job::{Job, Ran};
 use super::unapplied::Unapplied;
 use super::writer::WriterContext;
@@ -365,33 +366,5 @@ fn settle(
         woken,
         traffic,
         hints,
-    }
-}
-
-/// Appends the replacement record of a batch whose run drew message ids: replay applies its
-/// rows instead of running the operation again.
-fn replace(ctx: &WriterContext, wal: &Wal, seq: u64, rows: &[u8]) -> Option<Error> {
-    let mut body = Vec::new();
-    wal::kinds::replacement(&mut body, seq, rows);
-    match wal.append(&body, || {}) {
-        Ok(a) => {
-            ctx.stats.log_records.fetch_add(1, Ordering::Relaxed);
-            ctx.stats.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
-            None
-        }
-        Err(e) => {
-            // The record stands: replay would run the batch again, drawing its ids afresh.
-            ctx.db.mark_broken();
-            Some(Error::OutcomeUnknown(format!(
-                "the batch was logged, but the log could not record the ids it drew: {}",
-                append_error(e)
-            )))
-        }
-    }
-}
-
-fn append_error(e: AppendError) -> Error {
-    match e {
-        AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
     }
 }

@@ -199,14 +199,19 @@ pub(super) fn commit_logical(
         }
     };
     settle_logged(ctx, &a, ran - started, (applied, apply_ns));
-    let s = &ctx.stats;
-    let rows = rows?;
+    replace(ctx, wal, seq, rows?)
+}
+
+/// Appends the replacement record of logical record `seq`, whose batch drew message ids:
+/// replay applies its `rows` instead of running the operations again. `OutcomeUnknown` (and
+/// the store marked for reopening) when it cannot be written.
+pub(super) fn replace(ctx: &WriterContext, wal: &Wal, seq: u64, rows: &[u8]) -> Option<Error> {
     let mut body = Vec::new();
     wal::kinds::replacement(&mut body, seq, rows);
     match wal.append(&body, || {}) {
         Ok(a) => {
-            s.log_records.fetch_add(1, Ordering::Relaxed);
-            s.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
+            ctx.stats.log_records.fetch_add(1, Ordering::Relaxed);
+            ctx.stats.log_bytes.fetch_add(a.bytes, Ordering::Relaxed);
             None
         }
         Err(e) => {
@@ -221,7 +226,8 @@ pub(super) fn commit_logical(
     }
 }
 
-fn append_error(e: AppendError) -> Error {
+/// The error inside an [`AppendError`].
+pub(super) fn append_error(e: AppendError) -> Error {
     match e {
         AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
     }

@@ -16,7 +16,9 @@
 //! (the `Writer` trait, and the store's `WriterContext`); `run.rs` running one batch on the
 //! store and answering its callers; `commit.rs` committing it (logged, or durably to redb) and
 //! settling a failed commit; `applier.rs` the thread that applies logged batches to redb;
-//! `stats.rs` the counters. This file is the handle the store holds.
+//! `behind.rs` batches of small logical operations, run on that thread and acknowledged
+//! before redb commits them; `unapplied.rs` what reads wait for meanwhile; `stats.rs` the
+//! counters. This file is the handle the store holds.
 
 mod applier;
 mod behind;
