@@ -58,8 +58,12 @@ timed() { # NAME COMMAND...: runs it, then prints how long it took
 }
 
 # Rust: the core suite, the cross-process and crash tests, the CLI.
+# One compaction test races a 5 s give-up against another reader; under Wine, beside the other
+# compaction tests on two cores, its first retry once came after 4 s: it runs alone, after.
+ALONE=the_report_is_what_compaction_freed_not_concurrent_growth
 timed core env POSTBOX_POWERLOSS_VARIANTS=1 POSTBOX_IOFAULT_STEP=9 \
-    cargo test -p postbox --target "$T" --locked
+    cargo test -p postbox --target "$T" --locked -- --skip "$ALONE"
+timed core-alone cargo test -p postbox --target "$T" --locked --test compact -- --exact "$ALONE"
 kills=${POSTBOX_WINDOWS_KILLS:-50}
 timed processes env POSTBOX_CRASH_ITERATIONS=20 POSTBOX_JEPSEN_KILLS="$kills" \
     cargo test -p postbox-tests --target "$T" --locked -- --nocapture --test-threads=2
