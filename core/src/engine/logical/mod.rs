@@ -24,6 +24,7 @@ use redb::WriteTransaction;
 use super::batch::{Batch, DueHints, HeldLock, Locked, QueueRef, Settle};
 use super::codec;
 use super::logged::{Changes, LoggedTxn};
+use super::varint::put as put_varint;
 use super::wal::kinds::{LOGICAL, bad_logical};
 use crate::error::Result;
 use crate::message::{Message, Sent};
@@ -265,8 +266,6 @@ pub fn begin(body: &mut Vec<u8>, now: u64, ops: usize) {
     body.extend_from_slice(&now.to_le_bytes());
     put_varint(body, ops as u64);
 }
-
-use super::varint::put as put_varint;
 
 struct Reader<'a>(&'a [u8]);
 

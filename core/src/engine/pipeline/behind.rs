@@ -171,13 +171,12 @@ fn worth_running_behind(op: &LogicalOp) -> bool {
 }
 
 impl Run {
-    fn lost(hints: DueHints) -> Run {
+    /// A run that has done nothing yet.
+    fn new(hints: DueHints) -> Run {
         Run {
             ran: Vec::new(),
             unrun: Vec::new(),
-            fatal: Some(Error::Panic(
-                "the apply thread stopped while running a batch".into(),
-            )),
+            fatal: None,
             not_applied: None,
             idle: false,
             rows: None,
@@ -187,23 +186,21 @@ impl Run {
             run_ns: 0,
         }
     }
+
+    fn lost(hints: DueHints) -> Run {
+        Run {
+            fatal: Some(Error::Panic(
+                "the apply thread stopped while running a batch".into(),
+            )),
+            ..Run::new(hints)
+        }
+    }
 }
 
 /// The applier's part: runs the batch, reports to the leader, then commits it without a sync.
 fn run_and_apply(a: Apply, jobs: Vec<Box<dyn Job>>, tx: &crossbeam_channel::Sender<Run>) {
     let started = Instant::now();
-    let mut run = Run {
-        ran: Vec::new(),
-        unrun: Vec::new(),
-        fatal: None,
-        not_applied: None,
-        idle: false,
-        rows: None,
-        woken: HashSet::new(),
-        traffic: HashMap::new(),
-        hints: a.hints,
-        run_ns: 0,
-    };
+    let mut run = Run::new(a.hints);
     let mut txn = match a.db.begin_write() {
         Ok(t) => t,
         Err(e) => {
