@@ -54,6 +54,18 @@ pub trait LogFile: Send + Sync + std::fmt::Debug {
     fn start_writeback(&self, offset: u64, len: u64) {
         let _ = (offset, len);
     }
+
+    /// Writes all of `buf` at `offset` and makes it durable, as [`LogFile::write_at`] then
+    /// [`LogFile::sync`] (the default); a file may do both in one step (a direct, synchronous
+    /// write). The log asks only for whole 4 KiB pages at page offsets inside the file.
+    ///
+    /// # Errors
+    ///
+    /// The file system's error; after one, any part of `buf` may or may not be durable.
+    fn write_durably(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.sync()
+    }
 }
 
 /// A log file on the real file system.

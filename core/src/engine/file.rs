@@ -98,7 +98,9 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
         set_aside(&log, *why, text)?;
     }
     let wal = match existing {
-        Some(file) if resume => Some(Wal::resume(file, log, &recovered, b.checkpoints)?),
+        Some(file) if resume && !recovered.restarts_log => {
+            Some(Wal::resume(file, log, &recovered, b.checkpoints)?)
+        }
         // The replay was not committed durably: the log goes on in its cycle until the first
         // batch, a checkpoint, commits it.
         Some(file) if recovered.kept_log => {
@@ -112,13 +114,15 @@ fn open_and_recover(path: &Path, b: &EngineConfig, again: bool) -> Result<Opened
                 None => wal::file::open_log(&log, b.storage_layer.as_ref())?,
             };
             let id = store_id(&db)?;
-            Some(Wal::start(
-                file,
-                log,
-                id,
-                recovered.applied + 1,
-                b.checkpoints,
-            )?)
+            let wal = Wal::start(file, log, id, recovered.applied + 1, b.checkpoints)?;
+            if again {
+                // A reopen has no registration commit (the open's) to record the cycle the log
+                // starts in: this one does, before the first record.
+                let txn = db.begin_write()?;
+                wal::mark_started(&txn, &wal)?;
+                txn.commit()?;
+            }
+            Some(wal)
         }
         existing => {
             // Everything the log held is in the store now, durably, and the store records that

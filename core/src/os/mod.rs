@@ -3,6 +3,8 @@
 //! never `std::os::*`, `libc` or `windows-sys` directly (`docs/design.md` § Platforms).
 //!
 //! - [`io`]: positional reads and writes of a file.
+//! - [`direct`]: writes that are durable when they return, bypassing the page cache (the
+//!   write-ahead log's records, where the platform has them).
 //! - [`fs`]: creating files for the owner only, publishing a new file under its final name
 //!   without replacing anything, making a directory's entries durable.
 //! - [`lock`]: how files are shared between processes, and whether this process has a file
@@ -17,6 +19,7 @@
 //!
 //! The only `unsafe` code of the crate lives here, each block with its reason.
 
+pub mod direct;
 pub mod fs;
 pub mod io;
 pub mod lock;

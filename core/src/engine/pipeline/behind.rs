@@ -113,7 +113,7 @@ pub(super) fn try_run_behind(
     if wal.too_big(body.len()) {
         return Err(jobs);
     }
-    let Ok(seq) = wal.write(&body) else {
+    let Ok(seq) = wal.stage(&body) else {
         // The batch runs as any other, whose record meets the same failure and settles it.
         return Err(jobs);
     };
@@ -268,7 +268,10 @@ fn run_and_apply(a: Apply, jobs: Vec<Box<dyn Job>>, tx: &crossbeam_channel::Send
         let _ = tx.send(run);
         return;
     }
-    // The leader answers the caller while redb commits: the record is durable by then.
+    // The leader answers the caller while redb commits, without a sync: the record is being
+    // written and synced meanwhile (`Wal::stage`). If that fails, this commit holds a batch
+    // the log lacks; the store reopens and recovery commits durably and starts a new log
+    // cycle for that case (`wal::recover`'s `restarts_log`). A crash meanwhile loses both.
     let _ = tx.send(run);
     let t = Instant::now();
     let committed = txn.commit();

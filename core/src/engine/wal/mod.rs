@@ -107,6 +107,8 @@ struct Written {
     record_end: usize,
     framed: u64,
     write_ns: u64,
+    /// Framed in `Writer::buf` and not written yet ([`Wal::stage`]).
+    staged: bool,
 }
 
 /// The open log of a store: the writer's state behind a lock only the pipeline's leader takes.
@@ -341,7 +343,38 @@ impl Wal {
     /// As [`Wal::append`]'s `NotWritten` and `NoRoom`.
     pub fn write(&self, body: &[u8]) -> std::result::Result<u64, AppendError> {
         let mut guard = self.writer.lock();
+        let (seq, page_start) = self.frame(&mut guard, body)?;
         let w = &mut *guard;
+        let started = Instant::now();
+        // A failed write leaves at most part of this record past the last durable one, which
+        // recovery reads as a torn tail; the next append writes over it.
+        if let Err(e) = self.file.write_at(&w.buf, page_start) {
+            w.written = None;
+            return Err(AppendError::NotWritten(log_error("writing a record", e)));
+        }
+        if let Some(written) = &mut w.written {
+            written.write_ns = started.elapsed().as_nanos() as u64;
+            written.staged = false;
+        }
+        Ok(seq)
+    }
+
+    /// Like [`Wal::write`], but only stages the record: [`Wal::sync_written`] writes and
+    /// syncs it in one step ([`LogFile::write_durably`]: one direct, synchronous write where
+    /// the platform has it). For a caller with nothing to overlap with the transfer.
+    ///
+    /// # Errors
+    ///
+    /// As [`Wal::append`]'s `NotWritten` (the log failed earlier) and `NoRoom`.
+    pub fn stage(&self, body: &[u8]) -> std::result::Result<u64, AppendError> {
+        let mut guard = self.writer.lock();
+        self.frame(&mut guard, body).map(|(seq, _)| seq)
+    }
+
+    /// Frames the next record into `w.buf` (with the page's earlier bytes before it and zeros
+    /// after it, so that it is whole pages), growing the file if it must; returns its sequence
+    /// number and the offset of its first page.
+    fn frame(&self, w: &mut Writer, body: &[u8]) -> std::result::Result<(u64, u64), AppendError> {
         if let Some(why) = &w.failed {
             return Err(AppendError::NotWritten(Error::Io(std::io::Error::other(
                 format!("the write-ahead log failed earlier ({why}); the store reopens its files"),
@@ -361,20 +394,15 @@ impl Wal {
         format::frame(buf, w.salt, seq, body);
         // Zeros after the record to the end of its page: they end the log there for recovery.
         buf.resize(buf.len().next_multiple_of(PAGE as usize), 0);
-        let started = Instant::now();
-        // A failed write leaves at most part of this record past the last durable one, which
-        // recovery reads as a torn tail; the next append writes over it.
-        self.file
-            .write_at(buf, page_start)
-            .map_err(|e| AppendError::NotWritten(log_error("writing a record", e)))?;
         w.written = Some(Written {
             page_start,
             end,
             record_end,
             framed: framed as u64,
-            write_ns: started.elapsed().as_nanos() as u64,
+            write_ns: 0,
+            staged: true,
         });
-        Ok(seq)
+        Ok((seq, page_start))
     }
 
     /// Starts writing the record [`Wal::write`] wrote to the device without waiting for it
@@ -405,7 +433,12 @@ impl Wal {
             ))));
         };
         let handed = Instant::now();
-        if let Err(e) = self.file.sync() {
+        let synced = if written.staged {
+            self.file.write_durably(&w.buf, written.page_start)
+        } else {
+            self.file.sync()
+        };
+        if let Err(e) = synced {
             w.failed = Some(e.to_string());
             return Err(AppendError::NotSynced(Error::OutcomeUnknown(format!(
                 "the write-ahead log could not be synced ({e}); the batch may or may not be durable"

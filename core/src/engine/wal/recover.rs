@@ -71,12 +71,6 @@ pub fn mark(txn: &WriteTransaction, seq: u64, cycle: u64, length: u64) -> Result
     Ok(())
 }
 
-/// Records in `txn` (the commit that registers this process at open) the cycle the log `wal`
-/// starts in: from then on the store needs that log until a checkpoint or a clean close.
-///
-/// # Errors
-///
-/// redb's errors.
 /// Records in a logged batch's own transaction that the store holds record `seq`: replaying
 /// a logical record is not idempotent (it runs operations again), so replay must skip one
 /// whose batch the store file kept — redb keeps non-durable commits when the database is
@@ -90,6 +84,13 @@ pub fn mark_applied(txn: &WriteTransaction, seq: u64) -> Result<()> {
     Ok(())
 }
 
+/// Records in `txn` (the commit that registers this process at open, or a reopen's that
+/// started a new cycle) the cycle the log `wal` starts in: from then on the store needs that
+/// log until a checkpoint or a clean close.
+///
+/// # Errors
+///
+/// redb's errors.
 pub fn mark_started(txn: &WriteTransaction, wal: &Wal) -> Result<()> {
     let (cycle, capacity) = wal.cycle_and_capacity();
     let mut meta = txn.open_table(META)?;
@@ -164,6 +165,9 @@ pub struct Recovered {
     /// The replay was committed without a sync and the log stays in use, in its cycle: the
     /// caller goes on with it ([`Wal::resume`]) and logs its own first commit.
     pub kept_log: bool,
+    /// The store held a record its log lacks: the replay was committed durably even without
+    /// `durable`, and the log must start a new cycle rather than go on ([`Wal::resume`]).
+    pub restarts_log: bool,
     pub took: Duration,
 }
 
@@ -427,7 +431,12 @@ pub fn recover(
         && plan
             .header
             .is_some_and(|h| h.cycle == st.cycle && h.prev == 0);
-    let durable = opts.durable && !keep;
+    // The store holds a record of this cycle that the log lacks: a batch applied while its
+    // record's write failed (`Wal::stage` writes with the sync, as the batch runs). A log that
+    // went on in this cycle would hold a hole a later recovery refuses: the replay commits
+    // durably and the log starts a new cycle instead.
+    let ahead = st.cycle != 0 && st.applied >= st.cycle && st.applied > plan.last.unwrap_or(0);
+    let durable = (opts.durable || ahead) && !keep;
     let mut wrote = false;
     if let Some(data) = &data
         && records > 0
@@ -466,6 +475,7 @@ pub fn recover(
         loss,
         aside: plan.aside,
         kept_log: keep,
+        restarts_log: ahead,
         took: started.elapsed(),
     })
 }
