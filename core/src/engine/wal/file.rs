@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Result, io_at};
 use crate::os;
@@ -30,6 +31,7 @@ pub fn open_log(path: &Path, layer: Option<&SharedLayer>) -> Result<Box<dyn LogF
             Some(direct) => Box::new(DirectLogFile {
                 file: OsLogFile(file),
                 direct,
+                usable: AtomicBool::new(true),
             }),
             None => Box::new(OsLogFile(file)),
         },
@@ -62,6 +64,10 @@ pub fn open_os(path: &Path) -> io::Result<(File, bool)> {
 struct DirectLogFile {
     file: OsLogFile,
     direct: os::direct::DirectWriter,
+    /// Cleared when the file system refused a direct write of whole pages (`EINVAL`: it wants
+    /// a larger alignment, or takes `O_DIRECT` at open and not at write): the log then writes
+    /// and syncs through the ordinary handle.
+    usable: AtomicBool,
 }
 
 impl LogFile for DirectLogFile {
@@ -93,6 +99,17 @@ impl LogFile for DirectLogFile {
         // The ordinary handle's cached pages of the range (a record written there and synced,
         // or a torn write's) cannot land after this write: a direct write first writes back
         // and drops them, and the log's reads then come from the disk.
-        self.direct.write_durably(buf, offset)
+        if self.usable.load(Ordering::Relaxed) {
+            match self.direct.write_durably(buf, offset) {
+                // A refused request wrote nothing: it goes the ordinary way below.
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    self.usable.store(false, Ordering::Relaxed);
+                    tracing::info!(error = %e, "the file system refused a direct write to the write-ahead log: it writes and syncs instead");
+                }
+                other => return other,
+            }
+        }
+        self.file.write_at(buf, offset)?;
+        self.file.sync()
     }
 }
