@@ -12,6 +12,9 @@
 //! - a fault while the store is being created (the scenario starts on a new path) leaves no
 //!   store or a complete one, and no temporary file.
 //!
+//! One more test fails exactly the write of a small send's log record (written with its sync
+//! while redb applies the send on another thread) and checks the same of what follows.
+//!
 //! Knobs: `POSTBOX_IOFAULT_STEP` (test every Nth fault point, default 3; 1 for the long tier),
 //! `POSTBOX_IOFAULT_OPS` (operations of the scenario, default 24).
 
@@ -284,4 +287,73 @@ fn every_io_error_is_typed_and_nothing_acknowledged_is_lost_with_the_log() {
 #[test]
 fn every_io_error_is_typed_and_nothing_acknowledged_is_lost_without_the_log() {
     sweep(false);
+}
+
+/// Fails the next write to the log once armed.
+#[derive(Debug, Default)]
+struct FailNextLogWrite {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Tap for FailNextLogWrite {
+    fn before(&self, which: Which, io: &Io<'_>) -> io::Result<()> {
+        if matches!(which, Which::Log)
+            && matches!(io, Io::Write(..))
+            && self.armed.swap(false, Ordering::AcqRel)
+        {
+            return Err(io::Error::from_raw_os_error(5));
+        }
+        Ok(())
+    }
+}
+
+/// A small send's record is written with its sync while redb already applies the send on
+/// another thread. When that write fails, the caller hears `OutcomeUnknown`, the store reopens
+/// and starts a new log cycle (redb may hold the send while the log does not), and what is
+/// acknowledged afterwards survives a kill -9 as well as a clean close.
+#[test]
+fn a_failed_write_of_a_small_sends_record_loses_nothing_acknowledged_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let tap = Arc::new(FailNextLogWrite::default());
+    let store = Store::builder()
+        .storage_layer(layer::layer(tap.clone()))
+        .open(&path)
+        .unwrap();
+    let q = store.queue("q").unwrap();
+    let mut acked = BTreeSet::new();
+    for i in 0..3 {
+        q.send(Message::new(format!("before-{i}"))).unwrap();
+        acked.insert(format!("before-{i}"));
+    }
+    tap.armed.store(true, Ordering::Release);
+    match q.send(Message::new("failed")) {
+        Err(Error::OutcomeUnknown(_)) => {}
+        other => panic!("the send whose record failed: {other:?}"),
+    }
+    for i in 0..3 {
+        q.send(Message::new(format!("after-{i}"))).unwrap();
+        acked.insert(format!("after-{i}"));
+    }
+    let crashed = dir.path().join("crashed.postbox");
+    std::fs::copy(&path, &crashed).unwrap();
+    std::fs::copy(
+        dir.path().join("s.postbox-log"),
+        dir.path().join("crashed.postbox-log"),
+    )
+    .unwrap();
+    drop(q);
+    store.close().unwrap();
+    for p in [&crashed, &path] {
+        let store = Store::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let q = store.queue("q").unwrap();
+        let held: BTreeSet<String> = q
+            .browse()
+            .map(|m| String::from_utf8_lossy(m.unwrap().body()).into_owned())
+            .filter(|b| b != "failed")
+            .collect();
+        assert_eq!(held, acked, "{}", p.display());
+        drop(q);
+        store.close().unwrap();
+    }
 }
