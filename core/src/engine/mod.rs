@@ -214,11 +214,8 @@ impl Engine {
             };
             match &wal {
                 Some(w) if kept_log => {
-                    w.append(&changes.take(), || {}).map_err(|e| match e {
-                        wal::AppendError::NotWritten(e)
-                        | wal::AppendError::NoRoom(e)
-                        | wal::AppendError::NotSynced(e) => e,
-                    })?;
+                    w.append(&changes.take(), || {})
+                        .map_err(wal::AppendError::into_error)?;
                     txn.set_durability(redb::Durability::None)
                         .map_err(|e| Error::Config(e.to_string()))?;
                 }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use redb::Database;
 
 use super::applier::Applier;
-use super::commit::{append_error, replace};
+use super::commit::replace;
 use super::job::{Job, Ran};
 use super::unapplied::Unapplied;
 use super::writer::WriterContext;
@@ -314,7 +314,7 @@ fn settle(
     let outcome = match (synced, fatal, not_applied) {
         (Err(failed), _, _) => {
             ctx.db.mark_broken();
-            Some(append_error(failed))
+            Some(failed.into_error())
         }
         (Ok(_), Some(e), _) => {
             if e.is_io_failure() || matches!(e, Error::Panic(_)) {
@@ -326,7 +326,7 @@ fn settle(
                     ctx.db.mark_broken();
                     Some(Error::OutcomeUnknown(format!(
                         "{e}; the batch was logged before it failed, and the log could not record its failure: {}",
-                        append_error(why)
+                        why.into_error()
                     )))
                 }
             }

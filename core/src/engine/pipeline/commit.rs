@@ -144,7 +144,7 @@ pub(super) fn commit_logical(
             .sync_written()
             .and_then(|_| wal.append(&wal::kinds::void(seq), || {}))
             .map(drop)
-            .map_err(append_error);
+            .map_err(AppendError::into_error);
         return Some(match voided {
             Ok(()) => e,
             Err(why) => {
@@ -167,7 +167,7 @@ pub(super) fn commit_logical(
             Ok(_) => None,
             Err(failed) => {
                 ctx.db.mark_broken();
-                Some(append_error(failed))
+                Some(failed.into_error())
             }
         };
     }
@@ -183,7 +183,7 @@ pub(super) fn commit_logical(
             Ok(_) => Error::OutcomeUnknown(format!(
                 "the batch was logged, and could not be applied: {e}"
             )),
-            Err(failed) => append_error(failed),
+            Err(failed) => failed.into_error(),
         });
     }
     let mut applier = ctx.applier.lock();
@@ -195,7 +195,7 @@ pub(super) fn commit_logical(
         Ok(a) => a,
         Err(failed) => {
             ctx.db.mark_broken();
-            return Some(append_error(failed));
+            return Some(failed.into_error());
         }
     };
     settle_logged(ctx, &a, ran - started, (applied, apply_ns));
@@ -220,16 +220,9 @@ pub(super) fn replace(ctx: &WriterContext, wal: &Wal, seq: u64, rows: &[u8]) -> 
             ctx.db.mark_broken();
             Some(Error::OutcomeUnknown(format!(
                 "the batch was logged, but the log could not record the ids it drew: {}",
-                append_error(e)
+                e.into_error()
             )))
         }
-    }
-}
-
-/// The error inside an [`AppendError`].
-pub(super) fn append_error(e: AppendError) -> Error {
-    match e {
-        AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
     }
 }
 

@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How many batches were handed to the applier to run and how many it has committed since:
 /// a read waits until every batch acknowledged before it began is in redb.
+///
+/// std's lock and condition variable, not `crate::sync`'s: the applier is a std thread even
+/// under `--cfg shuttle` (see `applier.rs`), where shuttle's would refuse it.
 #[derive(Default)]
 pub struct Unapplied {
     handed: AtomicU64,

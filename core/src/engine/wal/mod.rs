@@ -63,6 +63,15 @@ pub enum AppendError {
     NotSynced(Error),
 }
 
+impl AppendError {
+    /// The error the callers of the record's batch hear.
+    pub fn into_error(self) -> Error {
+        match self {
+            AppendError::NotWritten(e) | AppendError::NoRoom(e) | AppendError::NotSynced(e) => e,
+        }
+    }
+}
+
 /// One record appended: its size and where its time went.
 #[derive(Debug, Clone, Copy)]
 pub struct Appended {
