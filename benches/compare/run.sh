@@ -10,7 +10,8 @@
 # systems to run, for development), POSTBOX_COMPARE_OUT (the markdown file, BENCHMARKS.md),
 # POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails),
 # POSTBOX_COMPARE_RECOVERY_MESSAGES (messages of the large store whose open after kill -9 is
-# timed, 1000000). After the workloads, `postbox-latency` times each of ~12 s of single-thread
+# timed, 1000000), POSTBOX_COMPARE_C_ROUNDS (rounds of workload A through C alternating with
+# Rust, 4). After the workloads, `postbox-latency` times each of ~12 s of single-thread
 # sends across write-ahead log checkpoints beside the fsync probe's per-sync latency (~20 s).
 # Last, the RabbitMQ bridge's benchmark (system name `bridge` in
 # POSTBOX_COMPARE_ONLY) appends its table.
@@ -268,18 +269,27 @@ if wanted postbox-c; then
             -o "$WORK/workload_a" 2>>"$WORK/ffi.log"; then
         status postbox-c "not available: build failed (see $WORK/ffi.log)"
     else
-        for CLASS in per-message batched; do
-            log "workload A $CLASS: postbox (C)"
+        # One run of each is within the disk's noise of the other (a batched run lasts half a
+        # second; the C and Rust profiles of it are the same functions at the same shares), so
+        # C and Rust alternate over rounds, each going first in every other round, and the
+        # verdict is the median of the per-round ratios.
+        c_once() {
+            log "workload A $CLASS round $R: postbox (C)"
             d="$DATA/c-$RANDOM"
             mkdir -p "$d"
             run_json postbox-c "$WORK/workload_a" --class "$CLASS" --dir "$d" --count "$COUNT" --cap "$CAP"
             rm -rf "$d"
-            # The disk's speed drifts over the minutes of a run: C is compared with a Rust run
-            # made right after it, not with the one at the start.
+        }
+        rust_once() {
             if wanted postbox; then
-                log "workload A $CLASS: postbox (Rust) again, next to C"
+                log "workload A $CLASS round $R: postbox (Rust), alternating with C"
                 rust --workload A --class "$CLASS" --system postbox-next-to-c --no-consume-loop
             fi
+        }
+        for CLASS in per-message batched; do
+            for R in $(seq 1 "${POSTBOX_COMPARE_C_ROUNDS:-4}"); do
+                if [ $((R % 2)) -eq 1 ]; then c_once; rust_once; else rust_once; c_once; fi
+            done
         done
     fi
 fi
