@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! postbox-latency DIR [--seconds 12] [--count N] [--probe-seconds 6] [--min-checkpoints 10]
-//!                     [--max-seconds 60]
+//!                     [--max-seconds 60] [--cache-mib N]
 //! ```
 //!
 //! In a temporary directory under DIR (on the measured filesystem):
@@ -23,7 +23,10 @@
 //! least 10 checkpoints). At thousands of sends a second a checkpoint a second is rarer than
 //! one send in a thousand, so p99.9 can pass while every checkpoint stalls its caller: the
 //! `send_at_checkpoint` figures and the max show those stalls.
-//! `--count N` also caps the probe at N syncs (N / 2 on each side).
+//! `--count N` also caps the probe at N syncs (N / 2 on each side). `--cache-mib N` opens the
+//! store with `StoreBuilder::cache_size(N MiB)` instead of the default: the pages the log's
+//! background commits leave in that cache are what a checkpoint writes (docs/design.md
+//! § *Checkpoints*).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,6 +49,7 @@ struct Args {
     probe_seconds: f64,
     min_checkpoints: u64,
     max_seconds: f64,
+    cache_mib: Option<usize>,
 }
 
 fn parse() -> Args {
@@ -56,6 +60,7 @@ fn parse() -> Args {
         probe_seconds: 6.0,
         min_checkpoints: TARGET_CHECKPOINTS,
         max_seconds: 60.0,
+        cache_mib: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -66,6 +71,7 @@ fn parse() -> Args {
             "--probe-seconds" => a.probe_seconds = v().parse().expect("--probe-seconds"),
             "--min-checkpoints" => a.min_checkpoints = v().parse().expect("--min-checkpoints"),
             "--max-seconds" => a.max_seconds = v().parse().expect("--max-seconds"),
+            "--cache-mib" => a.cache_mib = Some(v().parse().expect("--cache-mib")),
             other if !other.starts_with("--") => a.root = other.into(),
             other => panic!("unknown argument {other}"),
         }
@@ -103,7 +109,13 @@ struct Sends {
 }
 
 fn sends(dir: &std::path::Path, a: &Args) -> Sends {
-    let store = Store::open(dir.join("latency.postbox")).expect("open the store");
+    let builder = match a.cache_mib {
+        Some(mib) => Store::builder().cache_size(mib << 20),
+        None => Store::builder(),
+    };
+    let store = builder
+        .open(dir.join("latency.postbox"))
+        .expect("open the store");
     let q = store.queue("latency").expect("queue");
     let body = pb::body(1024);
     for _ in 0..WARM_UP {
@@ -177,6 +189,7 @@ fn main() {
             "p999_ratio": ratio,
             "target_ratio": TARGET_RATIO,
             "target_checkpoints": TARGET_CHECKPOINTS,
+            "cache_mib": a.cache_mib,
         })
     );
 }
