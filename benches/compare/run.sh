@@ -307,6 +307,8 @@ ERLANG_VER=$(dpkg-query -W -f='${Version}' erlang-base 2>/dev/null || echo "?")
 REDIS_VER=$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 "$PY" - "$META" <<EOF
 import json, sys
+# The measuring binaries' JSON is pasted in below as Python literals.
+null, true, false = None, True, False
 json.dump({
   "date": "$(date -u '+%Y-%m-%d %H:%M UTC')",
   "cpu": "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)",
