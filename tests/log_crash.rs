@@ -240,6 +240,31 @@ fn the_log_follows_the_file_not_the_link() {
     assert!(!log_file(&real).exists());
 }
 
+/// Creates the store at `path` with `queue`, has a child send `n` rich messages and a batch
+/// of three to it and abort (no clean close: everything since the open is in the log only),
+/// and returns the ids the child saw acknowledged.
+fn sends_then_abort(path: &Path, queue: &str, n: u32) -> Vec<u64> {
+    {
+        let s = Store::open(path).unwrap();
+        s.queue(queue).unwrap();
+        s.close().unwrap();
+    }
+    let count = n.to_string();
+    let mut child = Proc::spawn(
+        CHILD,
+        "send-rich-abort",
+        &["send-rich-abort", arg(path), queue, &count],
+    );
+    let mut ids = Vec::new();
+    while let Some(line) = child.next_line() {
+        if let Some(id) = line.strip_prefix("SENT ") {
+            ids.push(num(id));
+        }
+    }
+    assert!(!child.wait().success(), "the child must abort, not close");
+    ids
+}
+
 /// Sends through the log are logged as the operation (a logical record) and replayed by
 /// running it again: killed with every send acknowledged and none checkpointed, the store
 /// gives back each message with the id it was acknowledged with and every property it was
@@ -248,24 +273,7 @@ fn the_log_follows_the_file_not_the_link() {
 fn replayed_sends_keep_their_ids_and_every_property() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rich.postbox");
-    {
-        let s = Store::open(&path).unwrap();
-        s.queue("rich").unwrap();
-        s.close().unwrap();
-    }
-    let mut child = Proc::spawn(
-        CHILD,
-        "send-rich-abort",
-        &["send-rich-abort", arg(&path), "rich", "20"],
-    );
-    let mut ids = Vec::new();
-    while let Some(line) = child.next_line() {
-        if let Some(id) = line.strip_prefix("SENT ") {
-            ids.push(num(id));
-        }
-    }
-    let status = child.wait();
-    assert!(!status.success(), "the child must abort, not close");
+    let ids = sends_then_abort(&path, "rich", 20);
     assert_eq!(ids.len(), 23, "every send acknowledged");
     assert!(log_file(&path).exists(), "no log after the abort");
     let store = Store::open(&path).unwrap();
@@ -317,23 +325,7 @@ fn replayed_sends_keep_their_ids_and_every_property() {
 fn an_open_after_a_crash_keeps_the_log_until_the_first_write() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kept.postbox");
-    {
-        let s = Store::open(&path).unwrap();
-        s.queue("kept").unwrap();
-        s.close().unwrap();
-    }
-    let mut child = Proc::spawn(
-        CHILD,
-        "send-rich-abort",
-        &["send-rich-abort", arg(&path), "kept", "40"],
-    );
-    let mut ids = Vec::new();
-    while let Some(line) = child.next_line() {
-        if let Some(id) = line.strip_prefix("SENT ") {
-            ids.push(num(id));
-        }
-    }
-    assert!(!child.wait().success(), "the child must abort, not close");
+    let ids = sends_then_abort(&path, "kept", 40);
     let replayed_by = |tag: &str| {
         let mut child = Proc::spawn(CHILD, tag, &["open-abort", arg(&path), "kept"]);
         let line = child.next_line().expect("the child opened the store");
