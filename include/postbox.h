@@ -760,10 +760,11 @@ typedef struct postbox_store_options {
    */
   int skip_verify_on_open;
   /**
-   * Page cache size in bytes; 0 means the default, 64 MiB. With the write-ahead log, pages
-   * of its background commits wait in this cache until a checkpoint writes them: a smaller
-   * cache shortens the send during which a checkpoint lands, while reads of a backlog
-   * larger than the cache come from the operating system's page cache.
+   * Page cache size in bytes; 0 means the default, 64 MiB. With the write-ahead log, the
+   * pages its background commits change stay in this cache, up to its size, until a
+   * checkpoint writes them: a smaller cache shortens the send during which a checkpoint
+   * lands, while reads of a backlog larger than the cache come from the operating system's
+   * page cache.
    */
   uint64_t cache_size;
   /**

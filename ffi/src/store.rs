@@ -37,10 +37,11 @@ pub struct postbox_store_options {
     /// Non-zero: skip the checksum verification of every page at open (faster open of a large
     /// store; damage is then found later, by the operation that reads it).
     pub skip_verify_on_open: c_int,
-    /// Page cache size in bytes; 0 means the default, 64 MiB. With the write-ahead log, pages
-    /// of its background commits wait in this cache until a checkpoint writes them: a smaller
-    /// cache shortens the send during which a checkpoint lands, while reads of a backlog
-    /// larger than the cache come from the operating system's page cache.
+    /// Page cache size in bytes; 0 means the default, 64 MiB. With the write-ahead log, the
+    /// pages its background commits change stay in this cache, up to its size, until a
+    /// checkpoint writes them: a smaller cache shortens the send during which a checkpoint
+    /// lands, while reads of a backlog larger than the cache come from the operating system's
+    /// page cache.
     pub cache_size: u64,
     /// Multi-process only, where no change notification on the file tells waiters of other
     /// processes' messages (on Linux inotify does, and waiters do not poll): the first,

@@ -165,10 +165,11 @@ class Store:
         message from another process is seen within ``ceiling`` and an idle waiter wakes about
         once per ``ceiling``.
 
-        ``cache_size`` (bytes; default 64 MiB) is the store's page cache. With the log, pages
-        of its background commits wait there until a checkpoint writes them, so a smaller
-        cache shortens the send during which a checkpoint lands; reads of a backlog larger
-        than the cache then come from the operating system's page cache.
+        ``cache_size`` (bytes; default 64 MiB) is the store's page cache. With the log, the
+        pages its background commits change stay there, up to that size, until a checkpoint
+        writes them, so a smaller cache shortens the send during which a checkpoint lands;
+        reads of a backlog larger than the cache then come from the operating system's page
+        cache.
         """
     @property
     def log_loss(self) -> str | None:

@@ -42,11 +42,11 @@ impl StoreBuilder {
         self
     }
 
-    /// Sets the page cache size in bytes (64 MiB by default). With the write-ahead log the
-    /// store's pages from the log's background commits wait in this cache until a checkpoint
-    /// writes them, so a smaller cache shortens the send during which a checkpoint lands,
-    /// while reads of a backlog larger than the cache come from the operating system's page
-    /// cache instead.
+    /// Sets the page cache size in bytes (64 MiB by default). With the write-ahead log, the
+    /// pages the log's background commits change stay in this cache, up to its size, until a
+    /// checkpoint writes them: a smaller cache shortens the send during which a checkpoint
+    /// lands, while reads of a backlog larger than the cache come from the operating system's
+    /// page cache instead.
     pub fn cache_size(mut self, bytes: usize) -> Self {
         self.config.cache_size = bytes;
         self
