@@ -193,12 +193,6 @@ def main():
                         f"per-round ratios {mid:.2f}× (rounds {ratios[0]:.2f}–{ratios[-1]:.2f}; "
                         f"need ≥ 0.95): {'met' if mid >= 0.95 else 'MISSED'}"
                     )
-                elif cs and get("A", ph, cl, "postbox"):
-                    c, r = statistics.median(cs), get("A", ph, cl, "postbox")
-                    verdicts.append(
-                        f"- (A {ph}) postbox (C) {cl} vs Rust: {fmt(c)} / {fmt(r)} = {c / r:.2f}× "
-                        f"(need ≥ 0.95): {'met' if c / r >= 0.95 else 'MISSED'}"
-                    )
 
     lat = meta.get("latency", {})
     lat_verdict = latency_verdict(lat)
