@@ -68,7 +68,7 @@ impl Default for LogCheckpoints {
     fn default() -> Self {
         LogCheckpoints {
             bytes: 32 << 20,
-            interval: Duration::from_secs(1),
+            interval: Duration::from_millis(250),
             max_record: 256 << 10,
         }
     }

@@ -23,7 +23,7 @@ SENDER = textwrap.dedent(
     store = postbox.Store(sys.argv[1])
     q = store.queue("jobs")
     # Two sends after the loop: a checkpoint (a durable commit of the store file) is due at
-    # most once a second, so at least the last send is only in the log when the kill comes.
+    # most every 250 ms, so at least the last send is only in the log when the kill comes.
     ids = [q.send(f"m{i}".encode()) for i in range(int(sys.argv[2]) + 2)]
     print(*ids, flush=True)
     time.sleep(60)

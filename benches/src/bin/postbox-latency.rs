@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! postbox-latency DIR [--seconds 12] [--count N] [--probe-seconds 6] [--min-checkpoints 10]
-//!                     [--max-seconds 60] [--cache-mib N]
+//!                     [--max-seconds 60] [--cache-mib N] [--checkpoint-ms N]
 //! ```
 //!
 //! In a temporary directory under DIR (on the measured filesystem):
@@ -26,7 +26,8 @@
 //! `--count N` also caps the probe at N syncs (N / 2 on each side). `--cache-mib N` opens the
 //! store with `StoreBuilder::cache_size(N MiB)` instead of the default: the pages the log's
 //! background commits leave in that cache are what a checkpoint writes (docs/design.md
-//! § *Checkpoints*).
+//! § *Checkpoints*). `--checkpoint-ms N` checkpoints the log at least every N ms instead of
+//! the default's 250 ms (the hidden `StoreBuilder::log_checkpoints`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ struct Args {
     min_checkpoints: u64,
     max_seconds: f64,
     cache_mib: Option<usize>,
+    checkpoint_ms: Option<u64>,
 }
 
 fn parse() -> Args {
@@ -61,6 +63,7 @@ fn parse() -> Args {
         min_checkpoints: TARGET_CHECKPOINTS,
         max_seconds: 60.0,
         cache_mib: None,
+        checkpoint_ms: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -72,6 +75,7 @@ fn parse() -> Args {
             "--min-checkpoints" => a.min_checkpoints = v().parse().expect("--min-checkpoints"),
             "--max-seconds" => a.max_seconds = v().parse().expect("--max-seconds"),
             "--cache-mib" => a.cache_mib = Some(v().parse().expect("--cache-mib")),
+            "--checkpoint-ms" => a.checkpoint_ms = Some(v().parse().expect("--checkpoint-ms")),
             other if !other.starts_with("--") => a.root = other.into(),
             other => panic!("unknown argument {other}"),
         }
@@ -109,10 +113,13 @@ struct Sends {
 }
 
 fn sends(dir: &std::path::Path, a: &Args) -> Sends {
-    let builder = match a.cache_mib {
-        Some(mib) => Store::builder().cache_size(mib << 20),
-        None => Store::builder(),
-    };
+    let mut builder = Store::builder();
+    if let Some(mib) = a.cache_mib {
+        builder = builder.cache_size(mib << 20);
+    }
+    if let Some(ms) = a.checkpoint_ms {
+        builder = builder.log_checkpoints(32 << 20, Duration::from_millis(ms));
+    }
     let store = builder
         .open(dir.join("latency.postbox"))
         .expect("open the store");
@@ -190,6 +197,7 @@ fn main() {
             "target_ratio": TARGET_RATIO,
             "target_checkpoints": TARGET_CHECKPOINTS,
             "cache_mib": a.cache_mib,
+            "checkpoint_ms": a.checkpoint_ms,
         })
     );
 }

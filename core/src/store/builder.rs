@@ -107,7 +107,7 @@ impl StoreBuilder {
     ///
     /// With the log, each group commit is one record appended to the file `<store>-log` and
     /// one `fdatasync`; the store file is brought up to date in the background by checkpoints
-    /// (at least once a second while writes go on, every 32 MiB of log, and at close). After a
+    /// (at least every 250 ms while writes go on, every 32 MiB of log, and at close). After a
     /// clean close the log is gone and the store file alone is a complete copy; after a crash
     /// the next open replays the log ([`StoreStats::replayed_records`]). A batch with more
     /// than 256 KiB of changes (large bodies, many at once) is committed durably to the store
