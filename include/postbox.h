@@ -756,7 +756,9 @@ typedef struct postbox_store_options {
   int multi_process;
   /**
    * Non-zero: skip the checksum verification of every page at open (faster open of a large
-   * store; damage is then found later, by the operation that reads it).
+   * store). Damaged messages are then found later, by the operation that reads them; damage
+   * to the file's own structures may surface as a message or queue not found, or abort the
+   * process inside the storage engine's commit. Skip it only for files known to be sound.
    */
   int skip_verify_on_open;
   /**

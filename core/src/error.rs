@@ -534,6 +534,12 @@ impl From<redb::CommitError> for Error {
             // redb found damaged pages while preparing the commit, before it wrote the new root:
             // nothing was applied, and the store is damaged.
             redb::CommitError::Storage(redb::StorageError::Corrupted(m)) => Error::Corrupted(m),
+            // A read past the end of the file: redb reads while it prepares the commit (the
+            // pages it frees, the allocator's state), never after it wrote the new root, so
+            // this too is damage found before anything was applied.
+            redb::CommitError::Storage(s @ redb::StorageError::Io(_)) if matches!(&s, redb::StorageError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof) => {
+                Error::from(s)
+            }
             other => Error::OutcomeUnknown(other.to_string()),
         }
     }

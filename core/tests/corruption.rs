@@ -4,7 +4,9 @@
 //!
 //! Knobs: `POSTBOX_CORRUPTION_COPIES` (default 200), `POSTBOX_CORRUPTION_SEED` (default: from the
 //! time; the seed is printed so that a failure can be replayed), `POSTBOX_CORRUPTION_ONLY=<copy>`
-//! to replay one copy, `POSTBOX_CORRUPTION_VERBOSE=1` to print every outcome.
+//! to replay one copy, `POSTBOX_CORRUPTION_VERBOSE=1` to print every outcome. The base store
+//! differs from run to run, so a misbehaving copy is kept under the target directory
+//! (`corruption-failures/`), and `POSTBOX_CORRUPTION_REPLAY=<that file>` runs it alone.
 
 mod common;
 
@@ -298,8 +300,46 @@ fn run_copy(path: &Path, verify: bool, damaged: &[u8]) -> Outcome {
     }
 }
 
+/// Whether a copy's outcome is one the sweep accepts.
+fn acceptable(outcome: &Outcome, verify: bool) -> bool {
+    // With verify_on_open, damage is reported as such. Without it, postbox's record checksums
+    // still catch damaged records, but damage to redb's own tree structure (its branch pages
+    // and keys, which only the open-time check covers) can make a lookup miss or land
+    // elsewhere: a queue or message not found, a lock hidden from its settle, a message
+    // listed under the wrong queue (which this drain's complete_batch then refuses).
+    match outcome {
+        Outcome::Failed(ErrorKind::Corrupted | ErrorKind::NotAStore, _) => true,
+        Outcome::Failed(
+            ErrorKind::LockLost
+            | ErrorKind::NotFound
+            | ErrorKind::QueueNotFound
+            | ErrorKind::InvalidArgument,
+            _,
+        ) => !verify,
+        Outcome::Failed(..) | Outcome::Panicked(_) => false,
+        Outcome::Drained(_) => true,
+    }
+}
+
+/// `POSTBOX_CORRUPTION_REPLAY=<kept copy>`: opens and drains a copy the sweep kept (on a copy
+/// of it, with and without `verify_on_open`) instead of running the sweep.
+fn replay_kept(kept: &Path) {
+    let dir = common::fast_tempdir();
+    let bytes = std::fs::read(kept).unwrap();
+    for verify in [false, true] {
+        let path = dir.path().join(format!("replay-{verify}.postbox"));
+        std::fs::write(&path, &bytes).unwrap();
+        let outcome = run_copy(&path, verify, &bytes);
+        eprintln!("{} (verify_on_open {verify}): {outcome:?}", kept.display());
+        assert!(acceptable(&outcome, verify), "{outcome:?}");
+    }
+}
+
 #[test]
 fn damaged_copies_end_in_data_or_a_typed_error() {
+    if let Some(kept) = std::env::var_os("POSTBOX_CORRUPTION_REPLAY") {
+        return replay_kept(Path::new(&kept));
+    }
     let copies = common::knob("POSTBOX_CORRUPTION_COPIES", 200);
     let seed = common::seed_from_env("POSTBOX_CORRUPTION_SEED");
     eprintln!("corruption sweep: {copies} copies, POSTBOX_CORRUPTION_SEED={seed}");
@@ -362,24 +402,7 @@ fn damaged_copies_end_in_data_or_a_typed_error() {
                         Outcome::Panicked(_) => "PANIC".to_string(),
                     };
                     *tally.lock().unwrap().entry(key).or_default() += 1;
-                    // With verify_on_open, damage is reported as such. Without it, postbox's
-                    // record checksums still catch damaged records, but damage to redb's own
-                    // tree structure (its branch pages and keys, which only the open-time check
-                    // covers) can make a lookup miss or land elsewhere: a queue or message not
-                    // found, a lock hidden from its settle, a message listed under the wrong
-                    // queue (which this drain's complete_batch then refuses).
-                    let typed = match &outcome {
-                        Outcome::Failed(ErrorKind::Corrupted | ErrorKind::NotAStore, _) => true,
-                        Outcome::Failed(
-                            ErrorKind::LockLost
-                            | ErrorKind::NotFound
-                            | ErrorKind::QueueNotFound
-                            | ErrorKind::InvalidArgument,
-                            _,
-                        ) => !verify,
-                        Outcome::Failed(..) | Outcome::Panicked(_) => false,
-                        Outcome::Drained(_) => true,
-                    };
+                    let typed = acceptable(&outcome, verify);
                     match &outcome {
                         _ if !typed => {
                             let kept = keep(&path, &bytes);

@@ -35,7 +35,9 @@ pub struct postbox_store_options {
     /// owns the file, which is faster and releases every stale lock at open.
     pub multi_process: c_int,
     /// Non-zero: skip the checksum verification of every page at open (faster open of a large
-    /// store; damage is then found later, by the operation that reads it).
+    /// store). Damaged messages are then found later, by the operation that reads them; damage
+    /// to the file's own structures may surface as a message or queue not found, or abort the
+    /// process inside the storage engine's commit. Skip it only for files known to be sound.
     pub skip_verify_on_open: c_int,
     /// Page cache size in bytes; 0 means the default, 64 MiB. With the write-ahead log, the
     /// pages its background commits change stay in this cache, up to its size, until a

@@ -158,6 +158,12 @@ class Store:
         verified are replayed, the damaged log is kept aside as ``<path>-log.damaged-<time>``,
         and ``log_loss`` says what was lost.
 
+        ``verify_on_open=False`` skips the checksum check of every page at open (a faster open
+        of a large store): damaged messages are still reported by the operation that reads
+        them, but damage to the file's own structures may surface as a missing message or
+        queue, or abort the process inside the storage engine's commit. Skip it only for files
+        known to be sound.
+
         ``poll_interval=(floor, ceiling)`` (seconds; default ``(0.001, 1.0)``) matters only for
         ``multi_process=True`` stores where no change notification on the file tells waiters
         of other processes' messages (on Linux inotify does, and waiters do not poll): a

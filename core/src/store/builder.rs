@@ -97,6 +97,12 @@ impl StoreBuilder {
     /// at once, at a cost that grows with the size of the file. Messages written before store
     /// format 2 keep their unchecksummed envelopes (the upgrade rewrites only states and queue
     /// records).
+    ///
+    /// Damage to redb's own structures is what only this check finds. Without it, such damage
+    /// can also surface as a message or queue that is not found, or — in the free-page lists
+    /// redb reads while it commits — as a panic inside redb's clean-up, which aborts the
+    /// process (a panic during unwinding cannot be caught). Turn the check off only for files
+    /// that cannot have been damaged since they were last verified.
     pub fn verify_on_open(mut self, enabled: bool) -> Self {
         self.config.verify_on_open = enabled;
         self
