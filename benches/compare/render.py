@@ -89,8 +89,10 @@ def latency_section(lat, verdict):
     if stalls.get("count") and probe.get("p999_us"):
         md.append(f"The sends during which a checkpoint completed waited up to {stalls['max_us']:,.0f} µs "
                   f"(median {stalls['p50_us']:,.0f}), {stalls['max_us'] / probe['p999_us']:.1f}× the probe's p99.9: with")
-        md.append("a checkpoint about once a second and thousands of sends a second, they are fewer than one send")
-        md.append("in a thousand, so p99.9 does not see them; the max and this row do.\n")
+        sends = lat.get("send", {}).get("count") or 0
+        share = stalls["count"] / sends if sends else 0.0
+        md.append(f"{stalls['count']} checkpoints among {sends:,} sends, they are {share:.2%} of the sends")
+        md.append("(p99.9 sees them only past 0.1 %); the max and this row do.\n")
     return md
 
 
