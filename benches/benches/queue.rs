@@ -12,7 +12,8 @@
 //! Every throughput benchmark reports messages per second (`Throughput::Elements`). After the
 //! criterion run, a summary prints each result beside the fsync probe measured in the same
 //! group (the machine's durable-commit ceiling) and beside raw redb (the floor), then checks
-//! the targets of issue 4. The summary is also written to `target/postbox-bench-summary.md`.
+//! the targets of issue 4. The summary is also written to `target/postbox-bench-summary.md`
+//! (or to `POSTBOX_BENCH_SUMMARY`), where `benches/compare/run.sh` takes it for BENCHMARKS.md.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -1199,8 +1200,14 @@ fn summary() -> String {
     out
 }
 
+/// Where the summary goes: `POSTBOX_BENCH_SUMMARY`, else `target/postbox-bench-summary.md`,
+/// which `benches/compare/run.sh` publishes in BENCHMARKS.md (so filtered runs, such as
+/// `heads.sh`'s, write theirs elsewhere).
 fn summary_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/postbox-bench-summary.md")
+    std::env::var_os("POSTBOX_BENCH_SUMMARY").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/postbox-bench-summary.md"),
+        PathBuf::from,
+    )
 }
 
 fn main() {

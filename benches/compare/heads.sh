@@ -39,7 +39,9 @@ B=$(build "$NEW")
 OUT=$(mktemp "$WORK/results-XXXXXX")
 run() { # LABEL BIN
     # The wake-up and paired-target parts run whatever the filter: one short round of each.
-    POSTBOX_BENCH_PAIR_ROUNDS=1 CRITERION_HOME=$WORK/criterion-$1 "$2" --bench "$FILTER" 2>/dev/null |
+    # The filtered run's summary stays here, not where run.sh publishes the full suite's.
+    POSTBOX_BENCH_PAIR_ROUNDS=1 POSTBOX_BENCH_SUMMARY=$WORK/summary-$1.md \
+        CRITERION_HOME=$WORK/criterion-$1 "$2" --bench "$FILTER" 2>/dev/null |
         sed "s/^/$1 /" >>"$OUT"
 }
 for r in $(seq 1 "$ROUNDS"); do

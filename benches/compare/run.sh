@@ -31,9 +31,14 @@ ONLY=${POSTBOX_COMPARE_ONLY:-}
 OUT=${POSTBOX_COMPARE_OUT:-$ROOT/BENCHMARKS.md}
 REDIS_PORT=${POSTBOX_COMPARE_REDIS_PORT:-6390}
 AMQP_PORT=${POSTBOX_COMPARE_AMQP_PORT:-5682}
-RESULTS=$WORK/results.jsonl
-STATUS=$WORK/status.jsonl
-META=$WORK/meta.json
+# A partial run (POSTBOX_COMPARE_ONLY) keeps its results apart, so the last full run's stay
+# there to be rendered again: python3 benches/compare/render.py .work/results-full.jsonl
+# .work/status-full.jsonl .work/meta-full.json target/postbox-bench-summary.md OUT.md
+RUN_KIND=full
+[ -z "$ONLY" ] || RUN_KIND=partial
+RESULTS=$WORK/results-$RUN_KIND.jsonl
+STATUS=$WORK/status-$RUN_KIND.jsonl
+META=$WORK/meta-$RUN_KIND.json
 DATA=$WORK/data
 VENV=$WORK/venv
 PY=$VENV/bin/python
