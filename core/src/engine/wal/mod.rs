@@ -267,8 +267,8 @@ impl Wal {
     }
 
     /// Whether the next batch should be a checkpoint: the log holds as many bytes of records
-    /// as the policy allows, or its oldest unapplied record is as old, or more than a quarter
-    /// of the disk's free space.
+    /// as the policy allows, or more than a quarter of the disk's free space, or it holds
+    /// records and the last checkpoint is as old as the policy's interval.
     ///
     /// The last rule keeps a store on a filling disk able to checkpoint: until a checkpoint,
     /// what the log holds is in the store file only as pages of non-durable commits, which the
