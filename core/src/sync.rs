@@ -230,8 +230,9 @@ impl Condvar {
     }
 }
 
-/// The one-shot reply channels of the in-process hand-offs (a pipeline job's result, a parked
-/// receive's answer) and the cancel token's: crossbeam's, or under `--cfg shuttle` a small
+pub mod answers;
+
+/// The one-shot reply channels of the in-process hand-offs (a parked receive's answer) and the cancel token's: crossbeam's, or under `--cfg shuttle` a small
 /// channel on this module's `Mutex` and `Condvar`, which shuttle can schedule.
 pub mod channel {
     use std::time::Instant;

@@ -5,7 +5,7 @@
 use crate::engine::batch::Batch;
 use crate::engine::logical::{LogicalOp, LogicalOut};
 use crate::error::{Error, Result};
-use crate::sync::channel::Sender;
+use crate::sync::answers::Reply;
 
 /// One caller's operation, type-erased.
 pub trait Job: Send {
@@ -33,7 +33,7 @@ pub struct Ran {
 /// A job that runs a closure and sends its result to the waiting caller.
 pub(super) struct Call<F, T> {
     pub(super) f: F,
-    pub(super) reply: Sender<Result<T>>,
+    pub(super) reply: Reply<Result<T>>,
 }
 
 impl<F, T> Job for Call<F, T>
@@ -46,14 +46,14 @@ where
     }
 
     fn fail(self: Box<Self>, error: &Error) {
-        let _ = self.reply.send(Err(error.duplicate()));
+        self.reply.send(Err(error.duplicate()));
     }
 }
 
 /// A job that runs a [`LogicalOp`] and sends its result to the waiting caller.
 pub(super) struct LogicalCall {
     pub(super) op: LogicalOp,
-    pub(super) reply: Sender<Result<LogicalOut>>,
+    pub(super) reply: Reply<Result<LogicalOut>>,
 }
 
 impl Job for LogicalCall {
@@ -63,7 +63,7 @@ impl Job for LogicalCall {
     }
 
     fn fail(self: Box<Self>, error: &Error) {
-        let _ = self.reply.send(Err(error.duplicate()));
+        self.reply.send(Err(error.duplicate()));
     }
 
     fn logical(&mut self) -> Option<&mut LogicalOp> {
@@ -73,7 +73,7 @@ impl Job for LogicalCall {
 
 /// A job's [`Ran`] from its attempt (see `Batch::attempt`): the reply waits for the batch's
 /// outcome.
-fn ran<T: Send + 'static>(attempt: Result<Result<T>>, reply: Sender<Result<T>>) -> Ran {
+fn ran<T: Send + 'static>(attempt: Result<Result<T>>, reply: Reply<Result<T>>) -> Ran {
     let (result, fatal) = match attempt {
         Ok(result) => (result, None),
         // The caller hears the error; the batch aborts because of it.
@@ -89,7 +89,7 @@ fn ran<T: Send + 'static>(attempt: Result<Result<T>>, reply: Sender<Result<T>>) 
                 (Ok(_), Some(e)) => Err(e.duplicate()),
                 (r, _) => r,
             };
-            let _ = reply.send(out);
+            reply.send(out);
         }),
     }
 }

@@ -4,12 +4,14 @@
 //! that the concurrency checks drive this very code.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::writer::{Round, Writer};
 use crate::engine::park::{self, ParkedReceive};
 use crate::error::{Error, Result};
 use crate::options::Durability;
+use crate::sync::answers::Answers;
 use crate::sync::{Condvar, Mutex};
 
 /// The most operations one batch takes; more wait for the next batch, which bounds the latency
@@ -66,6 +68,8 @@ pub(super) struct Shared<W: Writer> {
     arrived: Condvar,
     /// Never contended: only the leader locks it.
     carried: Mutex<Carried>,
+    /// Where callers wait for their jobs' results; woken once per batch.
+    pub(super) answers: Arc<Answers>,
 }
 
 /// A batch taken from the inbox: its jobs, and the closing job if a stop was queued.
@@ -110,6 +114,7 @@ impl<W: Writer> Shared<W> {
                 last_reap: now,
                 last_checkpoint: now,
             }),
+            answers: Arc::default(),
         }
     }
 
@@ -225,6 +230,7 @@ impl<W: Writer> Shared<W> {
                     batch_no: c.batch_no,
                 };
                 self.ctx.run(jobs, &mut c.parked, round);
+                self.answers.wake();
                 c.last_cost = started.elapsed();
             }
             timer = false;
@@ -239,6 +245,7 @@ impl<W: Writer> Shared<W> {
                     batch_no: 0,
                 };
                 self.ctx.run(vec![last], &mut c.parked, closing);
+                self.answers.wake();
                 let mut inbox = self.inbox.lock();
                 inbox.exit = true;
                 self.writer_cv.notify_one();

@@ -39,7 +39,6 @@ pub use writer::{Writer, WriterContext};
 use std::sync::Arc;
 
 use crate::sync::Mutex;
-use crate::sync::channel;
 use crate::sync::thread::{self, JoinHandle};
 
 use self::job::{Call, LogicalCall};
@@ -141,7 +140,7 @@ impl Pipeline {
         F: FnOnce(&mut Batch<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let (reply, rx) = channel::bounded(1);
+        let (reply, rx) = self.shared.answers.pair();
         self.enqueue(Box::new(Call { f, reply }))?;
         rx.recv().unwrap_or_else(|_| {
             Err(Error::Panic(
@@ -153,7 +152,7 @@ impl Pipeline {
     /// Runs `op` in the next batch and waits for its durable result: as [`Pipeline::call`],
     /// but a batch of such operations is logged as the operations (see `engine::logical`).
     pub fn call_logical(&self, op: LogicalOp) -> Result<LogicalOut> {
-        let (reply, rx) = channel::bounded(1);
+        let (reply, rx) = self.shared.answers.pair();
         self.enqueue(Box::new(LogicalCall { op, reply }))?;
         rx.recv().unwrap_or_else(|_| {
             Err(Error::Panic(
@@ -167,7 +166,7 @@ impl Pipeline {
     where
         F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
     {
-        let (reply, _rx) = channel::bounded(1);
+        let (reply, _rx) = self.shared.answers.pair();
         let _ = self
             .shared
             .submit(Msg::Job(Box::new(Call { f, reply })), false);
@@ -185,7 +184,7 @@ impl Pipeline {
     where
         F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
     {
-        let (reply, rx) = channel::bounded(1);
+        let (reply, rx) = self.shared.answers.pair();
         self.close(Box::new(Call { f: last, reply }), || {
             // A reply dropped unanswered means the writer caught a panic in the closing batch:
             // redb failing on a damaged page, which invariant 9 reports as `Corrupted` (the
@@ -210,7 +209,7 @@ impl Detacher {
         F: FnOnce(&mut Batch<'_>) -> Result<()> + Send + 'static,
     {
         if let Some(shared) = self.0.upgrade() {
-            let (reply, _rx) = channel::bounded(1);
+            let (reply, _rx) = shared.answers.pair();
             let _ = shared.submit(Msg::Job(Box::new(Call { f, reply })), false);
         }
     }
