@@ -232,8 +232,10 @@ impl Condvar {
 
 pub mod answers;
 
-/// The one-shot reply channels of the in-process hand-offs (a parked receive's answer) and the cancel token's: crossbeam's, or under `--cfg shuttle` a small
-/// channel on this module's `Mutex` and `Condvar`, which shuttle can schedule.
+/// The one-shot reply channels of the in-process hand-offs (a parked receive's answer) and the
+/// cancel token's: crossbeam's, or under `--cfg shuttle` a small channel on this module's
+/// `Mutex` and `Condvar`, which shuttle can schedule. A pipeline job's result goes through
+/// [`answers`] instead.
 pub mod channel {
     use std::time::Instant;
 
