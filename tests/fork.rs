@@ -156,6 +156,44 @@ fn the_child_can_open_a_shared_store_itself() {
 }
 
 #[test]
+fn a_grandchild_cannot_use_the_childs_store() {
+    // The fork guard's pid is cached and cleared in every fork child, not only the first:
+    // the child's own store must refuse the child's child as the parent's refuses the child.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let store = Store::builder().multi_process(true).open(&path).unwrap();
+    let q = store.queue("q").unwrap();
+    q.send("parent").unwrap();
+    let code = fork_and_wait(|| {
+        if !store.is_forked() {
+            return 1;
+        }
+        let Ok(own) = Store::builder().multi_process(true).open(&path) else {
+            return 2;
+        };
+        let Ok(mine) = own.queue("q") else {
+            return 3;
+        };
+        if mine.send("child").is_err() || own.is_forked() {
+            return 4;
+        }
+        let grandchild = fork_and_wait(|| {
+            let refused = own.is_forked() && forked_kind(mine.send("grandchild"));
+            if refused { 0 } else { 5 }
+        });
+        if grandchild != 0 {
+            return grandchild;
+        }
+        // The grandchild's refusal left the child's handle working.
+        let ok = mine.send("child again").is_ok() && !own.is_forked();
+        if ok && own.close().is_ok() { 0 } else { 6 }
+    });
+    assert_eq!(code, 0);
+    assert!(!store.is_forked());
+    assert_eq!(q.stats().unwrap().active, 3);
+}
+
+#[test]
 fn a_child_is_told_how_to_open_a_store_the_parent_holds() {
     // The advice of the refusal must work in the child: "share that Store" would hand it the
     // parent's handle, which fails with `Forked` there.

@@ -133,7 +133,7 @@ impl StoreTag {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         StoreTag {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
-            pid: std::process::id(),
+            pid: postbox::binding::process_id(),
         }
     }
 
@@ -143,7 +143,7 @@ impl StoreTag {
     /// parent may have held one at the moment of the fork, and it would stay locked forever in
     /// the child. The engine makes the same check before touching its own state.
     pub(crate) fn check_process(self) -> guard::Outcome<()> {
-        let current = std::process::id();
+        let current = postbox::binding::process_id();
         if current == self.pid {
             Ok(())
         } else {
@@ -156,7 +156,7 @@ impl StoreTag {
     }
 
     pub(crate) fn is_forked(self) -> bool {
-        std::process::id() != self.pid
+        postbox::binding::process_id() != self.pid
     }
 }
 

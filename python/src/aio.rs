@@ -68,7 +68,7 @@ impl Wake for TaskWaker {
 fn driver() -> PyResult<Sender<Arc<Task>>> {
     static DRIVER: Mutex<Option<(u32, Sender<Arc<Task>>)>> = Mutex::new(None);
     let mut d = DRIVER.lock();
-    let pid = std::process::id();
+    let pid = postbox::binding::process_id();
     if let Some((owner, tx)) = &*d
         && *owner == pid
     {

@@ -133,7 +133,7 @@ pub fn start(py: Python<'_>, store: &Store, config: &str) -> PyResult<PyBridge> 
     Ok(PyBridge {
         bridge: Mutex::new(Some(bridge)),
         last: Mutex::new(None),
-        opened_by: std::process::id(),
+        opened_by: postbox::binding::process_id(),
     })
 }
 

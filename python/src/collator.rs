@@ -38,7 +38,7 @@ impl PyCollator {
     pub fn new(c: Collator) -> PyCollator {
         PyCollator {
             c,
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         }
     }
 }

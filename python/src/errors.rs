@@ -135,7 +135,7 @@ pub fn not_built(what: &str, feature: &str) -> PyErr {
 
 /// Whether this process is not `opened_by`: the object was inherited across `fork()`.
 pub fn is_forked(opened_by: u32) -> bool {
-    std::process::id() != opened_by
+    postbox::binding::process_id() != opened_by
 }
 
 /// `postbox.Empty`: nothing arrived before the timeout.

@@ -42,7 +42,7 @@ impl PyJob {
     pub fn new(job: Job) -> PyJob {
         PyJob {
             job,
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         }
     }
 

@@ -522,7 +522,7 @@ impl PyProcessor {
             drop_timeout: p.drop_timeout(),
             unlocked: Arc::downgrade(&p),
             processor: Mutex::new(Some(p)),
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         });
         let mut live = LIVE.lock();
         live.retain(|w| w.strong_count() > 0);

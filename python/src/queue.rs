@@ -41,7 +41,7 @@ impl PyQueue {
     pub fn new(q: Queue) -> PyQueue {
         PyQueue {
             q,
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         }
     }
 }

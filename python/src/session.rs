@@ -52,7 +52,7 @@ impl PySession {
             group: s.group().to_owned(),
             queue: s.queue().clone(),
             session: Mutex::new(Some(s)),
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         }
     }
 

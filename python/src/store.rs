@@ -219,7 +219,7 @@ impl PyStore {
         Ok(PyStore {
             store,
             closed: AtomicBool::new(false),
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         })
     }
 

@@ -80,7 +80,7 @@ impl PyTable {
     pub fn new(t: Table) -> PyTable {
         PyTable {
             t,
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         }
     }
 

@@ -38,7 +38,7 @@ impl PyTopic {
     pub fn new(t: Topic) -> PyTopic {
         PyTopic {
             t,
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
         }
     }
 }

@@ -121,7 +121,7 @@ impl PyTransaction {
     pub fn new(tx: Transaction) -> PyTransaction {
         PyTransaction {
             state: Arc::new(Mutex::new(State::Open(tx))),
-            opened_by: std::process::id(),
+            opened_by: postbox::binding::process_id(),
             lent: false,
         }
     }

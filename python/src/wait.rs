@@ -111,7 +111,7 @@ mod wakeup {
         // Only main-thread waits take this lock, so it is free unless a fork happened while the
         // parent's main thread held it; such a child waits in slices.
         let mut slot = SOCKET.try_lock()?;
-        let pid = std::process::id();
+        let pid = postbox::binding::process_id();
         if let Some(s) = slot.as_ref().filter(|s| s.pid == pid) {
             return Some(s.clone());
         }

@@ -22,6 +22,12 @@ pub use send::{FlatSend, FlatSendError};
 
 pub use crate::error::{Language, language, set_language};
 
+/// This process's id, as the fork guards compare it: cached, and cleared in a `fork()` child,
+/// where asking costs a system call (Unix). Bindings record it as a handle's opener.
+pub fn process_id() -> u32 {
+    crate::os::process::id()
+}
+
 /// Fails with [`Error::Forked`](crate::Error::Forked) in a process other than `opened_by`.
 ///
 /// Bindings check this before taking any mutex of theirs: one that a parent thread held at

@@ -137,7 +137,7 @@ impl Engine {
         AwaitingReply {
             awaited: self.awaited.clone(),
             correlation_id,
-            process: std::process::id(),
+            process: crate::os::process::id(),
         }
     }
 
@@ -209,7 +209,7 @@ impl AwaitingReply {
 
 impl Drop for AwaitingReply {
     fn drop(&mut self) {
-        if std::process::id() != self.process {
+        if crate::os::process::id() != self.process {
             return;
         }
         let mut awaited = self.awaited.lock();
