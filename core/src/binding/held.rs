@@ -124,16 +124,21 @@ impl<T> HeldMessage<T> {
     }
 
     /// A message received with peek-lock; the handle holds its lock.
-    pub fn received(r: Received) -> Self {
+    ///
+    /// The lock handed on by [`take`](Self::take) keeps the envelope without its body: the
+    /// handle keeps the body, and no settle reads it.
+    pub fn received(mut r: Received) -> Self {
         let (token, until) = (r.lock_token(), r.locked_until());
-        // The envelope is copied out so that views handed out stay valid after a settle
-        // consumes the `Received`.
-        Self::new(
-            r.envelope().clone(),
-            Hold::Held(Box::new(r)),
-            Some(token),
-            Some(until),
-        )
+        // The envelope moves into the handle so that views handed out stay valid after a
+        // settle consumes the `Received`, which keeps a copy of the rest (its id, queue and
+        // properties are what settles and replies read). Copying the body too cost C's
+        // batched receive loop an allocation, a copy and a free per message.
+        let body = std::mem::take(&mut r.envelope.body);
+        let envelope = Envelope {
+            body,
+            ..r.envelope.clone()
+        };
+        Self::new(envelope, Hold::Held(Box::new(r)), Some(token), Some(until))
     }
 
     /// A message received through a transaction reached with `link`.
@@ -253,7 +258,8 @@ impl<T> HeldMessage<T> {
     }
 
     /// Takes the lock out of the handle to hand it on (to a transaction, a batch), leaving
-    /// `after` in its place.
+    /// `after` in its place. A received message's lock comes without its body (see
+    /// [`received`](Self::received)).
     ///
     /// # Errors
     ///
