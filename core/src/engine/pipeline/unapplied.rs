@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Unapplied {
     handed: AtomicU64,
     applied: AtomicU64,
-    lock: std::sync::Mutex<()>,
+    /// How many readers wait on `done`: a commit with nobody waiting (the usual case) makes
+    /// no system call, where std's `notify_all` would make one every time.
+    lock: std::sync::Mutex<usize>,
     done: std::sync::Condvar,
 }
 
@@ -28,15 +30,17 @@ impl Unapplied {
         if self.applied.load(Ordering::Acquire) >= target {
             return;
         }
-        let mut guard = self
+        let mut waiting = self
             .lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         while self.applied.load(Ordering::Acquire) < target {
-            guard = self
+            *waiting += 1;
+            waiting = self
                 .done
-                .wait(guard)
+                .wait(waiting)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *waiting -= 1;
         }
     }
 
@@ -48,12 +52,14 @@ impl Unapplied {
     }
 
     fn applied_one(&self) {
-        let _guard = self
+        let waiting = self
             .lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.applied.fetch_add(1, Ordering::AcqRel);
-        self.done.notify_all();
+        if *waiting > 0 {
+            self.done.notify_all();
+        }
     }
 }
 
@@ -64,5 +70,34 @@ pub(super) struct Applying(Arc<Unapplied>);
 impl Drop for Applying {
     fn drop(&mut self) {
         self.0.applied_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_waiting_for_a_batch_is_woken_by_its_commit() {
+        let unapplied = Arc::new(Unapplied::default());
+        let applying = Unapplied::hand(&unapplied);
+        let u = unapplied.clone();
+        let reader = std::thread::spawn(move || u.wait());
+        // Commit only once the reader sleeps, so that the wake-up is what it waits for.
+        while *unapplied.lock.lock().unwrap() == 0 {
+            std::thread::yield_now();
+        }
+        drop(applying);
+        reader.join().unwrap();
+        assert_eq!(*unapplied.lock.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_read_after_every_commit_does_not_wait() {
+        let unapplied = Arc::new(Unapplied::default());
+        drop(Unapplied::hand(&unapplied));
+        drop(Unapplied::hand(&unapplied));
+        unapplied.wait();
+        assert_eq!(*unapplied.lock.lock().unwrap(), 0);
     }
 }
