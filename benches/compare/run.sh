@@ -11,7 +11,7 @@
 # POSTBOX_COMPARE_BUILD_PY=0 (do not try to build the Python binding when `import postbox` fails),
 # POSTBOX_COMPARE_RECOVERY_MESSAGES (messages of the large store whose open after kill -9 is
 # timed, 1000000), POSTBOX_COMPARE_C_ROUNDS (rounds of workload A through C alternating with
-# Rust, 4). After the workloads, `postbox-latency` times each of ~12 s of single-thread
+# Rust, 4), POSTBOX_COMPARE_C_BATCHED_COUNT (messages of each batched round, 150000). After the workloads, `postbox-latency` times each of ~12 s of single-thread
 # sends across write-ahead log checkpoints beside the fsync probe's per-sync latency (~20 s).
 # Last, the RabbitMQ bridge's benchmark (system name `bridge` in
 # POSTBOX_COMPARE_ONLY) appends its table.
@@ -278,20 +278,24 @@ if wanted postbox-c; then
         # second; the C and Rust profiles of it are the same functions at the same shares), so
         # C and Rust alternate over rounds, each going first in every other round, and the
         # verdict is the median of the per-round ratios.
+        # A batched run of $COUNT messages lasts about half a second, within which the disk's
+        # noise moved single rounds by 30 % either way: batched rounds move 150,000 messages.
         c_once() {
             log "workload A $CLASS round $R: postbox (C)"
             d="$DATA/c-$RANDOM"
             mkdir -p "$d"
-            run_json postbox-c "$WORK/workload_a" --class "$CLASS" --dir "$d" --count "$COUNT" --cap "$CAP"
+            run_json postbox-c "$WORK/workload_a" --class "$CLASS" --dir "$d" --count "$C_COUNT" --cap "$CAP"
             rm -rf "$d"
         }
         rust_once() {
             if wanted postbox; then
                 log "workload A $CLASS round $R: postbox (Rust), alternating with C"
-                rust --workload A --class "$CLASS" --system postbox-next-to-c --no-consume-loop
+                run_json postbox "$BIN/postbox-compare" --dir "$DATA" --count "$C_COUNT" --cap "$CAP" \
+                    --seconds "$SECS" --workload A --class "$CLASS" --system postbox-next-to-c --no-consume-loop
             fi
         }
         for CLASS in per-message batched; do
+            if [ $CLASS = batched ]; then C_COUNT=${POSTBOX_COMPARE_C_BATCHED_COUNT:-150000}; else C_COUNT=$COUNT; fi
             for R in $(seq 1 "${POSTBOX_COMPARE_C_ROUNDS:-4}"); do
                 if [ $((R % 2)) -eq 1 ]; then c_once; rust_once; else rust_once; c_once; fi
             done
