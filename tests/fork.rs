@@ -39,6 +39,16 @@ fn fork_and_wait(child: impl FnOnce() -> i32) -> i32 {
     }
 }
 
+/// A store open for several processes in a temporary directory (kept while the guard lives),
+/// its path, and its queue "q".
+fn shared_store() -> (tempfile::TempDir, std::path::PathBuf, Store, postbox::Queue) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.postbox");
+    let store = Store::builder().multi_process(true).open(&path).unwrap();
+    let q = store.queue("q").unwrap();
+    (dir, path, store, q)
+}
+
 fn forked_kind(r: postbox::Result<impl Sized>) -> bool {
     matches!(r.map(drop).map_err(|e| e.kind()), Err(ErrorKind::Forked))
 }
@@ -139,10 +149,7 @@ fn a_child_forked_while_a_parent_thread_commits_does_not_hang() {
 
 #[test]
 fn the_child_can_open_a_shared_store_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.postbox");
-    let store = Store::builder().multi_process(true).open(&path).unwrap();
-    let q = store.queue("q").unwrap();
+    let (_dir, path, _store, q) = shared_store();
     q.send("parent").unwrap();
     let code = fork_and_wait(|| {
         let Ok(own) = Store::builder().multi_process(true).open(&path) else {
@@ -159,10 +166,7 @@ fn the_child_can_open_a_shared_store_itself() {
 fn a_grandchild_cannot_use_the_childs_store() {
     // The fork guard's pid is cached and cleared in every fork child, not only the first:
     // the child's own store must refuse the child's child as the parent's refuses the child.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.postbox");
-    let store = Store::builder().multi_process(true).open(&path).unwrap();
-    let q = store.queue("q").unwrap();
+    let (_dir, path, store, q) = shared_store();
     q.send("parent").unwrap();
     let code = fork_and_wait(|| {
         if !store.is_forked() {
@@ -220,10 +224,7 @@ fn a_child_is_told_how_to_open_a_store_the_parent_holds() {
 
 #[test]
 fn a_child_opens_a_shared_store_while_parent_threads_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.postbox");
-    let store = Store::builder().multi_process(true).open(&path).unwrap();
-    let q = store.queue("q").unwrap();
+    let (_dir, path, _store, q) = shared_store();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = (0..3)
         .map(|_| {
