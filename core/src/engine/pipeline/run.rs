@@ -53,8 +53,9 @@ fn run_guarded(
     parked: &mut Vec<ParkedReceive>,
     round: Round,
 ) {
-    // A panic (a bug, or redb meeting a damaged page) drops the jobs' reply channels, so their
-    // callers get an error instead of hanging; the writer thread lives on.
+    // A panic (a bug, or redb meeting a damaged page) drops the jobs' replies unsent, which
+    // wakes their callers with an error instead of leaving them hanging (`sync/answers.rs`);
+    // the writer thread lives on.
     let outcome = guarded::catch(|| run_batch(ctx, jobs, parked, round));
     if outcome.is_err() {
         // The parked receives this batch did not reach are still parked. A caller whose
