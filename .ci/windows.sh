@@ -47,6 +47,12 @@ if ! wineboot --init; then
     rm -rf "$WINEPREFIX"
     wineboot --init
 fi
+# A wineserver quits a few seconds after its last client, and a `wine` started in that moment
+# once lost it ("wine client error:0: recvmsg: Connection reset by peer") before the program
+# ran. One persistent server serves the whole script (the EXIT trap ends it); its output goes
+# nowhere, or it would hold this script's output pipe open after the script is done.
+wineserver -w
+wineserver -p </dev/null >/dev/null 2>&1
 x86_64-w64-mingw32-gcc -O2 -shared -Wall -Wextra -Werror -o \
     "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" .ci/windows/processprng.c -ladvapi32
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
