@@ -59,6 +59,11 @@ pub(crate) struct LogCheckpoints {
     pub bytes: u64,
     /// Time since the last checkpoint with records written.
     pub interval: Duration,
+    /// Records the log must hold before `interval` counts: a checkpoint stalls the callers of
+    /// one batch, so fewer records between checkpoints would put more than one send in a
+    /// thousand in a stall on a slow disk, and would make a trickle of sends pay a durable
+    /// commit of the store file every few sends (docs/design.md § Checkpoints).
+    pub min_records: u64,
     /// A batch whose record would be larger is committed durably to the store file instead:
     /// logging writes large bodies twice, which costs more than the sync it saves.
     pub max_record: u64,
@@ -69,6 +74,7 @@ impl Default for LogCheckpoints {
         LogCheckpoints {
             bytes: 32 << 20,
             interval: Duration::from_millis(250),
+            min_records: 2_000,
             max_record: 256 << 10,
         }
     }

@@ -4,6 +4,7 @@
 //! ```text
 //! postbox-latency DIR [--seconds 12] [--count N] [--probe-seconds 6] [--min-checkpoints 10]
 //!                     [--max-seconds 60] [--cache-mib N] [--checkpoint-ms N]
+//!                     [--checkpoint-records N] [--rate N]
 //! ```
 //!
 //! In a temporary directory under DIR (on the measured filesystem):
@@ -26,8 +27,11 @@
 //! `--count N` also caps the probe at N syncs (N / 2 on each side). `--cache-mib N` opens the
 //! store with `StoreBuilder::cache_size(N MiB)` instead of the default: the pages the log's
 //! background commits leave in that cache are what a checkpoint writes (docs/design.md
-//! § *Checkpoints*). `--checkpoint-ms N` checkpoints the log at least every N ms instead of
-//! the default's 250 ms (the hidden `StoreBuilder::log_checkpoints`).
+//! § *Checkpoints*). `--checkpoint-ms N` checkpoints the log every N ms of sends instead of
+//! the default's 2,000 records and 250 ms (the hidden `StoreBuilder::log_checkpoints`);
+//! `--checkpoint-records N` then asks for N records as well (`log_checkpoint_records`).
+//! `--rate N` paces the sends at N a second (a trickle, where each send finds the disk idle)
+//! instead of sending back to back.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -52,6 +56,8 @@ struct Args {
     max_seconds: f64,
     cache_mib: Option<usize>,
     checkpoint_ms: Option<u64>,
+    checkpoint_records: Option<u64>,
+    rate: Option<f64>,
 }
 
 fn parse() -> Args {
@@ -64,6 +70,8 @@ fn parse() -> Args {
         max_seconds: 60.0,
         cache_mib: None,
         checkpoint_ms: None,
+        checkpoint_records: None,
+        rate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -76,6 +84,10 @@ fn parse() -> Args {
             "--max-seconds" => a.max_seconds = v().parse().expect("--max-seconds"),
             "--cache-mib" => a.cache_mib = Some(v().parse().expect("--cache-mib")),
             "--checkpoint-ms" => a.checkpoint_ms = Some(v().parse().expect("--checkpoint-ms")),
+            "--checkpoint-records" => {
+                a.checkpoint_records = Some(v().parse().expect("--checkpoint-records"))
+            }
+            "--rate" => a.rate = Some(v().parse().expect("--rate")),
             other if !other.starts_with("--") => a.root = other.into(),
             other => panic!("unknown argument {other}"),
         }
@@ -120,6 +132,10 @@ fn sends(dir: &std::path::Path, a: &Args) -> Sends {
     if let Some(ms) = a.checkpoint_ms {
         builder = builder.log_checkpoints(32 << 20, Duration::from_millis(ms));
     }
+    if let Some(records) = a.checkpoint_records {
+        builder = builder.log_checkpoint_records(records);
+    }
+    let pace = a.rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let store = builder
         .open(dir.join("latency.postbox"))
         .expect("open the store");
@@ -136,7 +152,14 @@ fn sends(dir: &std::path::Path, a: &Args) -> Sends {
         secs: 0.0,
     };
     let start = Instant::now();
+    let mut next = start;
     loop {
+        if let Some(pace) = pace {
+            next += pace;
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
         let m = Message::new(body.clone());
         let before = store.stats().checkpoints;
         let call = Instant::now();
@@ -198,6 +221,8 @@ fn main() {
             "target_checkpoints": TARGET_CHECKPOINTS,
             "cache_mib": a.cache_mib,
             "checkpoint_ms": a.checkpoint_ms,
+            "checkpoint_records": a.checkpoint_records,
+            "rate": a.rate,
         })
     );
 }

@@ -113,7 +113,9 @@ impl StoreBuilder {
     ///
     /// With the log, each group commit is one record appended to the file `<store>-log` and
     /// one `fdatasync`; the store file is brought up to date in the background by checkpoints
-    /// (at least every 250 ms while writes go on, every 32 MiB of log, and at close). After a
+    /// (once the log holds 2,000 records and the last checkpoint is 250 ms old, every 32 MiB
+    /// of log, and at close), each a durable commit of the store file that the batch it falls
+    /// on waits for. After a
     /// clean close the log is gone and the store file alone is a complete copy; after a crash
     /// the next open replays the log ([`StoreStats::replayed_records`]). A batch with more
     /// than 256 KiB of changes (large bodies, many at once) is committed durably to the store
@@ -146,11 +148,21 @@ impl StoreBuilder {
     }
 
     /// Tests only: when the write-ahead log is checkpointed (log bytes, time with records
-    /// written).
+    /// written, whatever their number; [`StoreBuilder::log_checkpoint_records`] sets a least
+    /// number after this).
     #[doc(hidden)]
     pub fn log_checkpoints(mut self, bytes: u64, interval: Duration) -> Self {
         self.config.checkpoints.bytes = bytes;
         self.config.checkpoints.interval = interval;
+        self.config.checkpoints.min_records = 0;
+        self
+    }
+
+    /// Tests only: the records the write-ahead log must hold before its checkpoint interval
+    /// counts (2,000 by default).
+    #[doc(hidden)]
+    pub fn log_checkpoint_records(mut self, records: u64) -> Self {
+        self.config.checkpoints.min_records = records;
         self
     }
 

@@ -268,7 +268,7 @@ impl Wal {
 
     /// Whether the next batch should be a checkpoint: the log holds as many bytes of records
     /// as the policy allows, or more than a quarter of the disk's free space, or it holds
-    /// records and the last checkpoint is as old as the policy's interval.
+    /// the policy's least number of records and the last checkpoint is as old as its interval.
     ///
     /// The last rule keeps a store on a filling disk able to checkpoint: until a checkpoint,
     /// what the log holds is in the store file only as pages of non-durable commits, which the
@@ -282,9 +282,12 @@ impl Wal {
         if used == 0 {
             return false;
         }
+        // Records of this cycle: the cycle is named for its first record's number.
+        let records = w.next_seq.saturating_sub(w.cycle);
         if w.due_now
             || used >= self.policy.bytes
-            || w.last_checkpoint.elapsed() >= self.policy.interval
+            || (records >= self.policy.min_records
+                && w.last_checkpoint.elapsed() >= self.policy.interval)
         {
             return true;
         }
