@@ -24,7 +24,7 @@ SENDER = textwrap.dedent(
     q = store.queue("jobs")
     ids = [q.send(f"m{i}".encode()) for i in range(int(sys.argv[2]))]
     # The last send must be only in the log when the kill comes: one more while the last was a
-    # checkpoint (a durable commit of the store file: the first write, then every 2,000 records).
+    # checkpoint (a durable commit of the store file, due at most every 250 ms).
     while True:
         before = store.stats()["checkpoints"]
         ids.append(q.send(f"m{len(ids)}".encode()))

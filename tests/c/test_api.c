@@ -1348,7 +1348,7 @@ enum { LOGGED_SENDS = 20 };
 
 /* The child of test_write_ahead_log: 'S' once every send returned. The last send must be only
  * in the log when the kill comes, so after LOGGED_SENDS it sends again while its last send was
- * a checkpoint (a durable commit of the store file: the first write, then every 2,000 records). */
+ * a checkpoint (a durable commit of the store file, due at most every 250 ms). */
 static char send_through_the_log(const char *path) {
     postbox_store *store = NULL;
     postbox_queue *q = NULL;

@@ -28,8 +28,8 @@
 //! store with `StoreBuilder::cache_size(N MiB)` instead of the default: the pages the log's
 //! background commits leave in that cache are what a checkpoint writes (docs/design.md
 //! § *Checkpoints*). `--checkpoint-ms N` checkpoints the log every N ms of sends instead of
-//! the default's 2,000 records and 250 ms (the hidden `StoreBuilder::log_checkpoints`);
-//! `--checkpoint-records N` then asks for N records as well (`log_checkpoint_records`).
+//! the default's 250 ms (the hidden `StoreBuilder::log_checkpoints`); `--checkpoint-records
+//! N` makes the interval count only once the log holds N records (`log_checkpoint_records`).
 //! `--rate N` paces the sends at N a second (a trickle, where each send finds the disk idle)
 //! instead of sending back to back.
 

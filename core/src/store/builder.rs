@@ -113,9 +113,7 @@ impl StoreBuilder {
     ///
     /// With the log, each group commit is one record appended to the file `<store>-log` and
     /// one `fdatasync`; the store file is brought up to date in the background by checkpoints
-    /// (once the log holds 2,000 records and the last checkpoint is 250 ms old, every 32 MiB
-    /// of log, and at close), each a durable commit of the store file that the batch it falls
-    /// on waits for. After a
+    /// (at least every 250 ms while writes go on, every 32 MiB of log, and at close). After a
     /// clean close the log is gone and the store file alone is a complete copy; after a crash
     /// the next open replays the log ([`StoreStats::replayed_records`]). A batch with more
     /// than 256 KiB of changes (large bodies, many at once) is committed durably to the store
@@ -159,7 +157,7 @@ impl StoreBuilder {
     }
 
     /// Tests only: the records the write-ahead log must hold before its checkpoint interval
-    /// counts (2,000 by default).
+    /// counts (none by default).
     #[doc(hidden)]
     pub fn log_checkpoint_records(mut self, records: u64) -> Self {
         self.config.checkpoints.min_records = records;
