@@ -7,9 +7,10 @@
 # find_package(postbox 0.1), and both run; find_package(postbox 0.2) and (postbox 1.0) must
 # fail.
 #
-# cargo-c is built from crates.io when missing (a few minutes on 2 cores): Debian's package
-# is too old to read this workspace's manifests. The version is the one whose rust-version is
-# the workspace's (1.90): cargo-c 0.10.19 (cargo 0.93).
+# cargo-c is built from crates.io when missing: Debian's package is too old to read this
+# workspace's manifests. The version is the one whose rust-version is the workspace's (1.90):
+# cargo-c 0.10.19 (cargo 0.93). It is built unoptimised (`--debug`): it only drives cargo, and
+# its optimised build took 11m43s of a CI run on 2 cores.
 set -euxo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,7 +22,7 @@ if ! command -v cmake >/dev/null || ! command -v pkg-config >/dev/null || ! comm
 fi
 cargo_c=${POSTBOX_CARGO_C_VERSION:-0.10.19+cargo-0.93.0}
 if ! cargo install --list | grep -qF "cargo-c v$cargo_c:"; then
-    cargo install cargo-c --version "$cargo_c" --locked --force
+    cargo install cargo-c --version "$cargo_c" --locked --debug --force
 fi
 cargo cinstall --version
 
