@@ -39,6 +39,14 @@ fn send_until(store: &Store, checkpoints: u64, give_up: Duration) -> Vec<After> 
     seen
 }
 
+/// A store in `dir` whose log checkpoints after 250 ms only once it holds `records` records.
+fn with_floor(dir: &std::path::Path, records: u64) -> Store {
+    Store::builder()
+        .log_checkpoint_records(records)
+        .open(dir.join("s.postbox"))
+        .unwrap()
+}
+
 /// Checks each gap between the checkpoints `seen`: at least `records` records and 250 ms.
 fn assert_gaps(seen: &[After], records: u64) {
     for pair in seen.windows(2) {
@@ -91,10 +99,7 @@ fn the_log_checkpoints_at_least_every_250_ms_while_writes_go_on() {
 #[test]
 fn the_least_number_of_records_and_the_interval_both_hold() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::builder()
-        .log_checkpoint_records(300)
-        .open(dir.path().join("s.postbox"))
-        .unwrap();
+    let store = with_floor(dir.path(), 300);
     let seen = send_until(&store, 4, Duration::from_secs(120));
     assert_eq!(seen.len(), 4, "four checkpoints within 120 s of sends");
     assert_gaps(&seen, 300);
@@ -103,10 +108,7 @@ fn the_least_number_of_records_and_the_interval_both_hold() {
 #[test]
 fn below_the_floor_of_records_a_trickle_of_sends_waits_for_no_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::builder()
-        .log_checkpoint_records(2_000)
-        .open(dir.path().join("s.postbox"))
-        .unwrap();
+    let store = with_floor(dir.path(), 2_000);
     let q = store.queue("q").unwrap();
     q.send("first").unwrap();
     let before = store.stats();
