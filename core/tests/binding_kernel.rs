@@ -72,7 +72,7 @@ fn take_all_is_all_or_none() {
         HeldMessage::read(q.peek().unwrap().expect("a message"), MessageState::Active);
 
     for (handles, why) in [
-        (vec![&a, &b, &a], "listed twice"),
+        (vec![&a, &b, &a], "messages[2] is listed twice"),
         (vec![&a, &c], "not of \"jobs\""),
         (vec![&a, &b, &peeked], "holds no lock"),
     ] {
