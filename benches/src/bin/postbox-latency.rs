@@ -205,7 +205,7 @@ fn main() {
     } else {
         0.0
     };
-    // Numbers only, no `true`/`null`: run.sh pastes this line into a Python literal.
+    // run.sh pastes this line into a Python literal (it defines `null`, `true` and `false`).
     println!(
         "{}",
         json!({
