@@ -43,25 +43,35 @@ pub fn body(size: usize) -> Vec<u8> {
 /// Appends 1 KiB and calls `fdatasync` in a loop for `duration` in `dir`; returns syncs per
 /// second. This is the ceiling for one-commit-at-a-time durable writes on this filesystem.
 pub fn fsync_probe(dir: &Path, duration: Duration) -> f64 {
-    let (n, took) = fsync_append_loop(dir, duration, u64::MAX, |_| {});
+    let (n, took) = fsync_append_loop(dir, duration, u64::MAX, None, |_| {});
     n as f64 / took.as_secs_f64()
 }
 
 /// The same loop as [`fsync_probe`], as a latency distribution: the duration of each
 /// append + `fdatasync`, for `duration` or `max_count` syncs, whichever comes first. What a
-/// caller committing one durable write at a time waits at least, call by call.
-pub fn fsync_probe_samples(dir: &Path, duration: Duration, max_count: u64) -> Vec<Duration> {
+/// caller committing one durable write at a time waits at least, call by call. With `pace`,
+/// one sync starts every `pace` (sleeping between), as paced sends do: a sync that finds the
+/// machine idle costs more than one in a busy loop, so a paced send is compared with a paced
+/// probe.
+pub fn fsync_probe_samples(
+    dir: &Path,
+    duration: Duration,
+    max_count: u64,
+    pace: Option<Duration>,
+) -> Vec<Duration> {
     let mut samples = Vec::new();
-    fsync_append_loop(dir, duration, max_count, |d| samples.push(d));
+    fsync_append_loop(dir, duration, max_count, pace, |d| samples.push(d));
     samples
 }
 
 /// The fsync probe's loop: 1 KiB appended and `fdatasync`ed until `duration` or `max_count`,
-/// each pair's duration given to `sample`; returns how many it did and how long they took.
+/// one pair every `pace` when given, each pair's duration given to `sample`; returns how many
+/// it did and how long they took.
 fn fsync_append_loop(
     dir: &Path,
     duration: Duration,
     max_count: u64,
+    pace: Option<Duration>,
     mut sample: impl FnMut(Duration),
 ) -> (u64, Duration) {
     let path = dir.join(format!("fsync-probe-{}", std::process::id()));
@@ -74,7 +84,14 @@ fn fsync_append_loop(
     let block = [0x5au8; 1024];
     let start = Instant::now();
     let mut n = 0u64;
+    let mut next = start;
     while n < max_count && start.elapsed() < duration {
+        if let Some(pace) = pace {
+            next += pace;
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
         let call = Instant::now();
         f.write_all(&block).expect("append");
         f.sync_data().expect("fdatasync");

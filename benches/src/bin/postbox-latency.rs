@@ -31,7 +31,8 @@
 //! the default's 250 ms (the hidden `StoreBuilder::log_checkpoints`); `--checkpoint-records
 //! N` makes the interval count only once the log holds N records (`log_checkpoint_records`).
 //! `--rate N` paces the sends at N a second (a trickle, where each send finds the disk idle)
-//! instead of sending back to back.
+//! instead of sending back to back, and the probe's syncs alike: a sync after a sleep finds
+//! the machine idle, which costs more than one in a busy loop.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -124,6 +125,11 @@ struct Sends {
     secs: f64,
 }
 
+/// The time from one paced call to the next (`--rate`), for the sends and the probe alike.
+fn pace(a: &Args) -> Option<Duration> {
+    a.rate.map(|r| Duration::from_secs_f64(1.0 / r))
+}
+
 fn sends(dir: &std::path::Path, a: &Args) -> Sends {
     let mut builder = Store::builder();
     if let Some(mib) = a.cache_mib {
@@ -135,7 +141,7 @@ fn sends(dir: &std::path::Path, a: &Args) -> Sends {
     if let Some(records) = a.checkpoint_records {
         builder = builder.log_checkpoint_records(records);
     }
-    let pace = a.rate.map(|r| Duration::from_secs_f64(1.0 / r));
+    let pace = pace(a);
     let store = builder
         .open(dir.join("latency.postbox"))
         .expect("open the store");
@@ -192,9 +198,10 @@ fn main() {
         .expect("temp dir");
     let half = Duration::from_secs_f64(a.probe_seconds / 2.0);
     let probe_cap = a.count.map_or(u64::MAX, |n| n.div_ceil(2));
-    let mut probe = pb::fsync_probe_samples(dir.path(), half, probe_cap);
+    let pace = pace(&a);
+    let mut probe = pb::fsync_probe_samples(dir.path(), half, probe_cap, pace);
     let mut s = sends(dir.path(), &a);
-    probe.extend(pb::fsync_probe_samples(dir.path(), half, probe_cap));
+    probe.extend(pb::fsync_probe_samples(dir.path(), half, probe_cap, pace));
 
     let probe_json = summary(&mut probe);
     let send_json = summary(&mut s.all);
