@@ -76,21 +76,43 @@ done
 cc -std=c99 "${WARN[@]}" -Iinclude tests/c/mp_peer.c -L"$LIB" -lpostbox -o "$OUT/mp_peer"
 cc -O2 -std=c11 "${WARN[@]}" -Iinclude benches/compare/c/workload_a.c -L"$LIB" -lpostbox -o "$OUT/workload_a"
 
-# The test suite against the shared library, under valgrind: zero errors, zero leaks (the
-# suppressions file lists the Rust runtime's one-time allocations, each explained).
+# The test suites against the shared library, under valgrind: zero errors, zero leaks (the
+# suppressions file lists the Rust runtime's one-time allocations, each explained). Valgrind
+# runs all of a process's threads on one core, so the suites run in two lanes side by side:
+# test_api split in two (POSTBOX_C_SHARD, tests/c/harness.h), and test_tracking and
+# test_processor_calls after the half without disk_full, which alone takes 2.5 minutes under
+# valgrind (each test's time is on its stderr). Each suite's output goes to its log, shown
+# when both lanes are done.
 cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_api.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_api"
-LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER valgrind -q --leak-check=full \
-    --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
-    --suppressions=tests/c/valgrind.supp "$OUT/test_api" | tee "$OUT/shared.log"
 cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_tracking.c -L"$LIB" -lpostbox -lpthread -o "$OUT/test_tracking"
-LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER valgrind -q --leak-check=full \
-    --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
-    --suppressions=tests/c/valgrind.supp "$OUT/test_tracking" | tee "$OUT/tracking_shared.log"
 cc -std=c99 -g "${WARN[@]}" -Iinclude tests/c/test_processor_calls.c -L"$LIB" -lpostbox -lpthread \
     -o "$OUT/test_processor_calls"
-LD_LIBRARY_PATH=$LIB valgrind -q --leak-check=full \
-    --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
-    --suppressions=tests/c/valgrind.supp "$OUT/test_processor_calls" | tee "$OUT/processor_calls_shared.log"
+under_valgrind() { # LOG PROGRAM: the suite under valgrind, both its streams in $OUT/LOG
+    valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
+        --error-exitcode=99 --suppressions=tests/c/valgrind.supp "$2" >"$OUT/$1" 2>&1
+}
+(
+    export LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER
+    POSTBOX_C_SHARD=0/2 under_valgrind api0_shared.log "$OUT/test_api"
+    under_valgrind tracking_shared.log "$OUT/test_tracking"
+    under_valgrind processor_calls_shared.log "$OUT/test_processor_calls"
+) &
+lane_a=$!
+(
+    export LD_LIBRARY_PATH=$LIB POSTBOX_PEER=$PEER
+    POSTBOX_C_SHARD=1/2 under_valgrind api1_shared.log "$OUT/test_api"
+) &
+lane_b=$!
+lanes_ok=1
+wait "$lane_a" || lanes_ok=0
+wait "$lane_b" || lanes_ok=0
+for log in api0 api1 tracking processor_calls; do
+    if [ -f "$OUT/${log}_shared.log" ]; then
+        echo "--- $log under valgrind"
+        cat "$OUT/${log}_shared.log"
+    fi
+done
+[ "$lanes_ok" = 1 ] || { echo "a suite under valgrind failed: its output is above"; exit 1; }
 
 # The misuse suite (tests/c/test_misuse.c): the C side under AddressSanitizer and
 # UndefinedBehaviorSanitizer, with LeakSanitizer on. libpostbox itself is not instrumented, but

@@ -131,11 +131,33 @@ static int make_temp_dir(char *out, size_t size) {
 #endif
 }
 
-/* Runs the tests whose name contains filter (all if NULL); prints "N passed, N failed". */
+/* Milliseconds on a clock that only goes forward, for the time each test took. */
+static double harness_now_ms(void) {
+#ifdef _WIN32
+    return (double)GetTickCount64();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+#endif
+}
+
+/* Runs the tests whose name contains filter (all if NULL); prints "N passed, N failed".
+ * POSTBOX_C_SHARD=K/N runs only every Nth of those, from the Kth (counting from 0), so that N
+ * processes share a suite (valgrind runs one process on one core). */
 static int run_tests(const struct test_case *tests, size_t count, const char *filter) {
     int passed = 0, failed = 0;
+    unsigned shard = 0, shards = 1;
+    const char *shard_env = getenv("POSTBOX_C_SHARD");
+    if (shard_env != NULL && (sscanf(shard_env, "%u/%u", &shard, &shards) != 2 || shards == 0 ||
+                              shard >= shards)) {
+        fprintf(stderr, "POSTBOX_C_SHARD must be K/N with K < N, not %s\n", shard_env);
+        return 2;
+    }
+    size_t matched = 0;
     for (size_t i = 0; i < count; i++) {
         if (filter != NULL && strstr(tests[i].name, filter) == NULL) continue;
+        if (matched++ % shards != shard) continue;
         char dir[1024];
         if (make_temp_dir(dir, sizeof dir) != 0) {
             perror("make_temp_dir");
@@ -143,7 +165,9 @@ static int run_tests(const struct test_case *tests, size_t count, const char *fi
         }
         harness_failed_checks = 0;
         fprintf(stderr, "test %s ...\n", tests[i].name);
+        double started = harness_now_ms();
         tests[i].fn(dir);
+        fprintf(stderr, "  (%s: %.1f s)\n", tests[i].name, (harness_now_ms() - started) / 1e3);
         remove_tree(dir);
         if (harness_failed_checks == 0) {
             passed++;
